@@ -1,0 +1,4 @@
+//! The layered namespace jail.
+pub mod caps;
+pub mod landlock;
+pub mod seccomp;

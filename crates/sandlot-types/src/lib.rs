@@ -1,0 +1,337 @@
+//! The wire model of sandlot's HTTP API, shared by the server, the runtime, the store and the
+//! CLI. Every type here is (de)serialized exactly as the OpenAPI document in
+//! `crates/sandlot-api/openapi.json` describes it; change both together.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Languages an execution can run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    #[default]
+    Python,
+    Bash,
+}
+
+/// Resource limits of one sandbox. Every field is optional in requests; the server fills in
+/// its defaults and clamps to its maxima, and responses always carry the effective values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Memory limit in MiB (cgroup memory limit for the whole sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// CPU share in thousandths of one core (1000 = one full core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u64>,
+    /// Maximum number of processes and threads alive at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// Workspace size cap in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
+}
+
+/// `POST /v1/sandboxes` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Template name; `default` when absent.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Extra environment variables visible to code in the sandbox.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, returned as given.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: Limits,
+    /// Seconds without an execution or file operation after which the sandbox is deleted.
+    #[serde(default)]
+    pub idle_timeout: Option<u64>,
+    /// Seconds after creation after which the sandbox is deleted regardless of use.
+    #[serde(default)]
+    pub max_lifetime: Option<u64>,
+}
+
+/// Lifecycle state of a sandbox as stored and reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    /// Alive and accepting executions.
+    Running,
+    /// Deleted by request.
+    Deleted,
+    /// Deleted because it was idle for longer than its idle timeout.
+    Expired,
+    /// Its processes died (killed, OOM in the driver, server restart).
+    Lost,
+}
+
+/// A sandbox as the API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sandbox {
+    pub id: String,
+    pub template: String,
+    /// Content hash of the template version this sandbox was forked from.
+    pub template_version: String,
+    pub state: SandboxState,
+    pub env: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub limits: EffectiveLimits,
+    pub idle_timeout: u64,
+    pub max_lifetime: u64,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    pub last_active_at: String,
+    pub expires_at: String,
+    /// Why the sandbox ended, when it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_reason: Option<String>,
+}
+
+/// Limits with every value filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveLimits {
+    pub memory_mb: u64,
+    pub cpu_millis: u64,
+    pub pids: u64,
+    pub disk_mb: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/execute` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    pub code: String,
+    #[serde(default)]
+    pub language: Language,
+    /// Seconds; the server default applies when absent.
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    /// Stream events as Server-Sent Events instead of one JSON body.
+    #[serde(default)]
+    pub stream: bool,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndState {
+    /// Ran to completion without an error.
+    Ok,
+    /// The code raised (Python) or exited non-zero (Bash).
+    Error,
+    /// The timeout passed; the code was interrupted (state kept) or, if it would not stop,
+    /// the sandbox was killed (see `sandbox_alive`).
+    Timeout,
+    /// Interrupted by `POST /interrupt`.
+    Interrupted,
+    /// The sandbox hit its memory limit.
+    Oom,
+    /// The sandbox's processes were killed (deleted, expired, or died) during the execution.
+    Killed,
+}
+
+/// The error an execution raised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecError {
+    pub name: String,
+    pub value: String,
+    /// Traceback lines, plain text (no ANSI colour).
+    pub traceback: Vec<String>,
+}
+
+/// One output event of an execution, in the order the sandbox produced it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputEvent {
+    Stdout {
+        text: String,
+    },
+    Stderr {
+        text: String,
+    },
+    /// A rich value shown with `display()` or a figure: a MIME bundle.
+    DisplayData {
+        data: BTreeMap<String, serde_json::Value>,
+        #[serde(default)]
+        metadata: serde_json::Value,
+    },
+    /// The value of the cell's last expression.
+    Result {
+        data: BTreeMap<String, serde_json::Value>,
+        #[serde(default)]
+        metadata: serde_json::Value,
+    },
+    Error(ExecError),
+}
+
+/// Bytes of a text stream that were kept and dropped under the output budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Truncation {
+    pub kept_bytes: u64,
+    pub dropped_bytes: u64,
+}
+
+/// The full result of one execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionResult {
+    pub id: String,
+    pub sandbox_id: String,
+    pub language: Language,
+    pub end_state: EndState,
+    /// All of stdout (after the output budget), for convenience.
+    pub stdout: String,
+    pub stderr: String,
+    /// The MIME bundle of the last expression's value (Python), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ExecError>,
+    /// Bash: the exit status of the last command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Every event in order (stdout/stderr chunks, display data, result, error).
+    pub outputs: Vec<OutputEvent>,
+    pub stdout_truncation: Truncation,
+    pub stderr_truncation: Truncation,
+    pub started_at: String,
+    pub duration_ms: f64,
+    /// CPU time (user + system) the sandbox used during the execution.
+    pub cpu_time_ms: f64,
+    /// Peak memory of the sandbox so far, in bytes.
+    pub peak_memory_bytes: u64,
+    /// Whether the sandbox (and its state) survived the execution.
+    pub sandbox_alive: bool,
+}
+
+/// An execution as recorded in the store and listed by `GET /v1/sandboxes/{id}/executions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    pub id: String,
+    pub sandbox_id: String,
+    pub code: String,
+    pub language: Language,
+    pub started_at: String,
+    /// `None` while the execution runs. An execution cut off by a server crash is recorded
+    /// with end state `killed` when the server restarts.
+    #[serde(default)]
+    pub result: Option<ExecutionResult>,
+}
+
+/// One entry of a workspace listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Path relative to the workspace root.
+    pub path: String,
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    pub size: u64,
+    /// Seconds since the epoch.
+    pub modified: i64,
+    pub mode: u32,
+}
+
+/// Stable error codes of the API. Each maps to one HTTP status in `sandlot-api`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not valid JSON, has unknown fields or wrong types (400).
+    InvalidRequest,
+    /// A value is out of range or not allowed (400/422).
+    InvalidArgument,
+    /// The body or the code is larger than the server accepts (413).
+    PayloadTooLarge,
+    /// No sandbox with that id (404).
+    SandboxNotFound,
+    /// The sandbox existed but ended: deleted, expired or lost (410).
+    SandboxGone,
+    /// No execution with that id (404).
+    ExecutionNotFound,
+    /// No template with that name (404).
+    TemplateNotFound,
+    /// The path is absolute, escapes the workspace, or contains forbidden parts (400).
+    InvalidPath,
+    /// No such file or directory in the workspace (404).
+    FileNotFound,
+    /// The path is not a regular file (a directory, a symlink, a device) (400).
+    NotARegularFile,
+    /// The file is larger than the server accepts (413).
+    FileTooLarge,
+    /// The sandbox's workspace is full (507).
+    WorkspaceFull,
+    /// Another execution is running in this sandbox and the queue is full (409).
+    SandboxBusy,
+    /// The server cannot take more sandboxes right now (503).
+    CapacityExhausted,
+    /// The sandbox died while serving the request (500).
+    SandboxFailed,
+    /// Something went wrong on the server (500).
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::SandboxNotFound => "sandbox_not_found",
+            ErrorCode::SandboxGone => "sandbox_gone",
+            ErrorCode::ExecutionNotFound => "execution_not_found",
+            ErrorCode::TemplateNotFound => "template_not_found",
+            ErrorCode::InvalidPath => "invalid_path",
+            ErrorCode::FileNotFound => "file_not_found",
+            ErrorCode::NotARegularFile => "not_a_regular_file",
+            ErrorCode::FileTooLarge => "file_too_large",
+            ErrorCode::WorkspaceFull => "workspace_full",
+            ErrorCode::SandboxBusy => "sandbox_busy",
+            ErrorCode::CapacityExhausted => "capacity_exhausted",
+            ErrorCode::SandboxFailed => "sandbox_failed",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// An error with a stable code and a client-safe message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// JSON body of every error response: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl From<&ApiError> for ErrorBody {
+    fn from(e: &ApiError) -> Self {
+        ErrorBody { error: ErrorDetail { code: e.code, message: e.message.clone() } }
+    }
+}
