@@ -1,4 +1,23 @@
-//! The layered namespace jail.
+//! The layered namespace jail, one module per isolation layer (see SECURITY.md). `child::enter`
+//! reads the whole containment sequence of a sandbox top to bottom; `zygote::launch` confines a
+//! zygote; `cgroup` and `idmap` are the server's side of the same layers; `probe` tells what
+//! the running kernel supports.
+
 pub mod caps;
+pub mod cgroup;
+pub mod child;
+pub mod config;
+pub mod error;
+pub mod ffi;
+pub mod idmap;
 pub mod landlock;
+pub mod mounts;
+pub mod net;
+pub mod probe;
+pub mod rlimits;
+pub mod rootfs;
 pub mod seccomp;
+pub mod zygote;
+
+pub use config::{JailConfig, ZygoteConfig};
+pub use error::JailError;

@@ -3,15 +3,35 @@
 //! control channel, enforces timeouts and expiry from outside, moves files in and out through
 //! fd-relative paths, and records everything in the store.
 
+pub mod assets;
+mod exec;
+pub mod files;
+mod sandbox;
+mod util;
+pub mod zygote;
+
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
+use sandbox::Live;
+use sandlot_jail::cgroup::{Cgroup, CgroupLimits, Hierarchy};
+use sandlot_jail::config::{Bind, JailConfig, RlimitConfig, ZygoteConfig};
+use sandlot_store::Store;
 use sandlot_types::{
-    ApiError, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
-    OutputEvent, Sandbox,
+    ApiError, CreateSandbox, EffectiveLimits, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult,
+    FileEntry, OutputEvent, Sandbox, SandboxState,
 };
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use zygote::{Zygote, ZygoteSpec};
+
+pub use util::now_rfc3339;
 
 /// Configuration of the runtime; `sandlot serve` builds it from flags and environment.
 #[derive(Debug, Clone)]
@@ -31,6 +51,17 @@ pub struct RuntimeConfig {
     pub max_output_bytes: usize,
     /// Most live sandboxes at once.
     pub max_sandboxes: usize,
+    /// The cgroup hierarchy's mount point (normally `/sys/fs/cgroup`).
+    pub cgroup_root: PathBuf,
+    /// The group under which sandlot creates its own (relative to each hierarchy's root).
+    pub cgroup_parent: PathBuf,
+    /// The executable that implements `__zygote-launch` (normally the running `sandlot`).
+    pub launcher: PathBuf,
+    /// Default limits and lifetimes of new sandboxes.
+    pub default_limits: EffectiveLimits,
+    pub max_limits: EffectiveLimits,
+    pub default_idle_timeout: u64,
+    pub default_max_lifetime: u64,
 }
 
 impl RuntimeConfig {
@@ -44,8 +75,48 @@ impl RuntimeConfig {
             max_exec_timeout: 3600.0,
             max_output_bytes: 1 << 20,
             max_sandboxes: 2000,
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            cgroup_parent: PathBuf::from("sandlot"),
+            launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandlot")),
+            default_limits: EffectiveLimits { memory_mb: 1024, cpu_millis: 1000, pids: 256, disk_mb: 1024 },
+            max_limits: EffectiveLimits { memory_mb: 16384, cpu_millis: 64000, pids: 4096, disk_mb: 16384 },
+            default_idle_timeout: 20 * 60,
+            default_max_lifetime: 24 * 3600,
         }
     }
+}
+
+/// Host uids of sandboxes: a block of 65536 ids derived from the data dir, so that servers
+/// with different data dirs on one host do not hand out the same uid.
+struct Slots {
+    base: u32,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn new(instance: &str) -> Self {
+        let h = instance.bytes().fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
+        let base = 0x4000_0000 + (h % 16000) * 65536;
+        Self { base, free: (1..65535).rev().collect() }
+    }
+    fn zygote_uid(&self) -> u32 {
+        self.base
+    }
+    fn alloc(&mut self) -> Option<u32> {
+        self.free.pop().map(|s| self.base + s)
+    }
+    fn release(&mut self, uid: u32) {
+        self.free.push(uid - self.base);
+    }
+}
+
+/// A sandbox the runtime knows about right now.
+struct Entry {
+    info: Mutex<Sandbox>,
+    live: Arc<Live>,
+    last_active: Mutex<Instant>,
+    created: Instant,
+    waiting: AtomicUsize,
 }
 
 /// Handle to the runtime; cheap to clone.
@@ -55,41 +126,438 @@ pub struct Runtime {
 }
 
 struct Inner {
-    _config: RuntimeConfig,
+    config: RuntimeConfig,
+    store: Store,
+    hierarchy: Hierarchy,
+    /// `<parent>/<instance>`: this server's groups.
+    cgroup_base: PathBuf,
+    slots: Mutex<Slots>,
+    sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
+    zygote: tokio::sync::RwLock<Option<Arc<Zygote>>>,
+    zygote_spec: ZygoteSpec,
+    template_version: String,
+    /// Sandboxes being created right now (counted against capacity).
+    creating: AtomicUsize,
 }
 
 /// A byte stream of a file being uploaded.
 pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorCode::Internal, e.to_string())
+}
+
+/// Most executions that may wait behind a running one on the same sandbox.
+const MAX_QUEUED: usize = 16;
+
+/// The default template: the data stack imported once in the zygote.
+const DEFAULT_TEMPLATE: &str = r#"{"name": "default", "imports": ["numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"], "setup": null}"#;
+
 impl Runtime {
-    /// Starts the runtime: opens the store, cleans up what a previous server run left behind
-    /// (marking its sandboxes lost), and starts the default template's zygote.
-    pub async fn start(config: RuntimeConfig, store: sandlot_store::Store) -> anyhow::Result<Self> {
-        let _ = store;
-        Ok(Self { inner: Arc::new(Inner { _config: config }) })
+    /// Starts the runtime: cleans up what a previous server run left behind (marking its
+    /// sandboxes lost), installs the Python side, and starts the default template's zygote.
+    pub async fn start(config: RuntimeConfig, store: Store) -> anyhow::Result<Self> {
+        // SAFETY: prctl with integer arguments. Sandbox inits reparent to us when the zygote's
+        // child that forked them exits, so we can reap them.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        let hierarchy = Hierarchy::detect(&config.cgroup_root)?;
+        let data_dir = std::fs::canonicalize(&config.data_dir)?;
+        let instance = util::short_hash(data_dir.to_string_lossy().as_bytes());
+        let cgroup_base = config.cgroup_parent.join(&instance);
+        let slots = Slots::new(&instance);
+
+        let lib_dir = data_dir.join("lib");
+        assets::install(&lib_dir, &[("default".into(), DEFAULT_TEMPLATE.into())])?;
+        let run_dir = data_dir.join("run");
+        let staging = run_dir.join("root");
+        std::fs::create_dir_all(&staging)?;
+        let env_root = std::fs::canonicalize(&config.python_env)?;
+        let template_version = util::short_hash(
+            format!("{DEFAULT_TEMPLATE}{}", env_root.display()).as_bytes(),
+        );
+
+        let runtime_inner = Inner {
+            zygote_spec: ZygoteSpec {
+                template: "default".into(),
+                launcher: config.launcher.clone(),
+                config: zygote_config(&env_root, &lib_dir, &staging, slots.zygote_uid(), &hierarchy, &cgroup_base)?,
+                ready_timeout: Duration::from_secs(120),
+            },
+            config,
+            store,
+            hierarchy,
+            cgroup_base,
+            slots: Mutex::new(slots),
+            sandboxes: Mutex::new(HashMap::new()),
+            zygote: tokio::sync::RwLock::new(None),
+            template_version,
+            creating: AtomicUsize::new(0),
+        };
+        let rt = Runtime { inner: Arc::new(runtime_inner) };
+        rt.recover()?;
+        rt.restart_zygote().await.map_err(|e| anyhow::anyhow!(e.message))?;
+        let weak = Arc::downgrade(&rt.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let Some(inner) = weak.upgrade() else { return };
+                Runtime { inner }.housekeeping().await;
+            }
+        });
+        Ok(rt)
+    }
+
+    /// Marks what a previous run left as lost and kills its processes.
+    fn recover(&self) -> anyhow::Result<()> {
+        let inner = &self.inner;
+        let lost = inner
+            .store
+            .mark_running_lost("the server restarted; the sandbox's processes were killed", &now_rfc3339())?;
+        if !lost.is_empty() {
+            tracing::info!(count = lost.len(), "marked sandboxes of a previous run lost");
+        }
+        for name in inner.hierarchy.children(&inner.cgroup_base) {
+            let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&name));
+            if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
+                tracing::warn!(group = %name, error = %e, "could not empty a leftover cgroup");
+            }
+            let _ = cg.remove();
+        }
+        Ok(())
+    }
+
+    async fn restart_zygote(&self) -> Result<Arc<Zygote>, ApiError> {
+        let mut slot = self.inner.zygote.write().await;
+        if let Some(z) = slot.as_ref() {
+            if z.alive() {
+                return Ok(z.clone());
+            }
+            tracing::warn!(template = %z.template, "zygote died; restarting it");
+        }
+        let spec = self.inner.zygote_spec.clone();
+        let cg_rel = self.inner.cgroup_base.join("zygote-default");
+        let hierarchy = self.inner.hierarchy.clone();
+        let started = Instant::now();
+        let z = tokio::task::spawn_blocking(move || {
+            // The zygote's own limits: its memory is what every sandbox shares.
+            Cgroup::create(&hierarchy, &cg_rel, &CgroupLimits { memory_bytes: 4 << 30, pids: 64, cpu_millis: 0 })
+                .map_err(|e| e.to_string())?;
+            Zygote::start(&spec).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(internal)?
+        .map_err(|e| ApiError::new(ErrorCode::SandboxFailed, format!("the zygote failed to start: {e}")))?;
+        tracing::info!(
+            pid = z.pid,
+            prepare_s = z.prepare_seconds,
+            total_ms = started.elapsed().as_millis() as u64,
+            "zygote ready"
+        );
+        let z = Arc::new(z);
+        *slot = Some(z.clone());
+        Ok(z)
+    }
+
+    async fn zygote(&self) -> Result<Arc<Zygote>, ApiError> {
+        if let Some(z) = self.inner.zygote.read().await.as_ref() {
+            if z.alive() {
+                return Ok(z.clone());
+            }
+        }
+        self.restart_zygote().await
+    }
+
+    fn resolve_limits(&self, req: &sandlot_types::Limits) -> Result<EffectiveLimits, ApiError> {
+        let d = self.inner.config.default_limits;
+        let m = self.inner.config.max_limits;
+        let pick = |name: &str, v: Option<u64>, def: u64, max: u64| -> Result<u64, ApiError> {
+            match v {
+                None => Ok(def),
+                Some(0) => Err(ApiError::new(ErrorCode::InvalidArgument, format!("limits.{name} must be greater than 0"))),
+                Some(v) if v > max => Err(ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("limits.{name} = {v} is above the server's maximum of {max}"),
+                )),
+                Some(v) => Ok(v),
+            }
+        };
+        Ok(EffectiveLimits {
+            memory_mb: pick("memory_mb", req.memory_mb, d.memory_mb, m.memory_mb)?,
+            cpu_millis: pick("cpu_millis", req.cpu_millis, d.cpu_millis, m.cpu_millis)?,
+            pids: pick("pids", req.pids, d.pids, m.pids)?,
+            disk_mb: pick("disk_mb", req.disk_mb, d.disk_mb, m.disk_mb)?,
+        })
     }
 
     pub async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, ApiError> {
-        let _ = (req, &self.inner);
-        todo!()
+        let template = req.template.clone().unwrap_or_else(|| "default".into());
+        if template != "default" {
+            return Err(ApiError::new(ErrorCode::TemplateNotFound, format!("no template named {template:?}")));
+        }
+        validate_env(&req.env)?;
+        validate_metadata(&req.metadata)?;
+        let limits = self.resolve_limits(&req.limits)?;
+        let idle = positive("idle_timeout", req.idle_timeout, self.inner.config.default_idle_timeout)?;
+        let lifetime = positive("max_lifetime", req.max_lifetime, self.inner.config.default_max_lifetime)?;
+
+        let live_count = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).len();
+        if live_count + self.inner.creating.load(Ordering::SeqCst) >= self.inner.config.max_sandboxes {
+            return Err(ApiError::new(
+                ErrorCode::CapacityExhausted,
+                format!("the server already runs its maximum of {} sandboxes", self.inner.config.max_sandboxes),
+            ));
+        }
+        self.inner.creating.fetch_add(1, Ordering::SeqCst);
+        let result = self.spawn(&template, &req, limits, idle, lifetime).await;
+        self.inner.creating.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    async fn spawn(
+        &self,
+        template: &str,
+        req: &CreateSandbox,
+        limits: EffectiveLimits,
+        idle: u64,
+        lifetime: u64,
+    ) -> Result<Sandbox, ApiError> {
+        let id = util::new_id("sb_");
+        let uid = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc()
+            .ok_or_else(|| ApiError::new(ErrorCode::CapacityExhausted, "no free sandbox uid"))?;
+        let cg = match Cgroup::create(
+            &self.inner.hierarchy,
+            &self.inner.cgroup_base.join(&id),
+            &CgroupLimits { memory_bytes: limits.memory_mb << 20, pids: limits.pids, cpu_millis: limits.cpu_millis },
+        ) {
+            Ok(cg) => cg,
+            Err(e) => {
+                self.release_uid(uid);
+                return Err(internal(e));
+            }
+        };
+        match self.spawn_in(&id, uid, &cg, req, limits).await {
+            Ok(live) => {
+                let now = time::OffsetDateTime::now_utc();
+                let info = Sandbox {
+                    id: id.clone(),
+                    template: template.to_string(),
+                    template_version: self.inner.template_version.clone(),
+                    state: SandboxState::Running,
+                    env: req.env.clone(),
+                    metadata: req.metadata.clone(),
+                    limits,
+                    idle_timeout: idle,
+                    max_lifetime: lifetime,
+                    created_at: util::rfc3339(now),
+                    last_active_at: util::rfc3339(now),
+                    expires_at: util::rfc3339(now + Duration::from_secs(lifetime)),
+                    ended_reason: None,
+                };
+                if let Err(e) = self.inner.store.insert_sandbox(&info) {
+                    live.kill();
+                    self.cleanup(&live);
+                    return Err(internal(e));
+                }
+                let entry = Arc::new(Entry {
+                    info: Mutex::new(info.clone()),
+                    live,
+                    last_active: Mutex::new(Instant::now()),
+                    created: Instant::now(),
+                    waiting: AtomicUsize::new(0),
+                });
+                self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, entry);
+                Ok(info)
+            }
+            Err(e) => {
+                let _ = cg.kill_all(Duration::from_secs(5));
+                let _ = cg.remove();
+                self.release_uid(uid);
+                Err(e)
+            }
+        }
+    }
+
+    fn release_uid(&self, uid: u32) {
+        self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).release(uid);
+    }
+
+    async fn spawn_in(
+        &self,
+        id: &str,
+        uid: u32,
+        cg: &Cgroup,
+        req: &CreateSandbox,
+        limits: EffectiveLimits,
+    ) -> Result<Arc<Live>, ApiError> {
+        let failed = |step: &str, e: &dyn std::fmt::Display| {
+            ApiError::new(ErrorCode::SandboxFailed, format!("creating the sandbox failed at {step}: {e}"))
+        };
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| failed("socketpair", &e))?;
+        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
+        let jail = JailConfig {
+            hostname: "sandbox".into(),
+            workspace_bytes: limits.disk_mb << 20,
+            workspace_inodes: 65536.max(limits.disk_mb * 64),
+            tmp_bytes: (limits.disk_mb << 20).min(1 << 30),
+            shm_bytes: (limits.memory_mb << 20) / 4,
+            rlimits: RlimitConfig { fsize: limits.disk_mb << 20, ..RlimitConfig::default() },
+            landlock: true,
+            seccomp: true,
+        };
+        let jail = serde_json::to_value(&jail).map_err(internal)?;
+        let mut env = sandbox_env(&self.inner.config.python_env);
+        for (k, v) in &req.env {
+            env.insert(k.clone(), v.clone());
+        }
+        let env = serde_json::to_value(&env).map_err(internal)?;
+
+        let zygote = self.zygote().await?;
+        let fds = [theirs.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let idc = id.to_string();
+        let z2 = zygote.clone();
+        let p0 = tokio::task::spawn_blocking(move || z2.spawn(&idc, &jail, &env, fds))
+            .await
+            .map_err(internal)?;
+        drop((theirs, out_w, err_w));
+        let p0 = match p0 {
+            Ok(p) => p,
+            Err(e) => {
+                zygote.kill();
+                return Err(failed("fork", &e));
+            }
+        };
+        ours.set_nonblocking(true).map_err(|e| failed("socket", &e))?;
+        let mut ctrl = tokio::net::UnixStream::from_std(ours).map_err(|e| failed("socket", &e))?;
+        let deadline = Duration::from_secs(15);
+        let handshake = async {
+            let b = sandbox::read_byte(&mut ctrl).await.map_err(|e| failed("handshake", &e))?;
+            if b != sandlot_jail::child::UNSHARED {
+                return Err(failed("namespaces", &"the child failed before unsharing"));
+            }
+            sandlot_jail::idmap::write_maps(Path::new("/proc"), p0, uid, uid).map_err(|e| failed("id maps", &e))?;
+            cg.add(p0).map_err(|e| failed("cgroup", &e))?;
+            ctrl.write_all(&[sandlot_jail::child::GO]).await.map_err(|e| failed("handshake", &e))?;
+            let (mut r, w) = ctrl.into_split();
+            let init = sandbox::read_frame(&mut r).await.map_err(|e| failed("init", &e))?;
+            let init_pid = frame_pid(&init).ok_or_else(|| jail_failure(&init))?;
+            let hello = sandbox::read_frame(&mut r).await.map_err(|e| failed("driver start", &e))?;
+            if hello.get("type").and_then(|t| t.as_str()) != Some("hello") {
+                return Err(jail_failure(&hello));
+            }
+            Ok((r, w, init_pid))
+        };
+        let (r, w, init_pid) = match tokio::time::timeout(deadline, handshake).await {
+            Ok(res) => res?,
+            Err(_) => return Err(failed("start", &"timed out")),
+        };
+        let driver_pid = first_child(init_pid).ok_or_else(|| failed("driver", &"no driver process"))?;
+        for pid in [init_pid, driver_pid] {
+            if owner_uid(pid) != Some(uid) {
+                return Err(failed("verify", &format!("process {pid} does not belong to the sandbox")));
+            }
+        }
+        let events = sandbox::start_pump(r, out_r, err_r).map_err(|e| failed("pump", &e))?;
+        Ok(Arc::new(Live {
+            id: id.to_string(),
+            host_uid: uid,
+            cgroup: cg.clone(),
+            init_pid,
+            driver_pid,
+            writer: tokio::sync::Mutex::new(w),
+            events: tokio::sync::Mutex::new(events),
+            exec_lock: tokio::sync::Mutex::new(()),
+            running: Mutex::new(None),
+            dead: Default::default(),
+            interrupt: Default::default(),
+        }))
+    }
+
+    fn entry(&self, id: &str) -> Result<Arc<Entry>, ApiError> {
+        if let Some(e) = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+            return Ok(e.clone());
+        }
+        Err(self.gone_or_missing(id))
+    }
+
+    fn gone_or_missing(&self, id: &str) -> ApiError {
+        match self.inner.store.get_sandbox(id) {
+            Ok(Some(s)) => ApiError::new(
+                ErrorCode::SandboxGone,
+                format!(
+                    "sandbox {id} is {}: {}",
+                    state_word(s.state),
+                    s.ended_reason.unwrap_or_else(|| "it ended".into())
+                ),
+            ),
+            _ => ApiError::new(ErrorCode::SandboxNotFound, format!("no sandbox with id {id:?}")),
+        }
     }
 
     /// Live sandboxes, or every recorded one with `include_ended`.
     pub async fn list_sandboxes(&self, include_ended: bool) -> Result<Vec<Sandbox>, ApiError> {
-        let _ = include_ended;
-        todo!()
+        if include_ended {
+            return self.inner.store.list_sandboxes(true).map_err(internal);
+        }
+        let map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Sandbox> =
+            map.values().map(|e| e.info.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect();
+        v.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(v)
     }
 
     /// A live sandbox; `sandbox_gone` (410) for one that ended, `sandbox_not_found` (404) for
     /// an id never seen.
     pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ApiError> {
-        let _ = id;
-        todo!()
+        let e = self.entry(id)?;
+        let info = e.info.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Ok(info)
     }
 
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), ApiError> {
-        let _ = id;
-        todo!()
+        let e = self.entry(id)?;
+        self.end(&e, SandboxState::Deleted, "deleted by request").await;
+        Ok(())
+    }
+
+    /// Ends a sandbox: kills its processes, removes its cgroup, records why.
+    async fn end(&self, e: &Arc<Entry>, state: SandboxState, reason: &str) {
+        let removed = {
+            let mut map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+            map.remove(&e.live.id).is_some()
+        };
+        if !removed {
+            return;
+        }
+        let live = e.live.clone();
+        let rt = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            live.kill();
+            rt.cleanup(&live);
+        })
+        .await;
+        let mut info = e.info.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        info.state = state;
+        info.ended_reason = Some(reason.to_string());
+        info.last_active_at = now_rfc3339();
+        if let Err(err) = self.inner.store.update_sandbox(&info) {
+            tracing::error!(error = %err, "recording the end of a sandbox failed");
+        }
+    }
+
+    fn cleanup(&self, live: &Live) {
+        for _ in 0..100 {
+            if live.cgroup.remove().is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.release_uid(live.host_uid);
     }
 
     /// Runs code; when `events` is given every output event is also sent there as it is
@@ -100,46 +568,393 @@ impl Runtime {
         req: ExecuteRequest,
         events: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> Result<ExecutionResult, ApiError> {
-        let _ = (id, req, events);
-        todo!()
+        let cfg = &self.inner.config;
+        if req.code.len() > cfg.max_code_bytes {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("code is {} bytes; the limit is {}", req.code.len(), cfg.max_code_bytes),
+            ));
+        }
+        let timeout = match req.timeout {
+            None => cfg.default_exec_timeout,
+            Some(t) if t.is_finite() && t > 0.0 && t <= cfg.max_exec_timeout => t,
+            Some(t) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("timeout {t} must be greater than 0 and at most {}", cfg.max_exec_timeout),
+                ))
+            }
+        };
+        let e = self.entry(id)?;
+        if e.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+            e.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::new(
+                ErrorCode::SandboxBusy,
+                format!("{MAX_QUEUED} executions are already waiting on this sandbox"),
+            ));
+        }
+        let guard = e.live.exec_lock.lock().await;
+        e.waiting.fetch_sub(1, Ordering::SeqCst);
+        if e.live.is_dead() {
+            return Err(self.gone_or_missing(id));
+        }
+        self.touch(&e);
+        let exec_id = util::new_id("ex_");
+        let record = ExecutionRecord {
+            id: exec_id.clone(),
+            sandbox_id: id.to_string(),
+            code: req.code.clone(),
+            language: req.language,
+            started_at: now_rfc3339(),
+            result: None,
+        };
+        self.inner.store.insert_execution(&record).map_err(internal)?;
+        let result = exec::run(&e.live, &exec_id, &req, timeout, cfg.max_output_bytes, events).await;
+        if let Err(err) = self.inner.store.finish_execution(&exec_id, &result) {
+            tracing::error!(error = %err, "recording an execution failed");
+        }
+        drop(guard);
+        self.touch(&e);
+        if !result.sandbox_alive {
+            let why = match result.end_state {
+                sandlot_types::EndState::Oom => "the sandbox ran out of memory and its driver was killed",
+                sandlot_types::EndState::Timeout => "an execution would not stop after its timeout; the sandbox was killed",
+                _ => "the sandbox's processes died during an execution",
+            };
+            self.end(&e, SandboxState::Lost, why).await;
+        }
+        Ok(result)
+    }
+
+    fn touch(&self, e: &Entry) {
+        *e.last_active.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        e.info.lock().unwrap_or_else(|e| e.into_inner()).last_active_at = now_rfc3339();
     }
 
     /// Interrupts the running execution (KeyboardInterrupt in Python, SIGINT in Bash).
     /// Returns whether an execution was running.
     pub async fn interrupt(&self, id: &str) -> Result<bool, ApiError> {
-        let _ = id;
-        todo!()
+        let e = self.entry(id)?;
+        let running = e.live.running.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        if running {
+            e.live.interrupt.notify_one();
+        }
+        Ok(running)
     }
 
     pub async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, ApiError> {
-        let _ = id;
-        todo!()
+        let known = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+            || matches!(self.inner.store.get_sandbox(id), Ok(Some(_)));
+        if !known {
+            return Err(ApiError::new(ErrorCode::SandboxNotFound, format!("no sandbox with id {id:?}")));
+        }
+        self.inner.store.list_executions(id).map_err(internal)
     }
 
     /// Writes a file under the workspace (creating parent directories), streaming the body.
-    pub async fn write_file(&self, id: &str, path: &str, body: ByteStream) -> Result<FileEntry, ApiError> {
-        let _ = (id, path, body);
-        todo!()
+    pub async fn write_file(&self, id: &str, path: &str, mut body: ByteStream) -> Result<FileEntry, ApiError> {
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let (pid, uid) = (e.live.driver_pid, e.live.host_uid);
+        let p = path.to_string();
+        let (file, shown) = tokio::task::spawn_blocking(move || files::create_file(pid, uid, &p))
+            .await
+            .map_err(internal)??;
+        let max = self.inner.config.max_file_bytes;
+        let (tx, mut rx) = mpsc::channel::<Bytes>(8);
+        let writer = tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+            let mut file = file;
+            while let Some(chunk) = rx.blocking_recv() {
+                file.write_all(&chunk).map_err(|e| io_to_api(e, "write"))?;
+            }
+            Ok(())
+        });
+        let mut total = 0u64;
+        let mut failure = None;
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(c) => {
+                    total += c.len() as u64;
+                    if total > max {
+                        failure = Some(ApiError::new(
+                            ErrorCode::FileTooLarge,
+                            format!("the upload is larger than the limit of {max} bytes"),
+                        ));
+                        break;
+                    }
+                    if tx.send(c).await.is_err() {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    failure = Some(ApiError::new(ErrorCode::InvalidRequest, format!("reading the upload failed: {err}")));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let written = writer.await.map_err(internal)?;
+        if let Some(f) = failure.or(written.err()) {
+            let p = shown.clone();
+            let _ = tokio::task::spawn_blocking(move || files::remove(pid, &p)).await;
+            return Err(f);
+        }
+        tokio::task::spawn_blocking(move || files::entry_of(pid, &shown)).await.map_err(internal)?
     }
 
     /// Opens a regular file of the workspace for reading; returns its size and a reader.
     pub async fn read_file(&self, id: &str, path: &str) -> Result<(u64, tokio::fs::File), ApiError> {
-        let _ = (id, path);
-        todo!()
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let pid = e.live.driver_pid;
+        let p = path.to_string();
+        let (f, size) = tokio::task::spawn_blocking(move || files::open_file(pid, &p)).await.map_err(internal)??;
+        Ok((size, tokio::fs::File::from_std(f)))
     }
 
     /// Lists a directory of the workspace (`""` is the root), recursively when asked.
     pub async fn list_files(&self, id: &str, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
-        let _ = (id, path, recursive);
-        todo!()
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let pid = e.live.driver_pid;
+        let p = path.to_string();
+        tokio::task::spawn_blocking(move || files::list(pid, &p, recursive)).await.map_err(internal)?
     }
 
     /// Removes a file or (recursively) a directory of the workspace.
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), ApiError> {
-        let _ = (id, path);
-        todo!()
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let pid = e.live.driver_pid;
+        let p = path.to_string();
+        tokio::task::spawn_blocking(move || files::remove(pid, &p)).await.map_err(internal)?
+    }
+
+    /// Expires idle and old sandboxes, notices dead ones, restarts a dead zygote.
+    async fn housekeeping(&self) {
+        let entries: Vec<Arc<Entry>> =
+            self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for e in entries {
+            let (idle, lifetime) = {
+                let i = e.info.lock().unwrap_or_else(|e| e.into_inner());
+                (i.idle_timeout, i.max_lifetime)
+            };
+            let busy = e.live.running.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+                || e.waiting.load(Ordering::SeqCst) > 0;
+            let idle_for = e.last_active.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            if e.created.elapsed() >= Duration::from_secs(lifetime) {
+                let why = format!("expired: reached its maximum lifetime of {lifetime} s");
+                self.end(&e, SandboxState::Expired, &why).await;
+            } else if !busy && idle_for >= Duration::from_secs(idle) {
+                let why = format!("expired: idle for more than its idle timeout of {idle} s");
+                self.end(&e, SandboxState::Expired, &why).await;
+            } else if !busy && init_exited(e.live.init_pid) {
+                self.end(&e, SandboxState::Lost, "the sandbox's processes exited").await;
+            }
+        }
+        let dead = match self.inner.zygote.read().await.as_ref() {
+            Some(z) => !z.alive(),
+            None => false,
+        };
+        if dead {
+            if let Err(e) = self.restart_zygote().await {
+                tracing::error!(error = %e.message, "restarting the zygote failed");
+            }
+        }
     }
 
     /// Kills every sandbox and zygote; called on server shutdown.
-    pub async fn shutdown(&self) {}
+    pub async fn shutdown(&self) {
+        let entries: Vec<Arc<Entry>> =
+            self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for e in entries {
+            self.end(&e, SandboxState::Lost, "the server shut down").await;
+        }
+        if let Some(z) = self.inner.zygote.write().await.take() {
+            z.kill();
+        }
+    }
 }
+
+fn state_word(s: SandboxState) -> &'static str {
+    match s {
+        SandboxState::Running => "running",
+        SandboxState::Deleted => "deleted",
+        SandboxState::Expired => "expired",
+        SandboxState::Lost => "lost",
+    }
+}
+
+fn positive(name: &str, v: Option<u64>, def: u64) -> Result<u64, ApiError> {
+    match v {
+        None => Ok(def),
+        Some(0) => Err(ApiError::new(ErrorCode::InvalidArgument, format!("{name} must be greater than 0"))),
+        Some(v) if v > 365 * 24 * 3600 => {
+            Err(ApiError::new(ErrorCode::InvalidArgument, format!("{name} must be at most one year")))
+        }
+        Some(v) => Ok(v),
+    }
+}
+
+fn validate_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    if env.len() > 256 {
+        return Err(ApiError::new(ErrorCode::InvalidArgument, "at most 256 environment variables"));
+    }
+    for (k, v) in env {
+        let ok_key = !k.is_empty()
+            && k.len() <= 256
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok_key {
+            return Err(ApiError::new(ErrorCode::InvalidArgument, format!("invalid environment variable name {k:?}")));
+        }
+        if v.contains('\0') || v.len() > 32768 {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("environment variable {k} has a NUL byte or is longer than 32768 bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_metadata(m: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    let size: usize = m.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if m.len() > 64 || size > 16384 {
+        return Err(ApiError::new(ErrorCode::InvalidArgument, "metadata: at most 64 entries and 16 KiB"));
+    }
+    Ok(())
+}
+
+fn frame_pid(v: &serde_json::Value) -> Option<i32> {
+    (v.get("type")?.as_str()? == "init").then(|| v.get("pid")?.as_i64().map(|p| p as i32))?
+}
+
+fn jail_failure(v: &serde_json::Value) -> ApiError {
+    let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or("unexpected message from the sandbox");
+    ApiError::new(ErrorCode::SandboxFailed, format!("the sandbox failed to start: {msg}"))
+}
+
+fn first_child(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+fn owner_uid(pid: i32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+fn init_exited(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG and a valid out-pointer; reaps the init if it exited.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}
+
+fn io_to_api(e: std::io::Error, what: &str) -> ApiError {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ApiError::new(ErrorCode::WorkspaceFull, "the workspace is full"),
+        Some(libc::EFBIG) => ApiError::new(ErrorCode::FileTooLarge, "the file is larger than the sandbox allows"),
+        _ => ApiError::new(ErrorCode::Internal, format!("{what}: {e}")),
+    }
+}
+
+/// The environment of zygotes and sandboxes: nothing of the server's own, an allowlist only.
+fn sandbox_env(env_root: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    let bin = env_root.join("bin");
+    let pairs = [
+        ("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display())),
+        ("HOME", "/workspace".into()),
+        ("USER", "user".into()),
+        ("LANG", "C.UTF-8".into()),
+        ("LC_ALL", "C.UTF-8".into()),
+        ("TERM", "dumb".into()),
+        ("SHELL", "/bin/bash".into()),
+        ("VIRTUAL_ENV", env_root.display().to_string()),
+        ("PYTHONPATH", format!("{}/python", assets::INSIDE_ROOT)),
+        ("PYTHONDONTWRITEBYTECODE", "1".into()),
+        ("PYTHONUNBUFFERED", "1".into()),
+        ("MPLBACKEND", "Agg".into()),
+        ("MPLCONFIGDIR", "/tmp/.config/matplotlib".into()),
+        ("IPYTHONDIR", "/tmp/.ipython".into()),
+        ("XDG_CACHE_HOME", "/tmp/.cache".into()),
+        ("PIP_NO_INPUT", "1".into()),
+        ("OPENBLAS_NUM_THREADS", "1".into()),
+        ("OMP_NUM_THREADS", "1".into()),
+        ("MKL_NUM_THREADS", "1".into()),
+        ("NUMEXPR_NUM_THREADS", "1".into()),
+    ];
+    for (k, v) in pairs {
+        m.insert(k.to_string(), v);
+    }
+    // Some CPUs need OpenBLAS told which kernel to use; pass that through.
+    for k in ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"] {
+        if let Ok(v) = std::env::var(k) {
+            m.insert(k.to_string(), v);
+        }
+    }
+    m
+}
+
+fn zygote_config(
+    env_root: &Path,
+    lib_dir: &Path,
+    staging: &Path,
+    uid: u32,
+    hierarchy: &Hierarchy,
+    cgroup_base: &Path,
+) -> anyhow::Result<ZygoteConfig> {
+    let mut binds = vec![
+        Bind { source: env_root.to_path_buf(), target: env_root.to_path_buf() },
+        Bind { source: lib_dir.to_path_buf(), target: PathBuf::from(assets::INSIDE_ROOT) },
+    ];
+    // The venv's interpreter lives in its base prefix; bind it too when it is not under /usr.
+    if let Ok(cfg) = std::fs::read_to_string(env_root.join("pyvenv.cfg")) {
+        for line in cfg.lines() {
+            if let Some(home) = line.strip_prefix("home").map(|r| r.trim_start_matches([' ', '='])) {
+                let home = Path::new(home.trim());
+                if let Some(prefix) = home.parent() {
+                    if !prefix.starts_with("/usr") && prefix.is_dir() {
+                        binds.push(Bind { source: prefix.to_path_buf(), target: prefix.to_path_buf() });
+                    }
+                }
+            }
+        }
+    }
+    let cg = Cgroup::open(hierarchy, &cgroup_base.join("zygote-default"));
+    let python = env_root.join("bin/python");
+    Ok(ZygoteConfig {
+        staging_dir: staging.to_path_buf(),
+        binds,
+        uid,
+        gid: uid,
+        cgroup_procs: cg.procs_files(),
+        argv: vec![
+            python.display().to_string(),
+            "-s".into(),
+            format!("{}/python/sandlot_runtime/zygote.py", assets::INSIDE_ROOT),
+            format!("{}/templates/default.json", assets::INSIDE_ROOT),
+            format!("{}/lib/{}", assets::INSIDE_ROOT, assets::JAIL_LIB),
+        ],
+        env: sandbox_env(env_root).into_iter().collect(),
+        tmp_bytes: 64 << 20,
+        nofile: 4096,
+    })
+}
+
+/// Entry point of `sandlot __zygote-launch <config json>`: confines this process as a zygote
+/// and execs it. Never returns on success.
+pub fn zygote_launch_main(config_json: &str) -> anyhow::Error {
+    let cfg: ZygoteConfig = match serde_json::from_str(config_json) {
+        Ok(c) => c,
+        Err(e) => return anyhow::anyhow!("bad zygote config: {e}"),
+    };
+    match sandlot_jail::zygote::launch(&cfg) {
+        Ok(never) => match never {},
+        Err(e) => anyhow::anyhow!("zygote launch failed: {e}"),
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(_: &OwnedFd) {}

@@ -1,2 +1,738 @@
-//! Placeholder: being written.
-pub struct Store;
+//! The record of every sandbox and execution: one SQLite database in the data dir.
+//!
+//! [`Store`] wraps a single [`rusqlite::Connection`] behind a mutex, so it is `Send + Sync` and
+//! can be shared (in an `Arc`) by every task of the server; each method is one short statement
+//! or one transaction. A file-backed store runs in WAL mode with foreign keys on and a 5 s busy
+//! timeout, so a second process (say `sandlot doctor`) can read it while the server writes.
+//!
+//! # Schema
+//!
+//! Two tables. Whatever is queried or filtered on is a real column; nested values are JSON text
+//! in the same shape as the wire model of [`sandlot_types`]:
+//!
+//! - `sandboxes`: `id`, `template`, `template_version`, `state`, `env` (JSON), `metadata`
+//!   (JSON), `limits` (JSON), `idle_timeout`, `max_lifetime`, `created_at`, `last_active_at`,
+//!   `expires_at`, `ended_reason`; indexed by `(state, created_at)` and `created_at`.
+//! - `executions`: `id`, `sandbox_id` (foreign key to `sandboxes`), `language`, `code`,
+//!   `started_at`, and once finished `end_state`, `duration_ms`, `cpu_time_ms`,
+//!   `peak_memory_bytes` and `result` (the whole [`ExecutionResult`] as JSON, which is what is
+//!   read back); indexed by `(sandbox_id, started_at)`.
+//!
+//! Enum columns hold the same snake_case strings as the API (`running`, `python`, `killed`).
+//! The schema version is SQLite's `PRAGMA user_version`; [`Store::open`] applies the missing
+//! migrations in one transaction and refuses a database written by a newer sandlot.
+//!
+//! # Ordering
+//!
+//! Lists are ordered by the RFC 3339 timestamp text (`created_at`, `started_at`), ties broken
+//! by insertion order. Text order is time order only when every timestamp is written the same
+//! way: UTC (`Z`) with a fixed number of fractional digits, which is what the runtime writes.
+//!
+//! # Restart recovery
+//!
+//! A sandbox's processes do not survive the server. At start the server calls
+//! [`Store::mark_running_lost`], which marks every `running` sandbox `lost` and gives every
+//! execution without a result a `killed` one.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use sandlot_types::{
+    EndState, ExecError, ExecutionRecord, ExecutionResult, Language, Sandbox, SandboxState,
+    Truncation,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// How long a statement waits for a lock held by another connection before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
+/// Never edit a migration that has shipped; append a new one.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+
+const SCHEMA_V1: &str = "
+CREATE TABLE sandboxes (
+    id               TEXT PRIMARY KEY NOT NULL,
+    template         TEXT NOT NULL,
+    template_version TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    env              TEXT NOT NULL,
+    metadata         TEXT NOT NULL,
+    limits           TEXT NOT NULL,
+    idle_timeout     INTEGER NOT NULL,
+    max_lifetime     INTEGER NOT NULL,
+    created_at       TEXT NOT NULL,
+    last_active_at   TEXT NOT NULL,
+    expires_at       TEXT NOT NULL,
+    ended_reason     TEXT
+);
+CREATE INDEX sandboxes_state_created ON sandboxes (state, created_at);
+CREATE INDEX sandboxes_created ON sandboxes (created_at);
+
+CREATE TABLE executions (
+    id                TEXT PRIMARY KEY NOT NULL,
+    sandbox_id        TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+    language          TEXT NOT NULL,
+    code              TEXT NOT NULL,
+    started_at        TEXT NOT NULL,
+    end_state         TEXT,
+    duration_ms       REAL,
+    cpu_time_ms       REAL,
+    peak_memory_bytes INTEGER,
+    result            TEXT
+);
+CREATE INDEX executions_sandbox_started ON executions (sandbox_id, started_at);
+CREATE INDEX executions_unfinished ON executions (id) WHERE result IS NULL;
+";
+
+/// The schema version this build writes and understands.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
+     idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason";
+
+const EXECUTION_COLUMNS: &str = "id, sandbox_id, code, language, started_at, result";
+
+/// Every way a [`Store`] operation fails. The SQLite error (or the JSON error wrapped in one,
+/// for a value that cannot be encoded or a stored value that cannot be decoded) is the source.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the store database {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot configure the store database ({setting})")]
+    Configure {
+        setting: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("the store database cannot use WAL journaling (journal mode is {mode:?})")]
+    WalUnavailable { mode: String },
+    #[error("cannot migrate the store schema to version {version}")]
+    Migrate {
+        version: i64,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error(
+        "the store database has schema version {found}, but this sandlot understands only up \
+         to {supported}"
+    )]
+    UnsupportedSchema { found: i64, supported: i64 },
+    #[error("cannot insert sandbox {id}")]
+    InsertSandbox {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot update sandbox {id}")]
+    UpdateSandbox {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot read sandbox {id}")]
+    GetSandbox {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot list sandboxes")]
+    ListSandboxes {
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot mark running sandboxes lost")]
+    MarkRunningLost {
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot insert execution {id}")]
+    InsertExecution {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot record the result of execution {id}")]
+    FinishExecution {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot read execution {id}")]
+    GetExecution {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot list the executions of sandbox {sandbox_id}")]
+    ListExecutions {
+        sandbox_id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// [`Store::update_sandbox`] of an id that was never inserted.
+    #[error("no sandbox {id} in the store")]
+    SandboxNotFound { id: String },
+    /// [`Store::finish_execution`] of an id that was never inserted.
+    #[error("no execution {id} in the store")]
+    ExecutionNotFound { id: String },
+}
+
+impl StoreError {
+    /// Whether the operation failed because it would break a constraint: an id inserted twice,
+    /// or an execution of a sandbox the store does not know.
+    pub fn is_constraint_violation(&self) -> bool {
+        let source = match self {
+            StoreError::InsertSandbox { source, .. }
+            | StoreError::UpdateSandbox { source, .. }
+            | StoreError::InsertExecution { source, .. }
+            | StoreError::FinishExecution { source, .. } => source,
+            _ => return false,
+        };
+        source.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
+    }
+}
+
+/// The SQLite record of every sandbox and execution. Cheap to share: wrap it in an `Arc`.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database file at `path` and brings its schema up to date.
+    /// The parent directory must exist. Sets WAL mode, `synchronous = NORMAL`, foreign keys on
+    /// and a 5 s busy timeout.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path).map_err(|source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::init(conn, true)
+    }
+
+    /// A private, empty store that lives as long as the value (for tests and `--ephemeral`).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Open {
+            path: PathBuf::from(":memory:"),
+            source,
+        })?;
+        Self::init(conn, false)
+    }
+
+    fn init(mut conn: Connection, file_backed: bool) -> Result<Store, StoreError> {
+        let configure = |setting| move |source| StoreError::Configure { setting, source };
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(configure("busy_timeout"))?;
+        conn.pragma_update(None, "foreign_keys", true)
+            .map_err(configure("foreign_keys"))?;
+        if file_backed {
+            let mode = set_wal(&conn).map_err(configure("journal_mode"))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::WalUnavailable { mode });
+            }
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(configure("synchronous"))?;
+        }
+        migrate(&mut conn)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The connection. A panic in another thread while it held the lock cannot leave a
+    /// transaction open (dropping a `Transaction` rolls it back), so poisoning is ignored.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a new sandbox. Fails (a constraint violation) if the id is already recorded.
+    pub fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<()> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            ))?;
+            stmt.execute(params![
+                s.id,
+                s.template,
+                s.template_version,
+                state_str(s.state),
+                to_json(serde_json::to_string(&s.env))?,
+                to_json(serde_json::to_string(&s.metadata))?,
+                to_json(serde_json::to_string(&s.limits))?,
+                s.idle_timeout,
+                s.max_lifetime,
+                s.created_at,
+                s.last_active_at,
+                s.expires_at,
+                s.ended_reason,
+            ])?;
+            Ok(())
+        };
+        run().map_err(|source| StoreError::InsertSandbox {
+            id: s.id.clone(),
+            source,
+        })
+    }
+
+    /// Replaces every field of the sandbox recorded under `s.id`.
+    pub fn update_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<usize> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(
+                "UPDATE sandboxes SET template = ?2, template_version = ?3, state = ?4, \
+                 env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
+                 created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13 \
+                 WHERE id = ?1",
+            )?;
+            stmt.execute(params![
+                s.id,
+                s.template,
+                s.template_version,
+                state_str(s.state),
+                to_json(serde_json::to_string(&s.env))?,
+                to_json(serde_json::to_string(&s.metadata))?,
+                to_json(serde_json::to_string(&s.limits))?,
+                s.idle_timeout,
+                s.max_lifetime,
+                s.created_at,
+                s.last_active_at,
+                s.expires_at,
+                s.ended_reason,
+            ])
+        };
+        match run() {
+            Ok(0) => Err(StoreError::SandboxNotFound { id: s.id.clone() }),
+            Ok(_) => Ok(()),
+            Err(source) => Err(StoreError::UpdateSandbox {
+                id: s.id.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// The sandbox recorded under `id`, if any.
+    pub fn get_sandbox(&self, id: &str) -> Result<Option<Sandbox>, StoreError> {
+        let run = || -> rusqlite::Result<Option<Sandbox>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"
+            ))?;
+            stmt.query_row([id], sandbox_from_row).optional()
+        };
+        run().map_err(|source| StoreError::GetSandbox {
+            id: id.to_owned(),
+            source,
+        })
+    }
+
+    /// Every recorded sandbox (`include_ended`) or only the running ones, oldest first.
+    pub fn list_sandboxes(&self, include_ended: bool) -> Result<Vec<Sandbox>, StoreError> {
+        let run = || -> rusqlite::Result<Vec<Sandbox>> {
+            let conn = self.conn();
+            if include_ended {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes ORDER BY created_at, rowid"
+                ))?;
+                let rows = stmt.query_map([], sandbox_from_row)?;
+                rows.collect()
+            } else {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE state = ?1 \
+                     ORDER BY created_at, rowid"
+                ))?;
+                let rows = stmt.query_map([state_str(SandboxState::Running)], sandbox_from_row)?;
+                rows.collect()
+            }
+        };
+        run().map_err(|source| StoreError::ListSandboxes { source })
+    }
+
+    /// Restart recovery: every sandbox still `running` becomes `lost` with `ended_reason =
+    /// reason`; every execution without a result gets a result with end state `killed`,
+    /// `sandbox_alive` false, and the error `{name: "ServerRestart", value: reason, traceback:
+    /// []}` (also its one output event). Its duration runs from its start to `now_rfc3339` (0
+    /// when either timestamp does not parse); its stdout, stderr, CPU time and peak memory are
+    /// unknown and recorded as empty and 0. Returns the ids of the sandboxes it marked, oldest
+    /// first. One transaction: either everything is marked or nothing is.
+    pub fn mark_running_lost(
+        &self,
+        reason: &str,
+        now_rfc3339: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = parse_rfc3339(now_rfc3339);
+        let run = || -> rusqlite::Result<Vec<String>> {
+            let mut conn = self.conn();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let running = state_str(SandboxState::Running);
+            let marked = {
+                let mut select = tx.prepare(
+                    "SELECT id FROM sandboxes WHERE state = ?1 ORDER BY created_at, rowid",
+                )?;
+                let ids = select
+                    .query_map([running], |row| row.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                tx.execute(
+                    "UPDATE sandboxes SET state = ?1, ended_reason = ?2 WHERE state = ?3",
+                    params![state_str(SandboxState::Lost), reason, running],
+                )?;
+                ids
+            };
+            {
+                let mut select = tx.prepare(
+                    "SELECT id, sandbox_id, language, started_at FROM executions \
+                     WHERE result IS NULL ORDER BY started_at, rowid",
+                )?;
+                let unfinished = select
+                    .query_map([], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            language_from_row(row, 2)?,
+                            row.get::<_, String>(3)?,
+                        ))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                for (id, sandbox_id, language, started_at) in unfinished {
+                    let duration_ms = match (parse_rfc3339(&started_at), now) {
+                        (Some(start), Some(now)) => {
+                            ((now - start).as_seconds_f64() * 1000.0).max(0.0)
+                        }
+                        _ => 0.0,
+                    };
+                    let error = ExecError {
+                        name: "ServerRestart".to_owned(),
+                        value: reason.to_owned(),
+                        traceback: Vec::new(),
+                    };
+                    let result = ExecutionResult {
+                        id,
+                        sandbox_id,
+                        language,
+                        end_state: EndState::Killed,
+                        stdout: String::new(),
+                        stderr: String::new(),
+                        result: None,
+                        error: Some(error.clone()),
+                        exit_code: None,
+                        outputs: vec![sandlot_types::OutputEvent::Error(error)],
+                        stdout_truncation: Truncation::default(),
+                        stderr_truncation: Truncation::default(),
+                        started_at,
+                        duration_ms,
+                        cpu_time_ms: 0.0,
+                        peak_memory_bytes: 0,
+                        sandbox_alive: false,
+                    };
+                    write_result(&tx, &result.id, &result)?;
+                }
+            }
+            tx.commit()?;
+            Ok(marked)
+        };
+        run().map_err(|source| StoreError::MarkRunningLost { source })
+    }
+
+    /// Records an execution as it starts (`rec.result` is normally `None`; a result given here
+    /// is stored too). Fails (a constraint violation) if the id is already recorded or the
+    /// sandbox is not.
+    pub fn insert_execution(&self, rec: &ExecutionRecord) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<()> {
+            let mut conn = self.conn();
+            let tx = conn.transaction()?;
+            {
+                let mut stmt = tx.prepare_cached(
+                    "INSERT INTO executions (id, sandbox_id, language, code, started_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?;
+                stmt.execute(params![
+                    rec.id,
+                    rec.sandbox_id,
+                    language_str(rec.language),
+                    rec.code,
+                    rec.started_at,
+                ])?;
+            }
+            if let Some(result) = &rec.result {
+                write_result(&tx, &rec.id, result)?;
+            }
+            tx.commit()
+        };
+        run().map_err(|source| StoreError::InsertExecution {
+            id: rec.id.clone(),
+            source,
+        })
+    }
+
+    /// Records how the execution `id` ended, replacing any result recorded before. The result
+    /// is stored as given (its `id` should be `id`).
+    pub fn finish_execution(&self, id: &str, result: &ExecutionResult) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<usize> {
+            let conn = self.conn();
+            write_result(&conn, id, result)
+        };
+        match run() {
+            Ok(0) => Err(StoreError::ExecutionNotFound { id: id.to_owned() }),
+            Ok(_) => Ok(()),
+            Err(source) => Err(StoreError::FinishExecution {
+                id: id.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The execution recorded under `id`, if any.
+    pub fn get_execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Option<ExecutionRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?1"
+            ))?;
+            stmt.query_row([id], execution_from_row).optional()
+        };
+        run().map_err(|source| StoreError::GetExecution {
+            id: id.to_owned(),
+            source,
+        })
+    }
+
+    /// Every execution of the sandbox, in the order they started (empty for an unknown id).
+    pub fn list_executions(&self, sandbox_id: &str) -> Result<Vec<ExecutionRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Vec<ExecutionRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions WHERE sandbox_id = ?1 \
+                 ORDER BY started_at, rowid"
+            ))?;
+            let rows = stmt.query_map([sandbox_id], execution_from_row)?;
+            rows.collect()
+        };
+        run().map_err(|source| StoreError::ListExecutions {
+            sandbox_id: sandbox_id.to_owned(),
+            source,
+        })
+    }
+}
+
+/// Switches the database to WAL and returns the journal mode it is now in. Switching takes an
+/// exclusive lock and SQLite answers `SQLITE_BUSY` at once instead of waiting for it (two
+/// processes opening a new file together), so this retries for up to [`BUSY_TIMEOUT`].
+fn set_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let start = Instant::now();
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && start.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Applies the migrations the database lacks, in one immediate transaction (so two processes
+/// opening a new file at once cannot both create the schema).
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let err = |version| move |source| StoreError::Migrate { version, source };
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err(SCHEMA_VERSION))?;
+    let found: i64 = tx
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(err(SCHEMA_VERSION))?;
+    let Ok(start) = usize::try_from(found) else {
+        return Err(StoreError::UnsupportedSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    };
+    if start > MIGRATIONS.len() {
+        return Err(StoreError::UnsupportedSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if start == MIGRATIONS.len() {
+        return Ok(());
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(start) {
+        let version = index as i64 + 1;
+        tx.execute_batch(sql).map_err(err(version))?;
+        tx.pragma_update(None, "user_version", version)
+            .map_err(err(version))?;
+    }
+    tx.commit().map_err(err(SCHEMA_VERSION))
+}
+
+/// Writes `result` as the outcome of execution `id`; returns the number of rows changed.
+fn write_result(conn: &Connection, id: &str, result: &ExecutionResult) -> rusqlite::Result<usize> {
+    // JSON has no NaN or infinity: serde_json would write `null`, which would not read back.
+    let sanitized;
+    let result = if result.duration_ms.is_finite() && result.cpu_time_ms.is_finite() {
+        result
+    } else {
+        let mut copy = result.clone();
+        for v in [&mut copy.duration_ms, &mut copy.cpu_time_ms] {
+            if !v.is_finite() {
+                *v = 0.0;
+            }
+        }
+        sanitized = copy;
+        &sanitized
+    };
+    let mut stmt = conn.prepare_cached(
+        "UPDATE executions SET end_state = ?2, duration_ms = ?3, cpu_time_ms = ?4, \
+         peak_memory_bytes = ?5, result = ?6 WHERE id = ?1",
+    )?;
+    stmt.execute(params![
+        id,
+        end_state_str(result.end_state),
+        result.duration_ms,
+        result.cpu_time_ms,
+        result.peak_memory_bytes,
+        to_json(serde_json::to_string(result))?,
+    ])
+}
+
+fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
+    Ok(Sandbox {
+        id: row.get(0)?,
+        template: row.get(1)?,
+        template_version: row.get(2)?,
+        state: state_from_row(row, 3)?,
+        env: json_column(row, 4, |s| serde_json::from_str(s))?,
+        metadata: json_column(row, 5, |s| serde_json::from_str(s))?,
+        limits: json_column(row, 6, |s| serde_json::from_str(s))?,
+        idle_timeout: row.get(7)?,
+        max_lifetime: row.get(8)?,
+        created_at: row.get(9)?,
+        last_active_at: row.get(10)?,
+        expires_at: row.get(11)?,
+        ended_reason: row.get(12)?,
+    })
+}
+
+fn execution_from_row(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
+    let result: Option<String> = row.get(5)?;
+    let result = match result {
+        None => None,
+        Some(text) => {
+            Some(serde_json::from_str(&text).map_err(|e| conversion_failure(5, Box::new(e)))?)
+        }
+    };
+    Ok(ExecutionRecord {
+        id: row.get(0)?,
+        sandbox_id: row.get(1)?,
+        code: row.get(2)?,
+        language: language_from_row(row, 3)?,
+        started_at: row.get(4)?,
+        result,
+    })
+}
+
+/// Turns a JSON encoding failure into the error rusqlite uses for values it cannot bind.
+fn to_json(encoded: serde_json::Result<String>) -> rusqlite::Result<String> {
+    encoded.map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// Decodes the JSON text column `idx` with `decode`.
+fn json_column<T>(
+    row: &Row<'_>,
+    idx: usize,
+    decode: impl FnOnce(&str) -> serde_json::Result<T>,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(idx)?;
+    decode(&text).map_err(|e| conversion_failure(idx, Box::new(e)))
+}
+
+fn conversion_failure(
+    idx: usize,
+    e: Box<dyn std::error::Error + Send + Sync + 'static>,
+) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, e)
+}
+
+/// A stored enum value this build does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {kind} {value:?}")]
+struct UnknownValue {
+    kind: &'static str,
+    value: String,
+}
+
+fn enum_column<T>(
+    row: &Row<'_>,
+    idx: usize,
+    kind: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(idx)?;
+    parse(&text)
+        .ok_or_else(|| conversion_failure(idx, Box::new(UnknownValue { kind, value: text })))
+}
+
+fn state_str(state: SandboxState) -> &'static str {
+    match state {
+        SandboxState::Running => "running",
+        SandboxState::Deleted => "deleted",
+        SandboxState::Expired => "expired",
+        SandboxState::Lost => "lost",
+    }
+}
+
+fn state_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<SandboxState> {
+    enum_column(row, idx, "sandbox state", |s| {
+        Some(match s {
+            "running" => SandboxState::Running,
+            "deleted" => SandboxState::Deleted,
+            "expired" => SandboxState::Expired,
+            "lost" => SandboxState::Lost,
+            _ => return None,
+        })
+    })
+}
+
+fn language_str(language: Language) -> &'static str {
+    match language {
+        Language::Python => "python",
+        Language::Bash => "bash",
+    }
+}
+
+fn language_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<Language> {
+    enum_column(row, idx, "language", |s| {
+        Some(match s {
+            "python" => Language::Python,
+            "bash" => Language::Bash,
+            _ => return None,
+        })
+    })
+}
+
+fn end_state_str(end_state: EndState) -> &'static str {
+    match end_state {
+        EndState::Ok => "ok",
+        EndState::Error => "error",
+        EndState::Timeout => "timeout",
+        EndState::Interrupted => "interrupted",
+        EndState::Oom => "oom",
+        EndState::Killed => "killed",
+    }
+}
+
+fn parse_rfc3339(s: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}

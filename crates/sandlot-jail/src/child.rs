@@ -1,0 +1,227 @@
+//! The containment sequence of one sandbox, run in the child the zygote forks for it. This is
+//! the one function to read to know the order of the layers; each step lives in its own module.
+//!
+//! ```text
+//! P0 (forked zygote child)    fds in place, setsid, unshare(user mnt net ipc uts pid)
+//!                             ─ "U" → server writes uid/gid maps, joins the cgroup ─ "G" ←
+//!                             setresuid(1000), unshare(cgroup), tmpfs mounts, hostname, lo up
+//!                             fork P1, report its pid, exit
+//! P1 (pid 1 of the sandbox)   mount /proc, fork P2; drop capabilities, seccomp; reap orphans
+//! P2 (the driver)             Landlock, rlimits, chdir, umask, capabilities dropped,
+//!                             no_new_privs, seccomp allowlist last → return to Python
+//! ```
+
+use crate::config::{JailConfig, INSIDE_GID, INSIDE_UID};
+use crate::error::{JailError, Step};
+use crate::{mounts, net, rlimits, rootfs};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{signal, SigHandler, Signal};
+use nix::unistd::{fork, setresgid, setresuid, sethostname, setsid, ForkResult, Gid, Uid};
+use std::os::fd::RawFd;
+
+/// The control stream's fd in the sandbox.
+pub const CTRL_FD: RawFd = 3;
+
+/// Byte P0 sends once its namespaces exist; the server answers [`GO`] after writing the id maps
+/// and moving P0 into the sandbox's cgroup.
+pub const UNSHARED: u8 = b'U';
+pub const GO: u8 = b'G';
+
+/// Which process of the sandbox returned from [`enter`].
+pub enum Role {
+    /// The driver: fully confined, continue running the sandbox's program.
+    Driver,
+}
+
+/// Runs the containment sequence. Returns only in the driver (P2); P0 and P1 never return.
+pub fn enter(cfg: &JailConfig, ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<Role, JailError> {
+    setup_fds(ctrl, stdout, stderr)?;
+    // The zygote ignores SIGCHLD to auto-reap; sandboxes need the default for waitpid.
+    // SAFETY: installing SIG_DFL runs no handler code.
+    unsafe { signal(Signal::SIGCHLD, SigHandler::SigDfl) }.step("reset SIGCHLD")?;
+    setsid().step("setsid")?;
+    unshare(
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS
+            | CloneFlags::CLONE_NEWPID,
+    )
+    .step("unshare namespaces")?;
+    handshake()?;
+    let (g, u) = (Gid::from_raw(INSIDE_GID), Uid::from_raw(INSIDE_UID));
+    setresgid(g, g, g).step("setresgid")?;
+    setresuid(u, u, u).step("setresuid")?;
+    unshare(CloneFlags::CLONE_NEWCGROUP).step("unshare cgroup namespace")?;
+    mounts::mount_writable(cfg)?;
+    sethostname(&cfg.hostname).step("sethostname")?;
+    net::loopback_up()?;
+
+    let (ready_r, ready_w) = nix::unistd::pipe().step("pipe")?;
+    // SAFETY: single-threaded here (the zygote forks from a single thread).
+    match unsafe { fork() }.step("fork init")? {
+        ForkResult::Parent { child } => {
+            // P0: report the init's host pid, then let it go on and leave.
+            let msg = format!("{{\"type\":\"init\",\"pid\":{child}}}");
+            let res = write_frame(CTRL_FD, msg.as_bytes());
+            drop(ready_w);
+            drop(ready_r);
+            // SAFETY: _exit never returns and runs no destructors, as a forked child should.
+            unsafe { libc::_exit(if res.is_ok() { 0 } else { 1 }) }
+        }
+        ForkResult::Child => {
+            drop(ready_w);
+            let mut b = [0u8; 1];
+            let _ = nix::unistd::read(&ready_r, &mut b);
+            drop(ready_r);
+        }
+    }
+    // P1: pid 1 of the new pid namespace.
+    mounts::mount_proc()?;
+    // SAFETY: still single-threaded.
+    match unsafe { fork() }.step("fork driver")? {
+        ForkResult::Parent { child } => {
+            let status = init_confine(cfg).map_or(112, |()| reap_until(child));
+            // SAFETY: _exit is the correct way to leave a forked init.
+            unsafe { libc::_exit(status) }
+        }
+        ForkResult::Child => {}
+    }
+    // P2: the driver.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    driver_confine(cfg)?;
+    Ok(Role::Driver)
+}
+
+/// Moves the three inherited fds to 1, 2 and 3, opens /dev/null as 0, and closes every other fd.
+fn setup_fds(ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), JailError> {
+    // Lift all three above 3 first so that moving one never clobbers another.
+    let lift = |fd: RawFd| -> Result<RawFd, JailError> {
+        // SAFETY: F_DUPFD_CLOEXEC on an fd we were handed; returns a new fd or -1.
+        let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if new < 0 {
+            Err(JailError::Sys { step: "dup fd", source: nix::Error::last() })
+        } else {
+            Ok(new)
+        }
+    };
+    let (c, o, e) = (lift(ctrl)?, lift(stdout)?, lift(stderr)?);
+    for (from, to) in [(o, 1), (e, 2), (c, CTRL_FD)] {
+        // SAFETY: dup2 onto a small fixed number; the target is replaced atomically.
+        if unsafe { libc::dup2(from, to) } < 0 {
+            return Err(JailError::Sys { step: "dup2", source: nix::Error::last() });
+        }
+    }
+    // SAFETY: opening /dev/null with a static C string.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+    if null < 0 {
+        return Err(JailError::Sys { step: "open /dev/null", source: nix::Error::last() });
+    }
+    // SAFETY: dup2 and close on fds we own.
+    unsafe {
+        if null != 0 {
+            libc::dup2(null, 0);
+            libc::close(null);
+        }
+    }
+    // SAFETY: close_range closes every fd from 4 up; nothing above 3 is needed any more.
+    if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) } != 0 {
+        return Err(JailError::Sys { step: "close_range", source: nix::Error::last() });
+    }
+    Ok(())
+}
+
+/// Tells the server the namespaces exist and waits for it to map ids and set the cgroup.
+fn handshake() -> Result<(), JailError> {
+    nix::unistd::write(fd3(), &[UNSHARED]).step("handshake write")?;
+    let mut b = [0u8; 1];
+    let n = nix::unistd::read(fd3(), &mut b).step("handshake read")?;
+    if n != 1 || b[0] != GO {
+        return Err(JailError::Protocol("server did not answer the handshake".into()));
+    }
+    Ok(())
+}
+
+fn fd3() -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: fd 3 is the control stream for the whole life of the sandbox processes.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(CTRL_FD) }
+}
+
+/// Writes one frame (4-byte little-endian length, then the bytes) on `fd`.
+pub fn write_frame(fd: RawFd, payload: &[u8]) -> Result<(), JailError> {
+    let mut buf = Vec::with_capacity(payload.len() + 4);
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(payload);
+    let mut off = 0;
+    // SAFETY: the caller owns `fd` for the duration of the call.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    while off < buf.len() {
+        off += nix::unistd::write(bfd, &buf[off..]).step("write frame")?;
+    }
+    Ok(())
+}
+
+/// Confines the init: it keeps no capability and may make only the syscalls of the allowlist.
+fn init_confine(cfg: &JailConfig) -> Result<(), JailError> {
+    crate::caps::drop_all()?;
+    crate::caps::set_no_new_privs()?;
+    if cfg.seccomp {
+        crate::seccomp::install()?;
+    }
+    Ok(())
+}
+
+/// The init's loop: reap every child (orphans reparent here) until the driver exits, then
+/// exit with its status, which ends the pid namespace and every process left in it.
+fn reap_until(driver: nix::unistd::Pid) -> i32 {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid == driver.as_raw() {
+            if libc::WIFEXITED(status) {
+                return libc::WEXITSTATUS(status);
+            }
+            return 128 + libc::WTERMSIG(status);
+        }
+        if pid < 0 && nix::Error::last() != nix::Error::EINTR {
+            return 113;
+        }
+    }
+}
+
+/// The driver's layers, in order; seccomp last.
+fn driver_confine(cfg: &JailConfig) -> Result<(), JailError> {
+    if cfg.landlock {
+        let rw = rootfs::writable_paths();
+        let rw_refs: Vec<&std::path::Path> = rw.iter().map(|p| p.as_path()).collect();
+        let dev: Vec<&std::path::Path> =
+            ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].iter().map(std::path::Path::new).collect();
+        let mut all_rw = rw_refs;
+        all_rw.extend(dev);
+        crate::landlock::restrict(&all_rw, &[std::path::Path::new("/")])?;
+    }
+    rlimits::apply(&cfg.rlimits)?;
+    nix::unistd::chdir("/workspace").step("chdir /workspace")?;
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    crate::caps::drop_all()?;
+    crate::caps::set_no_new_privs()?;
+    if cfg.seccomp {
+        crate::seccomp::install()?;
+    }
+    Ok(())
+}
+
+/// Reports a failure of the sequence on the control stream (best effort) as a `jail_error`
+/// frame, for the server to log and return.
+pub fn report_error(err: &JailError) {
+    let msg = serde_json::json!({
+        "type": "jail_error",
+        "step": err.step(),
+        "errno": err.errno(),
+        "message": err.to_string(),
+    });
+    let _ = write_frame(CTRL_FD, msg.to_string().as_bytes());
+}

@@ -1,0 +1,92 @@
+//! The configuration of one sandbox's jail, passed as JSON from the server through the zygote
+//! to the forked child, and of one zygote's base root.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The uid and gid code runs as inside every sandbox. The server maps it to a host uid that is
+/// unique to the sandbox.
+pub const INSIDE_UID: u32 = 1000;
+pub const INSIDE_GID: u32 = 1000;
+
+/// Everything the forked child needs to confine itself. Built by the server per sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JailConfig {
+    /// Hostname inside the uts namespace.
+    pub hostname: String,
+    /// Size cap of the `/workspace` tmpfs, in bytes, and its inode cap.
+    pub workspace_bytes: u64,
+    pub workspace_inodes: u64,
+    /// Size caps of the per-sandbox `/tmp` and `/dev/shm`.
+    pub tmp_bytes: u64,
+    pub shm_bytes: u64,
+    /// Resource limits applied with setrlimit.
+    pub rlimits: RlimitConfig,
+    /// Apply Landlock (read-only everywhere but the writable mounts).
+    pub landlock: bool,
+    /// Apply the seccomp allowlist (last).
+    pub seccomp: bool,
+}
+
+impl Default for JailConfig {
+    fn default() -> Self {
+        Self {
+            hostname: "sandbox".into(),
+            workspace_bytes: 1 << 30,
+            workspace_inodes: 65536,
+            tmp_bytes: 256 << 20,
+            shm_bytes: 64 << 20,
+            rlimits: RlimitConfig::default(),
+            landlock: true,
+            seccomp: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlimitConfig {
+    pub nofile: u64,
+    /// Largest file a process may write, in bytes.
+    pub fsize: u64,
+    pub core: u64,
+    pub stack: u64,
+}
+
+impl Default for RlimitConfig {
+    fn default() -> Self {
+        Self { nofile: 4096, fsize: 1 << 30, core: 0, stack: 8 << 20 }
+    }
+}
+
+/// A read-only bind mount into a zygote's base root.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bind {
+    pub source: PathBuf,
+    /// Where it appears inside; absolute.
+    pub target: PathBuf,
+}
+
+/// The base root a zygote (and every sandbox forked from it) sees, plus the zygote's identity.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ZygoteConfig {
+    /// An empty host directory the base root's tmpfs is mounted on (in the zygote's private
+    /// mount namespace; the host never sees the mount).
+    pub staging_dir: PathBuf,
+    /// Extra read-only binds (the Python env at its own path, sandlot's lib dir, template data).
+    pub binds: Vec<Bind>,
+    /// Host uid/gid the zygote runs as: unprivileged, no capabilities.
+    pub uid: u32,
+    pub gid: u32,
+    /// Cgroup `cgroup.procs`/`tasks` files the launcher moves itself into before dropping root.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// The program and arguments to exec once confined.
+    pub argv: Vec<String>,
+    /// The complete environment of the zygote.
+    pub env: Vec<(String, String)>,
+    /// Size of the zygote's own `/tmp`.
+    pub tmp_bytes: u64,
+    /// Address-space-independent rlimits for the zygote.
+    pub nofile: u64,
+}

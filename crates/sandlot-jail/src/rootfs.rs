@@ -1,0 +1,224 @@
+//! The base root of a zygote: a read-only tmpfs holding only what code needs (`/usr`, a few
+//! files of `/etc`, a minimal `/dev`, `/proc`, the Python env at its own path), pivoted onto in a
+//! private mount namespace. Every sandbox forked from the zygote starts from this root and adds
+//! its own writable mounts (see `mounts`). Runs as root in the zygote launcher.
+
+use crate::config::{Bind, ZygoteConfig, INSIDE_GID, INSIDE_UID};
+use crate::error::{JailError, PathStep, Step};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::unistd::{chdir, pivot_root};
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Top-level host entries that are symlinks on merged-/usr systems, bound when directories.
+const USR_ALIASES: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Host `/etc` entries code commonly needs; everything else of `/etc` stays hidden.
+const ETC_ENTRIES: &[&str] = &[
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "fonts",
+    "gai.conf",
+    "host.conf",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "nsswitch.conf",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "services",
+    "ssl",
+    "timezone",
+];
+
+/// Device nodes bound from the host into the minimal `/dev`.
+const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+const NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
+/// Builds the base root on `cfg.staging_dir` and pivots onto it. The caller must already be in
+/// a new mount namespace.
+pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
+    let root = cfg.staging_dir.as_path();
+    // Nothing we mount may propagate back to the host.
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .step("make / private")?;
+    mount(Some("tmpfs"), root, Some("tmpfs"), NOSUID_NODEV, Some("mode=0755,size=16m"))
+        .step("mount root tmpfs")?;
+
+    for dir in ["usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "home", "run", "var/tmp"] {
+        fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
+    }
+    bind_ro(Path::new("/usr"), &root.join("usr"))?;
+    for name in USR_ALIASES {
+        let host = Path::new("/").join(name);
+        match fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = fs::read_link(&host).at("readlink", &host)?;
+                symlink(&target, root.join(name)).at("symlink", root.join(name))?;
+            }
+            Ok(m) if m.is_dir() => {
+                fs::create_dir_all(root.join(name)).at("mkdir", root.join(name))?;
+                bind_ro(&host, &root.join(name))?;
+            }
+            _ => {}
+        }
+    }
+    populate_etc(&root.join("etc"))?;
+    populate_dev(&root.join("dev"))?;
+    for bind in &cfg.binds {
+        bind_at_same_shape(root, bind)?;
+    }
+    let tmp_opts = format!("mode=1777,size={}", cfg.tmp_bytes);
+    mount(Some("tmpfs"), &root.join("tmp"), Some("tmpfs"), NOSUID_NODEV, Some(tmp_opts.as_str()))
+        .step("mount zygote /tmp")?;
+    // A fully visible procfs must exist in the namespace before a sandbox may mount its own.
+    mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        NOSUID_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .step("mount /proc")?;
+
+    chdir(root).step("chdir new root")?;
+    pivot_root(".", ".").step("pivot_root")?;
+    umount2(".", MntFlags::MNT_DETACH).step("detach old root")?;
+    chdir("/").step("chdir /")?;
+    // The root tmpfs itself is read-only from here on.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | NOSUID_NODEV,
+        None::<&str>,
+    )
+    .step("remount root read-only")?;
+    Ok(())
+}
+
+/// Bind-mounts `source` read-only, nosuid, nodev onto `target` (which must exist).
+pub fn bind_ro(source: &Path, target: &Path) -> Result<(), JailError> {
+    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .step("bind mount")?;
+    mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | NOSUID_NODEV,
+        None::<&str>,
+    )
+    .step("remount bind read-only")
+}
+
+fn bind_at_same_shape(root: &Path, bind: &Bind) -> Result<(), JailError> {
+    let rel = bind.target.strip_prefix("/").unwrap_or(&bind.target);
+    let target = root.join(rel);
+    let meta = fs::metadata(&bind.source).at("stat bind source", &bind.source)?;
+    if meta.is_dir() {
+        fs::create_dir_all(&target).at("mkdir bind target", &target)?;
+    } else {
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).at("mkdir bind target", parent)?;
+        }
+        fs::write(&target, b"").at("create bind target", &target)?;
+    }
+    bind_ro(&bind.source, &target)
+}
+
+fn populate_etc(etc: &Path) -> Result<(), JailError> {
+    for name in ETC_ENTRIES {
+        let host = Path::new("/etc").join(name);
+        let Ok(meta) = fs::symlink_metadata(&host) else { continue };
+        let target = etc.join(name);
+        if meta.file_type().is_symlink() {
+            let link = fs::read_link(&host).at("readlink", &host)?;
+            symlink(&link, &target).at("symlink", &target)?;
+        } else if meta.is_dir() {
+            fs::create_dir_all(&target).at("mkdir", &target)?;
+            bind_ro(&host, &target)?;
+        } else {
+            fs::write(&target, b"").at("create", &target)?;
+            bind_ro(&host, &target)?;
+        }
+    }
+    let files: [(&str, String); 5] = [
+        (
+            "passwd",
+            format!(
+                "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+                 user:x:{INSIDE_UID}:{INSIDE_GID}:sandbox user:/workspace:/bin/bash\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
+        ),
+        ("group", format!("root:x:0:\nuser:x:{INSIDE_GID}:\nnogroup:x:65534:\n")),
+        ("hostname", "sandbox\n".into()),
+        ("hosts", "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n".into()),
+        // No resolver: the sandbox has no network beyond its own loopback.
+        ("resolv.conf", String::new()),
+    ];
+    for (name, content) in files {
+        fs::write(etc.join(name), content).at("write", etc.join(name))?;
+    }
+    Ok(())
+}
+
+fn populate_dev(dev: &Path) -> Result<(), JailError> {
+    mount(Some("tmpfs"), dev, Some("tmpfs"), MsFlags::MS_NOSUID, Some("mode=0755,size=64k"))
+        .step("mount /dev tmpfs")?;
+    for node in DEV_NODES {
+        let host = Path::new("/dev").join(node);
+        if fs::metadata(&host).is_err() {
+            continue;
+        }
+        let target = dev.join(node);
+        fs::write(&target, b"").at("create dev node", &target)?;
+        mount(Some(&host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .step("bind dev node")?;
+        mount(
+            None::<&str>,
+            &target,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .step("remount dev node")?;
+    }
+    for dir in ["shm", "pts"] {
+        fs::create_dir_all(dev.join(dir)).at("mkdir", dev.join(dir))?;
+    }
+    fs::set_permissions(dev.join("shm"), fs::Permissions::from_mode(0o1777)).at("chmod", dev.join("shm"))?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(target, dev.join(name)).at("symlink", dev.join(name))?;
+    }
+    mount(
+        None::<&str>,
+        dev,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID,
+        Some("mode=0755,size=64k"),
+    )
+    .step("remount /dev read-only")?;
+    Ok(())
+}
+
+/// Paths inside the base root that sandboxes may write (each its own tmpfs).
+pub fn writable_paths() -> [PathBuf; 3] {
+    [PathBuf::from("/workspace"), PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
+}

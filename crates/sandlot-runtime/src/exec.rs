@@ -1,0 +1,282 @@
+//! One execution: send the cell, collect the ordered events under the output budget, enforce
+//! the timeout from outside (interrupt, then kill), and classify how it ended.
+
+use crate::sandbox::{Budgeted, Live, Pumped};
+use crate::util::now_rfc3339;
+use sandlot_types::{EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How long an interrupted execution gets to stop before the sandbox is killed.
+const GRACE: Duration = Duration::from_secs(3);
+
+struct Collector {
+    outputs: Vec<OutputEvent>,
+    sink: Option<mpsc::UnboundedSender<OutputEvent>>,
+    stdout: Budgeted,
+    stderr: Budgeted,
+    result: Option<BTreeMap<String, Value>>,
+    error: Option<ExecError>,
+}
+
+impl Collector {
+    fn emit(&mut self, ev: OutputEvent) {
+        if let Some(s) = &self.sink {
+            let _ = s.send(ev.clone());
+        }
+        // Merge adjacent chunks of one stream so the record stays compact.
+        match (&ev, self.outputs.last_mut()) {
+            (OutputEvent::Stdout { text }, Some(OutputEvent::Stdout { text: last })) => last.push_str(text),
+            (OutputEvent::Stderr { text }, Some(OutputEvent::Stderr { text: last })) => last.push_str(text),
+            _ => self.outputs.push(ev),
+        }
+    }
+
+    fn stdout(&mut self, b: &[u8]) {
+        let t = self.stdout.push(b);
+        if !t.is_empty() {
+            self.emit(OutputEvent::Stdout { text: t });
+        }
+    }
+
+    fn stderr(&mut self, b: &[u8]) {
+        let t = self.stderr.push(b);
+        if !t.is_empty() {
+            self.emit(OutputEvent::Stderr { text: t });
+        }
+    }
+
+    fn frame(&mut self, v: &Value) {
+        let data = || -> BTreeMap<String, Value> {
+            v.get("data")
+                .and_then(|d| d.as_object())
+                .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default()
+        };
+        let metadata = v.get("metadata").cloned().unwrap_or(Value::Object(Default::default()));
+        match v.get("type").and_then(|t| t.as_str()) {
+            Some("display_data") => self.emit(OutputEvent::DisplayData { data: data(), metadata }),
+            Some("result") => {
+                let d = data();
+                self.result = Some(d.clone());
+                self.emit(OutputEvent::Result { data: d, metadata });
+            }
+            Some("error") => {
+                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                let traceback = v
+                    .get("traceback")
+                    .and_then(|t| t.as_array())
+                    .map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                let e = ExecError { name: s("name"), value: s("value"), traceback };
+                self.error = Some(e.clone());
+                self.emit(OutputEvent::Error(e));
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        let t = self.stdout.finish();
+        if !t.is_empty() {
+            self.emit(OutputEvent::Stdout { text: t });
+        }
+        let t = self.stderr.finish();
+        if !t.is_empty() {
+            self.emit(OutputEvent::Stderr { text: t });
+        }
+    }
+}
+
+/// Why the loop stopped.
+enum Outcome {
+    Done { status: String, exit_code: Option<i32> },
+    Died(String),
+    Killed,
+}
+
+pub async fn run(
+    live: &Live,
+    exec_id: &str,
+    req: &ExecuteRequest,
+    timeout: f64,
+    budget: usize,
+    sink: Option<mpsc::UnboundedSender<OutputEvent>>,
+) -> ExecutionResult {
+    let started_at = now_rfc3339();
+    let t0 = Instant::now();
+    let cpu0 = live.cgroup.cpu_time();
+    let oom0 = live.cgroup.oom_kills();
+    let mut c = Collector {
+        outputs: Vec::new(),
+        sink,
+        stdout: Budgeted::new(budget),
+        stderr: Budgeted::new(budget),
+        result: None,
+        error: None,
+    };
+    let mut events = live.events.lock().await;
+    // Output that arrived between executions (background processes) and frames of an earlier,
+    // abandoned execution do not belong to this one.
+    while let Ok(stale) = events.try_recv() {
+        if let Pumped::Closed(why) = stale {
+            return dead_result(live, exec_id, req, started_at, t0, why);
+        }
+    }
+    *live.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(exec_id.to_string());
+    let msg = serde_json::json!({
+        "type": "execute", "id": exec_id, "code": req.code, "language": req.language,
+    });
+    let mut timed_out = false;
+    let mut user_interrupt = false;
+    let outcome = if let Err(e) = live.send(&msg).await {
+        Outcome::Died(format!("sending the cell failed: {e}"))
+    } else {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout);
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        loop {
+            let wake = kill_at.unwrap_or(deadline);
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(Pumped::Stdout(b)) => c.stdout(&b),
+                    Some(Pumped::Stderr(b)) => c.stderr(&b),
+                    Some(Pumped::Frame(v)) => {
+                        if v.get("id").and_then(|i| i.as_str()) != Some(exec_id) { continue }
+                        if v.get("type").and_then(|t| t.as_str()) == Some("done") {
+                            let status = v.get("status").and_then(|s| s.as_str()).unwrap_or("error").to_string();
+                            let exit_code = v.get("exit_code").and_then(|x| x.as_i64()).map(|x| x as i32);
+                            break Outcome::Done { status, exit_code };
+                        }
+                        c.frame(&v);
+                    }
+                    Some(Pumped::Closed(why)) => break Outcome::Died(why),
+                    None => break Outcome::Died("the sandbox's event stream ended".into()),
+                },
+                _ = live.interrupt.notified(), if kill_at.is_none() => {
+                    user_interrupt = true;
+                    live.interrupt();
+                    kill_at = Some(tokio::time::Instant::now() + GRACE);
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    if kill_at.is_some() {
+                        live.kill();
+                        break Outcome::Killed;
+                    }
+                    timed_out = true;
+                    live.interrupt();
+                    kill_at = Some(tokio::time::Instant::now() + GRACE);
+                }
+            }
+        }
+    };
+    *live.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    // Output written just before the end may still be in the channel.
+    if matches!(outcome, Outcome::Done { .. }) {
+        while let Ok(ev) = events.try_recv() {
+            match ev {
+                Pumped::Stdout(b) => c.stdout(&b),
+                Pumped::Stderr(b) => c.stderr(&b),
+                _ => {}
+            }
+        }
+    }
+    drop(events);
+    c.finish();
+    let oom = live.cgroup.oom_kills() > oom0;
+    let (end_state, alive, exit_code) = match outcome {
+        Outcome::Done { status, exit_code } => {
+            let state = if oom {
+                EndState::Oom
+            } else if timed_out {
+                EndState::Timeout
+            } else {
+                match status.as_str() {
+                    "ok" => EndState::Ok,
+                    "interrupted" if user_interrupt => EndState::Interrupted,
+                    "interrupted" => EndState::Interrupted,
+                    _ => EndState::Error,
+                }
+            };
+            (state, true, exit_code)
+        }
+        Outcome::Died(_) | Outcome::Killed => {
+            live.kill();
+            let state = if oom {
+                EndState::Oom
+            } else if timed_out {
+                EndState::Timeout
+            } else if user_interrupt {
+                EndState::Interrupted
+            } else {
+                EndState::Killed
+            };
+            (state, false, None)
+        }
+    };
+    if matches!(end_state, EndState::Timeout) && c.error.is_none() {
+        c.error = Some(ExecError {
+            name: "TimeoutError".into(),
+            value: format!("execution exceeded its timeout of {timeout} s"),
+            traceback: vec![],
+        });
+    }
+    if !alive && c.error.is_none() {
+        let value = match end_state {
+            EndState::Oom => "the sandbox ran out of memory; its state is lost".to_string(),
+            _ => "the sandbox's processes died; its state is lost".to_string(),
+        };
+        c.error = Some(ExecError { name: "SandboxDied".into(), value, traceback: vec![] });
+    }
+    ExecutionResult {
+        id: exec_id.to_string(),
+        sandbox_id: live.id.clone(),
+        language: req.language,
+        end_state,
+        stdout: std::mem::take(&mut c.stdout.head),
+        stderr: std::mem::take(&mut c.stderr.head),
+        result: c.result,
+        error: c.error,
+        exit_code,
+        outputs: c.outputs,
+        stdout_truncation: Truncation { kept_bytes: c.stdout.kept(), dropped_bytes: c.stdout.dropped },
+        stderr_truncation: Truncation { kept_bytes: c.stderr.kept(), dropped_bytes: c.stderr.dropped },
+        started_at,
+        duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        cpu_time_ms: live.cgroup.cpu_time().saturating_sub(cpu0).as_secs_f64() * 1000.0,
+        peak_memory_bytes: live.cgroup.peak_memory(),
+        sandbox_alive: alive,
+    }
+}
+
+fn dead_result(
+    live: &Live,
+    exec_id: &str,
+    req: &ExecuteRequest,
+    started_at: String,
+    t0: Instant,
+    why: String,
+) -> ExecutionResult {
+    live.kill();
+    let e = ExecError { name: "SandboxDied".into(), value: why, traceback: vec![] };
+    ExecutionResult {
+        id: exec_id.to_string(),
+        sandbox_id: live.id.clone(),
+        language: req.language,
+        end_state: EndState::Killed,
+        stdout: String::new(),
+        stderr: String::new(),
+        result: None,
+        error: Some(e.clone()),
+        exit_code: None,
+        outputs: vec![OutputEvent::Error(e)],
+        stdout_truncation: Truncation::default(),
+        stderr_truncation: Truncation::default(),
+        started_at,
+        duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        cpu_time_ms: 0.0,
+        peak_memory_bytes: live.cgroup.peak_memory(),
+        sandbox_alive: false,
+    }
+}

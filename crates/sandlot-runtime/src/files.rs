@@ -1,0 +1,336 @@
+//! Files in and out of a sandbox's workspace without ever following a path the sandbox
+//! controls: every lookup starts from an fd of the workspace (reached through the kernel's
+//! `/proc/<pid>/root` link) and goes through `openat2` with `RESOLVE_IN_ROOT`,
+//! `RESOLVE_NO_SYMLINKS`, `RESOLVE_NO_MAGICLINKS` and `RESOLVE_NO_XDEV`. Only regular files are
+//! read or written; created files and directories belong to the sandbox's uid.
+
+use sandlot_types::{ApiError, ErrorCode, FileEntry};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const RESOLVE_NO_XDEV: u64 = 0x01;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_IN_ROOT: u64 = 0x10;
+const SAFE: u64 = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_IN_ROOT;
+
+/// Most entries a listing returns.
+pub const MAX_LIST: usize = 10_000;
+
+fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
+    ApiError::new(code, msg)
+}
+
+/// Checks a client path and returns it relative to the workspace. Accepts `a/b`, `./a/b` and
+/// `/workspace/a/b`; refuses other absolute paths, `..`, NUL bytes and over-long paths.
+pub fn normalize(path: &str) -> Result<Vec<String>, ApiError> {
+    if path.contains('\0') {
+        return Err(err(ErrorCode::InvalidPath, "path contains a NUL byte"));
+    }
+    if path.len() > 4096 {
+        return Err(err(ErrorCode::InvalidPath, "path is longer than 4096 bytes"));
+    }
+    let rel = if let Some(rest) = path.strip_prefix("/workspace") {
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return Err(err(ErrorCode::InvalidPath, format!("absolute path {path:?} is outside /workspace")));
+        }
+        rest
+    } else if path.starts_with('/') {
+        return Err(err(ErrorCode::InvalidPath, format!("absolute path {path:?} is outside /workspace")));
+    } else {
+        path
+    };
+    let mut parts = Vec::new();
+    for comp in rel.split('/') {
+        match comp {
+            "" | "." => continue,
+            ".." => return Err(err(ErrorCode::InvalidPath, format!("path {path:?} contains '..'"))),
+            c if c.len() > 255 => return Err(err(ErrorCode::InvalidPath, "a path component is longer than 255 bytes")),
+            c => parts.push(c.to_string()),
+        }
+    }
+    Ok(parts)
+}
+
+fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32) -> Result<OwnedFd, nix::Error> {
+    let c = CString::new(path).map_err(|_| nix::Error::EINVAL)?;
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve: SAFE };
+    loop {
+        // SAFETY: `c` and `how` are valid for the duration of the call; the size matches.
+        let fd = unsafe {
+            libc::syscall(libc::SYS_openat2, dir, c.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel returned a new fd that we now own.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = nix::Error::last();
+        if e != nix::Error::EAGAIN && e != nix::Error::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+fn map_errno(e: nix::Error, path: &str) -> ApiError {
+    match e {
+        nix::Error::ENOENT => err(ErrorCode::FileNotFound, format!("{path}: no such file or directory")),
+        nix::Error::ELOOP => err(ErrorCode::NotARegularFile, format!("{path}: is or passes through a symlink")),
+        nix::Error::EXDEV => err(ErrorCode::InvalidPath, format!("{path}: leaves the workspace")),
+        nix::Error::ENOTDIR => err(ErrorCode::FileNotFound, format!("{path}: a parent is not a directory")),
+        nix::Error::EISDIR => err(ErrorCode::NotARegularFile, format!("{path}: is a directory")),
+        nix::Error::ENOSPC | nix::Error::EDQUOT => err(ErrorCode::WorkspaceFull, "the workspace is full"),
+        nix::Error::EFBIG => err(ErrorCode::FileTooLarge, format!("{path}: file too large")),
+        nix::Error::ENAMETOOLONG => err(ErrorCode::InvalidPath, format!("{path}: name too long")),
+        nix::Error::EEXIST => err(ErrorCode::InvalidPath, format!("{path}: exists and is not a directory")),
+        nix::Error::ESRCH => err(ErrorCode::SandboxFailed, "the sandbox is gone"),
+        e => err(ErrorCode::Internal, format!("{path}: {}", e.desc())),
+    }
+}
+
+/// The workspace of the sandbox whose driver has host pid `pid`, as a directory fd.
+pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
+    let root = CString::new(format!("/proc/{pid}/root")).map_err(|_| err(ErrorCode::Internal, "pid"))?;
+    // SAFETY: opening a path we built; O_PATH gives no access by itself.
+    let fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(err(ErrorCode::SandboxFailed, "the sandbox's processes are gone"));
+    }
+    // SAFETY: a fresh fd we own.
+    let root = unsafe { OwnedFd::from_raw_fd(fd) };
+    // `workspace` sits on the sandbox's read-only, locked base root, so it cannot be swapped;
+    // resolve it with the same rules anyway (it is a mount point, so allow crossing into it).
+    let c = CString::new("workspace").unwrap_or_default();
+    // SAFETY: openat relative to an fd we own, with a static name, not following symlinks.
+    let ws = unsafe { libc::openat(root.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if ws < 0 {
+        return Err(err(ErrorCode::SandboxFailed, "the sandbox has no workspace"));
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ws) })
+}
+
+fn fstat(fd: RawFd) -> Result<libc::stat, nix::Error> {
+    // SAFETY: stat is plain old data; zeroed is valid; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(st)
+}
+
+fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "file",
+        libc::S_IFDIR => "dir",
+        libc::S_IFLNK => "symlink",
+        _ => "other",
+    }
+}
+
+/// Opens (creating as needed, owned by `uid`) the directory `parts` under the workspace.
+fn open_dir(ws: &OwnedFd, parts: &[String], create: bool, uid: u32, shown: &str) -> Result<OwnedFd, ApiError> {
+    let mut cur = openat2(ws.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, shown))?;
+    for p in parts {
+        if create {
+            let c = CString::new(p.as_str()).map_err(|_| err(ErrorCode::InvalidPath, "NUL"))?;
+            // SAFETY: mkdirat relative to a dir fd we own.
+            let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+            if r == 0 {
+                // SAFETY: fchownat on the entry we just created, not following symlinks.
+                unsafe { libc::fchownat(cur.as_raw_fd(), c.as_ptr(), uid, uid, libc::AT_SYMLINK_NOFOLLOW) };
+            } else if nix::Error::last() != nix::Error::EEXIST {
+                return Err(map_errno(nix::Error::last(), shown));
+            }
+        }
+        let next = openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, shown))?;
+        cur = next;
+    }
+    Ok(cur)
+}
+
+/// Creates or truncates a regular file for writing, owned by `uid`.
+pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, String), ApiError> {
+    let parts = normalize(path)?;
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(err(ErrorCode::InvalidPath, "path names the workspace itself"));
+    };
+    let shown = parts.join("/");
+    let ws = workspace_fd(pid)?;
+    let dir = open_dir(&ws, dirs, true, uid, &shown)?;
+    let fd = openat2(dir.as_raw_fd(), name, libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK, 0o644)
+        .map_err(|e| map_errno(e, &shown))?;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(err(ErrorCode::NotARegularFile, format!("{shown}: not a regular file")));
+    }
+    // SAFETY: fchown/ftruncate on a regular file fd we own.
+    unsafe {
+        libc::fchown(fd.as_raw_fd(), uid, uid);
+        if libc::ftruncate(fd.as_raw_fd(), 0) != 0 {
+            return Err(map_errno(nix::Error::last(), &shown));
+        }
+    }
+    // Back to blocking mode for ordinary writes.
+    // SAFETY: fcntl flag change on our own fd.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_WRONLY) };
+    Ok((std::fs::File::from(fd), shown))
+}
+
+/// Opens a regular file for reading; returns it and its size.
+pub fn open_file(pid: i32, path: &str) -> Result<(std::fs::File, u64), ApiError> {
+    let parts = normalize(path)?;
+    if parts.is_empty() {
+        return Err(err(ErrorCode::NotARegularFile, "the workspace is a directory"));
+    }
+    let shown = parts.join("/");
+    let ws = workspace_fd(pid)?;
+    // O_NONBLOCK so a FIFO cannot block us; regular files ignore it.
+    let fd = openat2(ws.as_raw_fd(), &shown, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+        .map_err(|e| map_errno(e, &shown))?;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        let what = kind_of(st.st_mode);
+        return Err(err(ErrorCode::NotARegularFile, format!("{shown}: is a {what}, not a regular file")));
+    }
+    // SAFETY: fcntl flag change on our own fd.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_RDONLY) };
+    Ok((std::fs::File::from(fd), st.st_size as u64))
+}
+
+/// Stat of a path (not following a final symlink), as a listing entry.
+pub fn entry_of(pid: i32, path: &str) -> Result<FileEntry, ApiError> {
+    let parts = normalize(path)?;
+    let shown = parts.join("/");
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(err(ErrorCode::InvalidPath, "path names the workspace itself"));
+    };
+    let ws = workspace_fd(pid)?;
+    let dir = open_dir(&ws, dirs, false, 0, &shown)?;
+    stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))
+}
+
+fn stat_entry(dir: RawFd, name: &str, rel: &str) -> Result<FileEntry, nix::Error> {
+    let c = CString::new(name).map_err(|_| nix::Error::EINVAL)?;
+    // SAFETY: stat is plain old data.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatat relative to a dir fd we own, not following symlinks.
+    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(FileEntry {
+        path: rel.to_string(),
+        name: name.to_string(),
+        kind: kind_of(st.st_mode).to_string(),
+        size: st.st_size as u64,
+        modified: st.st_mtime,
+        mode: st.st_mode & 0o7777,
+    })
+}
+
+/// Lists a directory of the workspace.
+pub fn list(pid: i32, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
+    let parts = normalize(path)?;
+    let shown = parts.join("/");
+    let ws = workspace_fd(pid)?;
+    let dir = open_dir(&ws, &parts, false, 0, &shown)?;
+    let mut out = Vec::new();
+    walk(&dir, &shown, recursive, 0, &mut out).map_err(|e| map_errno(e, &shown))?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn walk(dir: &OwnedFd, rel: &str, recursive: bool, depth: usize, out: &mut Vec<FileEntry>) -> Result<(), nix::Error> {
+    let readable = openat2(dir.as_raw_fd(), ".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    let mut d = nix::dir::Dir::from_fd(readable)?;
+    let mut subdirs = Vec::new();
+    for ent in d.iter() {
+        let ent = ent?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        if out.len() >= MAX_LIST {
+            return Ok(());
+        }
+        let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+        let Ok(e) = stat_entry(dir.as_raw_fd(), &name, &child_rel) else { continue };
+        if recursive && e.kind == "dir" && depth < 32 {
+            subdirs.push((name, child_rel));
+        }
+        out.push(e);
+    }
+    for (name, child_rel) in subdirs {
+        if let Ok(sub) = openat2(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_DIRECTORY, 0) {
+            walk(&sub, &child_rel, recursive, depth + 1, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes a file, or a directory and everything in it.
+pub fn remove(pid: i32, path: &str) -> Result<(), ApiError> {
+    let parts = normalize(path)?;
+    let shown = parts.join("/");
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(err(ErrorCode::InvalidPath, "refusing to remove the workspace itself"));
+    };
+    let ws = workspace_fd(pid)?;
+    let dir = open_dir(&ws, dirs, false, 0, &shown)?;
+    let e = stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))?;
+    if e.kind == "dir" {
+        let sub = openat2(dir.as_raw_fd(), name, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, &shown))?;
+        empty_dir(&sub, 0).map_err(|e| map_errno(e, &shown))?;
+    }
+    unlink(dir.as_raw_fd(), name, e.kind == "dir").map_err(|e| map_errno(e, &shown))
+}
+
+fn unlink(dir: RawFd, name: &str, is_dir: bool) -> Result<(), nix::Error> {
+    let c = CString::new(name).map_err(|_| nix::Error::EINVAL)?;
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: unlinkat relative to a dir fd we own; never follows symlinks.
+    if unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } != 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+fn empty_dir(dir: &OwnedFd, depth: usize) -> Result<(), nix::Error> {
+    if depth > 64 {
+        return Err(nix::Error::ELOOP);
+    }
+    let mut entries = Vec::new();
+    walk(dir, "", false, 0, &mut entries)?;
+    for e in entries {
+        if e.kind == "dir" {
+            let sub = openat2(dir.as_raw_fd(), &e.name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+            empty_dir(&sub, depth + 1)?;
+        }
+        unlink(dir.as_raw_fd(), &e.name, e.kind == "dir")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_paths() {
+        assert_eq!(normalize("a/b.txt").unwrap(), vec!["a", "b.txt"]);
+        assert_eq!(normalize("./a//b").unwrap(), vec!["a", "b"]);
+        assert_eq!(normalize("/workspace/a").unwrap(), vec!["a"]);
+        assert!(normalize("/workspace").unwrap().is_empty());
+        assert_eq!(normalize("../x").unwrap_err().code, ErrorCode::InvalidPath);
+        assert_eq!(normalize("a/../../x").unwrap_err().code, ErrorCode::InvalidPath);
+        assert_eq!(normalize("/etc/passwd").unwrap_err().code, ErrorCode::InvalidPath);
+        assert_eq!(normalize("/workspacex/a").unwrap_err().code, ErrorCode::InvalidPath);
+        assert_eq!(normalize("a\0b").unwrap_err().code, ErrorCode::InvalidPath);
+    }
+}

@@ -1,0 +1,287 @@
+//! One live sandbox: its processes, cgroup, control stream and output pipes, and the pump that
+//! turns them into one ordered stream of events.
+
+use crate::util::Utf8Stream;
+use sandlot_jail::cgroup::Cgroup;
+use serde_json::Value;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, Mutex};
+
+/// Largest frame the server accepts from a sandbox; a larger one means a broken or hostile
+/// driver and ends the sandbox.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// What the pump delivers, in the order the sandbox produced it.
+#[derive(Debug)]
+pub enum Pumped {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Frame(Value),
+    /// The control stream closed or broke: the driver is gone.
+    Closed(String),
+}
+
+/// A live sandbox.
+pub struct Live {
+    pub id: String,
+    pub host_uid: u32,
+    pub cgroup: Cgroup,
+    /// Host pids of the sandbox's init (P1) and driver (P2).
+    pub init_pid: i32,
+    pub driver_pid: i32,
+    /// Writes frames to the driver.
+    pub writer: Mutex<tokio::net::unix::OwnedWriteHalf>,
+    /// Ordered events from the pump; held by the execution that runs.
+    pub events: Mutex<mpsc::Receiver<Pumped>>,
+    /// One execution at a time, in arrival order (tokio's Mutex is fair).
+    pub exec_lock: Mutex<()>,
+    /// The id of the running execution, if any.
+    pub running: StdMutex<Option<String>>,
+    pub dead: AtomicBool,
+    /// Signalled by `POST /interrupt`; the running execution interrupts the driver.
+    pub interrupt: tokio::sync::Notify,
+}
+
+impl Live {
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    /// Sends one frame to the driver.
+    pub async fn send(&self, v: &Value) -> std::io::Result<()> {
+        let payload = v.to_string();
+        let mut buf = Vec::with_capacity(payload.len() + 4);
+        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        buf.extend_from_slice(payload.as_bytes());
+        let mut w = self.writer.lock().await;
+        w.write_all(&buf).await
+    }
+
+    /// Sends SIGINT to the driver.
+    pub fn interrupt(&self) {
+        // SAFETY: kill has no memory effects; the pid is the sandbox's driver, which cannot
+        // have been recycled while the sandbox's init (its parent, reaped only by us) exists.
+        unsafe { libc::kill(self.driver_pid, libc::SIGINT) };
+    }
+
+    /// Kills every process of the sandbox: SIGKILL to its pid-namespace init takes the whole
+    /// namespace with it; the cgroup kill catches anything else.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        // SAFETY: as in `interrupt`.
+        unsafe { libc::kill(self.init_pid, libc::SIGKILL) };
+        let _ = self.cgroup.kill_all(Duration::from_secs(5));
+        reap(self.init_pid);
+    }
+}
+
+/// Reaps `pid` if it is our child (we are a subreaper, so a sandbox's init is), without blocking.
+pub fn reap(pid: i32) {
+    for _ in 0..50 {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid out-pointer and WNOHANG.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r != 0 {
+            return; // reaped, or not our child (ECHILD)
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Reads one frame from the control stream.
+pub async fn read_frame(r: &mut tokio::net::unix::OwnedReadHalf) -> Result<Value, String> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await.map_err(|e| format!("control stream closed: {e}"))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(format!("frame of {len} bytes exceeds the limit"));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await.map_err(|e| format!("control stream closed: {e}"))?;
+    serde_json::from_slice(&buf).map_err(|e| format!("malformed frame: {e}"))
+}
+
+/// Reads the handshake byte `U` from a fresh control stream.
+pub async fn read_byte(s: &mut UnixStream) -> std::io::Result<u8> {
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).await?;
+    Ok(b[0])
+}
+
+/// Starts the pump: one task owning the control stream's read half and both pipes. When a
+/// frame arrives it first drains whatever the pipes hold, so output written before the frame
+/// is delivered before it.
+pub fn start_pump(
+    mut ctrl: tokio::net::unix::OwnedReadHalf,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+) -> std::io::Result<mpsc::Receiver<Pumped>> {
+    let out = pipe::Receiver::from_owned_fd(stdout)?;
+    let err = pipe::Receiver::from_owned_fd(stderr)?;
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut obuf = vec![0u8; 64 << 10];
+        let mut ebuf = vec![0u8; 64 << 10];
+        let (mut out_open, mut err_open) = (true, true);
+        let frame_reader = async move {
+            // Frames are read by a separate task so a half-read frame is never cancelled.
+            let (ftx, frx) = mpsc::channel::<Result<Value, String>>(16);
+            tokio::spawn(async move {
+                loop {
+                    let f = read_frame(&mut ctrl).await;
+                    let end = f.is_err();
+                    if ftx.send(f).await.is_err() || end {
+                        break;
+                    }
+                }
+            });
+            frx
+        };
+        let mut frames = frame_reader.await;
+        loop {
+            tokio::select! {
+                biased;
+                r = out.read(&mut obuf), if out_open => match r {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => if tx.send(Pumped::Stdout(obuf[..n].to_vec())).await.is_err() { return },
+                },
+                r = err.read(&mut ebuf), if err_open => match r {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => if tx.send(Pumped::Stderr(ebuf[..n].to_vec())).await.is_err() { return },
+                },
+                f = frames.recv() => {
+                    // Drain what was written before this frame.
+                    drain(&out, &mut obuf, &tx, true).await;
+                    drain(&err, &mut ebuf, &tx, false).await;
+                    match f {
+                        Some(Ok(v)) => if tx.send(Pumped::Frame(v)).await.is_err() { return },
+                        Some(Err(e)) => { let _ = tx.send(Pumped::Closed(e)).await; return }
+                        None => { let _ = tx.send(Pumped::Closed("control stream closed".into())).await; return }
+                    }
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+async fn drain(p: &pipe::Receiver, buf: &mut [u8], tx: &mpsc::Sender<Pumped>, is_out: bool) {
+    loop {
+        match p.try_read(buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let chunk = buf[..n].to_vec();
+                let ev = if is_out { Pumped::Stdout(chunk) } else { Pumped::Stderr(chunk) };
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Text kept of one output stream under the budget: the head is kept as it streams, then only
+/// a rolling tail; what falls between is counted.
+pub struct Budgeted {
+    decoder: Utf8Stream,
+    limit: usize,
+    pub head: String,
+    tail: std::collections::VecDeque<u8>,
+    pub dropped: u64,
+    pub total: u64,
+}
+
+impl Budgeted {
+    pub fn new(limit: usize) -> Self {
+        Self { decoder: Utf8Stream::default(), limit, head: String::new(), tail: Default::default(), dropped: 0, total: 0 }
+    }
+
+    /// Adds bytes; returns the text to stream now (empty once the head budget is spent).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.total += bytes.len() as u64;
+        let text = self.decoder.push(bytes);
+        self.accept(text)
+    }
+
+    fn accept(&mut self, text: String) -> String {
+        let head_budget = self.limit / 2;
+        if self.head.len() + text.len() <= head_budget && self.tail.is_empty() {
+            self.head.push_str(&text);
+            return text;
+        }
+        let room = head_budget.saturating_sub(self.head.len());
+        let mut cut = room.min(text.len());
+        while cut > 0 && !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (now, rest) = text.split_at(cut);
+        self.head.push_str(now);
+        let tail_budget = self.limit - head_budget;
+        for b in rest.bytes() {
+            if self.tail.len() == tail_budget {
+                self.tail.pop_front();
+                self.dropped += 1;
+            }
+            self.tail.push_back(b);
+        }
+        now.to_string()
+    }
+
+    /// Flushes the decoder; returns the closing text to stream (a drop note and the tail).
+    pub fn finish(&mut self) -> String {
+        let rest = self.decoder.finish();
+        let mut closing = self.accept(rest);
+        if !self.tail.is_empty() {
+            let bytes: Vec<u8> = self.tail.drain(..).collect();
+            // The tail may start inside a character; skip to a boundary.
+            let text = String::from_utf8_lossy(&bytes);
+            let text = text.trim_start_matches('\u{FFFD}');
+            if self.dropped > 0 {
+                closing.push_str(&format!("\n[... {} bytes dropped by the output limit ...]\n", self.dropped));
+            }
+            closing.push_str(text);
+            self.head.push_str(&closing);
+        }
+        closing
+    }
+
+    pub fn kept(&self) -> u64 {
+        self.head.len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_keeps_head_and_tail() {
+        let mut b = Budgeted::new(20);
+        let mut streamed = String::new();
+        for _ in 0..100 {
+            streamed.push_str(&b.push(b"0123456789"));
+        }
+        streamed.push_str(&b.finish());
+        assert!(b.head.starts_with("0123456789"));
+        assert!(b.head.ends_with("0123456789"));
+        assert_eq!(b.dropped, 1000 - 20);
+        assert!(b.head.contains("980 bytes dropped"));
+        assert_eq!(streamed, b.head);
+    }
+
+    #[test]
+    fn budget_under_limit_is_verbatim() {
+        let mut b = Budgeted::new(100);
+        assert_eq!(b.push(b"hello"), "hello");
+        assert_eq!(b.finish(), "");
+        assert_eq!(b.head, "hello");
+        assert_eq!(b.dropped, 0);
+    }
+}

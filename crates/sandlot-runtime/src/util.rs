@@ -1,0 +1,106 @@
+//! Small helpers: timestamps, ids, framing, UTF-8 stream decoding.
+
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// Now as RFC 3339 UTC with microseconds (fixed width, so text order is time order).
+pub fn now_rfc3339() -> String {
+    rfc3339(OffsetDateTime::now_utc())
+}
+
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.replace_nanosecond((t.nanosecond() / 1000) * 1000).unwrap_or(t);
+    let s = t.format(&Rfc3339).unwrap_or_default();
+    // Rfc3339 drops trailing zeros of the fraction; pad to 6 digits for a fixed width.
+    match s.find('.') {
+        Some(dot) => {
+            let (head, rest) = s.split_at(dot + 1);
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            let tail = &rest[digits.len()..];
+            format!("{head}{digits:0<6}{tail}")
+        }
+        None => s.replacen('Z', ".000000Z", 1),
+    }
+}
+
+pub fn new_id(prefix: &str) -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{}", &u[..20])
+}
+
+/// Decodes a byte stream as UTF-8 chunk by chunk: a character split across reads is carried
+/// over, invalid bytes become U+FFFD.
+#[derive(Default)]
+pub struct Utf8Stream {
+    carry: Vec<u8>,
+}
+
+impl Utf8Stream {
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.carry.extend_from_slice(bytes);
+        let cut = incomplete_tail(&self.carry);
+        let keep = self.carry.split_off(self.carry.len() - cut);
+        let text = String::from_utf8_lossy(&self.carry).into_owned();
+        self.carry = keep;
+        text
+    }
+
+    pub fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.carry).into_owned();
+        self.carry.clear();
+        text
+    }
+}
+
+/// Length of a trailing, possibly incomplete UTF-8 sequence (0..=3 bytes).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for back in 1..=3.min(b.len()) {
+        let c = b[b.len() - back];
+        if c & 0xC0 == 0x80 {
+            continue; // continuation byte: look further back
+        }
+        let need = if c >= 0xF0 { 4 } else if c >= 0xE0 { 3 } else if c >= 0xC0 { 2 } else { 1 };
+        return if need > back { back } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_split_across_chunks() {
+        let mut s = Utf8Stream::default();
+        let e = "é€😀".as_bytes();
+        let mut out = String::new();
+        for b in e {
+            out.push_str(&s.push(&[*b]));
+        }
+        out.push_str(&s.finish());
+        assert_eq!(out, "é€😀");
+    }
+
+    #[test]
+    fn invalid_bytes_become_replacement() {
+        let mut s = Utf8Stream::default();
+        let out = s.push(b"a\xff\xfeb") + &s.finish();
+        assert_eq!(out, "a\u{FFFD}\u{FFFD}b");
+    }
+
+    #[test]
+    fn timestamps_fixed_width() {
+        let a = now_rfc3339();
+        assert_eq!(a.len(), "2026-11-22T03:17:00.000000Z".len(), "{a}");
+    }
+}
+
+/// A short stable hex hash (FNV-1a 64) for names derived from content.
+pub fn short_hash(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")[..12].to_string()
+}

@@ -1,0 +1,138 @@
+"""The zygote: one per template. It imports the template's modules and runs its setup once,
+then forks a sandbox per request. Each child enters its jail through sandlot's Rust library
+(``sandlot_child_enter``) and becomes the sandbox's driver.
+
+Runs confined (see ARCHITECTURE.md): an unprivileged uid, no capabilities, a read-only base root.
+Speaks to the server over the SOCK_SEQPACKET socket at fd 3: one JSON object per message, the
+sandbox's fds attached to ``spawn`` with SCM_RIGHTS.
+"""
+
+import array
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+ZYGOTE_FD = 3
+MAX_MSG = 1 << 20
+
+
+def _send(sock, obj):
+    sock.send(json.dumps(obj).encode())
+
+
+def _recv(sock):
+    fds = array.array("i")
+    msg, anc, _flags, _addr = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(8 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return (json.loads(msg) if msg else None), list(fds)
+
+
+def _native_threads():
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _load_template(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _prepare(template, lib):
+    if lib.sandlot_prepare() != 0:
+        raise RuntimeError("building the seccomp filter failed")
+    started = time.monotonic()
+    for name in template.get("imports", []):
+        __import__(name)
+    from sandlot_runtime import driver
+
+    driver.prepare(template.get("setup") or None)
+    return time.monotonic() - started
+
+
+def _spawn(sock, lib, msg, fds):
+    sandbox_id = msg.get("id", "")
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"op": "error", "id": sandbox_id, "message": f"expected 3 fds, got {len(fds)}"})
+        return
+    threads = _native_threads()
+    if threads != 1:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"op": "error", "id": sandbox_id,
+                     "message": f"zygote has {threads} threads; it must be single-threaded to fork"})
+        return
+    jail = json.dumps(msg["jail"]).encode()
+    env = msg.get("env", {})
+    pid = os.fork()
+    if pid == 0:
+        _child(lib, jail, env, fds)
+    for fd in fds:
+        os.close(fd)
+    _send(sock, {"op": "spawned", "id": sandbox_id, "pid": pid})
+
+
+def _child(lib, jail, env, fds):
+    try:
+        rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2])
+        if rc != 0:
+            os._exit(111)
+        # Only the confined driver gets here; fds 0-3 are in place, everything else is closed.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        from sandlot_runtime import driver
+
+        driver.main(3)
+    except BaseException as exc:  # never fall back into the zygote's loop
+        try:
+            os.write(2, f"sandlot: driver failed: {exc!r}\n".encode())
+        finally:
+            os._exit(112)
+    os._exit(0)
+
+
+def main():
+    template = _load_template(sys.argv[1])
+    lib = ctypes.CDLL(sys.argv[2])
+    lib.sandlot_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.sandlot_child_enter.restype = ctypes.c_int
+    sock = socket.socket(fileno=ZYGOTE_FD)
+    try:
+        elapsed = _prepare(template, lib)
+    except BaseException as exc:
+        import traceback
+
+        _send(sock, {"op": "failed", "message": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-8000:]})
+        return 1
+    # Children are reaped automatically; sandboxes reset this before running code.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _send(sock, {"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+                 "prepare_seconds": elapsed, "threads": _native_threads()})
+    while True:
+        msg, fds = _recv(sock)
+        if msg is None:
+            return 0
+        if msg.get("op") == "spawn":
+            _spawn(sock, lib, msg, fds)
+        elif msg.get("op") == "ping":
+            _send(sock, {"op": "pong", "threads": _native_threads()})
+        else:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"op": "error", "message": f"unknown op {msg.get('op')!r}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
