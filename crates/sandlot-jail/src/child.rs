@@ -18,6 +18,19 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{signal, SigHandler, Signal};
 use nix::unistd::{fork, setresgid, setresuid, sethostname, setsid, ForkResult, Gid, Uid};
 use std::os::fd::RawFd;
+use std::sync::OnceLock;
+
+/// The seccomp program, built once in the zygote (`sandlot_prepare`) and inherited by every
+/// forked child, so children only install it.
+pub static SECCOMP_PROGRAM: OnceLock<seccompiler::BpfProgram> = OnceLock::new();
+
+fn install_seccomp() -> Result<(), JailError> {
+    match SECCOMP_PROGRAM.get() {
+        Some(p) => crate::seccomp::install_program(p)?,
+        None => crate::seccomp::install()?,
+    }
+    Ok(())
+}
 
 /// The control stream's fd in the sandbox.
 pub const CTRL_FD: RawFd = 3;
@@ -82,6 +95,14 @@ pub fn enter(cfg: &JailConfig, ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Res
     // SAFETY: still single-threaded.
     match unsafe { fork() }.step("fork driver")? {
         ForkResult::Parent { child } => {
+            // Only the driver holds the control stream and the output pipes, so the server
+            // sees them close when the driver dies.
+            // SAFETY: closing fds this process no longer uses; 0-2 get /dev/null.
+            unsafe {
+                libc::close(CTRL_FD);
+                libc::dup2(0, 1);
+                libc::dup2(0, 2);
+            }
             let status = init_confine(cfg).map_or(112, |()| reap_until(child));
             // SAFETY: _exit is the correct way to leave a forked init.
             unsafe { libc::_exit(status) }
@@ -89,8 +110,12 @@ pub fn enter(cfg: &JailConfig, ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Res
         ForkResult::Child => {}
     }
     // P2: the driver.
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: prctl and fcntl with integer arguments only. The control stream must not leak
+    // into the processes user code starts.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        libc::fcntl(CTRL_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
     driver_confine(cfg)?;
     Ok(Role::Driver)
 }
@@ -168,7 +193,7 @@ fn init_confine(cfg: &JailConfig) -> Result<(), JailError> {
     crate::caps::drop_all()?;
     crate::caps::set_no_new_privs()?;
     if cfg.seccomp {
-        crate::seccomp::install()?;
+        install_seccomp()?;
     }
     Ok(())
 }
@@ -209,7 +234,7 @@ fn driver_confine(cfg: &JailConfig) -> Result<(), JailError> {
     crate::caps::drop_all()?;
     crate::caps::set_no_new_privs()?;
     if cfg.seccomp {
-        crate::seccomp::install()?;
+        install_seccomp()?;
     }
     Ok(())
 }

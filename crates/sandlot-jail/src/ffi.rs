@@ -38,7 +38,10 @@ pub unsafe extern "C" fn sandlot_child_enter(
 #[no_mangle]
 pub extern "C" fn sandlot_prepare() -> c_int {
     match crate::seccomp::build_program() {
-        Ok(_) => 0,
+        Ok(p) => {
+            let _ = child::SECCOMP_PROGRAM.set(p);
+            0
+        }
         Err(_) => -1,
     }
 }

@@ -122,8 +122,8 @@ pub fn start_pump(
     stdout: OwnedFd,
     stderr: OwnedFd,
 ) -> std::io::Result<mpsc::Receiver<Pumped>> {
-    let out = pipe::Receiver::from_owned_fd(stdout)?;
-    let err = pipe::Receiver::from_owned_fd(stderr)?;
+    let mut out = pipe::Receiver::from_owned_fd(stdout)?;
+    let mut err = pipe::Receiver::from_owned_fd(stderr)?;
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let mut obuf = vec![0u8; 64 << 10];

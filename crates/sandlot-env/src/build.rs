@@ -1,0 +1,729 @@
+//! `ensure`: the fast path, the lock, and the four stages of a build.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::RawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::EnvError;
+use crate::lock::FileLock;
+use crate::progress::{parse_pip_line, plural, PipEvent, Progress, Reporter, Stage, STAGES};
+use crate::python::{self, BaseInfo};
+use crate::spec::{self, EnvSpec};
+
+/// The marker a finished environment has; written last.
+pub const MARKER_FILE: &str = ".sandlot-ready";
+
+/// The description of a finished environment, in its root.
+pub const DESCRIPTION_FILE: &str = "sandlot-env.json";
+
+/// Version of the marker and description layout.
+const FORMAT: u32 = 1;
+
+/// How many lines of pip's output a [`EnvError::PipFailed`] carries.
+const TAIL_LINES: usize = 20;
+
+/// A provisioned environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonEnv {
+    /// `<envs_dir>/<spec_hash>`.
+    pub root: PathBuf,
+    /// `<root>/bin/python`.
+    pub python: PathBuf,
+    /// The interpreter version, e.g. `3.11.2`.
+    pub version: String,
+    /// `sys.base_prefix` of the venv, e.g. `/usr`: the stdlib sandboxes must also see.
+    pub base_prefix: PathBuf,
+    /// The venv's site-packages.
+    pub site_packages: PathBuf,
+    /// The content hash of the spec (the directory name).
+    pub spec_hash: String,
+}
+
+/// `.sandlot-ready`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    format: u32,
+    spec_hash: String,
+    spec: EnvSpec,
+    python_version: String,
+    /// Every installed distribution and its version.
+    versions: BTreeMap<String, String>,
+    created_at: String,
+}
+
+/// `sandlot-env.json`.
+#[derive(Debug, Serialize)]
+struct Description<'a> {
+    format: u32,
+    #[serde(flatten)]
+    env: &'a PythonEnv,
+    base_python: &'a Path,
+    base_python_resolved: &'a Path,
+    implementation: &'a str,
+    requested: &'a [String],
+    installed: &'a BTreeMap<String, String>,
+    created_at: &'a str,
+    build_seconds: f64,
+    builder: String,
+}
+
+/// The verifier's answer.
+#[derive(Debug, Deserialize)]
+struct VerifyReport {
+    failures: Vec<String>,
+    versions: BTreeMap<String, String>,
+}
+
+/// What `sys` says inside the venv.
+#[derive(Debug, Deserialize)]
+struct Inspection {
+    version: String,
+    prefix: PathBuf,
+    base_prefix: PathBuf,
+    site_packages: PathBuf,
+}
+
+/// Why the fast path did not apply.
+enum NotReady {
+    /// No marker: never built, or a build died half-way.
+    Missing,
+    /// A marker, but the env does not work (or the marker is for something else): rebuild.
+    Broken(String),
+    /// Cannot tell right now (the marker cannot be read, python cannot be started for lack of
+    /// resources): fail rather than wipe an env that may be fine.
+    Unavailable(EnvError),
+}
+
+/// Ensures an environment for `spec` exists under `envs_dir/<hash>` and returns it.
+///
+/// Fast path (marker present, python runs): a few tens of milliseconds, no lock. Otherwise takes
+/// an exclusive flock on `envs_dir/<hash>.lock` (a concurrent caller waits, then sees the finished
+/// env), wipes any half-built directory, and builds: create venv, install packages, verify
+/// (import each one), write `sandlot-env.json` and then the `.sandlot-ready` marker.
+pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<PythonEnv, EnvError> {
+    spec.validate()?;
+    // Children run in other directories, and the paths handed back must stay valid.
+    let envs_dir = &std::path::absolute(envs_dir).map_err(|source| EnvError::ResolveDir {
+        path: envs_dir.to_path_buf(),
+        source,
+    })?;
+    let base = python::probe_base(&spec.base_python)?;
+    let hash = spec::hash_parts(&base.identity(), &spec.packages);
+    let root = envs_dir.join(&hash);
+    match ready_env(&root, &hash) {
+        Ok(env) => return Ok(env),
+        Err(NotReady::Unavailable(e)) => return Err(e),
+        Err(NotReady::Missing | NotReady::Broken(_)) => {}
+    }
+
+    create_envs_dir(envs_dir)?;
+    let mut reporter = Reporter::new(progress, spec.packages.len());
+    let lock_path = envs_dir.join(format!("{hash}.lock"));
+    let lock = FileLock::exclusive(&lock_path, || {
+        reporter.note(&format!(
+            "waiting for another process building {} (lock {})",
+            root.display(),
+            lock_path.display()
+        ));
+    })?;
+    match ready_env(&root, &hash) {
+        Ok(env) => {
+            reporter.clear();
+            return Ok(env);
+        }
+        Err(NotReady::Broken(why)) => {
+            reporter.note(&format!("rebuilding {}: {why}", root.display()));
+        }
+        Err(NotReady::Unavailable(e)) => {
+            reporter.clear();
+            return Err(e);
+        }
+        Err(NotReady::Missing) => {}
+    }
+    python::check_venv(&spec.base_python)?;
+
+    let build = Build {
+        envs_dir,
+        root: &root,
+        hash: &hash,
+        spec,
+        base: &base,
+        lock_fd: lock.raw_fd(),
+    };
+    match build.run(&mut reporter) {
+        Ok(env) => {
+            reporter.finish(&format!("environment ready at {}", env.root.display()));
+            Ok(env)
+        }
+        Err(e) => {
+            reporter.fail();
+            Err(e)
+        }
+    }
+}
+
+/// The fast path: the marker matches and the venv's python runs.
+fn ready_env(root: &Path, hash: &str) -> Result<PythonEnv, NotReady> {
+    let marker_path = root.join(MARKER_FILE);
+    let bytes = match fs::read(&marker_path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotReady::Missing),
+        Err(source) => {
+            return Err(NotReady::Unavailable(EnvError::ReadMarker {
+                path: marker_path,
+                source,
+            }))
+        }
+    };
+    let marker: Marker = serde_json::from_slice(&bytes)
+        .map_err(|e| NotReady::Broken(format!("unreadable marker: {e}")))?;
+    if marker.format != FORMAT || marker.spec_hash != hash {
+        return Err(NotReady::Broken(format!(
+            "marker is for {} (format {})",
+            marker.spec_hash, marker.format
+        )));
+    }
+    inspect(root, hash).map_err(|e| match e {
+        // The interpreter could not be started for a reason that says nothing about the env
+        // (out of processes or memory under load): do not wipe an env sandboxes may be using.
+        EnvError::InspectSpawn { ref source, .. }
+            if !matches!(
+                source.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            NotReady::Unavailable(e)
+        }
+        other => NotReady::Broken(other.to_string()),
+    })
+}
+
+/// Asks the venv's python where it is.
+fn inspect(root: &Path, hash: &str) -> Result<PythonEnv, EnvError> {
+    let python = root.join("bin").join("python");
+    let inspect_err = |detail: String| EnvError::Inspect {
+        python: python.clone(),
+        detail,
+    };
+    let output = python::command(&python)
+        .args(["-I", "-c", python::INSPECT_SCRIPT])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| EnvError::InspectSpawn {
+            python: python.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(inspect_err(format!(
+            "{}: {}",
+            output.status,
+            python::last_lines(&python::combined(&output), 5)
+        )));
+    }
+    let info: Inspection = serde_json::from_slice(&output.stdout)
+        .map_err(|e| inspect_err(format!("unexpected output ({e})")))?;
+    let same_root = match (fs::canonicalize(&info.prefix), fs::canonicalize(root)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same_root {
+        return Err(inspect_err(format!(
+            "sys.prefix is {}, not the environment",
+            info.prefix.display()
+        )));
+    }
+    Ok(PythonEnv {
+        root: root.to_path_buf(),
+        python,
+        version: info.version,
+        base_prefix: info.base_prefix,
+        site_packages: info.site_packages,
+        spec_hash: hash.to_string(),
+    })
+}
+
+/// Creates the envs dir world-readable if it is missing (an existing one is left as it is).
+fn create_envs_dir(envs_dir: &Path) -> Result<(), EnvError> {
+    if envs_dir.is_dir() {
+        return Ok(());
+    }
+    let create_err = |source| EnvError::CreateDir {
+        path: envs_dir.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(envs_dir).map_err(create_err)?;
+    fs::set_permissions(envs_dir, fs::Permissions::from_mode(0o755)).map_err(create_err)
+}
+
+/// One build, under the lock.
+struct Build<'a> {
+    envs_dir: &'a Path,
+    root: &'a Path,
+    hash: &'a str,
+    spec: &'a EnvSpec,
+    base: &'a BaseInfo,
+    /// Passed to the children (see [`python::hold_lock_in_child`]).
+    lock_fd: RawFd,
+}
+
+impl Build<'_> {
+    fn run(&self, reporter: &mut Reporter) -> Result<PythonEnv, EnvError> {
+        let started = Instant::now();
+        let created_at = now_rfc3339();
+        let mut log = BuildLog::open(&self.envs_dir.join(format!("{}.log", self.hash)))?;
+        log.line(&format!(
+            "=== build {} started {created_at} (pid {}) base {} packages {}",
+            self.hash,
+            std::process::id(),
+            self.base.identity(),
+            self.spec.packages.join(" ")
+        ));
+
+        if fs::symlink_metadata(self.root).is_ok() {
+            log.line(&format!("removing half-built {}", self.root.display()));
+            fs::remove_dir_all(self.root).map_err(|source| EnvError::RemoveStale {
+                path: self.root.to_path_buf(),
+                source,
+            })?;
+        }
+
+        enter(
+            reporter,
+            &mut log,
+            Stage::CreateVenv,
+            &self.root.display().to_string(),
+        );
+        self.create_venv(&mut log)?;
+
+        enter(
+            reporter,
+            &mut log,
+            Stage::Install,
+            &plural(self.spec.packages.len(), "requested package"),
+        );
+        self.install(&mut log, reporter)?;
+
+        enter(
+            reporter,
+            &mut log,
+            Stage::Verify,
+            &format!(
+                "importing {}",
+                plural(self.spec.packages.len(), "requested package")
+            ),
+        );
+        let versions = self.verify(&mut log)?;
+
+        enter(reporter, &mut log, Stage::Marker, MARKER_FILE);
+        let env = inspect(self.root, self.hash)?;
+        let build_seconds = started.elapsed().as_secs_f64();
+        let description = Description {
+            format: FORMAT,
+            env: &env,
+            base_python: &self.spec.base_python,
+            base_python_resolved: &self.base.executable,
+            implementation: &self.base.implementation,
+            requested: &self.spec.packages,
+            installed: &versions,
+            created_at: &created_at,
+            build_seconds,
+            builder: format!("sandlot-env {}", env!("CARGO_PKG_VERSION")),
+        };
+        let description_path = self.root.join(DESCRIPTION_FILE);
+        write_json_atomic(&description_path, &description).map_err(|source| {
+            EnvError::WriteDescription {
+                path: description_path.clone(),
+                source,
+            }
+        })?;
+        let marker = Marker {
+            format: FORMAT,
+            spec_hash: self.hash.to_string(),
+            spec: self.spec.clone(),
+            python_version: env.version.clone(),
+            versions,
+            created_at,
+        };
+        let marker_path = self.root.join(MARKER_FILE);
+        write_json_atomic(&marker_path, &marker).map_err(|source| EnvError::WriteMarker {
+            path: marker_path.clone(),
+            source,
+        })?;
+        log.line(&format!(
+            "=== build {} ready in {build_seconds:.1}s",
+            self.hash
+        ));
+        Ok(env)
+    }
+
+    fn create_venv(&self, log: &mut BuildLog) -> Result<(), EnvError> {
+        let mut cmd = python::command(&self.spec.base_python);
+        cmd.arg("-m")
+            .arg("venv")
+            .arg(self.root)
+            .current_dir(self.envs_dir)
+            .stdin(Stdio::null());
+        python::hold_lock_in_child(&mut cmd, self.lock_fd);
+        let command = python::describe(&cmd);
+        log.line(&format!("$ {command}"));
+        let output = cmd.output().map_err(|source| EnvError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+        let text = python::combined(&output);
+        log.text(&text);
+        if !output.status.success() {
+            return Err(EnvError::CreateVenv {
+                command,
+                status: output.status.to_string(),
+                output: python::last_lines(&text, TAIL_LINES),
+            });
+        }
+        Ok(())
+    }
+
+    fn install(&self, log: &mut BuildLog, reporter: &mut Reporter) -> Result<(), EnvError> {
+        let mut cmd = python::command(self.root.join("bin").join("python"));
+        cmd.args([
+            "-m",
+            "pip",
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--only-binary",
+            ":all:",
+            "--progress-bar",
+            "off",
+            // Sandboxes see the env read-only: compile the bytecode now.
+            "--compile",
+        ])
+        .args(&self.spec.packages)
+        .env("PYTHONUNBUFFERED", "1")
+        .current_dir(self.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        python::hold_lock_in_child(&mut cmd, self.lock_fd);
+        let command = python::describe(&cmd);
+        log.line(&format!("$ {command}"));
+        let spawn_err = |source| EnvError::Spawn {
+            command: command.clone(),
+            source,
+        };
+        let installs = InstallCounter::start(self.root);
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+
+        let (tx, rx) = mpsc::channel::<String>();
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|stream| {
+            let tx = tx.clone();
+            std::thread::spawn(move || forward_lines(stream, &tx))
+        })
+        .collect();
+        drop(tx);
+
+        let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+        let mut errors: Vec<String> = Vec::new();
+        let mut not_found: Option<String> = None;
+        // pip prints nothing while it installs package after package: count their dist-infos.
+        loop {
+            let line = match rx.recv_timeout(INSTALL_POLL) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if reporter.installing() {
+                        reporter.install_progress(installs.count());
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            log.line(&line);
+            reporter.pip_line(&line);
+            if let Some(PipEvent::Error { message }) = parse_pip_line(&line) {
+                if let Some(req) = message.strip_prefix("No matching distribution found for ") {
+                    not_found.get_or_insert_with(|| req.trim().to_string());
+                }
+                errors.push(message);
+            }
+            if !line.trim().is_empty() {
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        }
+        for reader in readers {
+            let _ = reader.join();
+        }
+        let status = child.wait().map_err(spawn_err)?;
+        if status.success() {
+            return Ok(());
+        }
+        if let Some(package) = not_found {
+            let mut message = errors
+                .iter()
+                .map(|e| shorten(e, 300))
+                .collect::<Vec<_>>()
+                .join("\n");
+            message.push_str("\n(only binary wheels are accepted: pip runs with --only-binary :all:, with your pip configuration and index)");
+            return Err(EnvError::PackageNotFound { package, message });
+        }
+        Err(EnvError::PipFailed {
+            command,
+            status: status.to_string(),
+            tail: Vec::from(tail).join("\n"),
+        })
+    }
+
+    fn verify(&self, log: &mut BuildLog) -> Result<BTreeMap<String, String>, EnvError> {
+        let python = self.root.join("bin").join("python");
+        let mut cmd = python::command(&python);
+        cmd.args(["-I", "-c", python::VERIFY_SCRIPT])
+            .args(&self.spec.packages)
+            .env("MPLBACKEND", "Agg")
+            .current_dir(self.root)
+            .stdin(Stdio::null());
+        python::hold_lock_in_child(&mut cmd, self.lock_fd);
+        log.line(&format!(
+            "$ {python} -I -c <verify> {}",
+            self.spec.packages.join(" "),
+            python = python.display()
+        ));
+        let verify_err = |detail: String| EnvError::Verify {
+            python: python.clone(),
+            detail,
+        };
+        let output = cmd
+            .output()
+            .map_err(|e| verify_err(format!("cannot run it: {e}")))?;
+        let text = python::combined(&output);
+        log.text(&text);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let report = stdout
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(python::VERIFY_SENTINEL))
+            .and_then(|json| serde_json::from_str::<VerifyReport>(json).ok());
+        match report {
+            Some(report) if output.status.success() && report.failures.is_empty() => {
+                Ok(report.versions)
+            }
+            Some(report) if !report.failures.is_empty() => {
+                Err(verify_err(report.failures.join("; ")))
+            }
+            _ => Err(verify_err(format!(
+                "{}: {}",
+                output.status,
+                python::last_lines(&text, TAIL_LINES)
+            ))),
+        }
+    }
+}
+
+/// How often the install phase counts installed packages.
+const INSTALL_POLL: Duration = Duration::from_millis(250);
+
+/// Counts the `*.dist-info` directories pip has written so far, less the ones the venv came
+/// with (pip, setuptools).
+struct InstallCounter {
+    site_packages: Option<PathBuf>,
+    baseline: usize,
+}
+
+impl InstallCounter {
+    /// Takes the baseline: call before pip starts.
+    fn start(root: &Path) -> InstallCounter {
+        let site_packages = fs::read_dir(root.join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("site-packages"))
+            .find(|p| p.is_dir());
+        let mut counter = InstallCounter {
+            site_packages,
+            baseline: 0,
+        };
+        counter.baseline = counter.dist_infos();
+        counter
+    }
+
+    /// Packages installed since [`InstallCounter::start`].
+    fn count(&self) -> usize {
+        self.dist_infos().saturating_sub(self.baseline)
+    }
+
+    fn dist_infos(&self) -> usize {
+        let Some(dir) = &self.site_packages else {
+            return 0;
+        };
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".dist-info"))
+            .count()
+    }
+}
+
+/// Enters a stage on the reporter and in the log (with the time since the build started).
+fn enter(reporter: &mut Reporter, log: &mut BuildLog, stage: Stage, detail: &str) {
+    reporter.stage(stage, detail);
+    log.line(&format!(
+        "--- [{}/{STAGES}] {} (+{:.1}s) {detail}",
+        stage as u64,
+        stage.label(),
+        log.opened.elapsed().as_secs_f64()
+    ));
+}
+
+/// Sends each line of `stream` (lossily decoded, without the newline) to `tx`.
+fn forward_lines(stream: Box<dyn Read + Send>, tx: &mpsc::Sender<String>) {
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end_matches(['\n', '\r']);
+                if tx.send(line.to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `<envs_dir>/<hash>.log`: every build's commands and output, appended. Writes after opening
+/// are best effort: a full disk shows up in the build itself.
+struct BuildLog {
+    file: File,
+    opened: Instant,
+}
+
+impl BuildLog {
+    fn open(path: &Path) -> Result<BuildLog, EnvError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o644)
+            .open(path)
+            .map_err(|source| EnvError::BuildLog {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(BuildLog {
+            file,
+            opened: Instant::now(),
+        })
+    }
+
+    fn line(&mut self, line: &str) {
+        let _ = writeln!(self.file, "{line}");
+    }
+
+    fn text(&mut self, text: &str) {
+        if !text.is_empty() {
+            let _ = self.file.write_all(text.as_bytes());
+            if !text.ends_with('\n') {
+                let _ = self.file.write_all(b"\n");
+            }
+        }
+    }
+}
+
+/// Writes JSON to a temporary file beside `path`, mode 0644 whatever the umask, then renames it
+/// into place, so readers see the whole file or none.
+fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    file.write_all(&bytes)?;
+    file.set_permissions(fs::Permissions::from_mode(0o644))?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(max).collect();
+        out.push('…');
+        out
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_json_is_world_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        write_json_atomic(&path, &serde_json::json!({"a": 1})).unwrap();
+        let meta = fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["a"], 1);
+        assert!(!dir.path().join(".x.json.tmp").exists());
+    }
+
+    #[test]
+    fn missing_marker_is_not_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            ready_env(&dir.path().join("nope"), "abc"),
+            Err(NotReady::Missing)
+        ));
+        fs::write(dir.path().join(MARKER_FILE), b"{not json").unwrap();
+        assert!(matches!(
+            ready_env(dir.path(), "abc"),
+            Err(NotReady::Broken(_))
+        ));
+    }
+
+    #[test]
+    fn shorten_cuts_long_messages() {
+        assert_eq!(shorten("abc", 5), "abc");
+        assert_eq!(shorten("abcdef", 3), "abc…");
+    }
+}

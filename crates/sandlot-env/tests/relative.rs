@@ -1,0 +1,29 @@
+//! A relative envs dir: its own test binary, since it changes the process's current directory.
+
+use std::path::Path;
+
+use sandlot_env::{ensure, find_base_python, EnvSpec, Progress};
+
+fn tiny_spec() -> EnvSpec {
+    EnvSpec {
+        base_python: find_base_python().expect("a base python (apt-get install python3-venv)"),
+        packages: vec!["six==1.16.0".to_string()],
+    }
+}
+
+#[test]
+fn relative_envs_dir_gives_absolute_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_current_dir(dir.path()).unwrap();
+    let env = ensure(Path::new("envs"), &tiny_spec(), Progress::Quiet).expect("builds");
+    assert!(env.root.is_absolute(), "{}", env.root.display());
+    assert_eq!(
+        env.root.canonicalize().unwrap(),
+        dir.path()
+            .join("envs")
+            .join(&env.spec_hash)
+            .canonicalize()
+            .unwrap()
+    );
+    assert!(env.python.exists());
+}
