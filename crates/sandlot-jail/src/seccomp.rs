@@ -1,1 +1,963 @@
-//! Placeholder: being written.
+//! Seccomp allowlist: the last layer applied before user code runs.
+//!
+//! The policy is data: `seccomp_policy.json` (embedded with `include_str!`) lists every allowed
+//! syscall with a one-line reason, the few syscalls that answer a specific errno instead of the
+//! default (`errno_rules`), and the dangerous syscalls that are refused on purpose (`denied`, for
+//! documentation and tests). Everything not allowed fails with `EPERM`.
+//!
+//! Special answers:
+//! - `clone3` fails with `ENOSYS`: seccomp cannot read its flags (they are in memory), and glibc
+//!   falls back to `clone`, whose flags argument the filter checks.
+//! - `clone` is allowed only without any `CLONE_NEW*` flag; otherwise `EPERM`.
+//! - `socket` is allowed for `AF_UNIX`, `AF_INET`, `AF_INET6`; every other family (netlink,
+//!   packet, vsock, alg, ...) fails with `EAFNOSUPPORT`, the answer of a kernel built without that
+//!   family, so libraries take their usual fallback paths. `socketpair` likewise, `AF_UNIX` only.
+//! - `ioctl` is allowed except `TIOCSTI`, `TIOCLINUX` and `TIOCSETD` (`EPERM`).
+//! - `personality` is allowed only for `PER_LINUX` (0) and the query `0xffffffff`.
+//! - `mknod`/`mknodat` are allowed only for FIFOs (`mkfifo`); device nodes get `EPERM`.
+//!
+//! The BPF program is compiled with seccompiler. seccompiler gives one filter a single
+//! "match" and a single "mismatch" action, so the program is a chain: one small sub-filter per
+//! special errno (whose "mismatch" returns are rewritten into jumps to the next sub-filter), then
+//! the allowlist proper (match: allow, mismatch: `EPERM`). Every sub-filter starts with
+//! seccompiler's architecture check, which kills the process on a foreign ABI (e.g. i386
+//! `int 0x80`); x32 syscall numbers (bit 30 set) match no rule and fail with `EPERM`.
+//!
+//! Everything here may run in a freshly forked child of a single-threaded zygote and is called
+//! from a C-ABI entry point: no panics, no threads. [`install_program`] does not allocate, so a
+//! parent can [`build_program`] once and install the result in many children.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use seccompiler::{
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+use serde::Deserialize;
+
+/// The policy, as shipped.
+pub const POLICY_JSON: &str = include_str!("seccomp_policy.json");
+
+/// Largest BPF program the kernel accepts (`BPF_MAXINSNS`).
+pub const MAX_PROGRAM_LEN: usize = 4096;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The embedded policy is not valid JSON for [`Policy`].
+    #[error("the embedded seccomp policy cannot be parsed")]
+    ParsePolicy(#[source] serde_json::Error),
+    /// This CPU architecture has no syscall table here.
+    #[error("seccomp filters are not supported on this architecture")]
+    UnsupportedArch,
+    /// A syscall named by the policy has no number on this architecture.
+    #[error("syscall {name:?} of the seccomp policy is unknown on this architecture")]
+    ResolveSyscall { name: String },
+    /// A symbolic argument value of the policy is unknown.
+    #[error("value {symbol:?} in the seccomp rule for {syscall:?} is unknown")]
+    ResolveValue { syscall: String, symbol: String },
+    /// An errno name of the policy is unknown.
+    #[error("errno {errno:?} in the seccomp policy is unknown")]
+    ResolveErrno { errno: String },
+    /// A syscall is both allowed (or given an errno rule) and listed as denied.
+    #[error("syscall {name:?} is both allowed and denied by the seccomp policy")]
+    Conflict { name: String },
+    /// A syscall has an unconditional entry and a conditional one: the conditions would be moot.
+    #[error("syscall {name:?} has both an unconditional and a conditional seccomp rule")]
+    MixedRules { name: String },
+    /// seccompiler refused an argument condition.
+    #[error("invalid argument condition in the seccomp rule for {syscall:?}")]
+    BuildCondition {
+        syscall: String,
+        #[source]
+        source: BackendError,
+    },
+    /// seccompiler refused a rule.
+    #[error("invalid seccomp rule for {syscall:?}")]
+    BuildRule {
+        syscall: String,
+        #[source]
+        source: BackendError,
+    },
+    /// seccompiler refused a filter.
+    #[error("invalid seccomp filter")]
+    BuildFilter(#[source] BackendError),
+    /// seccompiler could not compile a filter to BPF.
+    #[error("cannot compile the seccomp filter to BPF")]
+    CompileFilter(#[source] BackendError),
+    /// The compiled program is larger than the kernel accepts.
+    #[error(
+        "seccomp program has {len} instructions, more than the kernel's limit of {MAX_PROGRAM_LEN}"
+    )]
+    ProgramTooLarge { len: usize },
+    /// An empty program was given to [`install_program`].
+    #[error("refusing to install an empty seccomp program")]
+    EmptyProgram,
+    /// `PR_SET_NO_NEW_PRIVS` (required for an unprivileged filter) failed.
+    #[error("cannot set no_new_privs before installing the seccomp filter")]
+    SetNoNewPrivs(#[source] crate::caps::CapsError),
+    /// The `seccomp(SECCOMP_SET_MODE_FILTER)` call failed.
+    #[error("seccomp(SECCOMP_SET_MODE_FILTER) failed")]
+    LoadFilter(#[source] std::io::Error),
+}
+
+/// The parsed policy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// What the policy is and how to read it.
+    pub description: String,
+    /// The errno every syscall not allowed fails with (`EPERM`).
+    pub default_errno: String,
+    /// Syscalls (or syscall/argument combinations) that fail with a specific errno; checked
+    /// before the allowlist.
+    pub errno_rules: Vec<ErrnoRule>,
+    /// The allowlist. Several entries for one syscall are alternatives (OR).
+    pub allowed: Vec<AllowedSyscall>,
+    /// Dangerous syscalls refused on purpose (not in `allowed`), with the reason.
+    pub denied: Vec<DeniedSyscall>,
+}
+
+/// One allowlist entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowedSyscall {
+    /// The syscall's name, as in the kernel's syscall table.
+    pub syscall: String,
+    /// Only on these architectures (`x86_64`, `aarch64`); all when absent.
+    #[serde(default)]
+    pub arches: Option<Vec<String>>,
+    /// Conditions that must all hold (AND); none means the syscall is always allowed.
+    #[serde(default)]
+    pub args: Vec<ArgCondition>,
+    /// Why the sandbox needs it.
+    pub reason: String,
+}
+
+/// A syscall (with optional argument conditions) that answers a specific errno.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrnoRule {
+    /// The syscall's name.
+    pub syscall: String,
+    /// The errno's name, e.g. `ENOSYS`.
+    pub errno: String,
+    /// Only on these architectures; all when absent.
+    #[serde(default)]
+    pub arches: Option<Vec<String>>,
+    /// Conditions that must all hold for the errno to be returned.
+    #[serde(default)]
+    pub args: Vec<ArgCondition>,
+    /// Why.
+    pub reason: String,
+}
+
+/// A dangerous syscall that is refused on purpose.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeniedSyscall {
+    /// The syscall's name.
+    pub syscall: String,
+    /// Only exists on these architectures; all when absent.
+    #[serde(default)]
+    pub arches: Option<Vec<String>>,
+    /// Why it is refused.
+    pub reason: String,
+}
+
+/// A condition on one syscall argument.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgCondition {
+    /// Argument index, 0 to 5.
+    pub index: u8,
+    /// `dword` compares the low 32 bits, `qword` all 64.
+    #[serde(rename = "type")]
+    pub width: ArgWidth,
+    /// The comparison.
+    pub op: ArgOp,
+    /// The value compared with (after masking, for `masked_eq`).
+    pub val: ArgValue,
+    /// The mask of `masked_eq`.
+    #[serde(default)]
+    pub mask: Option<ArgValue>,
+    /// Free text.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// Width of a compared argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArgWidth {
+    /// Low 32 bits.
+    Dword,
+    /// All 64 bits.
+    Qword,
+}
+
+/// Comparison operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgOp {
+    /// `arg == val`
+    Eq,
+    /// `arg != val`
+    Ne,
+    /// `arg < val`
+    Lt,
+    /// `arg <= val`
+    Le,
+    /// `arg > val`
+    Gt,
+    /// `arg >= val`
+    Ge,
+    /// `arg & mask == val`
+    MaskedEq,
+}
+
+/// A number, or symbolic names joined by `|` (e.g. `"CLONE_NEWNS|CLONE_NEWUSER"`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ArgValue {
+    /// A literal.
+    Number(u64),
+    /// Names from [`symbol_value`], OR'ed.
+    Symbol(String),
+}
+
+impl ArgValue {
+    /// The numeric value, or the first unknown symbol.
+    pub fn resolve(&self) -> Result<u64, String> {
+        match self {
+            ArgValue::Number(n) => Ok(*n),
+            ArgValue::Symbol(s) => {
+                let mut acc = 0u64;
+                for part in s.split('|') {
+                    let part = part.trim();
+                    match symbol_value(part) {
+                        Some(v) => acc |= v,
+                        None => return Err(part.to_owned()),
+                    }
+                }
+                Ok(acc)
+            }
+        }
+    }
+}
+
+fn applies_here(arches: &Option<Vec<String>>) -> bool {
+    match arches {
+        None => true,
+        Some(list) => list.iter().any(|a| a == std::env::consts::ARCH),
+    }
+}
+
+impl AllowedSyscall {
+    /// Whether the entry applies on the architecture this was compiled for.
+    pub fn applies_here(&self) -> bool {
+        applies_here(&self.arches)
+    }
+}
+
+impl ErrnoRule {
+    /// Whether the rule applies on the architecture this was compiled for.
+    pub fn applies_here(&self) -> bool {
+        applies_here(&self.arches)
+    }
+}
+
+impl DeniedSyscall {
+    /// Whether the syscall exists on the architecture this was compiled for.
+    pub fn applies_here(&self) -> bool {
+        applies_here(&self.arches)
+    }
+}
+
+static POLICY: OnceLock<Option<Policy>> = OnceLock::new();
+static EMPTY_POLICY: OnceLock<Policy> = OnceLock::new();
+
+fn parse_policy() -> Result<Policy, serde_json::Error> {
+    serde_json::from_str(POLICY_JSON)
+}
+
+/// The embedded policy, parsed once.
+///
+/// Never panics: if the embedded JSON were malformed (the tests make sure it is not) this returns
+/// an empty policy, and [`build_program`] reports the parse error.
+pub fn policy() -> &'static Policy {
+    match POLICY.get_or_init(|| parse_policy().ok()) {
+        Some(p) => p,
+        None => EMPTY_POLICY.get_or_init(Policy::default),
+    }
+}
+
+fn try_policy() -> Result<&'static Policy, SeccompError> {
+    match POLICY.get_or_init(|| parse_policy().ok()) {
+        Some(p) => Ok(p),
+        None => match parse_policy() {
+            Err(e) => Err(SeccompError::ParsePolicy(e)),
+            // Unreachable in practice (parsing is deterministic); use the fresh parse.
+            Ok(p) => Ok(Box::leak(Box::new(p))),
+        },
+    }
+}
+
+/// The value of a symbolic name usable in the policy's argument conditions.
+pub fn symbol_value(name: &str) -> Option<u64> {
+    // Widening casts of small positive kernel constants; none is negative.
+    let v: u64 = match name {
+        "AF_UNIX" => libc::AF_UNIX as u64,
+        "AF_INET" => libc::AF_INET as u64,
+        "AF_INET6" => libc::AF_INET6 as u64,
+        "TIOCSTI" => ioctl_value(libc::TIOCSTI),
+        "TIOCLINUX" => ioctl_value(libc::TIOCLINUX),
+        "TIOCSETD" => ioctl_value(libc::TIOCSETD),
+        "CLONE_NEWNS" => libc::CLONE_NEWNS as u64,
+        "CLONE_NEWUSER" => libc::CLONE_NEWUSER as u64,
+        "CLONE_NEWPID" => libc::CLONE_NEWPID as u64,
+        "CLONE_NEWNET" => libc::CLONE_NEWNET as u64,
+        "CLONE_NEWIPC" => libc::CLONE_NEWIPC as u64,
+        "CLONE_NEWUTS" => libc::CLONE_NEWUTS as u64,
+        "CLONE_NEWCGROUP" => libc::CLONE_NEWCGROUP as u64,
+        "CLONE_NEWTIME" => libc::CLONE_NEWTIME as u64,
+        "S_IFMT" => u64::from(libc::S_IFMT),
+        "S_IFIFO" => u64::from(libc::S_IFIFO),
+        "PER_LINUX" => 0,
+        "PERSONALITY_QUERY" => 0xffff_ffff,
+        _ => return None,
+    };
+    Some(v)
+}
+
+// `Ioctl` is `c_ulong` on glibc targets but `c_int` on others.
+#[allow(clippy::unnecessary_cast)]
+fn ioctl_value(v: libc::Ioctl) -> u64 {
+    v as u64
+}
+
+/// The value of an errno name usable in the policy.
+pub fn errno_value(name: &str) -> Option<u32> {
+    let v = match name {
+        "EPERM" => libc::EPERM,
+        "EACCES" => libc::EACCES,
+        "ENOSYS" => libc::ENOSYS,
+        "EAFNOSUPPORT" => libc::EAFNOSUPPORT,
+        "EINVAL" => libc::EINVAL,
+        "EOPNOTSUPP" => libc::EOPNOTSUPP,
+        _ => return None,
+    };
+    u32::try_from(v).ok()
+}
+
+/// The number of a syscall on the architecture this was compiled for.
+pub fn syscall_number(name: &str) -> Option<i64> {
+    let i = SYSCALL_NUMBERS
+        .binary_search_by(|(n, _, _)| n.cmp(&name))
+        .ok()?;
+    let (_, x86_64, aarch64) = SYSCALL_NUMBERS.get(i)?;
+    let nr = if cfg!(target_arch = "x86_64") {
+        *x86_64
+    } else if cfg!(target_arch = "aarch64") {
+        *aarch64
+    } else {
+        -1
+    };
+    (nr >= 0).then_some(nr)
+}
+
+fn target_arch() -> Result<TargetArch, SeccompError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else {
+        Err(SeccompError::UnsupportedArch)
+    }
+}
+
+fn resolve(name: &str) -> Result<i64, SeccompError> {
+    syscall_number(name).ok_or_else(|| SeccompError::ResolveSyscall {
+        name: name.to_owned(),
+    })
+}
+
+fn build_rule(syscall: &str, args: &[ArgCondition]) -> Result<SeccompRule, SeccompError> {
+    let mut conditions = Vec::with_capacity(args.len());
+    for a in args {
+        let unknown = |symbol: String| SeccompError::ResolveValue {
+            syscall: syscall.to_owned(),
+            symbol,
+        };
+        let val = a.val.resolve().map_err(unknown)?;
+        let op = match a.op {
+            ArgOp::Eq => SeccompCmpOp::Eq,
+            ArgOp::Ne => SeccompCmpOp::Ne,
+            ArgOp::Lt => SeccompCmpOp::Lt,
+            ArgOp::Le => SeccompCmpOp::Le,
+            ArgOp::Gt => SeccompCmpOp::Gt,
+            ArgOp::Ge => SeccompCmpOp::Ge,
+            ArgOp::MaskedEq => {
+                let mask = match &a.mask {
+                    Some(m) => m.resolve().map_err(unknown)?,
+                    None => u64::MAX,
+                };
+                SeccompCmpOp::MaskedEq(mask)
+            }
+        };
+        let width = match a.width {
+            ArgWidth::Dword => SeccompCmpArgLen::Dword,
+            ArgWidth::Qword => SeccompCmpArgLen::Qword,
+        };
+        let cond = SeccompCondition::new(a.index, width, op, val).map_err(|source| {
+            SeccompError::BuildCondition {
+                syscall: syscall.to_owned(),
+                source,
+            }
+        })?;
+        conditions.push(cond);
+    }
+    SeccompRule::new(conditions).map_err(|source| SeccompError::BuildRule {
+        syscall: syscall.to_owned(),
+        source,
+    })
+}
+
+/// Rules of one seccompiler filter, by syscall number.
+type RuleMap = BTreeMap<i64, Vec<SeccompRule>>;
+
+/// Adds one entry to a rule map: no args = unconditional (empty rule vector).
+fn add_entry(
+    map: &mut RuleMap,
+    unconditional: &mut BTreeMap<i64, bool>,
+    syscall: &str,
+    args: &[ArgCondition],
+) -> Result<(), SeccompError> {
+    let nr = resolve(syscall)?;
+    let is_unconditional = args.is_empty();
+    if let Some(prev) = unconditional.insert(nr, is_unconditional) {
+        if prev || is_unconditional {
+            return Err(SeccompError::MixedRules {
+                name: syscall.to_owned(),
+            });
+        }
+    }
+    let rules = map.entry(nr).or_default();
+    if !is_unconditional {
+        rules.push(build_rule(syscall, args)?);
+    }
+    Ok(())
+}
+
+// Classic BPF opcodes used when chaining sub-filters.
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
+
+/// Marker return value of an errno sub-filter meaning "no opinion, go on". Never reaches the
+/// kernel: every such return is rewritten into a jump past the sub-filter.
+const CONTINUE_MARKER: SeccompAction = SeccompAction::Trace(0x5a17);
+
+fn compile(filter: SeccompFilter) -> Result<BpfProgram, SeccompError> {
+    BpfProgram::try_from(filter).map_err(SeccompError::CompileFilter)
+}
+
+/// Compiles the embedded policy into a BPF program for the architecture this was compiled for.
+///
+/// Takes well under a millisecond (see the `layers_seccomp` tests, which print it). Allocates:
+/// call it in the parent and hand the program to [`install_program`] in each child.
+pub fn build_program() -> Result<BpfProgram, SeccompError> {
+    let policy = try_policy()?;
+    let arch = target_arch()?;
+    let default_errno =
+        errno_value(&policy.default_errno).ok_or_else(|| SeccompError::ResolveErrno {
+            errno: policy.default_errno.clone(),
+        })?;
+
+    // Nothing may be both allowed and denied.
+    for d in &policy.denied {
+        let clash = policy.allowed.iter().any(|a| a.syscall == d.syscall)
+            || policy.errno_rules.iter().any(|r| r.syscall == d.syscall);
+        if clash {
+            return Err(SeccompError::Conflict {
+                name: d.syscall.clone(),
+            });
+        }
+    }
+
+    // Errno sub-filters, one per errno value.
+    let mut groups: BTreeMap<u32, (RuleMap, BTreeMap<i64, bool>)> = BTreeMap::new();
+    for r in policy.errno_rules.iter().filter(|r| r.applies_here()) {
+        let errno = errno_value(&r.errno).ok_or_else(|| SeccompError::ResolveErrno {
+            errno: r.errno.clone(),
+        })?;
+        let (map, unconditional) = groups.entry(errno).or_default();
+        add_entry(map, unconditional, &r.syscall, &r.args)?;
+    }
+
+    let mut program: BpfProgram = Vec::with_capacity(2048);
+    for (errno, (rules, _)) in groups {
+        let filter = SeccompFilter::new(rules, CONTINUE_MARKER, SeccompAction::Errno(errno), arch)
+            .map_err(SeccompError::BuildFilter)?;
+        let mut sub = compile(filter)?;
+        let marker = u32::from(CONTINUE_MARKER);
+        let len = sub.len();
+        for (i, insn) in sub.iter_mut().enumerate() {
+            if insn.code == BPF_RET_K && insn.k == marker {
+                // Jump to the first instruction after this sub-filter.
+                let skip = len.saturating_sub(i + 1);
+                insn.code = BPF_JMP_JA;
+                insn.jt = 0;
+                insn.jf = 0;
+                insn.k = u32::try_from(skip).map_err(|_| SeccompError::ProgramTooLarge { len })?;
+            }
+        }
+        program.append(&mut sub);
+    }
+
+    // The allowlist.
+    let mut allowed = BTreeMap::new();
+    let mut unconditional = BTreeMap::new();
+    for a in policy.allowed.iter().filter(|a| a.applies_here()) {
+        add_entry(&mut allowed, &mut unconditional, &a.syscall, &a.args)?;
+    }
+    let filter = SeccompFilter::new(
+        allowed,
+        SeccompAction::Errno(default_errno),
+        SeccompAction::Allow,
+        arch,
+    )
+    .map_err(SeccompError::BuildFilter)?;
+    program.append(&mut compile(filter)?);
+
+    if program.len() > MAX_PROGRAM_LEN {
+        return Err(SeccompError::ProgramTooLarge { len: program.len() });
+    }
+    Ok(program)
+}
+
+/// Builds the policy's program and installs it on the calling thread (see [`install_program`]).
+pub fn install() -> Result<(), SeccompError> {
+    let program = build_program()?;
+    install_program(&program)
+}
+
+#[repr(C)]
+struct SockFprog {
+    len: libc::c_ushort,
+    filter: *const seccompiler::sock_filter,
+}
+
+/// Installs a compiled program on the calling thread (children inherit it across fork/exec).
+///
+/// Sets `no_new_privs` first if it is not set yet (the kernel requires it for a filter installed
+/// without `CAP_SYS_ADMIN`). Does not allocate.
+pub fn install_program(prog: &BpfProgram) -> Result<(), SeccompError> {
+    if prog.is_empty() {
+        return Err(SeccompError::EmptyProgram);
+    }
+    let len = match libc::c_ushort::try_from(prog.len()) {
+        Ok(l) if prog.len() <= MAX_PROGRAM_LEN => l,
+        _ => return Err(SeccompError::ProgramTooLarge { len: prog.len() }),
+    };
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointers; the unused arguments must be zero.
+    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    if nnp != 1 {
+        crate::caps::set_no_new_privs().map_err(SeccompError::SetNoNewPrivs)?;
+    }
+    let fprog = SockFprog {
+        len,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fprog` points to `len` valid, initialised `sock_filter`s (same layout as the
+    // kernel's `struct sock_filter`) that outlive the call; the kernel copies the program and
+    // keeps no reference to our memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0 as libc::c_uint,
+            &fprog as *const SockFprog,
+        )
+    };
+    if rc != 0 {
+        return Err(SeccompError::LoadFilter(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// `(name, x86_64 number, aarch64 number)`, sorted by name; `-1` where the syscall does not
+/// exist on that architecture. Covers every name the policy uses (allowed, errno rules and
+/// denied). Numbers from the kernel's syscall tables (the `libc` crate's `SYS_*` constants, and
+/// the unified numbering for syscalls from 424 on); the `layers_seccomp` tests cross-check them
+/// against `libc` on the build architecture.
+const SYSCALL_NUMBERS: &[(&str, i64, i64)] = &[
+    ("_sysctl", 156, -1),
+    ("accept", 43, 202),
+    ("accept4", 288, 242),
+    ("access", 21, -1),
+    ("acct", 163, 89),
+    ("add_key", 248, 217),
+    ("adjtimex", 159, 171),
+    ("alarm", 37, -1),
+    ("arch_prctl", 158, -1),
+    ("bind", 49, 200),
+    ("bpf", 321, 280),
+    ("brk", 12, 214),
+    ("cachestat", 451, 451),
+    ("capget", 125, 90),
+    ("capset", 126, 91),
+    ("chdir", 80, 49),
+    ("chmod", 90, -1),
+    ("chown", 92, -1),
+    ("chroot", 161, 51),
+    ("clock_adjtime", 305, 266),
+    ("clock_getres", 229, 114),
+    ("clock_gettime", 228, 113),
+    ("clock_nanosleep", 230, 115),
+    ("clock_settime", 227, 112),
+    ("clone", 56, 220),
+    ("clone3", 435, 435),
+    ("close", 3, 57),
+    ("close_range", 436, 436),
+    ("connect", 42, 203),
+    ("copy_file_range", 326, 285),
+    ("creat", 85, -1),
+    ("create_module", 174, -1),
+    ("delete_module", 176, 106),
+    ("dup", 32, 23),
+    ("dup2", 33, -1),
+    ("dup3", 292, 24),
+    ("epoll_create", 213, -1),
+    ("epoll_create1", 291, 20),
+    ("epoll_ctl", 233, 21),
+    ("epoll_pwait", 281, 22),
+    ("epoll_pwait2", 441, 441),
+    ("epoll_wait", 232, -1),
+    ("eventfd", 284, -1),
+    ("eventfd2", 290, 19),
+    ("execve", 59, 221),
+    ("execveat", 322, 281),
+    ("exit", 60, 93),
+    ("exit_group", 231, 94),
+    ("faccessat", 269, 48),
+    ("faccessat2", 439, 439),
+    ("fadvise64", 221, 223),
+    ("fallocate", 285, 47),
+    ("fanotify_init", 300, 262),
+    ("fanotify_mark", 301, 263),
+    ("fchdir", 81, 50),
+    ("fchmod", 91, 52),
+    ("fchmodat", 268, 53),
+    ("fchmodat2", 452, 452),
+    ("fchown", 93, 55),
+    ("fchownat", 260, 54),
+    ("fcntl", 72, 25),
+    ("fdatasync", 75, 83),
+    ("fgetxattr", 193, 10),
+    ("finit_module", 313, 273),
+    ("flistxattr", 196, 13),
+    ("flock", 73, 32),
+    ("fork", 57, -1),
+    ("fremovexattr", 199, 16),
+    ("fsconfig", 431, 431),
+    ("fsetxattr", 190, 7),
+    ("fsmount", 432, 432),
+    ("fsopen", 430, 430),
+    ("fspick", 433, 433),
+    ("fstat", 5, 80),
+    ("fstatfs", 138, 44),
+    ("fsync", 74, 82),
+    ("ftruncate", 77, 46),
+    ("futex", 202, 98),
+    ("futex_requeue", 456, 456),
+    ("futex_wait", 455, 455),
+    ("futex_waitv", 449, 449),
+    ("futex_wake", 454, 454),
+    ("futimesat", 261, -1),
+    ("get_kernel_syms", 177, -1),
+    ("get_mempolicy", 239, 236),
+    ("get_thread_area", 211, -1),
+    ("getcpu", 309, 168),
+    ("getcwd", 79, 17),
+    ("getdents", 78, -1),
+    ("getdents64", 217, 61),
+    ("getegid", 108, 177),
+    ("geteuid", 107, 175),
+    ("getgid", 104, 176),
+    ("getgroups", 115, 158),
+    ("getitimer", 36, 102),
+    ("getpeername", 52, 205),
+    ("getpgid", 121, 155),
+    ("getpgrp", 111, -1),
+    ("getpid", 39, 172),
+    ("getppid", 110, 173),
+    ("getpriority", 140, 141),
+    ("getrandom", 318, 278),
+    ("getresgid", 120, 150),
+    ("getresuid", 118, 148),
+    ("getrlimit", 97, 163),
+    ("getrusage", 98, 165),
+    ("getsid", 124, 156),
+    ("getsockname", 51, 204),
+    ("getsockopt", 55, 209),
+    ("gettid", 186, 178),
+    ("gettimeofday", 96, 169),
+    ("getuid", 102, 174),
+    ("getxattr", 191, 8),
+    ("getxattrat", 464, 464),
+    ("init_module", 175, 105),
+    ("inotify_add_watch", 254, 27),
+    ("inotify_init", 253, -1),
+    ("inotify_init1", 294, 26),
+    ("inotify_rm_watch", 255, 28),
+    ("io_cancel", 210, 3),
+    ("io_destroy", 207, 1),
+    ("io_getevents", 208, 4),
+    ("io_pgetevents", 333, 292),
+    ("io_setup", 206, 0),
+    ("io_submit", 209, 2),
+    ("io_uring_enter", 426, 426),
+    ("io_uring_register", 427, 427),
+    ("io_uring_setup", 425, 425),
+    ("ioctl", 16, 29),
+    ("ioperm", 173, -1),
+    ("iopl", 172, -1),
+    ("ioprio_get", 252, 31),
+    ("ioprio_set", 251, 30),
+    ("kcmp", 312, 272),
+    ("kexec_file_load", 320, 294),
+    ("kexec_load", 246, 104),
+    ("keyctl", 250, 219),
+    ("kill", 62, 129),
+    ("landlock_add_rule", 445, 445),
+    ("landlock_create_ruleset", 444, 444),
+    ("landlock_restrict_self", 446, 446),
+    ("lchown", 94, -1),
+    ("lgetxattr", 192, 9),
+    ("link", 86, -1),
+    ("linkat", 265, 37),
+    ("listen", 50, 201),
+    ("listmount", 458, 458),
+    ("listxattr", 194, 11),
+    ("listxattrat", 465, 465),
+    ("llistxattr", 195, 12),
+    ("lookup_dcookie", 212, 18),
+    ("lremovexattr", 198, 15),
+    ("lseek", 8, 62),
+    ("lsetxattr", 189, 6),
+    ("lsm_set_self_attr", 460, 460),
+    ("lstat", 6, -1),
+    ("madvise", 28, 233),
+    ("map_shadow_stack", 453, 453),
+    ("mbind", 237, 235),
+    ("membarrier", 324, 283),
+    ("memfd_create", 319, 279),
+    ("memfd_secret", 447, 447),
+    ("migrate_pages", 256, 238),
+    ("mincore", 27, 232),
+    ("mkdir", 83, -1),
+    ("mkdirat", 258, 34),
+    ("mknod", 133, -1),
+    ("mknodat", 259, 33),
+    ("mlock", 149, 228),
+    ("mlock2", 325, 284),
+    ("mlockall", 151, 230),
+    ("mmap", 9, 222),
+    ("modify_ldt", 154, -1),
+    ("mount", 165, 40),
+    ("mount_setattr", 442, 442),
+    ("move_mount", 429, 429),
+    ("move_pages", 279, 239),
+    ("mprotect", 10, 226),
+    ("mq_getsetattr", 245, 185),
+    ("mq_notify", 244, 184),
+    ("mq_open", 240, 180),
+    ("mq_timedreceive", 243, 183),
+    ("mq_timedsend", 242, 182),
+    ("mq_unlink", 241, 181),
+    ("mremap", 25, 216),
+    ("mseal", 462, 462),
+    ("msgctl", 71, 187),
+    ("msgget", 68, 186),
+    ("msgrcv", 70, 188),
+    ("msgsnd", 69, 189),
+    ("msync", 26, 227),
+    ("munlock", 150, 229),
+    ("munlockall", 152, 231),
+    ("munmap", 11, 215),
+    ("name_to_handle_at", 303, 264),
+    ("nanosleep", 35, 101),
+    ("newfstatat", 262, 79),
+    ("nfsservctl", 180, 42),
+    ("open", 2, -1),
+    ("open_by_handle_at", 304, 265),
+    ("open_tree", 428, 428),
+    ("open_tree_attr", 467, 467),
+    ("openat", 257, 56),
+    ("openat2", 437, 437),
+    ("pause", 34, -1),
+    ("perf_event_open", 298, 241),
+    ("personality", 135, 92),
+    ("pidfd_getfd", 438, 438),
+    ("pidfd_open", 434, 434),
+    ("pidfd_send_signal", 424, 424),
+    ("pipe", 22, -1),
+    ("pipe2", 293, 59),
+    ("pivot_root", 155, 41),
+    ("pkey_alloc", 330, 289),
+    ("pkey_free", 331, 290),
+    ("pkey_mprotect", 329, 288),
+    ("poll", 7, -1),
+    ("ppoll", 271, 73),
+    ("prctl", 157, 167),
+    ("pread64", 17, 67),
+    ("preadv", 295, 69),
+    ("preadv2", 327, 286),
+    ("prlimit64", 302, 261),
+    ("process_madvise", 440, 440),
+    ("process_mrelease", 448, 448),
+    ("process_vm_readv", 310, 270),
+    ("process_vm_writev", 311, 271),
+    ("pselect6", 270, 72),
+    ("ptrace", 101, 117),
+    ("pwrite64", 18, 68),
+    ("pwritev", 296, 70),
+    ("pwritev2", 328, 287),
+    ("query_module", 178, -1),
+    ("quotactl", 179, 60),
+    ("quotactl_fd", 443, 443),
+    ("read", 0, 63),
+    ("readahead", 187, 213),
+    ("readlink", 89, -1),
+    ("readlinkat", 267, 78),
+    ("readv", 19, 65),
+    ("reboot", 169, 142),
+    ("recvfrom", 45, 207),
+    ("recvmmsg", 299, 243),
+    ("recvmsg", 47, 212),
+    ("remap_file_pages", 216, 234),
+    ("removexattr", 197, 14),
+    ("removexattrat", 466, 466),
+    ("rename", 82, -1),
+    ("renameat", 264, 38),
+    ("renameat2", 316, 276),
+    ("request_key", 249, 218),
+    ("restart_syscall", 219, 128),
+    ("rmdir", 84, -1),
+    ("rseq", 334, 293),
+    ("rt_sigaction", 13, 134),
+    ("rt_sigpending", 127, 136),
+    ("rt_sigprocmask", 14, 135),
+    ("rt_sigqueueinfo", 129, 138),
+    ("rt_sigreturn", 15, 139),
+    ("rt_sigsuspend", 130, 133),
+    ("rt_sigtimedwait", 128, 137),
+    ("rt_tgsigqueueinfo", 297, 240),
+    ("sched_get_priority_max", 146, 125),
+    ("sched_get_priority_min", 147, 126),
+    ("sched_getaffinity", 204, 123),
+    ("sched_getattr", 315, 275),
+    ("sched_getparam", 143, 121),
+    ("sched_getscheduler", 145, 120),
+    ("sched_rr_get_interval", 148, 127),
+    ("sched_setaffinity", 203, 122),
+    ("sched_setattr", 314, 274),
+    ("sched_setparam", 142, 118),
+    ("sched_setscheduler", 144, 119),
+    ("sched_yield", 24, 124),
+    ("seccomp", 317, 277),
+    ("select", 23, -1),
+    ("semctl", 66, 191),
+    ("semget", 64, 190),
+    ("semop", 65, 193),
+    ("semtimedop", 220, 192),
+    ("sendfile", 40, 71),
+    ("sendmmsg", 307, 269),
+    ("sendmsg", 46, 211),
+    ("sendto", 44, 206),
+    ("set_mempolicy", 238, 237),
+    ("set_mempolicy_home_node", 450, 450),
+    ("set_robust_list", 273, 99),
+    ("set_thread_area", 205, -1),
+    ("set_tid_address", 218, 96),
+    ("setdomainname", 171, 162),
+    ("setfsgid", 123, 152),
+    ("setfsuid", 122, 151),
+    ("setgid", 106, 144),
+    ("setgroups", 116, 159),
+    ("sethostname", 170, 161),
+    ("setitimer", 38, 103),
+    ("setns", 308, 268),
+    ("setpgid", 109, 154),
+    ("setpriority", 141, 140),
+    ("setregid", 114, 143),
+    ("setresgid", 119, 149),
+    ("setresuid", 117, 147),
+    ("setreuid", 113, 145),
+    ("setrlimit", 160, 164),
+    ("setsid", 112, 157),
+    ("setsockopt", 54, 208),
+    ("settimeofday", 164, 170),
+    ("setuid", 105, 146),
+    ("setxattr", 188, 5),
+    ("setxattrat", 463, 463),
+    ("shmat", 30, 196),
+    ("shmctl", 31, 195),
+    ("shmdt", 67, 197),
+    ("shmget", 29, 194),
+    ("shutdown", 48, 210),
+    ("sigaltstack", 131, 132),
+    ("signalfd", 282, -1),
+    ("signalfd4", 289, 74),
+    ("socket", 41, 198),
+    ("socketpair", 53, 199),
+    ("splice", 275, 76),
+    ("stat", 4, -1),
+    ("statfs", 137, 43),
+    ("statmount", 457, 457),
+    ("statx", 332, 291),
+    ("swapoff", 168, 225),
+    ("swapon", 167, 224),
+    ("symlink", 88, -1),
+    ("symlinkat", 266, 36),
+    ("sync", 162, 81),
+    ("sync_file_range", 277, 84),
+    ("syncfs", 306, 267),
+    ("sysfs", 139, -1),
+    ("sysinfo", 99, 179),
+    ("syslog", 103, 116),
+    ("tee", 276, 77),
+    ("tgkill", 234, 131),
+    ("time", 201, -1),
+    ("timer_create", 222, 107),
+    ("timer_delete", 226, 111),
+    ("timer_getoverrun", 225, 109),
+    ("timer_gettime", 224, 108),
+    ("timer_settime", 223, 110),
+    ("timerfd_create", 283, 85),
+    ("timerfd_gettime", 287, 87),
+    ("timerfd_settime", 286, 86),
+    ("times", 100, 153),
+    ("tkill", 200, 130),
+    ("truncate", 76, 45),
+    ("umask", 95, 166),
+    ("umount2", 166, 39),
+    ("uname", 63, 160),
+    ("unlink", 87, -1),
+    ("unlinkat", 263, 35),
+    ("unshare", 272, 97),
+    ("uselib", 134, -1),
+    ("userfaultfd", 323, 282),
+    ("ustat", 136, -1),
+    ("utime", 132, -1),
+    ("utimensat", 280, 88),
+    ("utimes", 235, -1),
+    ("vfork", 58, -1),
+    ("vhangup", 153, 58),
+    ("vmsplice", 278, 75),
+    ("wait4", 61, 260),
+    ("waitid", 247, 95),
+    ("write", 1, 64),
+    ("writev", 20, 66),
+];

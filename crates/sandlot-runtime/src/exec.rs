@@ -185,6 +185,10 @@ pub async fn run(
     drop(events);
     c.finish();
     let oom = live.cgroup.oom_kills() > oom0;
+    let died_why = match &outcome {
+        Outcome::Died(why) => why.clone(),
+        _ => "killed after it would not stop".to_string(),
+    };
     let (end_state, alive, exit_code) = match outcome {
         Outcome::Done { status, exit_code } => {
             let state = if oom {
@@ -225,7 +229,7 @@ pub async fn run(
     if !alive && c.error.is_none() {
         let value = match end_state {
             EndState::Oom => "the sandbox ran out of memory; its state is lost".to_string(),
-            _ => "the sandbox's processes died; its state is lost".to_string(),
+            _ => format!("the sandbox's processes died ({died_why}); its state is lost"),
         };
         c.error = Some(ExecError { name: "SandboxDied".into(), value, traceback: vec![] });
     }

@@ -7,6 +7,7 @@ pub mod assets;
 mod exec;
 pub mod files;
 mod sandbox;
+pub mod templates;
 mod util;
 pub mod zygote;
 
@@ -18,8 +19,9 @@ use sandlot_jail::config::{Bind, JailConfig, RlimitConfig, ZygoteConfig};
 use sandlot_store::Store;
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult,
-    FileEntry, OutputEvent, Sandbox, SandboxState,
+    FileEntry, OutputEvent, Sandbox, SandboxState, Template, TemplateSpec, TemplateStatus,
 };
+use templates::Tmpl;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -40,6 +42,9 @@ pub struct RuntimeConfig {
     pub data_dir: PathBuf,
     /// The Python virtual environment sandboxes run in (provisioned by `sandlot-env`).
     pub python_env: PathBuf,
+    /// Where environments of templates with extra packages are provisioned; `None` refuses
+    /// such templates.
+    pub envs_dir: Option<PathBuf>,
     /// Largest accepted code size in bytes.
     pub max_code_bytes: usize,
     /// Largest accepted file upload in bytes.
@@ -51,6 +56,10 @@ pub struct RuntimeConfig {
     pub max_output_bytes: usize,
     /// Most live sandboxes at once.
     pub max_sandboxes: usize,
+    /// Creations run at most this many at a time; more wait in a queue of at most
+    /// `max_pending_creates`, past which creation fails with `capacity_exhausted`.
+    pub max_concurrent_creates: usize,
+    pub max_pending_creates: usize,
     /// The cgroup hierarchy's mount point (normally `/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
     /// The group under which sandlot creates its own (relative to each hierarchy's root).
@@ -69,12 +78,15 @@ impl RuntimeConfig {
         Self {
             data_dir,
             python_env,
+            envs_dir: None,
             max_code_bytes: 1 << 20,
             max_file_bytes: 1 << 30,
             default_exec_timeout: 60.0,
             max_exec_timeout: 3600.0,
             max_output_bytes: 1 << 20,
             max_sandboxes: 2000,
+            max_concurrent_creates: 4,
+            max_pending_creates: 256,
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             cgroup_parent: PathBuf::from("sandlot"),
             launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandlot")),
@@ -98,9 +110,6 @@ impl Slots {
         let h = instance.bytes().fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
         let base = 0x4000_0000 + (h % 16000) * 65536;
         Self { base, free: (1..65535).rev().collect() }
-    }
-    fn zygote_uid(&self) -> u32 {
-        self.base
     }
     fn alloc(&mut self) -> Option<u32> {
         self.free.pop().map(|s| self.base + s)
@@ -133,11 +142,13 @@ struct Inner {
     cgroup_base: PathBuf,
     slots: Mutex<Slots>,
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
-    zygote: tokio::sync::RwLock<Option<Arc<Zygote>>>,
-    zygote_spec: ZygoteSpec,
-    template_version: String,
-    /// Sandboxes being created right now (counted against capacity).
+    templates: Mutex<HashMap<String, Arc<Tmpl>>>,
+    lib_dir: PathBuf,
+    staging: PathBuf,
+    default_env: PathBuf,
+    /// Sandboxes being created or waiting to be (counted against capacity).
     creating: AtomicUsize,
+    create_slots: tokio::sync::Semaphore,
 }
 
 /// A byte stream of a file being uploaded.
@@ -150,8 +161,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 /// Most executions that may wait behind a running one on the same sandbox.
 const MAX_QUEUED: usize = 16;
 
-/// The default template: the data stack imported once in the zygote.
-const DEFAULT_TEMPLATE: &str = r#"{"name": "default", "imports": ["numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"], "setup": null}"#;
 
 impl Runtime {
     /// Starts the runtime: cleans up what a previous server run left behind (marking its
@@ -167,35 +176,37 @@ impl Runtime {
         let slots = Slots::new(&instance);
 
         let lib_dir = data_dir.join("lib");
-        assets::install(&lib_dir, &[("default".into(), DEFAULT_TEMPLATE.into())])?;
-        let run_dir = data_dir.join("run");
-        let staging = run_dir.join("root");
+        assets::install(&lib_dir, &[])?;
+        let staging = data_dir.join("run").join("root");
         std::fs::create_dir_all(&staging)?;
+        std::fs::create_dir_all(data_dir.join("templates"))?;
         let env_root = std::fs::canonicalize(&config.python_env)?;
-        let template_version = util::short_hash(
-            format!("{DEFAULT_TEMPLATE}{}", env_root.display()).as_bytes(),
-        );
-
+        let config_slots = config.max_concurrent_creates.max(1);
         let runtime_inner = Inner {
-            zygote_spec: ZygoteSpec {
-                template: "default".into(),
-                launcher: config.launcher.clone(),
-                config: zygote_config(&env_root, &lib_dir, &staging, slots.zygote_uid(), &hierarchy, &cgroup_base)?,
-                ready_timeout: Duration::from_secs(120),
-            },
             config,
             store,
             hierarchy,
             cgroup_base,
             slots: Mutex::new(slots),
             sandboxes: Mutex::new(HashMap::new()),
-            zygote: tokio::sync::RwLock::new(None),
-            template_version,
+            templates: Mutex::new(HashMap::new()),
+            lib_dir,
+            staging,
+            default_env: env_root.clone(),
             creating: AtomicUsize::new(0),
+            create_slots: tokio::sync::Semaphore::new(config_slots),
         };
         let rt = Runtime { inner: Arc::new(runtime_inner) };
         rt.recover()?;
-        rt.restart_zygote().await.map_err(|e| anyhow::anyhow!(e.message))?;
+        let default = rt.register(templates::default_spec(), env_root.clone())?;
+        rt.start_zygote(&default).await.map_err(|e| anyhow::anyhow!(e.message))?;
+        // Templates created by earlier runs are rebuilt in the background.
+        for spec in rt.saved_templates() {
+            let rt2 = rt.clone();
+            tokio::spawn(async move {
+                let _ = rt2.create_template(spec).await;
+            });
+        }
         let weak = Arc::downgrade(&rt.inner);
         tokio::spawn(async move {
             loop {
@@ -226,45 +237,201 @@ impl Runtime {
         Ok(())
     }
 
-    async fn restart_zygote(&self) -> Result<Arc<Zygote>, ApiError> {
-        let mut slot = self.inner.zygote.write().await;
+    /// Registers a template with the environment it runs in (replacing one of the same name;
+    /// sandboxes already forked from the old one live on). Its zygote starts later.
+    fn register(&self, spec: TemplateSpec, env_root: PathBuf) -> anyhow::Result<Arc<Tmpl>> {
+        let name = spec.name.clone();
+        assets::install(&self.inner.lib_dir, &[(name.clone(), templates::zygote_file(&spec))])?;
+        let version = util::short_hash(format!("{}|{}", serde_json::to_string(&spec)?, env_root.display()).as_bytes());
+        let zygote_uid = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc()
+            .ok_or_else(|| anyhow::anyhow!("no free uid for a zygote"))?;
+        let cfg = zygote_config(
+            &env_root,
+            &self.inner.lib_dir,
+            &self.inner.staging,
+            zygote_uid,
+            &self.inner.hierarchy,
+            &self.inner.cgroup_base.join(format!("zygote-{name}")),
+            &name,
+        )?;
+        let tmpl = Arc::new(Tmpl {
+            spec,
+            version,
+            created_at: now_rfc3339(),
+            state: Mutex::new((TemplateStatus::Building, None, None)),
+            zygote_spec: Mutex::new(Some(ZygoteSpec {
+                template: name.clone(),
+                launcher: self.inner.config.launcher.clone(),
+                config: cfg,
+                ready_timeout: Duration::from_secs(300),
+            })),
+            zygote: tokio::sync::RwLock::new(None),
+            zygote_uid,
+            env_root,
+        });
+        let old = self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).insert(name, tmpl.clone());
+        if let Some(old) = old {
+            let rt = self.clone();
+            tokio::spawn(async move {
+                if let Some(z) = old.zygote.write().await.take() {
+                    z.kill();
+                }
+                rt.release_uid(old.zygote_uid);
+            });
+        }
+        Ok(tmpl)
+    }
+
+    /// Starts (or restarts) a template's zygote and marks the template ready or failed.
+    async fn start_zygote(&self, t: &Arc<Tmpl>) -> Result<Arc<Zygote>, ApiError> {
+        let mut slot = t.zygote.write().await;
         if let Some(z) = slot.as_ref() {
             if z.alive() {
                 return Ok(z.clone());
             }
-            tracing::warn!(template = %z.template, "zygote died; restarting it");
+            tracing::warn!(template = %t.spec.name, "zygote died; restarting it");
         }
-        let spec = self.inner.zygote_spec.clone();
-        let cg_rel = self.inner.cgroup_base.join("zygote-default");
+        let Some(spec) = t.zygote_spec.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Err(ApiError::new(ErrorCode::TemplateNotReady, "the template has no environment yet"));
+        };
+        let cg_rel = self.inner.cgroup_base.join(format!("zygote-{}", t.spec.name));
         let hierarchy = self.inner.hierarchy.clone();
         let started = Instant::now();
-        let z = tokio::task::spawn_blocking(move || {
+        let res = tokio::task::spawn_blocking(move || {
             // The zygote's own limits: its memory is what every sandbox shares.
-            Cgroup::create(&hierarchy, &cg_rel, &CgroupLimits { memory_bytes: 4 << 30, pids: 64, cpu_millis: 0 })
+            Cgroup::create(&hierarchy, &cg_rel, &CgroupLimits { memory_bytes: 8 << 30, pids: 64, cpu_millis: 0 })
                 .map_err(|e| e.to_string())?;
-            Zygote::start(&spec).map_err(|e| e.to_string())
+            let z = Zygote::start(&spec).map_err(|e| e.to_string())?;
+            if z.threads > 1 {
+                let n = z.threads;
+                z.kill();
+                return Err(format!(
+                    "its imports or setup started {n} threads; a zygote must be single-threaded to fork \
+                     (cap thread pools, e.g. OMP_NUM_THREADS=1, and start no threads in setup)"
+                ));
+            }
+            Ok(z)
         })
         .await
-        .map_err(internal)?
-        .map_err(|e| ApiError::new(ErrorCode::SandboxFailed, format!("the zygote failed to start: {e}")))?;
+        .map_err(internal)?;
+        let z = match res {
+            Ok(z) => z,
+            Err(e) => {
+                tracing::error!(template = %t.spec.name, error = %e, "zygote failed to start");
+                t.set(TemplateStatus::Failed, Some(e.clone()), None);
+                return Err(ApiError::new(ErrorCode::TemplateNotReady, format!("template {:?} failed: {e}", t.spec.name)));
+            }
+        };
         tracing::info!(
+            template = %t.spec.name,
             pid = z.pid,
             prepare_s = z.prepare_seconds,
             total_ms = started.elapsed().as_millis() as u64,
             "zygote ready"
         );
+        t.set(TemplateStatus::Ready, None, Some(z.prepare_seconds));
         let z = Arc::new(z);
         *slot = Some(z.clone());
         Ok(z)
     }
 
-    async fn zygote(&self) -> Result<Arc<Zygote>, ApiError> {
-        if let Some(z) = self.inner.zygote.read().await.as_ref() {
+    async fn zygote(&self, t: &Arc<Tmpl>) -> Result<Arc<Zygote>, ApiError> {
+        if let Some(z) = t.zygote.read().await.as_ref() {
             if z.alive() {
                 return Ok(z.clone());
             }
         }
-        self.restart_zygote().await
+        self.start_zygote(t).await
+    }
+
+    fn template(&self, name: &str) -> Result<Arc<Tmpl>, ApiError> {
+        self.inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ApiError::new(ErrorCode::TemplateNotFound, format!("no template named {name:?}")))
+    }
+
+    fn saved_templates(&self) -> Vec<TemplateSpec> {
+        let dir = self.inner.config.data_dir.join("templates");
+        let Ok(rd) = std::fs::read_dir(&dir) else { return vec![] };
+        rd.filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .filter_map(|b| serde_json::from_slice::<TemplateSpec>(&b).ok())
+            .filter(|s| s.name != "default")
+            .collect()
+    }
+
+    /// Registers a template and builds it in the background: provisions its environment when
+    /// it has extra packages, then starts its zygote (imports and setup). Returns at once with
+    /// status `building`; poll `get_template`.
+    pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, ApiError> {
+        templates::validate(&spec)?;
+        if spec.name == "default" {
+            return Err(ApiError::new(ErrorCode::InvalidArgument, "the default template cannot be replaced"));
+        }
+        self.resolve_limits(&spec.limits)?;
+        let path = self.inner.config.data_dir.join("templates").join(format!("{}.json", spec.name));
+        let json = serde_json::to_vec_pretty(&spec).map_err(internal)?;
+        std::fs::write(&path, json).map_err(internal)?;
+        // Listed at once as building; registered for real once its environment exists.
+        let placeholder = self.register(spec.clone(), self.inner.default_env.clone()).map_err(internal)?;
+        *placeholder.zygote_spec.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let view = placeholder.view();
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let env = match rt.template_env(&placeholder.spec).await {
+                Ok(env) => env,
+                Err(e) => {
+                    tracing::error!(template = %placeholder.spec.name, error = %e, "template environment failed");
+                    placeholder.set(TemplateStatus::Failed, Some(e), None);
+                    return;
+                }
+            };
+            match rt.register(placeholder.spec.clone(), env) {
+                Ok(t) => {
+                    let _ = rt.start_zygote(&t).await;
+                }
+                Err(e) => placeholder.set(TemplateStatus::Failed, Some(e.to_string()), None),
+            }
+        });
+        Ok(view)
+    }
+
+    /// The environment a template runs in: the default one, or one with its extra packages.
+    async fn template_env(&self, spec: &TemplateSpec) -> Result<PathBuf, String> {
+        if spec.packages.is_empty() {
+            return Ok(self.inner.default_env.clone());
+        }
+        let Some(envs) = self.inner.config.envs_dir.clone() else {
+            return Err("this server has no environments directory configured; templates with packages are refused".into());
+        };
+        let pins = spec.packages.clone();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = pins.iter().map(String::as_str).collect();
+            let env_spec = sandlot_env::EnvSpec::default_spec().try_with_extras(&refs).map_err(|e| e.to_string())?;
+            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain).map(|env| env.root).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    pub async fn list_templates(&self) -> Vec<Template> {
+        let map = self.inner.templates.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Template> = map.values().map(|t| t.view()).collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub async fn get_template(&self, name: &str) -> Result<Template, ApiError> {
+        Ok(self.template(name)?.view())
     }
 
     fn resolve_limits(&self, req: &sandlot_types::Limits) -> Result<EffectiveLimits, ApiError> {
@@ -291,12 +458,29 @@ impl Runtime {
 
     pub async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, ApiError> {
         let template = req.template.clone().unwrap_or_else(|| "default".into());
-        if template != "default" {
-            return Err(ApiError::new(ErrorCode::TemplateNotFound, format!("no template named {template:?}")));
+        let tmpl = self.template(&template)?;
+        match tmpl.status() {
+            (TemplateStatus::Ready, _) => {}
+            (TemplateStatus::Building, _) => {
+                return Err(ApiError::new(ErrorCode::TemplateNotReady, format!("template {template:?} is still building")))
+            }
+            (TemplateStatus::Failed, e) => {
+                return Err(ApiError::new(
+                    ErrorCode::TemplateNotReady,
+                    format!("template {template:?} failed to build: {}", e.unwrap_or_default()),
+                ))
+            }
         }
         validate_env(&req.env)?;
         validate_metadata(&req.metadata)?;
-        let limits = self.resolve_limits(&req.limits)?;
+        let mut wanted = tmpl.spec.limits.clone();
+        let r = &req.limits;
+        wanted.memory_mb = r.memory_mb.or(wanted.memory_mb);
+        wanted.cpu_millis = r.cpu_millis.or(wanted.cpu_millis);
+        wanted.pids = r.pids.or(wanted.pids);
+        wanted.disk_mb = r.disk_mb.or(wanted.disk_mb);
+        let limits = self.resolve_limits(&wanted)?;
+
         let idle = positive("idle_timeout", req.idle_timeout, self.inner.config.default_idle_timeout)?;
         let lifetime = positive("max_lifetime", req.max_lifetime, self.inner.config.default_max_lifetime)?;
 
@@ -307,15 +491,29 @@ impl Runtime {
                 format!("the server already runs its maximum of {} sandboxes", self.inner.config.max_sandboxes),
             ));
         }
-        self.inner.creating.fetch_add(1, Ordering::SeqCst);
-        let result = self.spawn(&template, &req, limits, idle, lifetime).await;
+        let queued = self.inner.creating.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.inner.config.max_pending_creates {
+            self.inner.creating.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::new(
+                ErrorCode::CapacityExhausted,
+                format!(
+                    "{queued} sandbox creations are already queued (the limit is {}); retry shortly",
+                    self.inner.config.max_pending_creates
+                ),
+            ));
+        }
+        let result = async {
+            let _permit = self.inner.create_slots.acquire().await.map_err(internal)?;
+            self.spawn(&tmpl, &req, limits, idle, lifetime).await
+        }
+        .await;
         self.inner.creating.fetch_sub(1, Ordering::SeqCst);
         result
     }
 
     async fn spawn(
         &self,
-        template: &str,
+        tmpl: &Arc<Tmpl>,
         req: &CreateSandbox,
         limits: EffectiveLimits,
         idle: u64,
@@ -340,13 +538,13 @@ impl Runtime {
                 return Err(internal(e));
             }
         };
-        match self.spawn_in(&id, uid, &cg, req, limits).await {
+        match self.spawn_in(tmpl, &id, uid, &cg, req, limits).await {
             Ok(live) => {
                 let now = time::OffsetDateTime::now_utc();
                 let info = Sandbox {
                     id: id.clone(),
-                    template: template.to_string(),
-                    template_version: self.inner.template_version.clone(),
+                    template: tmpl.spec.name.clone(),
+                    template_version: tmpl.version.clone(),
                     state: SandboxState::Running,
                     env: req.env.clone(),
                     metadata: req.metadata.clone(),
@@ -388,6 +586,7 @@ impl Runtime {
 
     async fn spawn_in(
         &self,
+        tmpl: &Arc<Tmpl>,
         id: &str,
         uid: u32,
         cg: &Cgroup,
@@ -411,27 +610,32 @@ impl Runtime {
             seccomp: true,
         };
         let jail = serde_json::to_value(&jail).map_err(internal)?;
-        let mut env = sandbox_env(&self.inner.config.python_env);
+        let env_root = tmpl.env_root.clone();
+        let mut env = sandbox_env(&env_root);
         for (k, v) in &req.env {
             env.insert(k.clone(), v.clone());
         }
         let env = serde_json::to_value(&env).map_err(internal)?;
 
-        let zygote = self.zygote().await?;
         let fds = [theirs.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-        let idc = id.to_string();
-        let z2 = zygote.clone();
-        let p0 = tokio::task::spawn_blocking(move || z2.spawn(&idc, &jail, &env, fds))
-            .await
-            .map_err(internal)?;
-        drop((theirs, out_w, err_w));
-        let p0 = match p0 {
-            Ok(p) => p,
-            Err(e) => {
-                zygote.kill();
-                return Err(failed("fork", &e));
+        // A zygote that died (or was killed mid-fork) is restarted once and asked again.
+        let mut attempt = 0;
+        let p0 = loop {
+            let zygote = self.zygote(tmpl).await?;
+            let (idc, jail, env, z2) = (id.to_string(), jail.clone(), env.clone(), zygote.clone());
+            let r = tokio::task::spawn_blocking(move || z2.spawn(&idc, &jail, &env, fds)).await.map_err(internal)?;
+            match r {
+                Ok(p) => break p,
+                Err(e @ zygote::ZygoteError::Refused(_)) => return Err(failed("fork", &e)),
+                Err(e) if attempt == 0 => {
+                    tracing::warn!(error = %e, "the zygote failed while forking; restarting it");
+                    zygote.kill();
+                    attempt += 1;
+                }
+                Err(e) => return Err(failed("fork", &e)),
             }
         };
+        drop((theirs, out_w, err_w));
         ours.set_nonblocking(true).map_err(|e| failed("socket", &e))?;
         let mut ctrl = tokio::net::UnixStream::from_std(ours).map_err(|e| failed("socket", &e))?;
         let deadline = Duration::from_secs(15);
@@ -752,13 +956,14 @@ impl Runtime {
                 self.end(&e, SandboxState::Lost, "the sandbox's processes exited").await;
             }
         }
-        let dead = match self.inner.zygote.read().await.as_ref() {
-            Some(z) => !z.alive(),
-            None => false,
-        };
-        if dead {
-            if let Err(e) = self.restart_zygote().await {
-                tracing::error!(error = %e.message, "restarting the zygote failed");
+        let tmpls: Vec<Arc<Tmpl>> =
+            self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for t in tmpls {
+            let dead = matches!(t.zygote.read().await.as_ref(), Some(z) if !z.alive());
+            if dead {
+                if let Err(e) = self.start_zygote(&t).await {
+                    tracing::error!(template = %t.spec.name, error = %e.message, "restarting the zygote failed");
+                }
             }
         }
     }
@@ -770,8 +975,12 @@ impl Runtime {
         for e in entries {
             self.end(&e, SandboxState::Lost, "the server shut down").await;
         }
-        if let Some(z) = self.inner.zygote.write().await.take() {
-            z.kill();
+        let tmpls: Vec<Arc<Tmpl>> =
+            self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for t in tmpls {
+            if let Some(z) = t.zygote.write().await.take() {
+                z.kill();
+            }
         }
     }
 }
@@ -903,7 +1112,8 @@ fn zygote_config(
     staging: &Path,
     uid: u32,
     hierarchy: &Hierarchy,
-    cgroup_base: &Path,
+    cgroup_rel: &Path,
+    template: &str,
 ) -> anyhow::Result<ZygoteConfig> {
     let mut binds = vec![
         Bind { source: env_root.to_path_buf(), target: env_root.to_path_buf() },
@@ -922,7 +1132,7 @@ fn zygote_config(
             }
         }
     }
-    let cg = Cgroup::open(hierarchy, &cgroup_base.join("zygote-default"));
+    let cg = Cgroup::open(hierarchy, cgroup_rel);
     let python = env_root.join("bin/python");
     Ok(ZygoteConfig {
         staging_dir: staging.to_path_buf(),
@@ -934,7 +1144,7 @@ fn zygote_config(
             python.display().to_string(),
             "-s".into(),
             format!("{}/python/sandlot_runtime/zygote.py", assets::INSIDE_ROOT),
-            format!("{}/templates/default.json", assets::INSIDE_ROOT),
+            format!("{}/templates/{template}.json", assets::INSIDE_ROOT),
             format!("{}/lib/{}", assets::INSIDE_ROOT, assets::JAIL_LIB),
         ],
         env: sandbox_env(env_root).into_iter().collect(),

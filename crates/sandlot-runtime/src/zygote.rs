@@ -35,6 +35,8 @@ pub struct Zygote {
     conn: Mutex<Conn>,
     pub pid: u32,
     pub prepare_seconds: f64,
+    /// Native threads the zygote had when it said it was ready.
+    pub threads: u64,
 }
 
 struct Conn {
@@ -89,6 +91,7 @@ impl Zygote {
                 template: spec.template.clone(),
                 pid,
                 prepare_seconds: ready.get("prepare_seconds").and_then(|v| v.as_f64()).unwrap_or(0.0),
+                threads: ready.get("threads").and_then(|v| v.as_u64()).unwrap_or(1),
                 conn: Mutex::new(conn),
             }),
             _ => {
