@@ -1,1 +1,1 @@
-"""Python that runs inside sandlot's jail: the zygote (`zygote.py`) and the cell driver (`driver.py`)."""
+"""Python that runs inside sandlot's jail: the zygote and the cell driver."""

@@ -88,8 +88,8 @@ pub fn probe() -> Vec<Check> {
         fix: (!seccomp).then(|| "use a kernel built with CONFIG_SECCOMP_FILTER".into()),
     });
     let openat2 = in_child(|| {
-        // SAFETY: openat2 with a valid open_how on a static path; the fd is leaked in a child that exits.
         let how = [0u64, 0, 0];
+        // SAFETY: openat2 with a valid open_how on a static path; the fd is leaked in a child that exits.
         let r = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, c"/".as_ptr(), how.as_ptr(), 24usize) };
         if r >= 0 { 0 } else { nix::Error::last() as i32 }
     });

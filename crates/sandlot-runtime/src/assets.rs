@@ -31,8 +31,9 @@ pub enum AssetError {
     NoJailLib { looked: String },
 }
 
-/// Finds the jail library: `SANDLOT_JAIL_LIB`, else next to the running executable (or its
-/// parent, for test binaries under `deps/`).
+/// Finds the jail library: `SANDLOT_JAIL_LIB`, else next to the running executable, in its
+/// `deps/` (where cargo leaves a dependency's cdylib), or one level up (test binaries live in
+/// `deps/`).
 pub fn find_jail_lib() -> Result<PathBuf, AssetError> {
     if let Some(p) = std::env::var_os("SANDLOT_JAIL_LIB") {
         return Ok(PathBuf::from(p));
@@ -42,9 +43,10 @@ pub fn find_jail_lib() -> Result<PathBuf, AssetError> {
     let mut dir = exe.parent().map(Path::to_path_buf);
     for _ in 0..2 {
         let Some(d) = dir else { break };
-        let cand = d.join(JAIL_LIB);
-        if cand.is_file() {
-            return Ok(cand);
+        for cand in [d.join(JAIL_LIB), d.join("deps").join(JAIL_LIB)] {
+            if cand.is_file() {
+                return Ok(cand);
+            }
         }
         looked.push(d.display().to_string());
         dir = d.parent().map(Path::to_path_buf);

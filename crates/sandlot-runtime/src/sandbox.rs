@@ -114,11 +114,12 @@ pub async fn read_byte(s: &mut UnixStream) -> std::io::Result<u8> {
     Ok(b[0])
 }
 
-/// Starts the pump: one task owning the control stream's read half and both pipes. When a
-/// frame arrives it first drains whatever the pipes hold, so output written before the frame
-/// is delivered before it.
+/// Starts the pump: one task owning the control stream's read half and both pipes. Whenever
+/// the control stream has bytes, it first drains whatever the pipes hold and only then reads the
+/// stream, so output written before a frame is delivered before it. The driver waits until a
+/// display frame has been read before it writes more, so this keeps the exact order.
 pub fn start_pump(
-    mut ctrl: tokio::net::unix::OwnedReadHalf,
+    ctrl: tokio::net::unix::OwnedReadHalf,
     stdout: OwnedFd,
     stderr: OwnedFd,
 ) -> std::io::Result<mpsc::Receiver<Pumped>> {
@@ -128,22 +129,8 @@ pub fn start_pump(
     tokio::spawn(async move {
         let mut obuf = vec![0u8; 64 << 10];
         let mut ebuf = vec![0u8; 64 << 10];
+        let mut frames = FrameBuf::default();
         let (mut out_open, mut err_open) = (true, true);
-        let frame_reader = async move {
-            // Frames are read by a separate task so a half-read frame is never cancelled.
-            let (ftx, frx) = mpsc::channel::<Result<Value, String>>(16);
-            tokio::spawn(async move {
-                loop {
-                    let f = read_frame(&mut ctrl).await;
-                    let end = f.is_err();
-                    if ftx.send(f).await.is_err() || end {
-                        break;
-                    }
-                }
-            });
-            frx
-        };
-        let mut frames = frame_reader.await;
         loop {
             tokio::select! {
                 biased;
@@ -155,20 +142,83 @@ pub fn start_pump(
                     Ok(0) | Err(_) => err_open = false,
                     Ok(n) => if tx.send(Pumped::Stderr(ebuf[..n].to_vec())).await.is_err() { return },
                 },
-                f = frames.recv() => {
-                    // Drain what was written before this frame.
+                r = ctrl.readable() => {
+                    if let Err(e) = r {
+                        let _ = tx.send(Pumped::Closed(format!("control stream: {e}"))).await;
+                        return;
+                    }
+                    // Drain what was written before the bytes now waiting on the stream.
                     drain(&out, &mut obuf, &tx, true).await;
                     drain(&err, &mut ebuf, &tx, false).await;
-                    match f {
-                        Some(Ok(v)) => if tx.send(Pumped::Frame(v)).await.is_err() { return },
-                        Some(Err(e)) => { let _ = tx.send(Pumped::Closed(e)).await; return }
-                        None => { let _ = tx.send(Pumped::Closed("control stream closed".into())).await; return }
+                    match frames.fill(&ctrl) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let _ = tx.send(Pumped::Closed("control stream closed".into())).await;
+                            return;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Pumped::Closed(e)).await;
+                            return;
+                        }
+                    }
+                    loop {
+                        match frames.next_frame() {
+                            Ok(Some(v)) => if tx.send(Pumped::Frame(v)).await.is_err() { return },
+                            Ok(None) => break,
+                            Err(e) => {
+                                let _ = tx.send(Pumped::Closed(e)).await;
+                                return;
+                            }
+                        }
                     }
                 }
             }
         }
     });
     Ok(rx)
+}
+
+/// Bytes read from the control stream and not yet parsed into frames.
+#[derive(Default)]
+struct FrameBuf {
+    buf: Vec<u8>,
+}
+
+impl FrameBuf {
+    /// Reads what the stream has without blocking. `Ok(false)` at end of stream.
+    fn fill(&mut self, ctrl: &tokio::net::unix::OwnedReadHalf) -> Result<bool, String> {
+        let mut chunk = [0u8; 64 << 10];
+        loop {
+            match ctrl.try_read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if self.buf.len() > MAX_FRAME + 4 {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("control stream: {e}")),
+            }
+        }
+    }
+
+    fn next_frame(&mut self) -> Result<Option<Value>, String> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(format!("frame of {len} bytes exceeds the limit"));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let v = serde_json::from_slice(&self.buf[4..4 + len]).map_err(|e| format!("malformed frame: {e}"));
+        self.buf.drain(..4 + len);
+        v.map(Some)
+    }
 }
 
 async fn drain(p: &pipe::Receiver, buf: &mut [u8], tx: &mpsc::Sender<Pumped>, is_out: bool) {

@@ -65,6 +65,16 @@ fn incomplete_tail(b: &[u8]) -> usize {
     0
 }
 
+/// A short stable hex hash (FNV-1a 64) for names derived from content.
+pub fn short_hash(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")[..12].to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,14 +103,4 @@ mod tests {
         let a = now_rfc3339();
         assert_eq!(a.len(), "2026-11-22T03:17:00.000000Z".len(), "{a}");
     }
-}
-
-/// A short stable hex hash (FNV-1a 64) for names derived from content.
-pub fn short_hash(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    format!("{h:016x}")[..12].to_string()
 }
