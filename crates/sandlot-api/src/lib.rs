@@ -1,1 +1,215 @@
-//! Placeholder: being written.
+//! sandlot's HTTP API: the axum router under `/v1`, Server-Sent Events for streamed executions,
+//! the mapping of every error to `{"error": {"code", "message"}}` with its status, and the
+//! OpenAPI document (`crates/sandlot-api/openapi.json`, served at `/v1/openapi.json`).
+//!
+//! [`router`] builds the whole application without a socket, so tests can call it directly;
+//! `sandlot serve` binds it to a listener.
+
+mod backend;
+mod error;
+mod execute;
+mod extract;
+mod files;
+mod sandboxes;
+#[cfg(test)]
+mod tests;
+
+pub use error::{status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
+pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
+pub use files::FileList;
+pub use sandboxes::SandboxList;
+
+use axum::extract::{FromRef, Request};
+use axum::handler::Handler;
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::{Json, Router};
+use backend::Backend;
+use sandlot_runtime::{Runtime, RuntimeConfig};
+use std::sync::Arc;
+use std::time::Instant;
+use tower_http::catch_panic::CatchPanicLayer;
+
+/// The OpenAPI 3.1 document of this API.
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
+
+/// The server's version, as `/v1/health` reports it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Limits the HTTP layer enforces before a request reaches the runtime.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Largest JSON request body in bytes.
+    pub max_json_bytes: usize,
+    /// Largest `code` of an execution in bytes (the runtime checks it too).
+    pub max_code_bytes: usize,
+    /// Largest file upload in bytes (the runtime checks it too while streaming).
+    pub max_file_bytes: u64,
+}
+
+/// Room a JSON body gets beyond its code: the other fields, escaping.
+const JSON_OVERHEAD_BYTES: usize = 2 << 20;
+
+impl ApiConfig {
+    /// Limits that agree with the runtime's: a JSON body may be 2 MiB plus the code limit.
+    pub fn for_runtime(cfg: &RuntimeConfig) -> Self {
+        Self {
+            max_json_bytes: JSON_OVERHEAD_BYTES + cfg.max_code_bytes,
+            max_code_bytes: cfg.max_code_bytes,
+            max_file_bytes: cfg.max_file_bytes,
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self::for_runtime(&RuntimeConfig::new(Default::default(), Default::default()))
+    }
+}
+
+/// Builds the application: every route under `/v1`, JSON errors for unknown routes and
+/// methods, panics turned into 500 `internal`, and one log line per request.
+pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
+    router_with(rt, cfg)
+}
+
+/// State shared by the handlers.
+pub(crate) struct AppState<B> {
+    pub(crate) backend: B,
+    pub(crate) cfg: Arc<ApiConfig>,
+}
+
+impl<B: Clone> Clone for AppState<B> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: self.backend.clone(),
+            cfg: self.cfg.clone(),
+        }
+    }
+}
+
+impl<B> FromRef<AppState<B>> for Arc<ApiConfig> {
+    fn from_ref(st: &AppState<B>) -> Self {
+        st.cfg.clone()
+    }
+}
+
+/// HTTP methods the API uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    Get,
+    Post,
+    Put,
+    Delete,
+}
+
+impl Verb {
+    fn filter(self) -> MethodFilter {
+        match self {
+            Verb::Get => MethodFilter::GET,
+            Verb::Post => MethodFilter::POST,
+            Verb::Put => MethodFilter::PUT,
+            Verb::Delete => MethodFilter::DELETE,
+        }
+    }
+
+    /// The operation key in an OpenAPI path item.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn openapi_key(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Post => "post",
+            Verb::Put => "put",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// One route: the table below is the single list of what the API serves, which the OpenAPI
+/// test checks against the document.
+pub(crate) struct Route<B> {
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) verb: Verb,
+    pub(crate) path: &'static str,
+    handler: MethodRouter<AppState<B>>,
+}
+
+fn route<B, H, T>(verb: Verb, path: &'static str, handler: H) -> Route<B>
+where
+    B: Backend,
+    H: Handler<T, AppState<B>>,
+    T: 'static,
+{
+    Route {
+        verb,
+        path,
+        handler: on(verb.filter(), handler),
+    }
+}
+
+pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
+    use Verb::*;
+    const FILE: &str = "/v1/sandboxes/{id}/files/{*path}";
+    vec![
+        route(Get, "/v1/health", health),
+        route(Get, "/v1/openapi.json", openapi),
+        route(Post, "/v1/sandboxes", sandboxes::create::<B>),
+        route(Get, "/v1/sandboxes", sandboxes::list::<B>),
+        route(Get, "/v1/sandboxes/{id}", sandboxes::get::<B>),
+        route(Delete, "/v1/sandboxes/{id}", sandboxes::delete::<B>),
+        route(Post, "/v1/sandboxes/{id}/execute", execute::execute::<B>),
+        route(
+            Post,
+            "/v1/sandboxes/{id}/interrupt",
+            execute::interrupt::<B>,
+        ),
+        route(Get, "/v1/sandboxes/{id}/executions", execute::list::<B>),
+        route(Get, "/v1/sandboxes/{id}/files", files::list::<B>),
+        route(Put, FILE, files::put::<B>),
+        route(Get, FILE, files::get::<B>),
+        route(Delete, FILE, files::delete::<B>),
+    ]
+}
+
+pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig) -> Router {
+    let state = AppState {
+        backend,
+        cfg: Arc::new(cfg),
+    };
+    let mut app = Router::new();
+    for r in routes::<B>() {
+        app = app.route(r.path, r.handler);
+    }
+    app.method_not_allowed_fallback(error::method_not_allowed)
+        .fallback(error::route_not_found)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn(log_request))
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok", "version": VERSION }))
+}
+
+async fn openapi() -> Response {
+    ([(CONTENT_TYPE, "application/json")], OPENAPI_JSON).into_response()
+}
+
+/// One line per request: method, path, status and latency (to the response head; a stream may
+/// go on after it). Bodies are never logged.
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    tracing::info!(
+        %method,
+        %path,
+        status = resp.status().as_u16(),
+        latency_ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        "request"
+    );
+    resp
+}

@@ -1,1 +1,235 @@
-fn main() {}
+//! `sandlot`: self-hosted code execution sandboxes for AI agents.
+//!
+//! The binary is thin: it parses the command line, sets up logging and hands over to the
+//! runtime, the API router or the jail's probe.
+
+mod config;
+mod doctor;
+mod run;
+mod serve;
+mod setup;
+mod sse;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use config::{ConfigError, Dirs};
+use sandlot_types::{ExecuteRequest, Language};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit status for usage errors (clap uses it too).
+const EXIT_USAGE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandlot",
+    version,
+    about = "Self-hosted code execution sandboxes for AI agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    #[command(after_help = config::env_help(&[&[config::LISTEN], config::RUNTIME_VARS].concat()))]
+    Serve(ServeArgs),
+    /// Run code once in a fresh sandbox and print its output.
+    #[command(after_help = run_help())]
+    Run(RunArgs),
+    /// Report which kernel features and isolation layers this host has.
+    #[command(after_help = doctor_help())]
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+struct DirArgs {
+    /// Data dir: store, templates, sandbox state [default: $XDG_DATA_HOME/sandlot or ~/.local/share/sandlot]
+    #[arg(long, value_name = "DIR", env = config::DATA_DIR)]
+    data_dir: Option<PathBuf>,
+    /// Where the Python environment is provisioned [default: <data-dir>/envs]
+    #[arg(long, value_name = "DIR", env = config::ENV_DIR)]
+    env_dir: Option<PathBuf>,
+}
+
+impl DirArgs {
+    fn resolve(self) -> Result<Dirs, ConfigError> {
+        Dirs::resolve(self.data_dir, self.env_dir)
+    }
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one)
+    #[arg(long, value_name = "ADDR", env = config::LISTEN, default_value = config::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    #[command(flatten)]
+    dirs: DirArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Lang {
+    Python,
+    Bash,
+}
+
+impl From<Lang> for Language {
+    fn from(l: Lang) -> Language {
+        match l {
+            Lang::Python => Language::Python,
+            Lang::Bash => Language::Bash,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The code to run, or `-` to read it from stdin
+    #[arg(value_name = "CODE|-")]
+    code: String,
+    #[arg(long, value_enum, default_value = "python")]
+    lang: Lang,
+    /// Use this sandlot server instead of an embedded runtime
+    #[arg(long, value_name = "URL", env = config::URL)]
+    url: Option<String>,
+    /// Print the full execution result as JSON
+    #[arg(long)]
+    json: bool,
+    /// Execution timeout in seconds [default: the server's]
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+    #[command(flatten)]
+    dirs: DirArgs,
+}
+
+#[derive(Debug, Args)]
+struct DoctorArgs {
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+fn run_help() -> String {
+    format!(
+        "Exit status: 0 ok, 1 error, 124 timeout, 130 interrupted, 137 out of memory or killed, 2 usage error.\n\n{}",
+        config::env_help(&[&[config::URL], config::RUNTIME_VARS].concat())
+    )
+}
+
+fn doctor_help() -> String {
+    "Exit status: 0 when every required layer is available, 1 otherwise.".into()
+}
+
+fn main() -> ExitCode {
+    // The runtime re-executes this binary to launch a confined zygote; that mode must run
+    // before anything else (no threads, no logging setup).
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("__zygote-launch") {
+        let err = sandlot_runtime::zygote_launch_main(argv.get(2).map_or("", String::as_str));
+        eprintln!("sandlot: {err:#}");
+        return ExitCode::from(111);
+    }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Run(args) => run(args),
+        Command::Doctor(args) => doctor(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("sandlot: error: {e:#}");
+            if e.downcast_ref::<ConfigError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_SERVE_LOG);
+    let dirs = args.dirs.resolve()?;
+    tokio_runtime()?.block_on(serve::serve(args.listen, dirs))?;
+    Ok(0)
+}
+
+fn run(args: RunArgs) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    let code = if args.code == "-" {
+        let mut code = String::new();
+        std::io::stdin().read_to_string(&mut code)?;
+        code
+    } else {
+        args.code
+    };
+    let req = ExecuteRequest {
+        code,
+        language: args.lang.into(),
+        timeout: args.timeout,
+        stream: false,
+    };
+    let target = match args.url.filter(|u| !u.is_empty()) {
+        Some(url) => run::Target::Server(url),
+        None => run::Target::Embedded(args.dirs.resolve()?),
+    };
+    tokio_runtime()?.block_on(run::run(target, req, args.json))
+}
+
+fn doctor(args: DoctorArgs) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    // No async runtime here: the probe forks, which is simplest in a single-threaded process.
+    Ok(if doctor::doctor(args.json)? { 0 } else { 1 })
+}
+
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Logs go to stderr: stdout carries the command's output (and `serve`'s one line).
+fn init_logging(default_filter: &str) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_env(config::LOG).unwrap_or_else(|_| EnvFilter::new(default_filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_help_documents_its_environment() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for var in [
+            config::LISTEN,
+            config::DATA_DIR,
+            config::ENV_DIR,
+            config::LOG,
+        ] {
+            assert!(help.contains(var), "{help}");
+        }
+    }
+}

@@ -14,20 +14,34 @@ pub enum CgroupError {
     #[error("no usable cgroup hierarchy: need memory, pids, cpu and freezer (v1) or a v2 mount with those controllers")]
     Unavailable,
     #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("cgroup {path} still has processes after kill")]
     NotEmpty { path: PathBuf },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
-    move |source| CgroupError::Io { op, path: path.to_path_buf(), source }
+    move |source| CgroupError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Which cgroup version is in use and where.
 #[derive(Debug, Clone)]
 pub enum Hierarchy {
     /// v1: the mount point of each controller we use.
-    V1 { memory: PathBuf, pids: PathBuf, cpu: PathBuf, cpuacct: PathBuf, freezer: PathBuf },
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: PathBuf,
+        cpuacct: PathBuf,
+        freezer: PathBuf,
+    },
     /// v2: the unified mount point.
     V2 { root: PathBuf },
 }
@@ -36,18 +50,33 @@ impl Hierarchy {
     /// Detects the hierarchy under `mount_root` (normally `/sys/fs/cgroup`). Prefers v2 when it
     /// has the controllers we need enabled at the root.
     pub fn detect(mount_root: &Path) -> Result<Hierarchy, CgroupError> {
-        let controllers = fs::read_to_string(mount_root.join("cgroup.controllers")).unwrap_or_default();
+        let controllers =
+            fs::read_to_string(mount_root.join("cgroup.controllers")).unwrap_or_default();
         let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
         if has("memory") && has("pids") && has("cpu") {
-            return Ok(Hierarchy::V2 { root: mount_root.to_path_buf() });
+            return Ok(Hierarchy::V2 {
+                root: mount_root.to_path_buf(),
+            });
         }
         let v1 = |c: &str| {
             let p = mount_root.join(c);
             p.join("cgroup.procs").exists().then_some(p)
         };
-        match (v1("memory"), v1("pids"), v1("cpu"), v1("cpuacct"), v1("freezer")) {
+        match (
+            v1("memory"),
+            v1("pids"),
+            v1("cpu"),
+            v1("cpuacct"),
+            v1("freezer"),
+        ) {
             (Some(memory), Some(pids), Some(cpu), Some(cpuacct), Some(freezer)) => {
-                Ok(Hierarchy::V1 { memory, pids, cpu, cpuacct, freezer })
+                Ok(Hierarchy::V1 {
+                    memory,
+                    pids,
+                    cpu,
+                    cpuacct,
+                    freezer,
+                })
             }
             _ => Err(CgroupError::Unavailable),
         }
@@ -62,9 +91,16 @@ impl Hierarchy {
 
     fn dirs(&self, rel: &Path) -> Vec<PathBuf> {
         match self {
-            Hierarchy::V1 { memory, pids, cpu, cpuacct, freezer } => {
-                [memory, pids, cpu, cpuacct, freezer].iter().map(|m| m.join(rel)).collect()
-            }
+            Hierarchy::V1 {
+                memory,
+                pids,
+                cpu,
+                cpuacct,
+                freezer,
+            } => [memory, pids, cpu, cpuacct, freezer]
+                .iter()
+                .map(|m| m.join(rel))
+                .collect(),
             Hierarchy::V2 { root } => vec![root.join(rel)],
         }
     }
@@ -72,7 +108,9 @@ impl Hierarchy {
     /// Lists the child groups of `rel` (used to find what a previous server run left).
     pub fn children(&self, rel: &Path) -> Vec<String> {
         let base = &self.dirs(rel)[0];
-        let Ok(rd) = fs::read_dir(base) else { return vec![] };
+        let Ok(rd) = fs::read_dir(base) else {
+            return vec![];
+        };
         rd.filter_map(|e| e.ok())
             .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
             .filter_map(|e| e.file_name().into_string().ok())
@@ -98,8 +136,15 @@ pub struct Cgroup {
 
 impl Cgroup {
     /// Creates the group (and its parents) and applies `limits`.
-    pub fn create(hierarchy: &Hierarchy, rel: &Path, limits: &CgroupLimits) -> Result<Cgroup, CgroupError> {
-        let cg = Cgroup { hierarchy: hierarchy.clone(), rel: rel.to_path_buf() };
+    pub fn create(
+        hierarchy: &Hierarchy,
+        rel: &Path,
+        limits: &CgroupLimits,
+    ) -> Result<Cgroup, CgroupError> {
+        let cg = Cgroup {
+            hierarchy: hierarchy.clone(),
+            rel: rel.to_path_buf(),
+        };
         if let Hierarchy::V2 { root } = hierarchy {
             enable_v2_controllers(root, rel)?;
         }
@@ -112,7 +157,10 @@ impl Cgroup {
 
     /// Opens an existing group (for cleanup) without touching it.
     pub fn open(hierarchy: &Hierarchy, rel: &Path) -> Cgroup {
-        Cgroup { hierarchy: hierarchy.clone(), rel: rel.to_path_buf() }
+        Cgroup {
+            hierarchy: hierarchy.clone(),
+            rel: rel.to_path_buf(),
+        }
     }
 
     pub fn rel(&self) -> &Path {
@@ -126,12 +174,18 @@ impl Cgroup {
 
     fn apply(&self, l: &CgroupLimits) -> Result<(), CgroupError> {
         match &self.hierarchy {
-            Hierarchy::V1 { memory, pids, cpu, .. } => {
+            Hierarchy::V1 {
+                memory, pids, cpu, ..
+            } => {
                 let m = memory.join(&self.rel);
                 self.write(&m, "memory.limit_in_bytes", &l.memory_bytes.to_string())?;
                 // Where swap is accounted, swap counts against the same limit.
                 if m.join("memory.memsw.limit_in_bytes").exists() {
-                    let _ = self.write(&m, "memory.memsw.limit_in_bytes", &l.memory_bytes.to_string());
+                    let _ = self.write(
+                        &m,
+                        "memory.memsw.limit_in_bytes",
+                        &l.memory_bytes.to_string(),
+                    );
                 }
                 self.write(&pids.join(&self.rel), "pids.max", &l.pids.to_string())?;
                 let c = cpu.join(&self.rel);
@@ -157,7 +211,11 @@ impl Cgroup {
 
     /// The files a process writes its pid into to join this group.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.hierarchy.dirs(&self.rel).into_iter().map(|d| d.join("cgroup.procs")).collect()
+        self.hierarchy
+            .dirs(&self.rel)
+            .into_iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect()
     }
 
     /// Moves `pid` into the group.
@@ -186,7 +244,8 @@ impl Cgroup {
                 Duration::from_nanos(ns)
             }
             Hierarchy::V2 { root } => {
-                let stat = fs::read_to_string(root.join(&self.rel).join("cpu.stat")).unwrap_or_default();
+                let stat =
+                    fs::read_to_string(root.join(&self.rel).join("cpu.stat")).unwrap_or_default();
                 let us = keyed(&stat, "usage_usec").unwrap_or(0);
                 Duration::from_micros(us)
             }
@@ -201,7 +260,9 @@ impl Cgroup {
             }
             Hierarchy::V2 { root } => {
                 let d = root.join(&self.rel);
-                read_u64(&d.join("memory.peak")).or_else(|| read_u64(&d.join("memory.current"))).unwrap_or(0)
+                read_u64(&d.join("memory.peak"))
+                    .or_else(|| read_u64(&d.join("memory.current")))
+                    .unwrap_or(0)
             }
         }
     }
@@ -209,8 +270,12 @@ impl Cgroup {
     /// Current memory use of the group, in bytes.
     pub fn current_memory(&self) -> u64 {
         match &self.hierarchy {
-            Hierarchy::V1 { memory, .. } => read_u64(&memory.join(&self.rel).join("memory.usage_in_bytes")).unwrap_or(0),
-            Hierarchy::V2 { root } => read_u64(&root.join(&self.rel).join("memory.current")).unwrap_or(0),
+            Hierarchy::V1 { memory, .. } => {
+                read_u64(&memory.join(&self.rel).join("memory.usage_in_bytes")).unwrap_or(0)
+            }
+            Hierarchy::V2 { root } => {
+                read_u64(&root.join(&self.rel).join("memory.current")).unwrap_or(0)
+            }
         }
     }
 
@@ -218,11 +283,13 @@ impl Cgroup {
     pub fn oom_kills(&self) -> u64 {
         match &self.hierarchy {
             Hierarchy::V1 { memory, .. } => {
-                let s = fs::read_to_string(memory.join(&self.rel).join("memory.oom_control")).unwrap_or_default();
+                let s = fs::read_to_string(memory.join(&self.rel).join("memory.oom_control"))
+                    .unwrap_or_default();
                 keyed(&s, "oom_kill").unwrap_or(0)
             }
             Hierarchy::V2 { root } => {
-                let s = fs::read_to_string(root.join(&self.rel).join("memory.events")).unwrap_or_default();
+                let s = fs::read_to_string(root.join(&self.rel).join("memory.events"))
+                    .unwrap_or_default();
                 keyed(&s, "oom_kill").unwrap_or(0)
             }
         }
@@ -241,7 +308,11 @@ impl Cgroup {
                 }
             }
             Hierarchy::V1 { freezer, .. } => {
-                self.freeze_kill_thaw(&freezer.join(&self.rel).join("freezer.state"), "FROZEN", "THAWED");
+                self.freeze_kill_thaw(
+                    &freezer.join(&self.rel).join("freezer.state"),
+                    "FROZEN",
+                    "THAWED",
+                );
             }
         }
         let deadline = Instant::now() + wait;
@@ -250,7 +321,9 @@ impl Cgroup {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(CgroupError::NotEmpty { path: self.rel.clone() });
+                return Err(CgroupError::NotEmpty {
+                    path: self.rel.clone(),
+                });
             }
             for pid in self.pids() {
                 // SAFETY: kill has no memory effects.
@@ -275,7 +348,13 @@ impl Cgroup {
             match fs::remove_dir(&d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(CgroupError::Io { op: "rmdir", path: d, source: e }),
+                Err(e) => {
+                    return Err(CgroupError::Io {
+                        op: "rmdir",
+                        path: d,
+                        source: e,
+                    })
+                }
             }
         }
         Ok(())
@@ -285,7 +364,11 @@ impl Cgroup {
 fn enable_v2_controllers(root: &Path, rel: &Path) -> Result<(), CgroupError> {
     // Every ancestor of the leaf must delegate the controllers to its children.
     let mut dir = root.to_path_buf();
-    for comp in rel.parent().map(|p| p.components().collect::<Vec<_>>()).unwrap_or_default() {
+    for comp in rel
+        .parent()
+        .map(|p| p.components().collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
         dir.push(comp);
         fs::create_dir_all(&dir).map_err(io_err("mkdir", &dir))?;
         let f = dir.join("cgroup.subtree_control");
@@ -323,10 +406,19 @@ mod tests {
     fn detects_v1_and_writes_limits() {
         let (dir, h) = fake_v1();
         assert_eq!(h.version(), 1);
-        let limits = CgroupLimits { memory_bytes: 512 << 20, pids: 128, cpu_millis: 500 };
+        let limits = CgroupLimits {
+            memory_bytes: 512 << 20,
+            pids: 128,
+            cpu_millis: 500,
+        };
         let cg = Cgroup::create(&h, Path::new("sandlot/x/sb1"), &limits).unwrap();
-        let read = |c: &str, f: &str| fs::read_to_string(dir.path().join(c).join("sandlot/x/sb1").join(f)).unwrap();
-        assert_eq!(read("memory", "memory.limit_in_bytes"), (512u64 << 20).to_string());
+        let read = |c: &str, f: &str| {
+            fs::read_to_string(dir.path().join(c).join("sandlot/x/sb1").join(f)).unwrap()
+        };
+        assert_eq!(
+            read("memory", "memory.limit_in_bytes"),
+            (512u64 << 20).to_string()
+        );
         assert_eq!(read("pids", "pids.max"), "128");
         assert_eq!(read("cpu", "cpu.cfs_quota_us"), "50000");
         assert_eq!(cg.procs_files().len(), 5);
@@ -335,13 +427,22 @@ mod tests {
 
     #[test]
     fn parses_keyed_files() {
-        assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), Some(3));
-        assert_eq!(keyed("usage_usec 1234\nuser_usec 1000", "usage_usec"), Some(1234));
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            Some(3)
+        );
+        assert_eq!(
+            keyed("usage_usec 1234\nuser_usec 1000", "usage_usec"),
+            Some(1234)
+        );
     }
 
     #[test]
     fn unavailable_without_controllers() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(Hierarchy::detect(dir.path()), Err(CgroupError::Unavailable)));
+        assert!(matches!(
+            Hierarchy::detect(dir.path()),
+            Err(CgroupError::Unavailable)
+        ));
     }
 }

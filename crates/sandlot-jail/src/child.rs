@@ -16,7 +16,7 @@ use crate::error::{JailError, Step};
 use crate::{mounts, net, rlimits, rootfs};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{signal, SigHandler, Signal};
-use nix::unistd::{fork, setresgid, setresuid, sethostname, setsid, ForkResult, Gid, Uid};
+use nix::unistd::{fork, sethostname, setresgid, setresuid, setsid, ForkResult, Gid, Uid};
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
 
@@ -47,7 +47,12 @@ pub enum Role {
 }
 
 /// Runs the containment sequence. Returns only in the driver (P2); P0 and P1 never return.
-pub fn enter(cfg: &JailConfig, ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<Role, JailError> {
+pub fn enter(
+    cfg: &JailConfig,
+    ctrl: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+) -> Result<Role, JailError> {
     setup_fds(ctrl, stdout, stderr)?;
     // The zygote ignores SIGCHLD to auto-reap; sandboxes need the default for waitpid.
     // SAFETY: installing SIG_DFL runs no handler code.
@@ -127,7 +132,10 @@ fn setup_fds(ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), JailError>
         // SAFETY: F_DUPFD_CLOEXEC on an fd we were handed; returns a new fd or -1.
         let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
         if new < 0 {
-            Err(JailError::Sys { step: "dup fd", source: nix::Error::last() })
+            Err(JailError::Sys {
+                step: "dup fd",
+                source: nix::Error::last(),
+            })
         } else {
             Ok(new)
         }
@@ -136,13 +144,19 @@ fn setup_fds(ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), JailError>
     for (from, to) in [(o, 1), (e, 2), (c, CTRL_FD)] {
         // SAFETY: dup2 onto a small fixed number; the target is replaced atomically.
         if unsafe { libc::dup2(from, to) } < 0 {
-            return Err(JailError::Sys { step: "dup2", source: nix::Error::last() });
+            return Err(JailError::Sys {
+                step: "dup2",
+                source: nix::Error::last(),
+            });
         }
     }
     // SAFETY: opening /dev/null with a static C string.
     let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
     if null < 0 {
-        return Err(JailError::Sys { step: "open /dev/null", source: nix::Error::last() });
+        return Err(JailError::Sys {
+            step: "open /dev/null",
+            source: nix::Error::last(),
+        });
     }
     // SAFETY: dup2 and close on fds we own.
     unsafe {
@@ -153,7 +167,10 @@ fn setup_fds(ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), JailError>
     }
     // SAFETY: close_range closes every fd from 4 up; nothing above 3 is needed any more.
     if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) } != 0 {
-        return Err(JailError::Sys { step: "close_range", source: nix::Error::last() });
+        return Err(JailError::Sys {
+            step: "close_range",
+            source: nix::Error::last(),
+        });
     }
     Ok(())
 }
@@ -164,7 +181,9 @@ fn handshake() -> Result<(), JailError> {
     let mut b = [0u8; 1];
     let n = nix::unistd::read(fd3(), &mut b).step("handshake read")?;
     if n != 1 || b[0] != GO {
-        return Err(JailError::Protocol("server did not answer the handshake".into()));
+        return Err(JailError::Protocol(
+            "server did not answer the handshake".into(),
+        ));
     }
     Ok(())
 }
@@ -222,8 +241,10 @@ fn driver_confine(cfg: &JailConfig) -> Result<(), JailError> {
     if cfg.landlock {
         let rw = rootfs::writable_paths();
         let rw_refs: Vec<&std::path::Path> = rw.iter().map(|p| p.as_path()).collect();
-        let dev: Vec<&std::path::Path> =
-            ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].iter().map(std::path::Path::new).collect();
+        let dev: Vec<&std::path::Path> = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"]
+            .iter()
+            .map(std::path::Path::new)
+            .collect();
         let mut all_rw = rw_refs;
         all_rw.extend(dev);
         crate::landlock::restrict(&all_rw, &[std::path::Path::new("/")])?;

@@ -56,7 +56,12 @@ pub struct RlimitConfig {
 
 impl Default for RlimitConfig {
     fn default() -> Self {
-        Self { nofile: 4096, fsize: 1 << 30, core: 0, stack: 8 << 20 }
+        Self {
+            nofile: 4096,
+            fsize: 1 << 30,
+            core: 0,
+            stack: 8 << 20,
+        }
     }
 }
 

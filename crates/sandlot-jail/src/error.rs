@@ -7,9 +7,16 @@ pub enum JailError {
     #[error("invalid jail config: {0}")]
     Config(#[from] serde_json::Error),
     #[error("{step} failed: {source}")]
-    Sys { step: &'static str, source: nix::Error },
+    Sys {
+        step: &'static str,
+        source: nix::Error,
+    },
     #[error("{step} {path}: {source}")]
-    Path { step: &'static str, path: PathBuf, source: std::io::Error },
+    Path {
+        step: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("protocol with the server: {0}")]
     Protocol(String),
     #[error("capabilities: {0}")]
@@ -61,6 +68,10 @@ pub(crate) trait PathStep<T> {
 
 impl<T> PathStep<T> for std::io::Result<T> {
     fn at(self, step: &'static str, path: impl Into<PathBuf>) -> Result<T, JailError> {
-        self.map_err(|source| JailError::Path { step, path: path.into(), source })
+        self.map_err(|source| JailError::Path {
+            step,
+            path: path.into(),
+            source,
+        })
     }
 }

@@ -8,7 +8,10 @@ pub fn loopback_up() -> Result<(), JailError> {
     // SAFETY: creating a socket has no memory effects; the fd is closed below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return Err(JailError::Sys { step: "socket for loopback", source: nix::Error::last() });
+        return Err(JailError::Sys {
+            step: "socket for loopback",
+            source: nix::Error::last(),
+        });
     }
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -31,5 +34,8 @@ pub fn loopback_up() -> Result<(), JailError> {
     let errno = nix::Error::last();
     // SAFETY: fd is ours and open.
     unsafe { libc::close(fd) };
-    result.map_err(|step| JailError::Sys { step, source: errno })
+    result.map_err(|step| JailError::Sys {
+        step,
+        source: errno,
+    })
 }

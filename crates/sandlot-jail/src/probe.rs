@@ -33,15 +33,25 @@ pub fn probe() -> Vec<Check> {
         ("user namespace", libc::CLONE_NEWUSER),
         ("mount namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWNS),
         ("pid namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWPID),
-        ("network namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWNET),
+        (
+            "network namespace",
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
+        ),
         ("ipc namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWIPC),
         ("uts namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWUTS),
-        ("cgroup namespace", libc::CLONE_NEWUSER | libc::CLONE_NEWCGROUP),
+        (
+            "cgroup namespace",
+            libc::CLONE_NEWUSER | libc::CLONE_NEWCGROUP,
+        ),
     ];
     for (name, flags) in ns {
         let errno = in_child(|| {
             // SAFETY: unshare in a throwaway child.
-            if unsafe { libc::unshare(flags) } == 0 { 0 } else { nix::Error::last() as i32 }
+            if unsafe { libc::unshare(flags) } == 0 {
+                0
+            } else {
+                nix::Error::last() as i32
+            }
         });
         out.push(Check {
             name,
@@ -75,8 +85,14 @@ pub fn probe() -> Vec<Check> {
         name: "landlock",
         ok: abi > 0,
         required: false,
-        detail: if abi > 0 { format!("ABI {abi}") } else { "not available on this kernel".into() },
-        fix: (abi <= 0).then(|| "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list".into()),
+        detail: if abi > 0 {
+            format!("ABI {abi}")
+        } else {
+            "not available on this kernel".into()
+        },
+        fix: (abi <= 0).then(|| {
+            "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= list".into()
+        }),
     });
     // SAFETY: PR_GET_SECCOMP only reads the caller's mode.
     let seccomp = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
@@ -84,20 +100,40 @@ pub fn probe() -> Vec<Check> {
         name: "seccomp",
         ok: seccomp,
         required: true,
-        detail: if seccomp { "filter mode available".into() } else { "not available".into() },
+        detail: if seccomp {
+            "filter mode available".into()
+        } else {
+            "not available".into()
+        },
         fix: (!seccomp).then(|| "use a kernel built with CONFIG_SECCOMP_FILTER".into()),
     });
     let openat2 = in_child(|| {
         let how = [0u64, 0, 0];
         // SAFETY: openat2 with a valid open_how on a static path; the fd is leaked in a child that exits.
-        let r = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, c"/".as_ptr(), how.as_ptr(), 24usize) };
-        if r >= 0 { 0 } else { nix::Error::last() as i32 }
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                c"/".as_ptr(),
+                how.as_ptr(),
+                24usize,
+            )
+        };
+        if r >= 0 {
+            0
+        } else {
+            nix::Error::last() as i32
+        }
     });
     out.push(Check {
         name: "openat2",
         ok: openat2 == 0,
         required: true,
-        detail: if openat2 == 0 { "RESOLVE_IN_ROOT available for file transfer".into() } else { "missing (kernel < 5.6)".into() },
+        detail: if openat2 == 0 {
+            "RESOLVE_IN_ROOT available for file transfer".into()
+        } else {
+            "missing (kernel < 5.6)".into()
+        },
         fix: (openat2 != 0).then(|| "use Linux 5.6 or newer".into()),
     });
     out
@@ -116,7 +152,11 @@ fn in_child(f: impl FnOnce() -> i32) -> i32 {
             let mut status = 0;
             // SAFETY: waiting for our own child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
-            if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 255 }
+            if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                255
+            }
         }
         _ => nix::Error::last() as i32,
     }

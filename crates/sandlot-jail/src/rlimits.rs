@@ -5,10 +5,16 @@ use crate::error::JailError;
 
 /// Sets soft and hard limit of `resource` to `value`.
 pub fn set(resource: libc::__rlimit_resource_t, value: u64) -> Result<(), JailError> {
-    let lim = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
+    let lim = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
     // SAFETY: `lim` is a valid rlimit that outlives the call.
     if unsafe { libc::setrlimit(resource, &lim) } != 0 {
-        return Err(JailError::Sys { step: "setrlimit", source: nix::Error::last() });
+        return Err(JailError::Sys {
+            step: "setrlimit",
+            source: nix::Error::last(),
+        });
     }
     Ok(())
 }

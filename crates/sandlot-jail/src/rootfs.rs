@@ -51,12 +51,35 @@ const NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     let root = cfg.staging_dir.as_path();
     // Nothing we mount may propagate back to the host.
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .step("make / private")?;
-    mount(Some("tmpfs"), root, Some("tmpfs"), NOSUID_NODEV, Some("mode=0755,size=16m"))
-        .step("mount root tmpfs")?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .step("make / private")?;
+    mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        NOSUID_NODEV,
+        Some("mode=0755,size=16m"),
+    )
+    .step("mount root tmpfs")?;
 
-    for dir in ["usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "home", "run", "var/tmp"] {
+    for dir in [
+        "usr",
+        "etc",
+        "dev",
+        "proc",
+        "tmp",
+        "workspace",
+        "opt",
+        "home",
+        "run",
+        "var/tmp",
+    ] {
         fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
     }
     bind_ro(Path::new("/usr"), &root.join("usr"))?;
@@ -80,8 +103,14 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
         bind_at_same_shape(root, bind)?;
     }
     let tmp_opts = format!("mode=1777,size={}", cfg.tmp_bytes);
-    mount(Some("tmpfs"), &root.join("tmp"), Some("tmpfs"), NOSUID_NODEV, Some(tmp_opts.as_str()))
-        .step("mount zygote /tmp")?;
+    mount(
+        Some("tmpfs"),
+        &root.join("tmp"),
+        Some("tmpfs"),
+        NOSUID_NODEV,
+        Some(tmp_opts.as_str()),
+    )
+    .step("mount zygote /tmp")?;
     // A fully visible procfs must exist in the namespace before a sandbox may mount its own.
     mount(
         Some("proc"),
@@ -110,8 +139,14 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
 
 /// Bind-mounts `source` read-only, nosuid, nodev onto `target` (which must exist).
 pub fn bind_ro(source: &Path, target: &Path) -> Result<(), JailError> {
-    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .step("bind mount")?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .step("bind mount")?;
     mount(
         None::<&str>,
         target,
@@ -140,7 +175,9 @@ fn bind_at_same_shape(root: &Path, bind: &Bind) -> Result<(), JailError> {
 fn populate_etc(etc: &Path) -> Result<(), JailError> {
     for name in ETC_ENTRIES {
         let host = Path::new("/etc").join(name);
-        let Ok(meta) = fs::symlink_metadata(&host) else { continue };
+        let Ok(meta) = fs::symlink_metadata(&host) else {
+            continue;
+        };
         let target = etc.join(name);
         if meta.file_type().is_symlink() {
             let link = fs::read_link(&host).at("readlink", &host)?;
@@ -162,9 +199,15 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
                  nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
             ),
         ),
-        ("group", format!("root:x:0:\nuser:x:{INSIDE_GID}:\nnogroup:x:65534:\n")),
+        (
+            "group",
+            format!("root:x:0:\nuser:x:{INSIDE_GID}:\nnogroup:x:65534:\n"),
+        ),
         ("hostname", "sandbox\n".into()),
-        ("hosts", "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n".into()),
+        (
+            "hosts",
+            "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n".into(),
+        ),
         // No resolver: the sandbox has no network beyond its own loopback.
         ("resolv.conf", String::new()),
     ];
@@ -175,8 +218,14 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
 }
 
 fn populate_dev(dev: &Path) -> Result<(), JailError> {
-    mount(Some("tmpfs"), dev, Some("tmpfs"), MsFlags::MS_NOSUID, Some("mode=0755,size=64k"))
-        .step("mount /dev tmpfs")?;
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=0755,size=64k"),
+    )
+    .step("mount /dev tmpfs")?;
     for node in DEV_NODES {
         let host = Path::new("/dev").join(node);
         if fs::metadata(&host).is_err() {
@@ -184,8 +233,14 @@ fn populate_dev(dev: &Path) -> Result<(), JailError> {
         }
         let target = dev.join(node);
         fs::write(&target, b"").at("create dev node", &target)?;
-        mount(Some(&host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .step("bind dev node")?;
+        mount(
+            Some(&host),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .step("bind dev node")?;
         mount(
             None::<&str>,
             &target,
@@ -198,7 +253,8 @@ fn populate_dev(dev: &Path) -> Result<(), JailError> {
     for dir in ["shm", "pts"] {
         fs::create_dir_all(dev.join(dir)).at("mkdir", dev.join(dir))?;
     }
-    fs::set_permissions(dev.join("shm"), fs::Permissions::from_mode(0o1777)).at("chmod", dev.join("shm"))?;
+    fs::set_permissions(dev.join("shm"), fs::Permissions::from_mode(0o1777))
+        .at("chmod", dev.join("shm"))?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -220,5 +276,9 @@ fn populate_dev(dev: &Path) -> Result<(), JailError> {
 
 /// Paths inside the base root that sandboxes may write (each its own tmpfs).
 pub fn writable_paths() -> [PathBuf; 3] {
-    [PathBuf::from("/workspace"), PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
+    [
+        PathBuf::from("/workspace"),
+        PathBuf::from("/tmp"),
+        PathBuf::from("/dev/shm"),
+    ]
 }

@@ -22,16 +22,27 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
     rootfs::enter_base_root(cfg)?;
     drop_bounding_and_ambient()?;
     setgroups(&[]).step("setgroups")?;
-    setresgid(Gid::from_raw(cfg.gid), Gid::from_raw(cfg.gid), Gid::from_raw(cfg.gid))
-        .step("setresgid")?;
+    setresgid(
+        Gid::from_raw(cfg.gid),
+        Gid::from_raw(cfg.gid),
+        Gid::from_raw(cfg.gid),
+    )
+    .step("setresgid")?;
     // Leaving uid 0 clears the permitted and effective sets (no SECBIT_KEEP_CAPS).
-    setresuid(Uid::from_raw(cfg.uid), Uid::from_raw(cfg.uid), Uid::from_raw(cfg.uid))
-        .step("setresuid")?;
+    setresuid(
+        Uid::from_raw(cfg.uid),
+        Uid::from_raw(cfg.uid),
+        Uid::from_raw(cfg.uid),
+    )
+    .step("setresuid")?;
     crate::caps::set_no_new_privs()?;
     // Die with the server; set after the uid change, which clears it.
     // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
-        return Err(JailError::Sys { step: "pdeathsig", source: nix::Error::last() });
+        return Err(JailError::Sys {
+            step: "pdeathsig",
+            source: nix::Error::last(),
+        });
     }
     crate::rlimits::set(libc::RLIMIT_NOFILE, cfg.nofile)?;
     crate::rlimits::set(libc::RLIMIT_CORE, 0)?;
@@ -40,14 +51,29 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
 
 fn drop_bounding_and_ambient() -> Result<(), JailError> {
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) } != 0 {
-        return Err(JailError::Sys { step: "clear ambient capabilities", source: nix::Error::last() });
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(JailError::Sys {
+            step: "clear ambient capabilities",
+            source: nix::Error::last(),
+        });
     }
     for cap in 0..=last_cap() {
         // SAFETY: prctl with integer arguments only. EINVAL for caps this kernel lacks.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if rc != 0 && nix::Error::last() != nix::Error::EINVAL {
-            return Err(JailError::Sys { step: "drop bounding set", source: nix::Error::last() });
+            return Err(JailError::Sys {
+                step: "drop bounding set",
+                source: nix::Error::last(),
+            });
         }
     }
     Ok(())
@@ -63,7 +89,11 @@ pub fn last_cap() -> u32 {
 
 fn exec(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
     let to_c = |s: &str| CString::new(s).map_err(|_| JailError::Protocol(format!("NUL in {s:?}")));
-    let argv = cfg.argv.iter().map(|a| to_c(a)).collect::<Result<Vec<_>, _>>()?;
+    let argv = cfg
+        .argv
+        .iter()
+        .map(|a| to_c(a))
+        .collect::<Result<Vec<_>, _>>()?;
     let env = cfg
         .env
         .iter()
@@ -73,5 +103,8 @@ fn exec(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
         return Err(JailError::Protocol("empty argv".into()));
     };
     let err = nix::unistd::execve(program, &argv, &env).unwrap_err();
-    Err(JailError::Sys { step: "execve zygote", source: err })
+    Err(JailError::Sys {
+        step: "execve zygote",
+        source: err,
+    })
 }

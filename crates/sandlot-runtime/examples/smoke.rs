@@ -17,16 +17,33 @@ async fn main() -> anyhow::Result<()> {
     let store = sandlot_store::Store::open(&data.join("sandlot.db"))?;
     let rt = Runtime::start(RuntimeConfig::new(data, args[2].clone().into()), store).await?;
     let t = Instant::now();
-    let sb = rt.create_sandbox(CreateSandbox::default()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sb = rt
+        .create_sandbox(CreateSandbox::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("created {} in {:?}", sb.id, t.elapsed());
     let code = args.get(3).cloned().unwrap_or_else(|| "print(1)".into());
     for lang in [Language::Python, Language::Bash] {
         let t = Instant::now();
-        let req = ExecuteRequest { code: code.clone(), language: lang, timeout: Some(10.0), stream: false };
-        let r = rt.execute(&sb.id, req, None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!("{lang:?} in {:?}: {}", t.elapsed(), serde_json::to_string_pretty(&r)?);
+        let req = ExecuteRequest {
+            code: code.clone(),
+            language: lang,
+            timeout: Some(10.0),
+            stream: false,
+        };
+        let r = rt
+            .execute(&sb.id, req, None)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!(
+            "{lang:?} in {:?}: {}",
+            t.elapsed(),
+            serde_json::to_string_pretty(&r)?
+        );
     }
-    rt.delete_sandbox(&sb.id).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    rt.delete_sandbox(&sb.id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     rt.shutdown().await;
     Ok(())
 }

@@ -9,9 +9,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const PY_FILES: &[(&str, &str)] = &[
-    ("python/sandlot_runtime/__init__.py", include_str!("../../../python/sandlot_runtime/__init__.py")),
-    ("python/sandlot_runtime/zygote.py", include_str!("../../../python/sandlot_runtime/zygote.py")),
-    ("python/sandlot_runtime/driver.py", include_str!("../../../python/sandlot_runtime/driver.py")),
+    (
+        "python/sandlot_runtime/__init__.py",
+        include_str!("../../../python/sandlot_runtime/__init__.py"),
+    ),
+    (
+        "python/sandlot_runtime/zygote.py",
+        include_str!("../../../python/sandlot_runtime/zygote.py"),
+    ),
+    (
+        "python/sandlot_runtime/driver.py",
+        include_str!("../../../python/sandlot_runtime/driver.py"),
+    ),
 ];
 
 /// The file name of the jail's shared library.
@@ -51,7 +60,9 @@ pub fn find_jail_lib() -> Result<PathBuf, AssetError> {
         looked.push(d.display().to_string());
         dir = d.parent().map(Path::to_path_buf);
     }
-    Err(AssetError::NoJailLib { looked: looked.join(", ") })
+    Err(AssetError::NoJailLib {
+        looked: looked.join(", "),
+    })
 }
 
 /// Writes the embedded Python files and copies the jail library into `lib_dir`, world-readable.
@@ -59,7 +70,10 @@ pub fn install(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), Ass
     let jail = find_jail_lib()?;
     let write = |rel: &str, bytes: &[u8]| -> Result<(), AssetError> {
         let path = lib_dir.join(rel);
-        let wrap = |source| AssetError::Write { path: path.clone(), source };
+        let wrap = |source| AssetError::Write {
+            path: path.clone(),
+            source,
+        };
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(wrap)?;
             fs::set_permissions(parent, fs::Permissions::from_mode(0o755)).map_err(wrap)?;
@@ -70,13 +84,23 @@ pub fn install(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), Ass
         fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).map_err(wrap)?;
         fs::rename(&tmp, &path).map_err(wrap)
     };
-    fs::create_dir_all(lib_dir).map_err(|source| AssetError::Write { path: lib_dir.into(), source })?;
-    fs::set_permissions(lib_dir, fs::Permissions::from_mode(0o755))
-        .map_err(|source| AssetError::Write { path: lib_dir.into(), source })?;
+    fs::create_dir_all(lib_dir).map_err(|source| AssetError::Write {
+        path: lib_dir.into(),
+        source,
+    })?;
+    fs::set_permissions(lib_dir, fs::Permissions::from_mode(0o755)).map_err(|source| {
+        AssetError::Write {
+            path: lib_dir.into(),
+            source,
+        }
+    })?;
     for (rel, text) in PY_FILES {
         write(rel, text.as_bytes())?;
     }
-    let lib = fs::read(&jail).map_err(|source| AssetError::Write { path: jail.clone(), source })?;
+    let lib = fs::read(&jail).map_err(|source| AssetError::Write {
+        path: jail.clone(),
+        source,
+    })?;
     write(&format!("lib/{JAIL_LIB}"), &lib)?;
     for (name, json) in templates {
         write(&format!("templates/{name}.json"), json.as_bytes())?;

@@ -3,7 +3,9 @@
 
 use crate::sandbox::{Budgeted, Live, Pumped};
 use crate::util::now_rfc3339;
-use sandlot_types::{EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation};
+use sandlot_types::{
+    EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -28,8 +30,12 @@ impl Collector {
         }
         // Merge adjacent chunks of one stream so the record stays compact.
         match (&ev, self.outputs.last_mut()) {
-            (OutputEvent::Stdout { text }, Some(OutputEvent::Stdout { text: last })) => last.push_str(text),
-            (OutputEvent::Stderr { text }, Some(OutputEvent::Stderr { text: last })) => last.push_str(text),
+            (OutputEvent::Stdout { text }, Some(OutputEvent::Stdout { text: last })) => {
+                last.push_str(text)
+            }
+            (OutputEvent::Stderr { text }, Some(OutputEvent::Stderr { text: last })) => {
+                last.push_str(text)
+            }
             _ => self.outputs.push(ev),
         }
     }
@@ -55,9 +61,15 @@ impl Collector {
                 .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default()
         };
-        let metadata = v.get("metadata").cloned().unwrap_or(Value::Object(Default::default()));
+        let metadata = v
+            .get("metadata")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
         match v.get("type").and_then(|t| t.as_str()) {
-            Some("display_data") => self.emit(OutputEvent::DisplayData { data: data(), metadata }),
+            Some("display_data") => self.emit(OutputEvent::DisplayData {
+                data: data(),
+                metadata,
+            }),
             Some("result") => {
                 let d = data();
                 self.result = Some(d.clone());
@@ -68,9 +80,17 @@ impl Collector {
                 let traceback = v
                     .get("traceback")
                     .and_then(|t| t.as_array())
-                    .map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|l| l.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
-                let e = ExecError { name: s("name"), value: s("value"), traceback };
+                let e = ExecError {
+                    name: s("name"),
+                    value: s("value"),
+                    traceback,
+                };
                 self.error = Some(e.clone());
                 self.emit(OutputEvent::Error(e));
             }
@@ -92,7 +112,10 @@ impl Collector {
 
 /// Why the loop stopped.
 enum Outcome {
-    Done { status: String, exit_code: Option<i32> },
+    Done {
+        status: String,
+        exit_code: Option<i32>,
+    },
     Died(String),
     Killed,
 }
@@ -231,7 +254,11 @@ pub async fn run(
             EndState::Oom => "the sandbox ran out of memory; its state is lost".to_string(),
             _ => format!("the sandbox's processes died ({died_why}); its state is lost"),
         };
-        c.error = Some(ExecError { name: "SandboxDied".into(), value, traceback: vec![] });
+        c.error = Some(ExecError {
+            name: "SandboxDied".into(),
+            value,
+            traceback: vec![],
+        });
     }
     ExecutionResult {
         id: exec_id.to_string(),
@@ -244,8 +271,14 @@ pub async fn run(
         error: c.error,
         exit_code,
         outputs: c.outputs,
-        stdout_truncation: Truncation { kept_bytes: c.stdout.kept(), dropped_bytes: c.stdout.dropped },
-        stderr_truncation: Truncation { kept_bytes: c.stderr.kept(), dropped_bytes: c.stderr.dropped },
+        stdout_truncation: Truncation {
+            kept_bytes: c.stdout.kept(),
+            dropped_bytes: c.stdout.dropped,
+        },
+        stderr_truncation: Truncation {
+            kept_bytes: c.stderr.kept(),
+            dropped_bytes: c.stderr.dropped,
+        },
         started_at,
         duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
         cpu_time_ms: live.cgroup.cpu_time().saturating_sub(cpu0).as_secs_f64() * 1000.0,
@@ -263,7 +296,11 @@ fn dead_result(
     why: String,
 ) -> ExecutionResult {
     live.kill();
-    let e = ExecError { name: "SandboxDied".into(), value: why, traceback: vec![] };
+    let e = ExecError {
+        name: "SandboxDied".into(),
+        value: why,
+        traceback: vec![],
+    };
     ExecutionResult {
         id: exec_id.to_string(),
         sandbox_id: live.id.clone(),

@@ -28,15 +28,24 @@ pub fn normalize(path: &str) -> Result<Vec<String>, ApiError> {
         return Err(err(ErrorCode::InvalidPath, "path contains a NUL byte"));
     }
     if path.len() > 4096 {
-        return Err(err(ErrorCode::InvalidPath, "path is longer than 4096 bytes"));
+        return Err(err(
+            ErrorCode::InvalidPath,
+            "path is longer than 4096 bytes",
+        ));
     }
     let rel = if let Some(rest) = path.strip_prefix("/workspace") {
         if !(rest.is_empty() || rest.starts_with('/')) {
-            return Err(err(ErrorCode::InvalidPath, format!("absolute path {path:?} is outside /workspace")));
+            return Err(err(
+                ErrorCode::InvalidPath,
+                format!("absolute path {path:?} is outside /workspace"),
+            ));
         }
         rest
     } else if path.starts_with('/') {
-        return Err(err(ErrorCode::InvalidPath, format!("absolute path {path:?} is outside /workspace")));
+        return Err(err(
+            ErrorCode::InvalidPath,
+            format!("absolute path {path:?} is outside /workspace"),
+        ));
     } else {
         path
     };
@@ -44,8 +53,18 @@ pub fn normalize(path: &str) -> Result<Vec<String>, ApiError> {
     for comp in rel.split('/') {
         match comp {
             "" | "." => continue,
-            ".." => return Err(err(ErrorCode::InvalidPath, format!("path {path:?} contains '..'"))),
-            c if c.len() > 255 => return Err(err(ErrorCode::InvalidPath, "a path component is longer than 255 bytes")),
+            ".." => {
+                return Err(err(
+                    ErrorCode::InvalidPath,
+                    format!("path {path:?} contains '..'"),
+                ))
+            }
+            c if c.len() > 255 => {
+                return Err(err(
+                    ErrorCode::InvalidPath,
+                    "a path component is longer than 255 bytes",
+                ))
+            }
             c => parts.push(c.to_string()),
         }
     }
@@ -60,11 +79,21 @@ fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32) -> Result<OwnedFd, nix
         mode: u64,
         resolve: u64,
     }
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve: SAFE };
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve: SAFE,
+    };
     loop {
         // SAFETY: `c` and `how` are valid for the duration of the call; the size matches.
         let fd = unsafe {
-            libc::syscall(libc::SYS_openat2, dir, c.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                c.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
         };
         if fd >= 0 {
             // SAFETY: the kernel returned a new fd that we now own.
@@ -79,15 +108,35 @@ fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32) -> Result<OwnedFd, nix
 
 fn map_errno(e: nix::Error, path: &str) -> ApiError {
     match e {
-        nix::Error::ENOENT => err(ErrorCode::FileNotFound, format!("{path}: no such file or directory")),
-        nix::Error::ELOOP => err(ErrorCode::NotARegularFile, format!("{path}: is or passes through a symlink")),
-        nix::Error::EXDEV => err(ErrorCode::InvalidPath, format!("{path}: leaves the workspace")),
-        nix::Error::ENOTDIR => err(ErrorCode::FileNotFound, format!("{path}: a parent is not a directory")),
-        nix::Error::EISDIR => err(ErrorCode::NotARegularFile, format!("{path}: is a directory")),
-        nix::Error::ENOSPC | nix::Error::EDQUOT => err(ErrorCode::WorkspaceFull, "the workspace is full"),
+        nix::Error::ENOENT => err(
+            ErrorCode::FileNotFound,
+            format!("{path}: no such file or directory"),
+        ),
+        nix::Error::ELOOP => err(
+            ErrorCode::NotARegularFile,
+            format!("{path}: is or passes through a symlink"),
+        ),
+        nix::Error::EXDEV => err(
+            ErrorCode::InvalidPath,
+            format!("{path}: leaves the workspace"),
+        ),
+        nix::Error::ENOTDIR => err(
+            ErrorCode::FileNotFound,
+            format!("{path}: a parent is not a directory"),
+        ),
+        nix::Error::EISDIR => err(
+            ErrorCode::NotARegularFile,
+            format!("{path}: is a directory"),
+        ),
+        nix::Error::ENOSPC | nix::Error::EDQUOT => {
+            err(ErrorCode::WorkspaceFull, "the workspace is full")
+        }
         nix::Error::EFBIG => err(ErrorCode::FileTooLarge, format!("{path}: file too large")),
         nix::Error::ENAMETOOLONG => err(ErrorCode::InvalidPath, format!("{path}: name too long")),
-        nix::Error::EEXIST => err(ErrorCode::InvalidPath, format!("{path}: exists and is not a directory")),
+        nix::Error::EEXIST => err(
+            ErrorCode::InvalidPath,
+            format!("{path}: exists and is not a directory"),
+        ),
         nix::Error::ESRCH => err(ErrorCode::SandboxFailed, "the sandbox is gone"),
         e => err(ErrorCode::Internal, format!("{path}: {}", e.desc())),
     }
@@ -95,11 +144,20 @@ fn map_errno(e: nix::Error, path: &str) -> ApiError {
 
 /// The workspace of the sandbox whose driver has host pid `pid`, as a directory fd.
 pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
-    let root = CString::new(format!("/proc/{pid}/root")).map_err(|_| err(ErrorCode::Internal, "pid"))?;
+    let root =
+        CString::new(format!("/proc/{pid}/root")).map_err(|_| err(ErrorCode::Internal, "pid"))?;
     // SAFETY: opening a path we built; O_PATH gives no access by itself.
-    let fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            root.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
-        return Err(err(ErrorCode::SandboxFailed, "the sandbox's processes are gone"));
+        return Err(err(
+            ErrorCode::SandboxFailed,
+            "the sandbox's processes are gone",
+        ));
     }
     // SAFETY: a fresh fd we own.
     let root = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -107,9 +165,18 @@ pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
     // resolve it with the same rules anyway (it is a mount point, so allow crossing into it).
     let c = CString::new("workspace").unwrap_or_default();
     // SAFETY: openat relative to an fd we own, with a static name, not following symlinks.
-    let ws = unsafe { libc::openat(root.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    let ws = unsafe {
+        libc::openat(
+            root.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
     if ws < 0 {
-        return Err(err(ErrorCode::SandboxFailed, "the sandbox has no workspace"));
+        return Err(err(
+            ErrorCode::SandboxFailed,
+            "the sandbox has no workspace",
+        ));
     }
     // SAFETY: a fresh fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(ws) })
@@ -134,22 +201,50 @@ fn kind_of(mode: u32) -> &'static str {
     }
 }
 
+/// Runs `f` with this thread's filesystem uid and gid set to the sandbox's host uid. Files the
+/// host creates in a sandbox's tmpfs must belong to an id mapped in the sandbox's user
+/// namespace (the kernel refuses others with EOVERFLOW), and they should be the sandbox's anyway.
+fn as_sandbox<T>(uid: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: setfsuid/setfsgid change only the calling thread's filesystem ids; they are
+    // restored below before the thread runs anything else.
+    let (old_uid, old_gid) = unsafe {
+        let g = libc::syscall(libc::SYS_setfsgid, uid);
+        let u = libc::syscall(libc::SYS_setfsuid, uid);
+        (u as u32, g as u32)
+    };
+    let out = f();
+    // SAFETY: as above, restoring the previous ids.
+    unsafe {
+        libc::syscall(libc::SYS_setfsuid, old_uid);
+        libc::syscall(libc::SYS_setfsgid, old_gid);
+    }
+    out
+}
+
 /// Opens (creating as needed, owned by `uid`) the directory `parts` under the workspace.
-fn open_dir(ws: &OwnedFd, parts: &[String], create: bool, uid: u32, shown: &str) -> Result<OwnedFd, ApiError> {
-    let mut cur = openat2(ws.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, shown))?;
+fn open_dir(
+    ws: &OwnedFd,
+    parts: &[String],
+    create: bool,
+    uid: u32,
+    shown: &str,
+) -> Result<OwnedFd, ApiError> {
+    let mut cur = openat2(ws.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(|e| map_errno(e, shown))?;
     for p in parts {
         if create {
             let c = CString::new(p.as_str()).map_err(|_| err(ErrorCode::InvalidPath, "NUL"))?;
-            // SAFETY: mkdirat relative to a dir fd we own.
-            let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
-            if r == 0 {
-                // SAFETY: fchownat on the entry we just created, not following symlinks.
-                unsafe { libc::fchownat(cur.as_raw_fd(), c.as_ptr(), uid, uid, libc::AT_SYMLINK_NOFOLLOW) };
-            } else if nix::Error::last() != nix::Error::EEXIST {
-                return Err(map_errno(nix::Error::last(), shown));
+            let r = as_sandbox(uid, || {
+                // SAFETY: mkdirat relative to a dir fd we own.
+                let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+                (r, nix::Error::last())
+            });
+            if r.0 != 0 && r.1 != nix::Error::EEXIST {
+                return Err(map_errno(r.1, shown));
             }
         }
-        let next = openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, shown))?;
+        let next = openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| map_errno(e, shown))?;
         cur = next;
     }
     Ok(cur)
@@ -159,20 +254,32 @@ fn open_dir(ws: &OwnedFd, parts: &[String], create: bool, uid: u32, shown: &str)
 pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, String), ApiError> {
     let parts = normalize(path)?;
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(ErrorCode::InvalidPath, "path names the workspace itself"));
+        return Err(err(
+            ErrorCode::InvalidPath,
+            "path names the workspace itself",
+        ));
     };
     let shown = parts.join("/");
     let ws = workspace_fd(pid)?;
     let dir = open_dir(&ws, dirs, true, uid, &shown)?;
-    let fd = openat2(dir.as_raw_fd(), name, libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK, 0o644)
-        .map_err(|e| map_errno(e, &shown))?;
+    let fd = as_sandbox(uid, || {
+        openat2(
+            dir.as_raw_fd(),
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
+            0o644,
+        )
+    })
+    .map_err(|e| map_errno(e, &shown))?;
     let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(err(ErrorCode::NotARegularFile, format!("{shown}: not a regular file")));
+        return Err(err(
+            ErrorCode::NotARegularFile,
+            format!("{shown}: not a regular file"),
+        ));
     }
-    // SAFETY: fchown/ftruncate on a regular file fd we own.
+    // SAFETY: ftruncate on a regular file fd we own.
     unsafe {
-        libc::fchown(fd.as_raw_fd(), uid, uid);
         if libc::ftruncate(fd.as_raw_fd(), 0) != 0 {
             return Err(map_errno(nix::Error::last(), &shown));
         }
@@ -187,17 +294,28 @@ pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, Str
 pub fn open_file(pid: i32, path: &str) -> Result<(std::fs::File, u64), ApiError> {
     let parts = normalize(path)?;
     if parts.is_empty() {
-        return Err(err(ErrorCode::NotARegularFile, "the workspace is a directory"));
+        return Err(err(
+            ErrorCode::NotARegularFile,
+            "the workspace is a directory",
+        ));
     }
     let shown = parts.join("/");
     let ws = workspace_fd(pid)?;
     // O_NONBLOCK so a FIFO cannot block us; regular files ignore it.
-    let fd = openat2(ws.as_raw_fd(), &shown, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
-        .map_err(|e| map_errno(e, &shown))?;
+    let fd = openat2(
+        ws.as_raw_fd(),
+        &shown,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    )
+    .map_err(|e| map_errno(e, &shown))?;
     let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         let what = kind_of(st.st_mode);
-        return Err(err(ErrorCode::NotARegularFile, format!("{shown}: is a {what}, not a regular file")));
+        return Err(err(
+            ErrorCode::NotARegularFile,
+            format!("{shown}: is a {what}, not a regular file"),
+        ));
     }
     // SAFETY: fcntl flag change on our own fd.
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_RDONLY) };
@@ -209,7 +327,10 @@ pub fn entry_of(pid: i32, path: &str) -> Result<FileEntry, ApiError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(ErrorCode::InvalidPath, "path names the workspace itself"));
+        return Err(err(
+            ErrorCode::InvalidPath,
+            "path names the workspace itself",
+        ));
     };
     let ws = workspace_fd(pid)?;
     let dir = open_dir(&ws, dirs, false, 0, &shown)?;
@@ -246,7 +367,13 @@ pub fn list(pid: i32, path: &str, recursive: bool) -> Result<Vec<FileEntry>, Api
     Ok(out)
 }
 
-fn walk(dir: &OwnedFd, rel: &str, recursive: bool, depth: usize, out: &mut Vec<FileEntry>) -> Result<(), nix::Error> {
+fn walk(
+    dir: &OwnedFd,
+    rel: &str,
+    recursive: bool,
+    depth: usize,
+    out: &mut Vec<FileEntry>,
+) -> Result<(), nix::Error> {
     let readable = openat2(dir.as_raw_fd(), ".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
     let mut d = nix::dir::Dir::from_fd(readable)?;
     let mut subdirs = Vec::new();
@@ -259,8 +386,14 @@ fn walk(dir: &OwnedFd, rel: &str, recursive: bool, depth: usize, out: &mut Vec<F
         if out.len() >= MAX_LIST {
             return Ok(());
         }
-        let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-        let Ok(e) = stat_entry(dir.as_raw_fd(), &name, &child_rel) else { continue };
+        let child_rel = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let Ok(e) = stat_entry(dir.as_raw_fd(), &name, &child_rel) else {
+            continue;
+        };
         if recursive && e.kind == "dir" && depth < 32 {
             subdirs.push((name, child_rel));
         }
@@ -279,13 +412,17 @@ pub fn remove(pid: i32, path: &str) -> Result<(), ApiError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(ErrorCode::InvalidPath, "refusing to remove the workspace itself"));
+        return Err(err(
+            ErrorCode::InvalidPath,
+            "refusing to remove the workspace itself",
+        ));
     };
     let ws = workspace_fd(pid)?;
     let dir = open_dir(&ws, dirs, false, 0, &shown)?;
     let e = stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))?;
     if e.kind == "dir" {
-        let sub = openat2(dir.as_raw_fd(), name, libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| map_errno(e, &shown))?;
+        let sub = openat2(dir.as_raw_fd(), name, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| map_errno(e, &shown))?;
         empty_dir(&sub, 0).map_err(|e| map_errno(e, &shown))?;
     }
     unlink(dir.as_raw_fd(), name, e.kind == "dir").map_err(|e| map_errno(e, &shown))
@@ -309,7 +446,12 @@ fn empty_dir(dir: &OwnedFd, depth: usize) -> Result<(), nix::Error> {
     walk(dir, "", false, 0, &mut entries)?;
     for e in entries {
         if e.kind == "dir" {
-            let sub = openat2(dir.as_raw_fd(), &e.name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+            let sub = openat2(
+                dir.as_raw_fd(),
+                &e.name,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+            )?;
             empty_dir(&sub, depth + 1)?;
         }
         unlink(dir.as_raw_fd(), &e.name, e.kind == "dir")?;
@@ -328,9 +470,18 @@ mod tests {
         assert_eq!(normalize("/workspace/a").unwrap(), vec!["a"]);
         assert!(normalize("/workspace").unwrap().is_empty());
         assert_eq!(normalize("../x").unwrap_err().code, ErrorCode::InvalidPath);
-        assert_eq!(normalize("a/../../x").unwrap_err().code, ErrorCode::InvalidPath);
-        assert_eq!(normalize("/etc/passwd").unwrap_err().code, ErrorCode::InvalidPath);
-        assert_eq!(normalize("/workspacex/a").unwrap_err().code, ErrorCode::InvalidPath);
+        assert_eq!(
+            normalize("a/../../x").unwrap_err().code,
+            ErrorCode::InvalidPath
+        );
+        assert_eq!(
+            normalize("/etc/passwd").unwrap_err().code,
+            ErrorCode::InvalidPath
+        );
+        assert_eq!(
+            normalize("/workspacex/a").unwrap_err().code,
+            ErrorCode::InvalidPath
+        );
         assert_eq!(normalize("a\0b").unwrap_err().code, ErrorCode::InvalidPath);
     }
 }

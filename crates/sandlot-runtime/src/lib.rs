@@ -18,10 +18,10 @@ use sandlot_jail::cgroup::{Cgroup, CgroupLimits, Hierarchy};
 use sandlot_jail::config::{Bind, JailConfig, RlimitConfig, ZygoteConfig};
 use sandlot_store::Store;
 use sandlot_types::{
-    ApiError, CreateSandbox, EffectiveLimits, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult,
-    FileEntry, OutputEvent, Sandbox, SandboxState, Template, TemplateSpec, TemplateStatus,
+    ApiError, CreateSandbox, EffectiveLimits, ErrorCode, ExecuteRequest, ExecutionRecord,
+    ExecutionResult, FileEntry, OutputEvent, Sandbox, SandboxState, Template, TemplateSpec,
+    TemplateStatus,
 };
-use templates::Tmpl;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use templates::Tmpl;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use zygote::{Zygote, ZygoteSpec};
@@ -90,8 +91,18 @@ impl RuntimeConfig {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             cgroup_parent: PathBuf::from("sandlot"),
             launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandlot")),
-            default_limits: EffectiveLimits { memory_mb: 1024, cpu_millis: 1000, pids: 256, disk_mb: 1024 },
-            max_limits: EffectiveLimits { memory_mb: 16384, cpu_millis: 64000, pids: 4096, disk_mb: 16384 },
+            default_limits: EffectiveLimits {
+                memory_mb: 1024,
+                cpu_millis: 1000,
+                pids: 256,
+                disk_mb: 1024,
+            },
+            max_limits: EffectiveLimits {
+                memory_mb: 16384,
+                cpu_millis: 64000,
+                pids: 4096,
+                disk_mb: 16384,
+            },
             default_idle_timeout: 20 * 60,
             default_max_lifetime: 24 * 3600,
         }
@@ -107,9 +118,14 @@ struct Slots {
 
 impl Slots {
     fn new(instance: &str) -> Self {
-        let h = instance.bytes().fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
+        let h = instance
+            .bytes()
+            .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
         let base = 0x4000_0000 + (h % 16000) * 65536;
-        Self { base, free: (1..65535).rev().collect() }
+        Self {
+            base,
+            free: (1..65535).rev().collect(),
+        }
     }
     fn alloc(&mut self) -> Option<u32> {
         self.free.pop().map(|s| self.base + s)
@@ -161,7 +177,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 /// Most executions that may wait behind a running one on the same sandbox.
 const MAX_QUEUED: usize = 16;
 
-
 impl Runtime {
     /// Starts the runtime: cleans up what a previous server run left behind (marking its
     /// sandboxes lost), installs the Python side, and starts the default template's zygote.
@@ -196,10 +211,14 @@ impl Runtime {
             creating: AtomicUsize::new(0),
             create_slots: tokio::sync::Semaphore::new(config_slots),
         };
-        let rt = Runtime { inner: Arc::new(runtime_inner) };
+        let rt = Runtime {
+            inner: Arc::new(runtime_inner),
+        };
         rt.recover()?;
         let default = rt.register(templates::default_spec(), env_root.clone())?;
-        rt.start_zygote(&default).await.map_err(|e| anyhow::anyhow!(e.message))?;
+        rt.start_zygote(&default)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?;
         // Templates created by earlier runs are rebuilt in the background.
         for spec in rt.saved_templates() {
             let rt2 = rt.clone();
@@ -221,11 +240,15 @@ impl Runtime {
     /// Marks what a previous run left as lost and kills its processes.
     fn recover(&self) -> anyhow::Result<()> {
         let inner = &self.inner;
-        let lost = inner
-            .store
-            .mark_running_lost("the server restarted; the sandbox's processes were killed", &now_rfc3339())?;
+        let lost = inner.store.mark_running_lost(
+            "the server restarted; the sandbox's processes were killed",
+            &now_rfc3339(),
+        )?;
         if !lost.is_empty() {
-            tracing::info!(count = lost.len(), "marked sandboxes of a previous run lost");
+            tracing::info!(
+                count = lost.len(),
+                "marked sandboxes of a previous run lost"
+            );
         }
         for name in inner.hierarchy.children(&inner.cgroup_base) {
             let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&name));
@@ -241,8 +264,13 @@ impl Runtime {
     /// sandboxes already forked from the old one live on). Its zygote starts later.
     fn register(&self, spec: TemplateSpec, env_root: PathBuf) -> anyhow::Result<Arc<Tmpl>> {
         let name = spec.name.clone();
-        assets::install(&self.inner.lib_dir, &[(name.clone(), templates::zygote_file(&spec))])?;
-        let version = util::short_hash(format!("{}|{}", serde_json::to_string(&spec)?, env_root.display()).as_bytes());
+        assets::install(
+            &self.inner.lib_dir,
+            &[(name.clone(), templates::zygote_file(&spec))],
+        )?;
+        let version = util::short_hash(
+            format!("{}|{}", serde_json::to_string(&spec)?, env_root.display()).as_bytes(),
+        );
         let zygote_uid = self
             .inner
             .slots
@@ -274,7 +302,12 @@ impl Runtime {
             zygote_uid,
             env_root,
         });
-        let old = self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).insert(name, tmpl.clone());
+        let old = self
+            .inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, tmpl.clone());
         if let Some(old) = old {
             let rt = self.clone();
             tokio::spawn(async move {
@@ -296,10 +329,21 @@ impl Runtime {
             }
             tracing::warn!(template = %t.spec.name, "zygote died; restarting it");
         }
-        let Some(spec) = t.zygote_spec.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
-            return Err(ApiError::new(ErrorCode::TemplateNotReady, "the template has no environment yet"));
+        let Some(spec) = t
+            .zygote_spec
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Err(ApiError::new(
+                ErrorCode::TemplateNotReady,
+                "the template has no environment yet",
+            ));
         };
-        let cg_rel = self.inner.cgroup_base.join(format!("zygote-{}", t.spec.name));
+        let cg_rel = self
+            .inner
+            .cgroup_base
+            .join(format!("zygote-{}", t.spec.name));
         let hierarchy = self.inner.hierarchy.clone();
         let started = Instant::now();
         let res = tokio::task::spawn_blocking(move || {
@@ -324,7 +368,10 @@ impl Runtime {
             Err(e) => {
                 tracing::error!(template = %t.spec.name, error = %e, "zygote failed to start");
                 t.set(TemplateStatus::Failed, Some(e.clone()), None);
-                return Err(ApiError::new(ErrorCode::TemplateNotReady, format!("template {:?} failed: {e}", t.spec.name)));
+                return Err(ApiError::new(
+                    ErrorCode::TemplateNotReady,
+                    format!("template {:?} failed: {e}", t.spec.name),
+                ));
             }
         };
         tracing::info!(
@@ -356,12 +403,19 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
             .cloned()
-            .ok_or_else(|| ApiError::new(ErrorCode::TemplateNotFound, format!("no template named {name:?}")))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::TemplateNotFound,
+                    format!("no template named {name:?}"),
+                )
+            })
     }
 
     fn saved_templates(&self) -> Vec<TemplateSpec> {
         let dir = self.inner.config.data_dir.join("templates");
-        let Ok(rd) = std::fs::read_dir(&dir) else { return vec![] };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return vec![];
+        };
         rd.filter_map(|e| e.ok())
             .filter_map(|e| std::fs::read(e.path()).ok())
             .filter_map(|b| serde_json::from_slice::<TemplateSpec>(&b).ok())
@@ -375,15 +429,28 @@ impl Runtime {
     pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, ApiError> {
         templates::validate(&spec)?;
         if spec.name == "default" {
-            return Err(ApiError::new(ErrorCode::InvalidArgument, "the default template cannot be replaced"));
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                "the default template cannot be replaced",
+            ));
         }
         self.resolve_limits(&spec.limits)?;
-        let path = self.inner.config.data_dir.join("templates").join(format!("{}.json", spec.name));
+        let path = self
+            .inner
+            .config
+            .data_dir
+            .join("templates")
+            .join(format!("{}.json", spec.name));
         let json = serde_json::to_vec_pretty(&spec).map_err(internal)?;
         std::fs::write(&path, json).map_err(internal)?;
         // Listed at once as building; registered for real once its environment exists.
-        let placeholder = self.register(spec.clone(), self.inner.default_env.clone()).map_err(internal)?;
-        *placeholder.zygote_spec.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let placeholder = self
+            .register(spec.clone(), self.inner.default_env.clone())
+            .map_err(internal)?;
+        *placeholder
+            .zygote_spec
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         let view = placeholder.view();
         let rt = self.clone();
         tokio::spawn(async move {
@@ -416,15 +483,23 @@ impl Runtime {
         let pins = spec.packages.clone();
         tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = pins.iter().map(String::as_str).collect();
-            let env_spec = sandlot_env::EnvSpec::default_spec().try_with_extras(&refs).map_err(|e| e.to_string())?;
-            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain).map(|env| env.root).map_err(|e| e.to_string())
+            let env_spec = sandlot_env::EnvSpec::default_spec()
+                .try_with_extras(&refs)
+                .map_err(|e| e.to_string())?;
+            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain)
+                .map(|env| env.root)
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| e.to_string())?
     }
 
     pub async fn list_templates(&self) -> Vec<Template> {
-        let map = self.inner.templates.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self
+            .inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<Template> = map.values().map(|t| t.view()).collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
@@ -440,7 +515,10 @@ impl Runtime {
         let pick = |name: &str, v: Option<u64>, def: u64, max: u64| -> Result<u64, ApiError> {
             match v {
                 None => Ok(def),
-                Some(0) => Err(ApiError::new(ErrorCode::InvalidArgument, format!("limits.{name} must be greater than 0"))),
+                Some(0) => Err(ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("limits.{name} must be greater than 0"),
+                )),
                 Some(v) if v > max => Err(ApiError::new(
                     ErrorCode::InvalidArgument,
                     format!("limits.{name} = {v} is above the server's maximum of {max}"),
@@ -462,12 +540,18 @@ impl Runtime {
         match tmpl.status() {
             (TemplateStatus::Ready, _) => {}
             (TemplateStatus::Building, _) => {
-                return Err(ApiError::new(ErrorCode::TemplateNotReady, format!("template {template:?} is still building")))
+                return Err(ApiError::new(
+                    ErrorCode::TemplateNotReady,
+                    format!("template {template:?} is still building"),
+                ))
             }
             (TemplateStatus::Failed, e) => {
                 return Err(ApiError::new(
                     ErrorCode::TemplateNotReady,
-                    format!("template {template:?} failed to build: {}", e.unwrap_or_default()),
+                    format!(
+                        "template {template:?} failed to build: {}",
+                        e.unwrap_or_default()
+                    ),
                 ))
             }
         }
@@ -481,14 +565,32 @@ impl Runtime {
         wanted.disk_mb = r.disk_mb.or(wanted.disk_mb);
         let limits = self.resolve_limits(&wanted)?;
 
-        let idle = positive("idle_timeout", req.idle_timeout, self.inner.config.default_idle_timeout)?;
-        let lifetime = positive("max_lifetime", req.max_lifetime, self.inner.config.default_max_lifetime)?;
+        let idle = positive(
+            "idle_timeout",
+            req.idle_timeout,
+            self.inner.config.default_idle_timeout,
+        )?;
+        let lifetime = positive(
+            "max_lifetime",
+            req.max_lifetime,
+            self.inner.config.default_max_lifetime,
+        )?;
 
-        let live_count = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if live_count + self.inner.creating.load(Ordering::SeqCst) >= self.inner.config.max_sandboxes {
+        let live_count = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        if live_count + self.inner.creating.load(Ordering::SeqCst)
+            >= self.inner.config.max_sandboxes
+        {
             return Err(ApiError::new(
                 ErrorCode::CapacityExhausted,
-                format!("the server already runs its maximum of {} sandboxes", self.inner.config.max_sandboxes),
+                format!(
+                    "the server already runs its maximum of {} sandboxes",
+                    self.inner.config.max_sandboxes
+                ),
             ));
         }
         let queued = self.inner.creating.fetch_add(1, Ordering::SeqCst);
@@ -530,7 +632,11 @@ impl Runtime {
         let cg = match Cgroup::create(
             &self.inner.hierarchy,
             &self.inner.cgroup_base.join(&id),
-            &CgroupLimits { memory_bytes: limits.memory_mb << 20, pids: limits.pids, cpu_millis: limits.cpu_millis },
+            &CgroupLimits {
+                memory_bytes: limits.memory_mb << 20,
+                pids: limits.pids,
+                cpu_millis: limits.cpu_millis,
+            },
         ) {
             Ok(cg) => cg,
             Err(e) => {
@@ -568,7 +674,11 @@ impl Runtime {
                     created: Instant::now(),
                     waiting: AtomicUsize::new(0),
                 });
-                self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(id, entry);
+                self.inner
+                    .sandboxes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, entry);
                 Ok(info)
             }
             Err(e) => {
@@ -581,7 +691,11 @@ impl Runtime {
     }
 
     fn release_uid(&self, uid: u32) {
-        self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).release(uid);
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(uid);
     }
 
     async fn spawn_in(
@@ -594,18 +708,27 @@ impl Runtime {
         limits: EffectiveLimits,
     ) -> Result<Arc<Live>, ApiError> {
         let failed = |step: &str, e: &dyn std::fmt::Display| {
-            ApiError::new(ErrorCode::SandboxFailed, format!("creating the sandbox failed at {step}: {e}"))
+            ApiError::new(
+                ErrorCode::SandboxFailed,
+                format!("creating the sandbox failed at {step}: {e}"),
+            )
         };
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| failed("socketpair", &e))?;
-        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
-        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| failed("socketpair", &e))?;
+        let (out_r, out_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
+        let (err_r, err_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed("pipe", &e))?;
         let jail = JailConfig {
             hostname: "sandbox".into(),
             workspace_bytes: limits.disk_mb << 20,
             workspace_inodes: 65536.max(limits.disk_mb * 64),
             tmp_bytes: (limits.disk_mb << 20).min(1 << 30),
             shm_bytes: (limits.memory_mb << 20) / 4,
-            rlimits: RlimitConfig { fsize: limits.disk_mb << 20, ..RlimitConfig::default() },
+            rlimits: RlimitConfig {
+                fsize: limits.disk_mb << 20,
+                ..RlimitConfig::default()
+            },
             landlock: true,
             seccomp: true,
         };
@@ -623,7 +746,9 @@ impl Runtime {
         let p0 = loop {
             let zygote = self.zygote(tmpl).await?;
             let (idc, jail, env, z2) = (id.to_string(), jail.clone(), env.clone(), zygote.clone());
-            let r = tokio::task::spawn_blocking(move || z2.spawn(&idc, &jail, &env, fds)).await.map_err(internal)?;
+            let r = tokio::task::spawn_blocking(move || z2.spawn(&idc, &jail, &env, fds))
+                .await
+                .map_err(internal)?;
             match r {
                 Ok(p) => break p,
                 Err(e @ zygote::ZygoteError::Refused(_)) => return Err(failed("fork", &e)),
@@ -636,21 +761,31 @@ impl Runtime {
             }
         };
         drop((theirs, out_w, err_w));
-        ours.set_nonblocking(true).map_err(|e| failed("socket", &e))?;
+        ours.set_nonblocking(true)
+            .map_err(|e| failed("socket", &e))?;
         let mut ctrl = tokio::net::UnixStream::from_std(ours).map_err(|e| failed("socket", &e))?;
         let deadline = Duration::from_secs(15);
         let handshake = async {
-            let b = sandbox::read_byte(&mut ctrl).await.map_err(|e| failed("handshake", &e))?;
+            let b = sandbox::read_byte(&mut ctrl)
+                .await
+                .map_err(|e| failed("handshake", &e))?;
             if b != sandlot_jail::child::UNSHARED {
                 return Err(failed("namespaces", &"the child failed before unsharing"));
             }
-            sandlot_jail::idmap::write_maps(Path::new("/proc"), p0, uid, uid).map_err(|e| failed("id maps", &e))?;
+            sandlot_jail::idmap::write_maps(Path::new("/proc"), p0, uid, uid)
+                .map_err(|e| failed("id maps", &e))?;
             cg.add(p0).map_err(|e| failed("cgroup", &e))?;
-            ctrl.write_all(&[sandlot_jail::child::GO]).await.map_err(|e| failed("handshake", &e))?;
+            ctrl.write_all(&[sandlot_jail::child::GO])
+                .await
+                .map_err(|e| failed("handshake", &e))?;
             let (mut r, w) = ctrl.into_split();
-            let init = sandbox::read_frame(&mut r).await.map_err(|e| failed("init", &e))?;
+            let init = sandbox::read_frame(&mut r)
+                .await
+                .map_err(|e| failed("init", &e))?;
             let init_pid = frame_pid(&init).ok_or_else(|| jail_failure(&init))?;
-            let hello = sandbox::read_frame(&mut r).await.map_err(|e| failed("driver start", &e))?;
+            let hello = sandbox::read_frame(&mut r)
+                .await
+                .map_err(|e| failed("driver start", &e))?;
             if hello.get("type").and_then(|t| t.as_str()) != Some("hello") {
                 return Err(jail_failure(&hello));
             }
@@ -660,10 +795,14 @@ impl Runtime {
             Ok(res) => res?,
             Err(_) => return Err(failed("start", &"timed out")),
         };
-        let driver_pid = first_child(init_pid).ok_or_else(|| failed("driver", &"no driver process"))?;
+        let driver_pid =
+            first_child(init_pid).ok_or_else(|| failed("driver", &"no driver process"))?;
         for pid in [init_pid, driver_pid] {
             if owner_uid(pid) != Some(uid) {
-                return Err(failed("verify", &format!("process {pid} does not belong to the sandbox")));
+                return Err(failed(
+                    "verify",
+                    &format!("process {pid} does not belong to the sandbox"),
+                ));
             }
         }
         let events = sandbox::start_pump(r, out_r, err_r).map_err(|e| failed("pump", &e))?;
@@ -683,7 +822,13 @@ impl Runtime {
     }
 
     fn entry(&self, id: &str) -> Result<Arc<Entry>, ApiError> {
-        if let Some(e) = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+        if let Some(e) = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+        {
             return Ok(e.clone());
         }
         Err(self.gone_or_missing(id))
@@ -699,7 +844,10 @@ impl Runtime {
                     s.ended_reason.unwrap_or_else(|| "it ended".into())
                 ),
             ),
-            _ => ApiError::new(ErrorCode::SandboxNotFound, format!("no sandbox with id {id:?}")),
+            _ => ApiError::new(
+                ErrorCode::SandboxNotFound,
+                format!("no sandbox with id {id:?}"),
+            ),
         }
     }
 
@@ -708,9 +856,15 @@ impl Runtime {
         if include_ended {
             return self.inner.store.list_sandboxes(true).map_err(internal);
         }
-        let map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<Sandbox> =
-            map.values().map(|e| e.info.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect();
+        let map = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Sandbox> = map
+            .values()
+            .map(|e| e.info.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         Ok(v)
     }
@@ -725,14 +879,19 @@ impl Runtime {
 
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), ApiError> {
         let e = self.entry(id)?;
-        self.end(&e, SandboxState::Deleted, "deleted by request").await;
+        self.end(&e, SandboxState::Deleted, "deleted by request")
+            .await;
         Ok(())
     }
 
     /// Ends a sandbox: kills its processes, removes its cgroup, records why.
     async fn end(&self, e: &Arc<Entry>, state: SandboxState, reason: &str) {
         let removed = {
-            let mut map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self
+                .inner
+                .sandboxes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             map.remove(&e.live.id).is_some()
         };
         if !removed {
@@ -776,7 +935,11 @@ impl Runtime {
         if req.code.len() > cfg.max_code_bytes {
             return Err(ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("code is {} bytes; the limit is {}", req.code.len(), cfg.max_code_bytes),
+                format!(
+                    "code is {} bytes; the limit is {}",
+                    req.code.len(),
+                    cfg.max_code_bytes
+                ),
             ));
         }
         let timeout = match req.timeout {
@@ -785,7 +948,10 @@ impl Runtime {
             Some(t) => {
                 return Err(ApiError::new(
                     ErrorCode::InvalidArgument,
-                    format!("timeout {t} must be greater than 0 and at most {}", cfg.max_exec_timeout),
+                    format!(
+                        "timeout {t} must be greater than 0 and at most {}",
+                        cfg.max_exec_timeout
+                    ),
                 ))
             }
         };
@@ -812,8 +978,19 @@ impl Runtime {
             started_at: now_rfc3339(),
             result: None,
         };
-        self.inner.store.insert_execution(&record).map_err(internal)?;
-        let result = exec::run(&e.live, &exec_id, &req, timeout, cfg.max_output_bytes, events).await;
+        self.inner
+            .store
+            .insert_execution(&record)
+            .map_err(internal)?;
+        let result = exec::run(
+            &e.live,
+            &exec_id,
+            &req,
+            timeout,
+            cfg.max_output_bytes,
+            events,
+        )
+        .await;
         if let Err(err) = self.inner.store.finish_execution(&exec_id, &result) {
             tracing::error!(error = %err, "recording an execution failed");
         }
@@ -821,8 +998,12 @@ impl Runtime {
         self.touch(&e);
         if !result.sandbox_alive {
             let why = match result.end_state {
-                sandlot_types::EndState::Oom => "the sandbox ran out of memory and its driver was killed",
-                sandlot_types::EndState::Timeout => "an execution would not stop after its timeout; the sandbox was killed",
+                sandlot_types::EndState::Oom => {
+                    "the sandbox ran out of memory and its driver was killed"
+                }
+                sandlot_types::EndState::Timeout => {
+                    "an execution would not stop after its timeout; the sandbox was killed"
+                }
                 _ => "the sandbox's processes died during an execution",
             };
             self.end(&e, SandboxState::Lost, why).await;
@@ -832,14 +1013,22 @@ impl Runtime {
 
     fn touch(&self, e: &Entry) {
         *e.last_active.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        e.info.lock().unwrap_or_else(|e| e.into_inner()).last_active_at = now_rfc3339();
+        e.info
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_active_at = now_rfc3339();
     }
 
     /// Interrupts the running execution (KeyboardInterrupt in Python, SIGINT in Bash).
     /// Returns whether an execution was running.
     pub async fn interrupt(&self, id: &str) -> Result<bool, ApiError> {
         let e = self.entry(id)?;
-        let running = e.live.running.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        let running = e
+            .live
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
         if running {
             e.live.interrupt.notify_one();
         }
@@ -847,16 +1036,29 @@ impl Runtime {
     }
 
     pub async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, ApiError> {
-        let known = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+        let known = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(id)
             || matches!(self.inner.store.get_sandbox(id), Ok(Some(_)));
         if !known {
-            return Err(ApiError::new(ErrorCode::SandboxNotFound, format!("no sandbox with id {id:?}")));
+            return Err(ApiError::new(
+                ErrorCode::SandboxNotFound,
+                format!("no sandbox with id {id:?}"),
+            ));
         }
         self.inner.store.list_executions(id).map_err(internal)
     }
 
     /// Writes a file under the workspace (creating parent directories), streaming the body.
-    pub async fn write_file(&self, id: &str, path: &str, mut body: ByteStream) -> Result<FileEntry, ApiError> {
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mut body: ByteStream,
+    ) -> Result<FileEntry, ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
         let (pid, uid) = (e.live.driver_pid, e.live.host_uid);
@@ -891,7 +1093,10 @@ impl Runtime {
                     }
                 }
                 Err(err) => {
-                    failure = Some(ApiError::new(ErrorCode::InvalidRequest, format!("reading the upload failed: {err}")));
+                    failure = Some(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("reading the upload failed: {err}"),
+                    ));
                     break;
                 }
             }
@@ -903,26 +1108,41 @@ impl Runtime {
             let _ = tokio::task::spawn_blocking(move || files::remove(pid, &p)).await;
             return Err(f);
         }
-        tokio::task::spawn_blocking(move || files::entry_of(pid, &shown)).await.map_err(internal)?
+        tokio::task::spawn_blocking(move || files::entry_of(pid, &shown))
+            .await
+            .map_err(internal)?
     }
 
     /// Opens a regular file of the workspace for reading; returns its size and a reader.
-    pub async fn read_file(&self, id: &str, path: &str) -> Result<(u64, tokio::fs::File), ApiError> {
+    pub async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<(u64, tokio::fs::File), ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
         let pid = e.live.driver_pid;
         let p = path.to_string();
-        let (f, size) = tokio::task::spawn_blocking(move || files::open_file(pid, &p)).await.map_err(internal)??;
+        let (f, size) = tokio::task::spawn_blocking(move || files::open_file(pid, &p))
+            .await
+            .map_err(internal)??;
         Ok((size, tokio::fs::File::from_std(f)))
     }
 
     /// Lists a directory of the workspace (`""` is the root), recursively when asked.
-    pub async fn list_files(&self, id: &str, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
+    pub async fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Vec<FileEntry>, ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
         let pid = e.live.driver_pid;
         let p = path.to_string();
-        tokio::task::spawn_blocking(move || files::list(pid, &p, recursive)).await.map_err(internal)?
+        tokio::task::spawn_blocking(move || files::list(pid, &p, recursive))
+            .await
+            .map_err(internal)?
     }
 
     /// Removes a file or (recursively) a directory of the workspace.
@@ -931,21 +1151,38 @@ impl Runtime {
         self.touch(&e);
         let pid = e.live.driver_pid;
         let p = path.to_string();
-        tokio::task::spawn_blocking(move || files::remove(pid, &p)).await.map_err(internal)?
+        tokio::task::spawn_blocking(move || files::remove(pid, &p))
+            .await
+            .map_err(internal)?
     }
 
     /// Expires idle and old sandboxes, notices dead ones, restarts a dead zygote.
     async fn housekeeping(&self) {
-        let entries: Vec<Arc<Entry>> =
-            self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let entries: Vec<Arc<Entry>> = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for e in entries {
             let (idle, lifetime) = {
                 let i = e.info.lock().unwrap_or_else(|e| e.into_inner());
                 (i.idle_timeout, i.max_lifetime)
             };
-            let busy = e.live.running.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+            let busy = e
+                .live
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
                 || e.waiting.load(Ordering::SeqCst) > 0;
-            let idle_for = e.last_active.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            let idle_for = e
+                .last_active
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed();
             if e.created.elapsed() >= Duration::from_secs(lifetime) {
                 let why = format!("expired: reached its maximum lifetime of {lifetime} s");
                 self.end(&e, SandboxState::Expired, &why).await;
@@ -953,11 +1190,18 @@ impl Runtime {
                 let why = format!("expired: idle for more than its idle timeout of {idle} s");
                 self.end(&e, SandboxState::Expired, &why).await;
             } else if !busy && init_exited(e.live.init_pid) {
-                self.end(&e, SandboxState::Lost, "the sandbox's processes exited").await;
+                self.end(&e, SandboxState::Lost, "the sandbox's processes exited")
+                    .await;
             }
         }
-        let tmpls: Vec<Arc<Tmpl>> =
-            self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let tmpls: Vec<Arc<Tmpl>> = self
+            .inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for t in tmpls {
             let dead = matches!(t.zygote.read().await.as_ref(), Some(z) if !z.alive());
             if dead {
@@ -970,13 +1214,26 @@ impl Runtime {
 
     /// Kills every sandbox and zygote; called on server shutdown.
     pub async fn shutdown(&self) {
-        let entries: Vec<Arc<Entry>> =
-            self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let entries: Vec<Arc<Entry>> = self
+            .inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for e in entries {
-            self.end(&e, SandboxState::Lost, "the server shut down").await;
+            self.end(&e, SandboxState::Lost, "the server shut down")
+                .await;
         }
-        let tmpls: Vec<Arc<Tmpl>> =
-            self.inner.templates.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let tmpls: Vec<Arc<Tmpl>> = self
+            .inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for t in tmpls {
             if let Some(z) = t.zygote.write().await.take() {
                 z.kill();
@@ -997,17 +1254,24 @@ fn state_word(s: SandboxState) -> &'static str {
 fn positive(name: &str, v: Option<u64>, def: u64) -> Result<u64, ApiError> {
     match v {
         None => Ok(def),
-        Some(0) => Err(ApiError::new(ErrorCode::InvalidArgument, format!("{name} must be greater than 0"))),
-        Some(v) if v > 365 * 24 * 3600 => {
-            Err(ApiError::new(ErrorCode::InvalidArgument, format!("{name} must be at most one year")))
-        }
+        Some(0) => Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("{name} must be greater than 0"),
+        )),
+        Some(v) if v > 365 * 24 * 3600 => Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("{name} must be at most one year"),
+        )),
         Some(v) => Ok(v),
     }
 }
 
 fn validate_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
     if env.len() > 256 {
-        return Err(ApiError::new(ErrorCode::InvalidArgument, "at most 256 environment variables"));
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            "at most 256 environment variables",
+        ));
     }
     for (k, v) in env {
         let ok_key = !k.is_empty()
@@ -1015,7 +1279,10 @@ fn validate_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), 
             && !k.starts_with(|c: char| c.is_ascii_digit())
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok_key {
-            return Err(ApiError::new(ErrorCode::InvalidArgument, format!("invalid environment variable name {k:?}")));
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("invalid environment variable name {k:?}"),
+            ));
         }
         if v.contains('\0') || v.len() > 32768 {
             return Err(ApiError::new(
@@ -1030,7 +1297,10 @@ fn validate_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), 
 fn validate_metadata(m: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
     let size: usize = m.iter().map(|(k, v)| k.len() + v.len()).sum();
     if m.len() > 64 || size > 16384 {
-        return Err(ApiError::new(ErrorCode::InvalidArgument, "metadata: at most 64 entries and 16 KiB"));
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            "metadata: at most 64 entries and 16 KiB",
+        ));
     }
     Ok(())
 }
@@ -1040,8 +1310,14 @@ fn frame_pid(v: &serde_json::Value) -> Option<i32> {
 }
 
 fn jail_failure(v: &serde_json::Value) -> ApiError {
-    let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or("unexpected message from the sandbox");
-    ApiError::new(ErrorCode::SandboxFailed, format!("the sandbox failed to start: {msg}"))
+    let msg = v
+        .get("message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("unexpected message from the sandbox");
+    ApiError::new(
+        ErrorCode::SandboxFailed,
+        format!("the sandbox failed to start: {msg}"),
+    )
 }
 
 fn first_child(pid: i32) -> Option<i32> {
@@ -1051,7 +1327,9 @@ fn first_child(pid: i32) -> Option<i32> {
 
 fn owner_uid(pid: i32) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 fn init_exited(pid: i32) -> bool {
@@ -1062,8 +1340,13 @@ fn init_exited(pid: i32) -> bool {
 
 fn io_to_api(e: std::io::Error, what: &str) -> ApiError {
     match e.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ApiError::new(ErrorCode::WorkspaceFull, "the workspace is full"),
-        Some(libc::EFBIG) => ApiError::new(ErrorCode::FileTooLarge, "the file is larger than the sandbox allows"),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+            ApiError::new(ErrorCode::WorkspaceFull, "the workspace is full")
+        }
+        Some(libc::EFBIG) => ApiError::new(
+            ErrorCode::FileTooLarge,
+            "the file is larger than the sandbox allows",
+        ),
         _ => ApiError::new(ErrorCode::Internal, format!("{what}: {e}")),
     }
 }
@@ -1073,7 +1356,10 @@ fn sandbox_env(env_root: &Path) -> std::collections::BTreeMap<String, String> {
     let mut m = std::collections::BTreeMap::new();
     let bin = env_root.join("bin");
     let pairs = [
-        ("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display())),
+        (
+            "PATH",
+            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        ),
         ("HOME", "/workspace".into()),
         ("USER", "user".into()),
         ("LANG", "C.UTF-8".into()),
@@ -1116,17 +1402,29 @@ fn zygote_config(
     template: &str,
 ) -> anyhow::Result<ZygoteConfig> {
     let mut binds = vec![
-        Bind { source: env_root.to_path_buf(), target: env_root.to_path_buf() },
-        Bind { source: lib_dir.to_path_buf(), target: PathBuf::from(assets::INSIDE_ROOT) },
+        Bind {
+            source: env_root.to_path_buf(),
+            target: env_root.to_path_buf(),
+        },
+        Bind {
+            source: lib_dir.to_path_buf(),
+            target: PathBuf::from(assets::INSIDE_ROOT),
+        },
     ];
     // The venv's interpreter lives in its base prefix; bind it too when it is not under /usr.
     if let Ok(cfg) = std::fs::read_to_string(env_root.join("pyvenv.cfg")) {
         for line in cfg.lines() {
-            if let Some(home) = line.strip_prefix("home").map(|r| r.trim_start_matches([' ', '='])) {
+            if let Some(home) = line
+                .strip_prefix("home")
+                .map(|r| r.trim_start_matches([' ', '=']))
+            {
                 let home = Path::new(home.trim());
                 if let Some(prefix) = home.parent() {
                     if !prefix.starts_with("/usr") && prefix.is_dir() {
-                        binds.push(Bind { source: prefix.to_path_buf(), target: prefix.to_path_buf() });
+                        binds.push(Bind {
+                            source: prefix.to_path_buf(),
+                            target: prefix.to_path_buf(),
+                        });
                     }
                 }
             }

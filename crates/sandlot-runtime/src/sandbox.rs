@@ -97,13 +97,17 @@ pub fn reap(pid: i32) {
 /// Reads one frame from the control stream.
 pub async fn read_frame(r: &mut tokio::net::unix::OwnedReadHalf) -> Result<Value, String> {
     let mut len = [0u8; 4];
-    r.read_exact(&mut len).await.map_err(|e| format!("control stream closed: {e}"))?;
+    r.read_exact(&mut len)
+        .await
+        .map_err(|e| format!("control stream closed: {e}"))?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
         return Err(format!("frame of {len} bytes exceeds the limit"));
     }
     let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await.map_err(|e| format!("control stream closed: {e}"))?;
+    r.read_exact(&mut buf)
+        .await
+        .map_err(|e| format!("control stream closed: {e}"))?;
     serde_json::from_slice(&buf).map_err(|e| format!("malformed frame: {e}"))
 }
 
@@ -215,7 +219,8 @@ impl FrameBuf {
         if self.buf.len() < 4 + len {
             return Ok(None);
         }
-        let v = serde_json::from_slice(&self.buf[4..4 + len]).map_err(|e| format!("malformed frame: {e}"));
+        let v = serde_json::from_slice(&self.buf[4..4 + len])
+            .map_err(|e| format!("malformed frame: {e}"));
         self.buf.drain(..4 + len);
         v.map(Some)
     }
@@ -227,7 +232,11 @@ async fn drain(p: &pipe::Receiver, buf: &mut [u8], tx: &mpsc::Sender<Pumped>, is
             Ok(0) => return,
             Ok(n) => {
                 let chunk = buf[..n].to_vec();
-                let ev = if is_out { Pumped::Stdout(chunk) } else { Pumped::Stderr(chunk) };
+                let ev = if is_out {
+                    Pumped::Stdout(chunk)
+                } else {
+                    Pumped::Stderr(chunk)
+                };
                 if tx.send(ev).await.is_err() {
                     return;
                 }
@@ -250,7 +259,14 @@ pub struct Budgeted {
 
 impl Budgeted {
     pub fn new(limit: usize) -> Self {
-        Self { decoder: Utf8Stream::default(), limit, head: String::new(), tail: Default::default(), dropped: 0, total: 0 }
+        Self {
+            decoder: Utf8Stream::default(),
+            limit,
+            head: String::new(),
+            tail: Default::default(),
+            dropped: 0,
+            total: 0,
+        }
     }
 
     /// Adds bytes; returns the text to stream now (empty once the head budget is spent).
@@ -294,7 +310,10 @@ impl Budgeted {
             let text = String::from_utf8_lossy(&bytes);
             let text = text.trim_start_matches('\u{FFFD}');
             if self.dropped > 0 {
-                closing.push_str(&format!("\n[... {} bytes dropped by the output limit ...]\n", self.dropped));
+                closing.push_str(&format!(
+                    "\n[... {} bytes dropped by the output limit ...]\n",
+                    self.dropped
+                ));
             }
             closing.push_str(text);
             self.head.push_str(&closing);

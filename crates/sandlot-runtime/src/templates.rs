@@ -11,9 +11,20 @@ use std::sync::{Arc, Mutex};
 pub fn default_spec() -> TemplateSpec {
     TemplateSpec {
         name: "default".into(),
-        description: Some("Python with numpy, pandas, matplotlib (inline PNG figures) and IPython pre-imported".into()),
+        description: Some(
+            "Python with numpy, pandas, matplotlib (inline PNG figures) and IPython pre-imported"
+                .into(),
+        ),
         packages: vec![],
-        imports: ["numpy", "pandas", "matplotlib", "matplotlib.pyplot", "IPython"].map(String::from).to_vec(),
+        imports: [
+            "numpy",
+            "pandas",
+            "matplotlib",
+            "matplotlib.pyplot",
+            "IPython",
+        ]
+        .map(String::from)
+        .to_vec(),
         setup: None,
         limits: Default::default(),
     }
@@ -75,8 +86,13 @@ fn is_identifier_path(s: &str) -> bool {
 pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
     let name_ok = !spec.name.is_empty()
         && spec.name.len() <= 63
-        && spec.name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && spec.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        && spec
+            .name
+            .starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && spec
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if !name_ok {
         return Err(bad(format!(
             "template name {:?} must be 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit",
@@ -88,14 +104,23 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
     }
     for p in &spec.packages {
         let Some((name, version)) = p.split_once("==") else {
-            return Err(bad(format!("package {p:?} must be pinned as name==version")));
+            return Err(bad(format!(
+                "package {p:?} must be pinned as name==version"
+            )));
         };
         let name_ok = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             && name.starts_with(|c: char| c.is_ascii_alphanumeric());
-        let version_ok = !version.is_empty() && version.chars().all(|c| c.is_ascii_alphanumeric() || "._+!-".contains(c));
+        let version_ok = !version.is_empty()
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._+!-".contains(c));
         if !name_ok || !version_ok {
-            return Err(bad(format!("package {p:?} is not a valid name==version pin")));
+            return Err(bad(format!(
+                "package {p:?} is not a valid name==version pin"
+            )));
         }
     }
     if spec.imports.len() > 200 {
@@ -106,8 +131,14 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
             return Err(bad(format!("import {m:?} is not a module name")));
         }
     }
-    if spec.setup.as_ref().is_some_and(|s| s.len() > (1 << 20) || s.contains('\0')) {
-        return Err(bad("setup code must be at most 1 MiB and contain no NUL byte"));
+    if spec
+        .setup
+        .as_ref()
+        .is_some_and(|s| s.len() > (1 << 20) || s.contains('\0'))
+    {
+        return Err(bad(
+            "setup code must be at most 1 MiB and contain no NUL byte",
+        ));
     }
     if spec.description.as_ref().is_some_and(|d| d.len() > 4096) {
         return Err(bad("description must be at most 4096 bytes"));
@@ -125,7 +156,10 @@ mod tests {
     use super::*;
 
     fn spec(name: &str) -> TemplateSpec {
-        TemplateSpec { name: name.into(), ..Default::default() }
+        TemplateSpec {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -9,7 +9,9 @@ pub fn now_rfc3339() -> String {
 }
 
 pub fn rfc3339(t: OffsetDateTime) -> String {
-    let t = t.replace_nanosecond((t.nanosecond() / 1000) * 1000).unwrap_or(t);
+    let t = t
+        .replace_nanosecond((t.nanosecond() / 1000) * 1000)
+        .unwrap_or(t);
     let s = t.format(&Rfc3339).unwrap_or_default();
     // Rfc3339 drops trailing zeros of the fraction; pad to 6 digits for a fixed width.
     match s.find('.') {
@@ -59,7 +61,15 @@ fn incomplete_tail(b: &[u8]) -> usize {
         if c & 0xC0 == 0x80 {
             continue; // continuation byte: look further back
         }
-        let need = if c >= 0xF0 { 4 } else if c >= 0xE0 { 3 } else if c >= 0xC0 { 2 } else { 1 };
+        let need = if c >= 0xF0 {
+            4
+        } else if c >= 0xE0 {
+            3
+        } else if c >= 0xC0 {
+            2
+        } else {
+            1
+        };
         return if need > back { back } else { 0 };
     }
     0

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum ZygoteError {
     #[error("starting the zygote launcher {exe}: {source}")]
-    Launch { exe: PathBuf, source: std::io::Error },
+    Launch {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
     #[error("zygote socket: {0}")]
     Socket(#[from] nix::Error),
     #[error("the zygote failed to start: {0}")]
@@ -62,7 +65,8 @@ impl Zygote {
             None,
             SockFlag::SOCK_CLOEXEC,
         )?;
-        let cfg = serde_json::to_string(&spec.config).map_err(|e| ZygoteError::Failed(e.to_string()))?;
+        let cfg =
+            serde_json::to_string(&spec.config).map_err(|e| ZygoteError::Failed(e.to_string()))?;
         let theirs_fd = theirs.as_raw_fd();
         let mut cmd = Command::new(&spec.launcher);
         cmd.arg("__zygote-launch")
@@ -81,7 +85,10 @@ impl Zygote {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|source| ZygoteError::Launch { exe: spec.launcher.clone(), source })?;
+        let child = cmd.spawn().map_err(|source| ZygoteError::Launch {
+            exe: spec.launcher.clone(),
+            source,
+        })?;
         drop(theirs);
         let pid = child.id();
         let conn = Conn { sock: ours, child };
@@ -90,13 +97,22 @@ impl Zygote {
             Some("ready") => Ok(Zygote {
                 template: spec.template.clone(),
                 pid,
-                prepare_seconds: ready.get("prepare_seconds").and_then(|v| v.as_f64()).unwrap_or(0.0),
+                prepare_seconds: ready
+                    .get("prepare_seconds")
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(0.0),
                 threads: ready.get("threads").and_then(|v| v.as_u64()).unwrap_or(1),
                 conn: Mutex::new(conn),
             }),
             _ => {
-                let msg = ready.get("message").and_then(|v| v.as_str()).unwrap_or("no message");
-                let tb = ready.get("traceback").and_then(|v| v.as_str()).unwrap_or("");
+                let msg = ready
+                    .get("message")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("no message");
+                let tb = ready
+                    .get("traceback")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("");
                 Err(ZygoteError::Failed(format!("{msg}\n{tb}")))
             }
         }
@@ -104,13 +120,32 @@ impl Zygote {
 
     /// Asks the zygote to fork a sandbox; returns the forked child's host pid. The three fds
     /// (control stream, stdout and stderr write ends) are passed to the child.
-    pub fn spawn(&self, id: &str, jail: &serde_json::Value, env: &serde_json::Value, fds: [RawFd; 3]) -> Result<i32, ZygoteError> {
+    pub fn spawn(
+        &self,
+        id: &str,
+        jail: &serde_json::Value,
+        env: &serde_json::Value,
+        fds: [RawFd; 3],
+    ) -> Result<i32, ZygoteError> {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let msg = serde_json::json!({"op": "spawn", "id": id, "jail": jail, "env": env}).to_string();
+        let msg =
+            serde_json::json!({"op": "spawn", "id": id, "jail": jail, "env": env}).to_string();
         let iov = [IoSlice::new(msg.as_bytes())];
         let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<()>(conn.sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
-            .map_err(|e| if e == nix::Error::EPIPE { ZygoteError::Died } else { e.into() })?;
+        sendmsg::<()>(
+            conn.sock.as_raw_fd(),
+            &iov,
+            &cmsg,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(|e| {
+            if e == nix::Error::EPIPE {
+                ZygoteError::Died
+            } else {
+                e.into()
+            }
+        })?;
         let reply = recv_json(&conn.sock, Duration::from_secs(10))?;
         match reply.get("op").and_then(|v| v.as_str()) {
             Some("spawned") => reply
@@ -119,7 +154,11 @@ impl Zygote {
                 .map(|p| p as i32)
                 .ok_or_else(|| ZygoteError::Refused("spawned without pid".into())),
             _ => Err(ZygoteError::Refused(
-                reply.get("message").and_then(|v| v.as_str()).unwrap_or("unknown").to_string(),
+                reply
+                    .get("message")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("unknown")
+                    .to_string(),
             )),
         }
     }
@@ -157,7 +196,10 @@ fn recv_json(sock: &OwnedFd, timeout: Duration) -> Result<serde_json::Value, Zyg
             nix::poll::PollFlags::POLLIN,
         )];
         let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        match nix::poll::poll(&mut pfd, nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)) {
+        match nix::poll::poll(
+            &mut pfd,
+            nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX),
+        ) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(nix::Error::EINTR) => continue,
@@ -171,6 +213,7 @@ fn recv_json(sock: &OwnedFd, timeout: Duration) -> Result<serde_json::Value, Zyg
         if n == 0 {
             return Err(ZygoteError::Died);
         }
-        return serde_json::from_slice(&buf[..n]).map_err(|e| ZygoteError::Failed(format!("bad message: {e}")));
+        return serde_json::from_slice(&buf[..n])
+            .map_err(|e| ZygoteError::Failed(format!("bad message: {e}")));
     }
 }

@@ -309,7 +309,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -335,7 +338,12 @@ pub struct ErrorDetail {
 
 impl From<&ApiError> for ErrorBody {
     fn from(e: &ApiError) -> Self {
-        ErrorBody { error: ErrorDetail { code: e.code, message: e.message.clone() } }
+        ErrorBody {
+            error: ErrorDetail {
+                code: e.code,
+                message: e.message.clone(),
+            },
+        }
     }
 }
 

@@ -1,0 +1,146 @@
+//! Workspace file routes. Bodies are streamed both ways: an upload goes to the runtime chunk by
+//! chunk as it arrives, a download is read from the open file as the client takes it. Paths are
+//! passed to the runtime as the client sent them; the runtime resolves them inside the sandbox
+//! root and refuses what escapes it.
+
+use crate::backend::Backend;
+use crate::error::HttpError;
+use crate::extract::{declared_length, discard, discard_stream, ApiPath, ApiQuery};
+use crate::AppState;
+use axum::body::{Body, BodyDataStream};
+use axum::extract::State;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use sandlot_runtime::ByteStream;
+use sandlot_types::{ErrorCode, FileEntry};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use tokio::sync::Mutex;
+use tokio_util::io::ReaderStream;
+
+/// `GET /v1/sandboxes/{id}/files` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FileList {
+    pub entries: Vec<FileEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ListQuery {
+    /// Directory to list, relative to the workspace root; the root when absent.
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+fn file_too_large(limit: u64) -> HttpError {
+    HttpError::new(
+        ErrorCode::FileTooLarge,
+        format!("the file is larger than the {limit} bytes this server accepts"),
+    )
+}
+
+pub(crate) async fn put<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, HttpError> {
+    let limit = st.cfg.max_file_bytes;
+    if declared_length(&headers).is_some_and(|len| len > limit) {
+        discard(body).await;
+        return Err(file_too_large(limit));
+    }
+    let exceeded = Arc::new(AtomicBool::new(false));
+    let body = Arc::new(Mutex::new(body.into_data_stream()));
+    let written = st
+        .backend
+        .write_file(
+            &id,
+            &path,
+            limited_stream(body.clone(), limit, exceeded.clone()),
+        )
+        .await;
+    // Whatever the runtime left unread (it refused the file, or the limit cut it) is read and
+    // dropped, so the client gets this response rather than a reset connection.
+    discard_stream(&mut *body.lock().await).await;
+    // The runtime sees an over-limit upload as a failed read of the body; say what it was.
+    if exceeded.load(Ordering::SeqCst) {
+        return Err(file_too_large(limit));
+    }
+    Ok((StatusCode::CREATED, Json(written?)).into_response())
+}
+
+/// The body as a [`ByteStream`] that fails once more than `limit` bytes have arrived, setting
+/// `exceeded` so the handler can answer `file_too_large`. The body stays shared so the handler
+/// can drain what the runtime did not read.
+fn limited_stream(
+    body: Arc<Mutex<BodyDataStream>>,
+    limit: u64,
+    exceeded: Arc<AtomicBool>,
+) -> ByteStream {
+    Box::pin(async_stream::stream! {
+        let mut seen: u64 = 0;
+        loop {
+            let next = body.lock().await.next().await;
+            let Some(chunk) = next else { break };
+            match chunk {
+                Err(e) => {
+                    yield Err(std::io::Error::other(e));
+                    break;
+                }
+                Ok(chunk) => {
+                    seen += chunk.len() as u64;
+                    if seen > limit {
+                        exceeded.store(true, Ordering::SeqCst);
+                        yield Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("upload larger than {limit} bytes"),
+                        ));
+                        break;
+                    }
+                    yield Ok(chunk);
+                }
+            }
+        }
+    })
+}
+
+pub(crate) async fn get<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
+) -> Result<Response, HttpError> {
+    let (size, file) = st.backend.read_file(&id, &path).await?;
+    // `take` keeps the body to the length announced even if the file grows meanwhile.
+    let body = Body::from_stream(ReaderStream::new(file.take(size)));
+    let mut resp = body.into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(size));
+    Ok(resp)
+}
+
+pub(crate) async fn list<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<FileList>, HttpError> {
+    let entries = st.backend.list_files(&id, &q.path, q.recursive).await?;
+    Ok(Json(FileList { entries }))
+}
+
+pub(crate) async fn delete<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
+) -> Result<StatusCode, HttpError> {
+    st.backend.delete_file(&id, &path).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

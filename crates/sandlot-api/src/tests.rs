@@ -1,0 +1,1257 @@
+//! Router tests with a scripted backend: every route, every error path, SSE framing and timing,
+//! streaming uploads and downloads, and the OpenAPI document against the routes and the types.
+
+use crate::backend::Backend;
+use crate::{router_with, routes, ApiConfig, OPENAPI_JSON};
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use sandlot_runtime::ByteStream;
+use sandlot_types::{
+    ApiError, CreateSandbox, EffectiveLimits, EndState, ErrorBody, ErrorCode, ExecError,
+    ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry, Language, Limits, OutputEvent,
+    Sandbox, SandboxState, Truncation,
+};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+// ---------------------------------------------------------------------------------------------
+// Samples: every field filled in, so they exercise every property of the schemas.
+
+fn bundle(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+fn sample_sandbox(id: &str) -> Sandbox {
+    Sandbox {
+        id: id.to_owned(),
+        template: "default".into(),
+        template_version: "sha256:abc".into(),
+        state: SandboxState::Lost,
+        env: BTreeMap::from([("A".into(), "1".into())]),
+        metadata: BTreeMap::from([("owner".into(), "me".into())]),
+        limits: EffectiveLimits {
+            memory_mb: 512,
+            cpu_millis: 1000,
+            pids: 256,
+            disk_mb: 1024,
+        },
+        idle_timeout: 600,
+        max_lifetime: 86400,
+        created_at: "2025-01-01T00:00:00Z".into(),
+        last_active_at: "2025-01-01T00:00:01Z".into(),
+        expires_at: "2025-01-01T00:10:01Z".into(),
+        ended_reason: Some("server restarted".into()),
+    }
+}
+
+fn sample_error() -> ExecError {
+    ExecError {
+        name: "ZeroDivisionError".into(),
+        value: "division by zero".into(),
+        traceback: vec![
+            "Traceback (most recent call last):".into(),
+            "ZeroDivisionError".into(),
+        ],
+    }
+}
+
+fn sample_events() -> Vec<OutputEvent> {
+    vec![
+        OutputEvent::Stdout { text: "0\n".into() },
+        OutputEvent::Stderr {
+            text: "warn\n".into(),
+        },
+        OutputEvent::DisplayData {
+            data: bundle(&[
+                ("image/png", json!("iVBORw0KGgo=")),
+                ("text/plain", json!("<Figure>")),
+            ]),
+            metadata: json!({}),
+        },
+        OutputEvent::Result {
+            data: bundle(&[("text/plain", json!("42"))]),
+            metadata: Value::Null,
+        },
+        OutputEvent::Error(sample_error()),
+    ]
+}
+
+fn sample_result(id: &str) -> ExecutionResult {
+    ExecutionResult {
+        id: "ex1".into(),
+        sandbox_id: id.to_owned(),
+        language: Language::Python,
+        end_state: EndState::Error,
+        stdout: "0\n".into(),
+        stderr: "warn\n".into(),
+        result: Some(bundle(&[
+            ("text/plain", json!("42")),
+            ("application/json", json!({"a": [1]})),
+        ])),
+        error: Some(sample_error()),
+        exit_code: Some(1),
+        outputs: sample_events(),
+        stdout_truncation: Truncation {
+            kept_bytes: 2,
+            dropped_bytes: 0,
+        },
+        stderr_truncation: Truncation {
+            kept_bytes: 5,
+            dropped_bytes: 7,
+        },
+        started_at: "2025-01-01T00:00:02Z".into(),
+        duration_ms: 12.5,
+        cpu_time_ms: 3.25,
+        peak_memory_bytes: 1 << 20,
+        sandbox_alive: true,
+    }
+}
+
+fn sample_records(id: &str) -> Vec<ExecutionRecord> {
+    let rec = |result| ExecutionRecord {
+        id: "ex1".into(),
+        sandbox_id: id.to_owned(),
+        code: "1/0".into(),
+        language: Language::Bash,
+        started_at: "2025-01-01T00:00:02Z".into(),
+        result,
+    };
+    vec![rec(Some(sample_result(id))), rec(None)]
+}
+
+fn sample_entry(path: &str, size: u64) -> FileEntry {
+    FileEntry {
+        path: path.to_owned(),
+        name: path.rsplit('/').next().unwrap_or(path).to_owned(),
+        kind: "file".into(),
+        size,
+        modified: 1_700_000_000,
+        mode: 0o644,
+    }
+}
+
+const DOWNLOAD: &[u8] = b"\x00\x01\xfe\xffbinary";
+
+// ---------------------------------------------------------------------------------------------
+// The scripted backend. Sandbox ids choose the behaviour: `missing` and `gone` fail, `panic`
+// panics, `internal` fails with a message that must not reach the client, `slow` streams slowly;
+// anything else succeeds.
+
+type Uploads = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+#[derive(Clone, Default)]
+struct Fake {
+    calls: Arc<Mutex<Vec<String>>>,
+    finished_executions: Arc<AtomicUsize>,
+    uploads: Uploads,
+    dir: Arc<Mutex<Option<tempfile::TempDir>>>,
+}
+
+impl Fake {
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    match id {
+        "missing" => Err(ApiError::new(
+            ErrorCode::SandboxNotFound,
+            "no sandbox missing",
+        )),
+        "gone" => Err(ApiError::new(
+            ErrorCode::SandboxGone,
+            "sandbox gone was deleted",
+        )),
+        "internal" => Err(ApiError::new(
+            ErrorCode::Internal,
+            "sqlite at /var/lib/secret/db failed",
+        )),
+        "panic" => panic!("secret detail /root/x"),
+        _ => Ok(()),
+    }
+}
+
+impl Backend for Fake {
+    async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, ApiError> {
+        self.record(format!("create {}", req.template.as_deref().unwrap_or("-")));
+        Ok(sample_sandbox("sb"))
+    }
+
+    async fn list_sandboxes(&self, include_ended: bool) -> Result<Vec<Sandbox>, ApiError> {
+        self.record(format!("list {include_ended}"));
+        Ok(vec![sample_sandbox("sb")])
+    }
+
+    async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ApiError> {
+        check_id(id)?;
+        Ok(sample_sandbox(id))
+    }
+
+    async fn delete_sandbox(&self, id: &str) -> Result<(), ApiError> {
+        check_id(id)?;
+        self.record(format!("delete {id}"));
+        Ok(())
+    }
+
+    async fn execute(
+        &self,
+        id: &str,
+        req: ExecuteRequest,
+        events: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Result<ExecutionResult, ApiError> {
+        check_id(id)?;
+        self.record(format!("execute {id} {:?} {}", req.language, req.code));
+        let gap = if id == "slow" {
+            Duration::from_millis(400)
+        } else {
+            Duration::from_millis(150)
+        };
+        for ev in sample_events().into_iter().take(2) {
+            if let Some(tx) = &events {
+                let _ = tx.send(ev);
+            }
+            tokio::time::sleep(gap).await;
+        }
+        self.finished_executions.fetch_add(1, Ordering::SeqCst);
+        Ok(sample_result(id))
+    }
+
+    async fn interrupt(&self, id: &str) -> Result<bool, ApiError> {
+        check_id(id)?;
+        Ok(true)
+    }
+
+    async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, ApiError> {
+        check_id(id)?;
+        Ok(sample_records(id))
+    }
+
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mut body: ByteStream,
+    ) -> Result<FileEntry, ApiError> {
+        check_id(id)?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::new(ErrorCode::Internal, format!("read: {e}")))?;
+            bytes.extend_from_slice(&chunk);
+        }
+        let size = bytes.len() as u64;
+        self.uploads.lock().unwrap().push((path.to_owned(), bytes));
+        Ok(sample_entry(path, size))
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<(u64, tokio::fs::File), ApiError> {
+        check_id(id)?;
+        if path == "nope.txt" {
+            return Err(ApiError::new(ErrorCode::FileNotFound, "no file nope.txt"));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file_path = dir.path().join("f");
+        std::fs::File::create(&file_path)
+            .unwrap()
+            .write_all(DOWNLOAD)
+            .unwrap();
+        let file = tokio::fs::File::open(&file_path).await.unwrap();
+        *self.dir.lock().unwrap() = Some(dir);
+        Ok((DOWNLOAD.len() as u64, file))
+    }
+
+    async fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Vec<FileEntry>, ApiError> {
+        check_id(id)?;
+        self.record(format!("list_files {path:?} {recursive}"));
+        Ok(vec![sample_entry("a/b.txt", 3)])
+    }
+
+    async fn delete_file(&self, id: &str, path: &str) -> Result<(), ApiError> {
+        check_id(id)?;
+        self.record(format!("delete_file {path}"));
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+fn small_config() -> ApiConfig {
+    ApiConfig {
+        max_json_bytes: 4096,
+        max_code_bytes: 1000,
+        max_file_bytes: 64,
+    }
+}
+
+fn app() -> (Router, Fake) {
+    let fake = Fake::default();
+    (router_with(fake.clone(), small_config()), fake)
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Response {
+    app.clone().oneshot(req).await.unwrap()
+}
+
+fn json_req(method: Method, uri: &str, body: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+fn empty_req(method: Method, uri: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn body_json(resp: Response) -> Value {
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
+}
+
+/// Asserts an error response: status, code, and returns the message.
+async fn expect_error(resp: Response, status: StatusCode, code: &str) -> String {
+    assert_eq!(resp.status(), status);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+    let body = body_json(resp).await;
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+    assert_eq!(body["error"].as_object().unwrap().len(), 2, "{body}");
+    body["error"]["message"].as_str().unwrap().to_owned()
+}
+
+/// Reads an SSE body frame by frame: (event, data, time since start) per event.
+async fn read_sse(resp: Response) -> Vec<(String, Value, Duration)> {
+    let start = Instant::now();
+    let mut body = resp.into_body();
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap();
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        buf.push_str(std::str::from_utf8(data).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut name = None;
+            let mut payload = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    payload.push_str(v.trim_start());
+                }
+            }
+            if let Some(name) = name {
+                events.push((
+                    name,
+                    serde_json::from_str(&payload).unwrap(),
+                    start.elapsed(),
+                ));
+            }
+        }
+    }
+    events
+}
+
+// ---------------------------------------------------------------------------------------------
+// Basic routes.
+
+#[tokio::test]
+async fn health_reports_ok_and_version() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/health")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        body_json(resp).await,
+        json!({"status": "ok", "version": crate::VERSION})
+    );
+}
+
+#[tokio::test]
+async fn openapi_is_served_as_json() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/openapi.json")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+    let doc = body_json(resp).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+}
+
+#[tokio::test]
+async fn sandbox_lifecycle_routes() {
+    let (app, fake) = app();
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/sandboxes", r#"{"template":"default"}"#),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    assert_eq!(body_json(resp).await["id"], "sb");
+
+    // An empty body without a content type creates a sandbox with defaults.
+    let resp = send(&app, empty_req(Method::POST, "/v1/sandboxes")).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes?all=true")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(body_json(resp).await["sandboxes"][0]["id"], "sb");
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/abc")).await;
+    assert_eq!(body_json(resp).await["id"], "abc");
+
+    let resp = send(&app, empty_req(Method::DELETE, "/v1/sandboxes/abc")).await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert!(resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .is_empty());
+
+    assert_eq!(
+        fake.calls(),
+        [
+            "create default",
+            "create -",
+            "list true",
+            "list false",
+            "delete abc"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn interrupt_and_execution_list() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::POST, "/v1/sandboxes/sb/interrupt")).await;
+    assert_eq!(body_json(resp).await, json!({"interrupted": true}));
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/executions")).await;
+    let body = body_json(resp).await;
+    assert_eq!(body["executions"].as_array().unwrap().len(), 2);
+    assert_eq!(body["executions"][1]["result"], Value::Null);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+/// The status table of the API contract, written out independently of `status_of`.
+const STATUS_TABLE: &[(ErrorCode, u16)] = &[
+    (ErrorCode::InvalidRequest, 400),
+    (ErrorCode::InvalidArgument, 400),
+    (ErrorCode::PayloadTooLarge, 413),
+    (ErrorCode::SandboxNotFound, 404),
+    (ErrorCode::SandboxGone, 410),
+    (ErrorCode::ExecutionNotFound, 404),
+    (ErrorCode::TemplateNotFound, 404),
+    (ErrorCode::TemplateNotReady, 409),
+    (ErrorCode::InvalidPath, 400),
+    (ErrorCode::FileNotFound, 404),
+    (ErrorCode::NotARegularFile, 400),
+    (ErrorCode::FileTooLarge, 413),
+    (ErrorCode::WorkspaceFull, 507),
+    (ErrorCode::SandboxBusy, 409),
+    (ErrorCode::CapacityExhausted, 503),
+    (ErrorCode::SandboxFailed, 500),
+    (ErrorCode::Internal, 500),
+];
+
+#[test]
+fn every_code_maps_to_its_status() {
+    for (code, status) in STATUS_TABLE {
+        assert_eq!(
+            crate::status_of(*code).as_u16(),
+            *status,
+            "{}",
+            code.as_str()
+        );
+    }
+}
+
+#[tokio::test]
+async fn error_response_has_code_message_and_status() {
+    for (code, status) in STATUS_TABLE {
+        let resp =
+            axum::response::IntoResponse::into_response(crate::HttpError::new(*code, "boom"));
+        let message =
+            expect_error(resp, StatusCode::from_u16(*status).unwrap(), code.as_str()).await;
+        if *code == ErrorCode::Internal {
+            assert_eq!(message, "internal server error");
+        } else {
+            assert_eq!(message, "boom");
+        }
+    }
+}
+
+#[tokio::test]
+async fn runtime_errors_are_mapped() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/missing")).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "sandbox_not_found").await;
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/gone")).await;
+    expect_error(resp, StatusCode::GONE, "sandbox_gone").await;
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/gone/files/x.txt"),
+    )
+    .await;
+    expect_error(resp, StatusCode::GONE, "sandbox_gone").await;
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/sb/files/nope.txt"),
+    )
+    .await;
+    expect_error(resp, StatusCode::NOT_FOUND, "file_not_found").await;
+}
+
+#[tokio::test]
+async fn internal_details_do_not_leak() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/internal")).await;
+    let message = expect_error(resp, StatusCode::INTERNAL_SERVER_ERROR, "internal").await;
+    assert!(!message.contains("/var/lib"), "{message}");
+}
+
+#[tokio::test]
+async fn a_panic_becomes_internal() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/panic")).await;
+    let message = expect_error(resp, StatusCode::INTERNAL_SERVER_ERROR, "internal").await;
+    assert!(!message.contains("secret"), "{message}");
+    // A panic inside the spawned execution task, too.
+    let resp = send(
+        &app,
+        json_req(
+            Method::POST,
+            "/v1/sandboxes/panic/execute",
+            r#"{"code":"1"}"#,
+        ),
+    )
+    .await;
+    let message = expect_error(resp, StatusCode::INTERNAL_SERVER_ERROR, "internal").await;
+    assert!(!message.contains("secret"), "{message}");
+}
+
+#[tokio::test]
+async fn unknown_route_and_method() {
+    let (app, _) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v2/nothing")).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/nothing")).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let resp = send(&app, empty_req(Method::PATCH, "/v1/sandboxes")).await;
+    expect_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/execute")).await;
+    expect_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+}
+
+#[tokio::test]
+async fn bad_json_bodies_are_invalid_requests() {
+    let (app, fake) = app();
+    let exec = "/v1/sandboxes/sb/execute";
+
+    let resp = send(&app, json_req(Method::POST, exec, r#"{"code": "#)).await;
+    let m = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(m.contains("invalid JSON"), "{m}");
+
+    let resp = send(
+        &app,
+        json_req(Method::POST, exec, r#"{"code": "1", "foo": 2}"#),
+    )
+    .await;
+    let m = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(m.contains("unknown field `foo`"), "{m}");
+
+    let resp = send(
+        &app,
+        json_req(Method::POST, exec, r#"{"code": "1", "language": "ruby"}"#),
+    )
+    .await;
+    let m = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(m.contains("unknown variant `ruby`"), "{m}");
+
+    let resp = send(
+        &app,
+        json_req(Method::POST, exec, r#"{"language": "bash"}"#),
+    )
+    .await;
+    let m = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    assert!(m.contains("missing field `code`"), "{m}");
+
+    let resp = send(
+        &app,
+        json_req(
+            Method::POST,
+            "/v1/sandboxes",
+            r#"{"limits": {"memory_mb": -1}}"#,
+        ),
+    )
+    .await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+
+    let bad_utf8 = Request::builder()
+        .method(Method::POST)
+        .uri(exec)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(b"{\"code\": \"\xff\xfe\"}".to_vec()))
+        .unwrap();
+    let m = expect_error(
+        send(&app, bad_utf8).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    )
+    .await;
+    assert!(m.contains("UTF-8"), "{m}");
+
+    let text = Request::builder()
+        .method(Method::POST)
+        .uri(exec)
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(r#"{"code": "1"}"#))
+        .unwrap();
+    let m = expect_error(
+        send(&app, text).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    )
+    .await;
+    assert!(m.contains("application/json"), "{m}");
+
+    let untyped = Request::builder()
+        .method(Method::POST)
+        .uri(exec)
+        .body(Body::from(r#"{"code": "1"}"#))
+        .unwrap();
+    expect_error(
+        send(&app, untyped).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    )
+    .await;
+
+    // `application/json; charset=utf-8` is JSON.
+    let charset = Request::builder()
+        .method(Method::POST)
+        .uri(exec)
+        .header(header::CONTENT_TYPE, "application/json; charset=utf-8")
+        .body(Body::from(r#"{"code": "1"}"#))
+        .unwrap();
+    assert_eq!(send(&app, charset).await.status(), StatusCode::OK);
+
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes?all=maybe")).await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+
+    assert_eq!(fake.calls(), ["execute sb Python 1"]);
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_payload_too_large() {
+    let (app, fake) = app();
+    let exec = "/v1/sandboxes/sb/execute";
+    // The code over its limit, the body under its own.
+    let code = "x".repeat(1001);
+    let resp = send(
+        &app,
+        json_req(Method::POST, exec, &json!({ "code": code }).to_string()),
+    )
+    .await;
+    expect_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+    // The body over its limit, with and without a Content-Length.
+    let big = json!({ "code": "1", "metadata": { "k": "y".repeat(5000) } }).to_string();
+    let resp = send(&app, json_req(Method::POST, "/v1/sandboxes", &big)).await;
+    expect_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+    let chunks = big
+        .into_bytes()
+        .chunks(100)
+        .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
+        .collect::<Vec<_>>();
+    let streamed = Request::builder()
+        .method(Method::POST)
+        .uri(exec)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap();
+    expect_error(
+        send(&app, streamed).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    assert!(fake.calls().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executions.
+
+#[tokio::test]
+async fn execute_returns_the_result_even_for_errors() {
+    let (app, _) = app();
+    let resp = send(
+        &app,
+        json_req(
+            Method::POST,
+            "/v1/sandboxes/sb/execute",
+            r#"{"code":"1/0"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+    let body = body_json(resp).await;
+    assert_eq!(body["end_state"], "error");
+    assert_eq!(
+        serde_json::from_value::<ExecutionResult>(body).unwrap(),
+        sample_result("sb")
+    );
+    let resp = send(
+        &app,
+        json_req(
+            Method::POST,
+            "/v1/sandboxes/missing/execute",
+            r#"{"code":"1"}"#,
+        ),
+    )
+    .await;
+    expect_error(resp, StatusCode::NOT_FOUND, "sandbox_not_found").await;
+}
+
+#[tokio::test]
+async fn execute_streams_events_then_done() {
+    let (app, _) = app();
+    let body = r#"{"code":"print(0)","language":"python","stream":true}"#;
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/sandboxes/sb/execute", body),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = read_sse(resp).await;
+    let names: Vec<&str> = events.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["stdout", "stderr", "done"]);
+    assert_eq!(events[0].1, json!({"type": "stdout", "text": "0\n"}));
+    assert_eq!(
+        serde_json::from_value::<ExecutionResult>(events[2].1.clone()).unwrap(),
+        sample_result("sb")
+    );
+    // Each event is sent as it is produced, not at the end.
+    assert!(
+        events[1].2 - events[0].2 >= Duration::from_millis(100),
+        "{events:?}"
+    );
+    assert!(
+        events[2].2 - events[1].2 >= Duration::from_millis(100),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn accept_header_selects_streaming() {
+    let (app, _) = app();
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/sandboxes/sb/execute")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "text/event-stream")
+        .body(Body::from(r#"{"code":"1"}"#))
+        .unwrap();
+    let events = read_sse(send(&app, req).await).await;
+    assert_eq!(events.last().unwrap().0, "done");
+}
+
+#[tokio::test]
+async fn streaming_error_before_start_is_json() {
+    let (app, _) = app();
+    let body = r#"{"code":"1","stream":true}"#;
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/sandboxes/gone/execute", body),
+    )
+    .await;
+    expect_error(resp, StatusCode::GONE, "sandbox_gone").await;
+}
+
+#[tokio::test]
+async fn a_disconnected_stream_does_not_cancel_the_execution() {
+    let (app, fake) = app();
+    let body = r#"{"code":"1","stream":true}"#;
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/sandboxes/slow/execute", body),
+    )
+    .await;
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.data_ref().is_some());
+    drop(body);
+    assert_eq!(fake.finished_executions.load(Ordering::SeqCst), 0);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(fake.finished_executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_request_does_not_cancel_the_execution() {
+    let (app, fake) = app();
+    let req = json_req(
+        Method::POST,
+        "/v1/sandboxes/slow/execute",
+        r#"{"code":"1"}"#,
+    );
+    let pending = app.clone().oneshot(req);
+    assert!(tokio::time::timeout(Duration::from_millis(100), pending)
+        .await
+        .is_err());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(fake.finished_executions.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files.
+
+#[tokio::test]
+async fn upload_streams_the_body() {
+    let (app, fake) = app();
+    let bytes: Vec<u8> = (0..=63u8).collect();
+    let chunks = bytes
+        .chunks(10)
+        .map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c)))
+        .collect::<Vec<_>>();
+    let req = Request::builder()
+        .method(Method::PUT)
+        .uri("/v1/sandboxes/sb/files/dir/sub/data.bin")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap();
+    let resp = send(&app, req).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let entry: FileEntry = serde_json::from_value(body_json(resp).await).unwrap();
+    assert_eq!(entry.size, 64);
+    assert_eq!(
+        *fake.uploads.lock().unwrap(),
+        [("dir/sub/data.bin".to_owned(), bytes)]
+    );
+}
+
+#[tokio::test]
+async fn upload_over_the_limit_is_file_too_large() {
+    let (app, _) = app();
+    // Declared too large: refused before reading.
+    let req = Request::builder()
+        .method(Method::PUT)
+        .uri("/v1/sandboxes/sb/files/big.bin")
+        .header(header::CONTENT_LENGTH, "65")
+        .body(Body::from(vec![0u8; 65]))
+        .unwrap();
+    expect_error(
+        send(&app, req).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "file_too_large",
+    )
+    .await;
+    // Streamed without a length: cut off while streaming.
+    let chunks = (0..10)
+        .map(|_| Ok::<_, std::io::Error>(Bytes::from_static(&[7u8; 10])))
+        .collect::<Vec<_>>();
+    let req = Request::builder()
+        .method(Method::PUT)
+        .uri("/v1/sandboxes/sb/files/big.bin")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap();
+    expect_error(
+        send(&app, req).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "file_too_large",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn download_streams_raw_bytes() {
+    let (app, _) = app();
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/sb/files/a/b.bin"),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers()[header::CONTENT_TYPE],
+        "application/octet-stream"
+    );
+    assert_eq!(
+        resp.headers()[header::CONTENT_LENGTH],
+        DOWNLOAD.len().to_string().as_str()
+    );
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], DOWNLOAD);
+}
+
+#[tokio::test]
+async fn list_and_delete_files() {
+    let (app, fake) = app();
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/sb/files?path=a&recursive=true"),
+    )
+    .await;
+    assert_eq!(body_json(resp).await["entries"][0]["path"], "a/b.txt");
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/files")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/sb/files?recursive=yes"),
+    )
+    .await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    let resp = send(
+        &app,
+        empty_req(Method::DELETE, "/v1/sandboxes/sb/files/a/b%20c.txt"),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    // An encoded slash reaches the runtime decoded, for it to judge.
+    let resp = send(
+        &app,
+        empty_req(Method::DELETE, "/v1/sandboxes/sb/files/..%2F..%2Fetc"),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        fake.calls(),
+        [
+            "list_files \"a\" true",
+            "list_files \"\" false",
+            "delete_file a/b c.txt",
+            "delete_file ../../etc"
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OpenAPI document.
+
+fn doc() -> Value {
+    serde_json::from_str(OPENAPI_JSON).expect("openapi.json parses")
+}
+
+#[test]
+fn openapi_lists_exactly_the_routes() {
+    let doc = doc();
+    let paths = doc["paths"].as_object().unwrap();
+    let served: BTreeSet<(String, String)> = routes::<Fake>()
+        .iter()
+        .map(|r| (r.path.replace("{*", "{"), r.verb.openapi_key().to_owned()))
+        .collect();
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| {
+                    ["get", "put", "post", "delete", "patch", "head", "options"]
+                        .contains(&k.as_str())
+                })
+                .map(move |k| (path.clone(), k.clone()))
+        })
+        .collect();
+    assert_eq!(served, documented);
+}
+
+#[test]
+fn openapi_refs_resolve() {
+    let doc = doc();
+    fn walk(v: &Value, doc: &Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    let pointer = r.strip_prefix('#').expect("local ref");
+                    assert!(doc.pointer(pointer).is_some(), "dangling {r}");
+                }
+                m.values().for_each(|v| walk(v, doc));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, doc)),
+            _ => {}
+        }
+    }
+    walk(&doc, &doc);
+}
+
+fn validator(doc: &Value, schema: &str) -> jsonschema::Validator {
+    let root = json!({
+        "$ref": format!("#/components/schemas/{schema}"),
+        "components": doc["components"],
+    });
+    jsonschema::draft202012::new(&root).unwrap_or_else(|e| panic!("schema {schema}: {e}"))
+}
+
+fn assert_valid(doc: &Value, schema: &str, instance: &Value) {
+    let v = validator(doc, schema);
+    let errors: Vec<String> = v
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{schema} rejects {instance}: {errors:?}");
+}
+
+fn assert_invalid(doc: &Value, schema: &str, instance: &Value) {
+    assert!(
+        !validator(doc, schema).is_valid(instance),
+        "{schema} accepts {instance}"
+    );
+}
+
+/// Every type of the wire model, with every optional field set, validates against its schema.
+#[test]
+fn samples_validate_against_the_schemas() {
+    let doc = doc();
+    let to = |v: &dyn erased::Ser| v.value();
+    let full_create = CreateSandbox {
+        template: Some("default".into()),
+        env: BTreeMap::from([("K".into(), "V".into())]),
+        metadata: BTreeMap::from([("m".into(), "n".into())]),
+        limits: Limits {
+            memory_mb: Some(1),
+            cpu_millis: Some(2),
+            pids: Some(3),
+            disk_mb: Some(4),
+        },
+        idle_timeout: Some(5),
+        max_lifetime: Some(6),
+    };
+    let cases: Vec<(&str, Value)> = vec![
+        ("Sandbox", to(&sample_sandbox("sb"))),
+        (
+            "Sandbox",
+            to(&Sandbox {
+                ended_reason: None,
+                state: SandboxState::Running,
+                ..sample_sandbox("sb")
+            }),
+        ),
+        ("Limits", to(&full_create.limits)),
+        ("Limits", to(&Limits::default())),
+        ("EffectiveLimits", to(&sample_sandbox("sb").limits)),
+        ("CreateSandbox", to(&full_create)),
+        ("CreateSandbox", to(&CreateSandbox::default())),
+        (
+            "ExecuteRequest",
+            to(&ExecuteRequest {
+                code: "1".into(),
+                language: Language::Bash,
+                timeout: Some(1.5),
+                stream: true,
+            }),
+        ),
+        (
+            "ExecuteRequest",
+            to(&ExecuteRequest {
+                code: "1".into(),
+                language: Language::Python,
+                timeout: None,
+                stream: false,
+            }),
+        ),
+        ("ExecutionResult", to(&sample_result("sb"))),
+        (
+            "ExecutionResult",
+            to(&ExecutionResult {
+                result: None,
+                error: None,
+                exit_code: None,
+                outputs: vec![],
+                ..sample_result("sb")
+            }),
+        ),
+        ("ExecError", to(&sample_error())),
+        ("Truncation", to(&Truncation::default())),
+        ("FileEntry", to(&sample_entry("a/b", 1))),
+        (
+            "SandboxList",
+            json!({ "sandboxes": [to(&sample_sandbox("sb"))] }),
+        ),
+        (
+            "ExecutionList",
+            to(&crate::ExecutionList {
+                executions: sample_records("sb"),
+            }),
+        ),
+        (
+            "FileList",
+            to(&crate::FileList {
+                entries: vec![sample_entry("a", 0)],
+            }),
+        ),
+        (
+            "InterruptResponse",
+            to(&crate::InterruptResponse { interrupted: false }),
+        ),
+        (
+            "Health",
+            json!({ "status": "ok", "version": crate::VERSION }),
+        ),
+    ];
+    for (schema, value) in &cases {
+        assert_valid(&doc, schema, value);
+    }
+    for record in sample_records("sb") {
+        assert_valid(&doc, "ExecutionRecord", &to(&record));
+    }
+    for ev in sample_events() {
+        assert_valid(&doc, "OutputEvent", &to(&ev));
+    }
+    for (code, _) in STATUS_TABLE {
+        let body = ErrorBody::from(&ApiError::new(*code, "m"));
+        assert_valid(&doc, "Error", &to(&body));
+    }
+    for code in [crate::ROUTE_NOT_FOUND, crate::METHOD_NOT_ALLOWED] {
+        assert_valid(&doc, "Error", &crate::error::error_body(code, "m"));
+    }
+    // The schemas are strict where the types are.
+    assert_invalid(&doc, "ExecuteRequest", &json!({"code": "1", "foo": 1}));
+    assert_invalid(
+        &doc,
+        "ExecuteRequest",
+        &json!({"code": "1", "language": "ruby"}),
+    );
+    assert_invalid(&doc, "OutputEvent", &json!({"type": "stdout"}));
+    assert_invalid(&doc, "OutputEvent", &json!({"type": "nope", "text": ""}));
+    assert_invalid(
+        &doc,
+        "Error",
+        &json!({"error": {"code": "nope", "message": ""}}),
+    );
+}
+
+/// Each object schema names exactly the fields its type serializes when all are set, so a field
+/// added to a type (or a schema) without the other fails here.
+#[test]
+fn schema_properties_match_the_types() {
+    let doc = doc();
+    let schemas = &doc["components"]["schemas"];
+    let keys = |v: Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+    };
+    let props = |name: &str| keys(schemas[name]["properties"].clone());
+    let to = |v: &dyn erased::Ser| v.value();
+    let full_limits = Limits {
+        memory_mb: Some(1),
+        cpu_millis: Some(2),
+        pids: Some(3),
+        disk_mb: Some(4),
+    };
+    let checks: Vec<(&str, Value)> = vec![
+        ("Sandbox", to(&sample_sandbox("sb"))),
+        ("Limits", to(&full_limits)),
+        ("EffectiveLimits", to(&sample_sandbox("sb").limits)),
+        (
+            "CreateSandbox",
+            to(&CreateSandbox {
+                template: Some("t".into()),
+                limits: full_limits.clone(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "ExecuteRequest",
+            to(&ExecuteRequest {
+                code: "1".into(),
+                language: Language::Bash,
+                timeout: Some(1.0),
+                stream: true,
+            }),
+        ),
+        ("ExecutionResult", to(&sample_result("sb"))),
+        ("ExecutionRecord", to(&sample_records("sb")[0])),
+        ("ExecError", to(&sample_error())),
+        ("Truncation", to(&Truncation::default())),
+        ("FileEntry", to(&sample_entry("a", 1))),
+        (
+            "InterruptResponse",
+            to(&crate::InterruptResponse { interrupted: true }),
+        ),
+    ];
+    for (name, value) in checks {
+        assert_eq!(props(name), keys(value), "{name}");
+    }
+    let event_schemas = [
+        "StdoutEvent",
+        "StderrEvent",
+        "DisplayDataEvent",
+        "ResultEvent",
+        "ErrorEvent",
+    ];
+    for (ev, schema) in sample_events().iter().zip(event_schemas) {
+        assert_eq!(props(schema), keys(to(ev)), "{schema}");
+        assert_eq!(
+            schemas[schema]["properties"]["type"]["const"],
+            crate::event_name(ev)
+        );
+    }
+    // The code enum: every stable code, plus the two routing codes.
+    let documented: BTreeSet<String> = schemas["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let mut expected: BTreeSet<String> = STATUS_TABLE
+        .iter()
+        .map(|(c, _)| c.as_str().to_owned())
+        .collect();
+    expected.insert(crate::ROUTE_NOT_FOUND.into());
+    expected.insert(crate::METHOD_NOT_ALLOWED.into());
+    assert_eq!(documented, expected);
+}
+
+/// Serializes any of the sample values to a `serde_json::Value` through one closure type.
+mod erased {
+    pub trait Ser {
+        fn value(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn value(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap()
+        }
+    }
+}

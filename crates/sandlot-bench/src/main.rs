@@ -1,0 +1,353 @@
+//! `sandlot-bench`: the benchmark harness of issue 3.
+//!
+//! Starts its own `sandlot serve` on 127.0.0.1:0 with a temporary data dir and measures, side
+//! by side in one run, (1) create → first result against a cold start and bubblewrap, (2) the
+//! hot `1+1` round trip against jupyter_client + ipykernel, (3) memory and latency with N live
+//! sandboxes, (4) sustained create+delete throughput. Prints medians and p99s and, with
+//! `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all traffic goes
+//! to loopback.
+
+mod bench;
+mod http;
+mod machine;
+mod peers;
+mod report;
+mod server;
+mod stats;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandlot-bench",
+    about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
+    after_help = "Example: sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+    #[command(flatten)]
+    opts: Opts,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+enum Cmd {
+    /// All four benchmarks, one server.
+    All,
+    /// 1. create → first result of print(1), against a cold start and bubblewrap.
+    Create,
+    /// 2. hot 1+1 round trip, against jupyter_client + ipykernel.
+    Hot,
+    /// 3. memory and hot-exec latency with N live idle sandboxes.
+    Density,
+    /// 4. sustained create+delete throughput.
+    Throughput,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Opts {
+    /// The sandlot binary to benchmark (libsandlot_jail.so next to it, or SANDLOT_JAIL_LIB)
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        default_value = "target/release/sandlot"
+    )]
+    sandlot: PathBuf,
+    /// Where the server provisions (or finds) its Python environment
+    #[arg(long, global = true, value_name = "DIR", env = "SANDLOT_ENV_DIR")]
+    env_dir: Option<PathBuf>,
+    /// Write or update this markdown file (normally BENCHMARKS.md)
+    #[arg(long, global = true, value_name = "FILE")]
+    write: Option<PathBuf>,
+    /// Also write the raw results as JSON
+    #[arg(long, global = true, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Where the scratch directory (server data dir, peer homes) is made [default: system temp]
+    #[arg(long, global = true, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Keep the scratch directory (with the server's log) after the run
+    #[arg(long, global = true)]
+    keep: bool,
+    /// Where the Jupyter peer's venv is cached [default: $XDG_CACHE_HOME/sandlot-bench or ~/.cache/sandlot-bench]
+    #[arg(long, global = true, value_name = "DIR")]
+    cache: Option<PathBuf>,
+    /// Time bound of each measurement loop, in seconds
+    #[arg(long, global = true, value_name = "S", default_value_t = 120)]
+    loop_seconds: u64,
+
+    /// create: timed sandboxes
+    #[arg(long, global = true, default_value_t = 200)]
+    create_iters: usize,
+    /// create: untimed sandboxes first
+    #[arg(long, global = true, default_value_t = 5)]
+    warmup: usize,
+    /// create: timed runs of each cold-start peer
+    #[arg(long, global = true, default_value_t = 20)]
+    cold_iters: usize,
+
+    /// hot: timed round trips (sandlot and Jupyter each)
+    #[arg(long, global = true, default_value_t = 2000)]
+    hot_iters: usize,
+    /// hot: untimed round trips first
+    #[arg(long, global = true, default_value_t = 100)]
+    hot_warmup: usize,
+    /// hot: skip the Jupyter peer
+    #[arg(long, global = true)]
+    no_jupyter: bool,
+
+    /// density: numbers of live sandboxes to measure at
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        default_value = "100,500,1000"
+    )]
+    n: Vec<usize>,
+    /// density: hot executions on random sandboxes at each level
+    #[arg(long, global = true, default_value_t = 1000)]
+    density_samples: usize,
+    /// density: seconds to wait before reading memory
+    #[arg(long, global = true, value_name = "S", default_value_t = 3.0)]
+    settle: f64,
+    /// density: stop creating when host used memory passes this many GiB
+    #[arg(long, global = true, value_name = "GIB", default_value_t = 16.0)]
+    max_host_used_gib: f64,
+
+    /// throughput: duration in seconds
+    #[arg(long, global = true, value_name = "S", default_value_t = 10.0)]
+    seconds: f64,
+    /// throughput: create+delete pairs in flight
+    #[arg(long, global = true, default_value_t = 4)]
+    concurrency: usize,
+}
+
+impl Opts {
+    pub fn cache_dir(&self) -> PathBuf {
+        if let Some(c) = &self.cache {
+            return c.clone();
+        }
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        base.join("sandlot-bench")
+    }
+
+    fn env_dir(&self) -> PathBuf {
+        self.env_dir
+            .clone()
+            .unwrap_or_else(|| self.cache_dir().join("envs"))
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.n.iter().all(|&n| n > 0), "--n takes positive counts");
+        anyhow::ensure!(
+            self.concurrency > 0 && self.concurrency <= 64,
+            "--concurrency must be 1..=64"
+        );
+        anyhow::ensure!(
+            self.seconds > 0.0 && self.seconds <= 600.0,
+            "--seconds must be in (0, 600]"
+        );
+        anyhow::ensure!(
+            self.create_iters > 0 && self.hot_iters > 0,
+            "iteration counts must be positive"
+        );
+        anyhow::ensure!(self.cold_iters > 0, "--cold-iters must be positive");
+        anyhow::ensure!(
+            self.settle >= 0.0 && self.settle <= 120.0,
+            "--settle must be in [0, 120]"
+        );
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("sandlot-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| {
+            if a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=,:".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    format!("sandlot-bench {}", quoted.join(" "))
+}
+
+fn now_utc() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let s = now
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    format!("{} UTC", s.get(..16).unwrap_or(&s).replace('T', " "))
+}
+
+/// Runs the benchmarks; Ok(false) when one of them failed (the others still ran).
+fn run(cli: Cli) -> anyhow::Result<bool> {
+    let o = &cli.opts;
+    o.validate()?;
+    let machine = machine::Machine::detect();
+    let env_dir = o.env_dir();
+    let scratch = bench::work_dir(o.work_dir.as_deref())?;
+    let work = scratch.path().to_path_buf();
+    eprintln!(
+        "sandlot-bench: {}; scratch {}",
+        machine.describe(),
+        work.display()
+    );
+    eprintln!(
+        "starting {} serve (env dir {})",
+        o.sandlot.display(),
+        env_dir.display()
+    );
+    let mut server = server::Server::start(&o.sandlot, &work, &env_dir)?;
+    eprintln!(
+        "server at {} after {:.2} s",
+        server.addr,
+        server.started_in.as_secs_f64()
+    );
+    let env_root = server::find_env(&env_dir)?;
+    let manifest = server::env_manifest(&env_root).unwrap_or_default();
+
+    let mut ctx = bench::Ctx {
+        opts: o,
+        server: &server,
+        env_root,
+        manifest,
+        work: work.clone(),
+        instance: None,
+    };
+    let want = |c: Cmd| cli.command == Cmd::All || cli.command == c;
+    let mut ok = true;
+    let mut failed = |name: &str, e: anyhow::Error| {
+        eprintln!("[{name}] FAILED: {e:#}");
+        ok = false;
+    };
+    let mut run = report::Run {
+        command: command_line(),
+        date: now_utc(),
+        commit: machine::git_commit(Path::new(".")),
+        machine,
+        server_start_s: server.started_in.as_secs_f64(),
+        create: None,
+        hot: None,
+        density: None,
+        throughput: None,
+    };
+    if want(Cmd::Create) {
+        match bench::create(&mut ctx) {
+            Ok(r) => run.create = Some(r),
+            Err(e) => failed("create", e),
+        }
+    }
+    if want(Cmd::Hot) {
+        match bench::hot(&mut ctx) {
+            Ok(r) => run.hot = Some(r),
+            Err(e) => failed("hot", e),
+        }
+    }
+    // Throughput before density, so it does not run in the wake of a thousand deletions.
+    if want(Cmd::Throughput) {
+        match bench::throughput(&mut ctx) {
+            Ok(r) => run.throughput = Some(r),
+            Err(e) => failed("throughput", e),
+        }
+    }
+    if want(Cmd::Density) {
+        match bench::density(&mut ctx) {
+            Ok(r) => run.density = Some(r),
+            Err(e) => failed("density", e),
+        }
+    }
+    drop(ctx);
+    let problems = server.log_problems();
+    let stop = server.stop()?;
+    eprintln!("server stopped in {:.2} s", stop.as_secs_f64());
+    if !problems.is_empty() {
+        eprintln!(
+            "the server logged {} warnings/errors; the first ones:",
+            problems.len()
+        );
+        for p in problems.iter().take(8) {
+            eprintln!("  {p}");
+        }
+    }
+
+    report::print_report(&run);
+    if let Some(path) = &o.json {
+        let v = serde_json::json!({
+            "command": run.command, "date": run.date, "commit": run.commit, "machine": run.machine,
+            "create": run.create, "hot": run.hot, "density": run.density, "throughput": run.throughput,
+            "server_warnings": problems.len(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &o.write {
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let new = report::update_doc(&old, &run);
+        std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("updated {}", path.display());
+    }
+    drop(server);
+    if o.keep {
+        let kept = scratch.keep();
+        eprintln!(
+            "kept the scratch directory {} (server log: server.log)",
+            kept.display()
+        );
+    }
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn options_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "sandlot-bench",
+            "density",
+            "--n",
+            "100,500",
+            "--write",
+            "B.md",
+        ])
+        .unwrap();
+        assert_eq!(cli.command, Cmd::Density);
+        assert_eq!(cli.opts.n, vec![100, 500]);
+        assert_eq!(cli.opts.write, Some(PathBuf::from("B.md")));
+        let cli = Cli::try_parse_from(["sandlot-bench", "throughput", "--seconds", "3"]).unwrap();
+        assert_eq!(cli.opts.seconds, 3.0);
+        assert_eq!(cli.opts.concurrency, 4);
+    }
+}

@@ -1,0 +1,255 @@
+//! The `sandlot serve` under test: started on 127.0.0.1:0 with a temporary data dir, stopped
+//! (SIGTERM, then SIGKILL) when the harness is done, and its log kept in a file.
+
+use crate::http::Conn;
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long the server may take to announce itself (the first start provisions the Python
+/// environment, which takes minutes).
+const START_TIMEOUT: Duration = Duration::from_secs(900);
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    pub started_in: Duration,
+}
+
+impl Server {
+    pub fn start(bin: &Path, work: &Path, env_dir: &Path) -> anyhow::Result<Server> {
+        if !bin.exists() {
+            bail!(
+                "{} does not exist: build it with `cargo build --release --workspace` or pass --sandlot",
+                bin.display()
+            );
+        }
+        let data_dir = work.join("data");
+        std::fs::create_dir_all(&data_dir)?;
+        let log = work.join("server.log");
+        let log_file = std::fs::File::create(&log)?;
+        let started = Instant::now();
+        let mut child = Command::new(bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .arg("--env-dir")
+            .arg(env_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .with_context(|| format!("could not start {}", bin.display()))?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            addr: "127.0.0.1:0".parse()?,
+            log,
+            started_in: Duration::ZERO,
+        };
+        let deadline = started + START_TIMEOUT;
+        loop {
+            if let Some(status) = server.child.try_wait()? {
+                bail!(
+                    "sandlot serve exited with {status} before listening; its log:\n{}",
+                    server.log_tail(40)
+                );
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "sandlot serve did not announce itself in {START_TIMEOUT:?}; log:\n{}",
+                    server.log_tail(40)
+                );
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok(line) => {
+                    if let Some(url) = line.trim().strip_prefix("sandlot listening on http://") {
+                        server.addr = url
+                            .trim_end_matches('/')
+                            .parse()
+                            .context("bad listening address")?;
+                        server.started_in = started.elapsed();
+                        return Ok(server);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let v: Vec<&str> = s.lines().collect();
+        v[v.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Lines of the log at WARN or ERROR level.
+    pub fn log_problems(&self) -> Vec<String> {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        s.lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// How many times the log says the zygote died and was restarted.
+    pub fn zygote_restarts(&self) -> usize {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        s.lines().filter(|l| l.contains("zygote died")).count()
+    }
+
+    pub fn stop(&mut self) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        if self.child.try_wait()?.is_none() {
+            // SAFETY: kill(2) on the pid of a child we spawned and have not yet reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            while self.child.try_wait()?.is_none() {
+                if t.elapsed() > STOP_TIMEOUT {
+                    eprintln!("sandlot serve did not stop in {STOP_TIMEOUT:?}; killing it");
+                    self.child.kill()?;
+                    self.child.wait()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(t.elapsed())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// The body for a create: the default template, a long idle timeout so nothing expires while
+/// a benchmark runs.
+pub fn create_body() -> Value {
+    json!({"idle_timeout": 3600})
+}
+
+/// Creates a sandbox; returns its id.
+pub fn create(c: &mut Conn) -> anyhow::Result<String> {
+    let r = c.post_json("/v1/sandboxes", &create_body())?;
+    if r.status != 201 {
+        bail!("create answered {}: {}", r.status, r.text());
+    }
+    let v = r.json()?;
+    v["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("create answered without an id")
+}
+
+/// Runs Python code; returns the parsed execution result.
+pub fn execute(c: &mut Conn, id: &str, code: &str) -> anyhow::Result<Value> {
+    let r = c.post_json(
+        &format!("/v1/sandboxes/{id}/execute"),
+        &json!({"code": code, "language": "python"}),
+    )?;
+    if r.status != 200 {
+        bail!("execute answered {}: {}", r.status, r.text());
+    }
+    let v = r.json()?;
+    if v["end_state"] != "ok" {
+        bail!("execute ended {}: {}", v["end_state"], r.text());
+    }
+    Ok(v)
+}
+
+pub fn delete(c: &mut Conn, id: &str) -> anyhow::Result<()> {
+    let r = c.delete(&format!("/v1/sandboxes/{id}"))?;
+    if r.status != 204 {
+        bail!("delete answered {}: {}", r.status, r.text());
+    }
+    Ok(())
+}
+
+/// The Python environment the server runs sandboxes in: the provisioned env under `env_dir`
+/// (the one with `.sandlot-ready`; the newest if there are several).
+pub fn find_env(env_dir: &Path) -> anyhow::Result<PathBuf> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for e in
+        std::fs::read_dir(env_dir).with_context(|| format!("cannot read {}", env_dir.display()))?
+    {
+        let p = e?.path();
+        let ready = p.join(".sandlot-ready");
+        if let Ok(m) = std::fs::metadata(&ready).and_then(|m| m.modified()) {
+            if best.as_ref().is_none_or(|(t, _)| m > *t) {
+                best = Some((m, p));
+            }
+        }
+    }
+    best.map(|(_, p)| p)
+        .with_context(|| format!("no provisioned environment in {}", env_dir.display()))
+}
+
+/// The env's manifest (`.sandlot-ready`): its spec and the versions installed.
+pub fn env_manifest(env: &Path) -> anyhow::Result<Value> {
+    let s = std::fs::read_to_string(env.join(".sandlot-ready"))?;
+    Ok(serde_json::from_str(&s)?)
+}
+
+/// The v1 memory cgroup directory that holds this server's sandboxes, found by a sandbox id.
+pub fn cgroup_instance(sandbox_id: &str) -> Option<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup/memory/sandlot");
+    for e in std::fs::read_dir(root).ok()? {
+        let p = e.ok()?.path();
+        if p.join(sandbox_id).is_dir() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Sandbox cgroups left under the instance (every child group but the zygotes').
+pub fn leftover_groups(instance: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(instance) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("zygote"))
+        .collect()
+}
+
+/// Waits up to `limit` for the sandbox groups to be gone; returns those still there.
+pub fn wait_groups_gone(instance: Option<&Path>, limit: Duration) -> Vec<String> {
+    let Some(instance) = instance else {
+        return Vec::new();
+    };
+    let t = Instant::now();
+    loop {
+        let left = leftover_groups(instance);
+        if left.is_empty() || t.elapsed() > limit {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,178 @@
+//! Every environment variable the `sandlot` binary reads, with its default, in one place. Flags
+//! read them through clap's `env` (named by the constants here), and each command's `--help`
+//! lists the ones it uses from [`VARS`].
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Address `sandlot serve` listens on (`--listen`).
+pub const LISTEN: &str = "SANDLOT_LISTEN";
+/// The data dir (`--data-dir`).
+pub const DATA_DIR: &str = "SANDLOT_DATA_DIR";
+/// Where Python environments are provisioned (`--env-dir`).
+pub const ENV_DIR: &str = "SANDLOT_ENV_DIR";
+/// Server `sandlot run` talks to (`--url`); unset means an embedded runtime.
+pub const URL: &str = "SANDLOT_URL";
+/// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `sandlot_runtime=debug`).
+pub const LOG: &str = "SANDLOT_LOG";
+/// The Python the environment is built from; read by `sandlot-env` (which owns the name).
+pub const PYTHON: &str = sandlot_env::BASE_PYTHON_VAR;
+/// Path of the jail library (`libsandlot_jail.so`) the zygote loads; read by
+/// `sandlot-runtime`, which looks next to the executable when it is unset.
+pub const JAIL_LIB: &str = "SANDLOT_JAIL_LIB";
+/// Consulted for the default data dir.
+pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
+pub const HOME: &str = "HOME";
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Log filter of `sandlot serve` when [`LOG`] is unset.
+pub const DEFAULT_SERVE_LOG: &str = "info";
+/// Log filter of the other commands when [`LOG`] is unset: quiet, their output is the point.
+pub const DEFAULT_CLI_LOG: &str = "warn";
+
+/// One documented variable.
+pub struct Var {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+pub const VARS: &[Var] = &[
+    Var {
+        name: LISTEN,
+        default: DEFAULT_LISTEN,
+        help: "address `sandlot serve` listens on (port 0 picks a free port)",
+    },
+    Var {
+        name: DATA_DIR,
+        default: "$XDG_DATA_HOME/sandlot, else ~/.local/share/sandlot",
+        help: "data dir: the store (sandlot.db), templates and sandbox state",
+    },
+    Var {
+        name: ENV_DIR,
+        default: "<data dir>/envs",
+        help: "where the Python environment sandboxes run in is provisioned",
+    },
+    Var {
+        name: URL,
+        default: "unset: run in-process",
+        help: "server for `sandlot run`, e.g. http://127.0.0.1:7878",
+    },
+    Var {
+        name: LOG,
+        default: "info for serve, warn otherwise",
+        help: "log filter, e.g. debug or sandlot_runtime=debug",
+    },
+    Var {
+        name: PYTHON,
+        default: sandlot_env::DEFAULT_BASE_PYTHON,
+        help: "base Python the sandbox environment is built from",
+    },
+    Var {
+        name: JAIL_LIB,
+        default: "next to the sandlot executable",
+        help: "path of libsandlot_jail.so, which the zygote loads",
+    },
+];
+
+/// The variables `serve` and an embedded `run` read (besides their own flags' ones).
+pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, JAIL_LIB, LOG];
+
+/// The "Environment:" section of a command's help, for the variables it reads.
+pub fn env_help(names: &[&str]) -> String {
+    let mut out = String::from("Environment:\n");
+    for var in VARS.iter().filter(|v| names.contains(&v.name)) {
+        let _ = writeln!(
+            out,
+            "  {:<18} {}\n  {:<18} (default: {})",
+            var.name, var.help, "", var.default
+        );
+    }
+    out
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot choose a data dir: neither {XDG_DATA_HOME} nor {HOME} is set; pass --data-dir or set {DATA_DIR}")]
+    NoDataDir,
+}
+
+/// The directories a command works in, defaults filled in.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    pub data_dir: PathBuf,
+    pub env_dir: PathBuf,
+}
+
+impl Dirs {
+    /// `data_dir` and `env_dir` as given on the command line (or by their variables, which
+    /// clap has already read), else their defaults.
+    pub fn resolve(
+        data_dir: Option<PathBuf>,
+        env_dir: Option<PathBuf>,
+    ) -> Result<Dirs, ConfigError> {
+        let data_dir = match data_dir {
+            Some(d) => d,
+            None => default_data_dir(std::env::var_os(XDG_DATA_HOME), std::env::var_os(HOME))?,
+        };
+        let env_dir = env_dir.unwrap_or_else(|| default_env_dir(&data_dir));
+        Ok(Dirs { data_dir, env_dir })
+    }
+}
+
+/// `$XDG_DATA_HOME/sandlot`, else `$HOME/.local/share/sandlot` (the XDG base directory rules:
+/// a relative or empty `XDG_DATA_HOME` is ignored).
+pub fn default_data_dir(
+    xdg_data_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf, ConfigError> {
+    if let Some(xdg) = xdg_data_home.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Ok(xdg.join("sandlot"));
+    }
+    match home.filter(|h| !h.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/sandlot")),
+        None => Err(ConfigError::NoDataDir),
+    }
+}
+
+pub fn default_env_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("envs")
+}
+
+/// The store's file in the data dir.
+pub fn store_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("sandlot.db")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_dir_follows_xdg() {
+        let d = default_data_dir(Some("/x/data".into()), Some("/home/u".into())).unwrap();
+        assert_eq!(d, PathBuf::from("/x/data/sandlot"));
+        let d = default_data_dir(Some("relative".into()), Some("/home/u".into())).unwrap();
+        assert_eq!(d, PathBuf::from("/home/u/.local/share/sandlot"));
+        let d = default_data_dir(None, Some("/home/u".into())).unwrap();
+        assert_eq!(d, PathBuf::from("/home/u/.local/share/sandlot"));
+        assert!(default_data_dir(Some("".into()), None).is_err());
+    }
+
+    #[test]
+    fn env_dir_defaults_under_data_dir() {
+        let dirs = Dirs::resolve(Some("/d".into()), None).unwrap();
+        assert_eq!(dirs.env_dir, PathBuf::from("/d/envs"));
+        let dirs = Dirs::resolve(Some("/d".into()), Some("/e".into())).unwrap();
+        assert_eq!(dirs.env_dir, PathBuf::from("/e"));
+    }
+
+    #[test]
+    fn help_lists_every_variable_asked_for() {
+        let help = env_help(&[LISTEN, DATA_DIR, ENV_DIR, LOG]);
+        for name in [LISTEN, DATA_DIR, ENV_DIR, LOG] {
+            assert!(help.contains(name), "{help}");
+        }
+        assert!(!help.contains(URL));
+    }
+}

@@ -1,0 +1,729 @@
+//! The HTTP API driven end to end: a real `sandlot serve`, real sandboxes, over 127.0.0.1.
+
+mod common;
+
+use common::{assert_schema, Resp, TestServer};
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+fn text_plain(result: &Value) -> &str {
+    result["result"]["text/plain"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text/plain result: {result}"))
+}
+
+#[track_caller]
+fn assert_ok(result: &Value) {
+    assert_eq!(result["end_state"], "ok", "{result:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandboxes.
+
+#[test]
+fn sandbox_lifecycle() {
+    let server = TestServer::start();
+    let health = server.get("/v1/health");
+    assert_eq!(health.expect(200)["status"], "ok");
+    assert_schema("Health", &health.body);
+
+    let created = server.create_sandbox_with(
+        &json!({ "metadata": { "owner": "tests" }, "env": { "GREETING": "hi" } }),
+    );
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["state"], "running");
+    assert_eq!(created["template"], "default");
+    assert_eq!(created["metadata"]["owner"], "tests");
+    assert!(
+        created["limits"]["memory_mb"].as_u64().unwrap() > 0,
+        "{created}"
+    );
+
+    let got = server.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(got.expect(200)["id"], id.as_str());
+
+    let listed = server.get("/v1/sandboxes");
+    assert_schema("SandboxList", &listed.body);
+    let ids: Vec<&str> = listed.expect(200)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&id.as_str()), "{ids:?}");
+
+    // The env given at creation is visible to code.
+    let r = server.execute(&id, "import os; os.environ['GREETING']");
+    assert_eq!(text_plain(&r), "'hi'");
+
+    server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect_error(410, "sandbox_gone");
+    server
+        .delete(&format!("/v1/sandboxes/{id}"))
+        .expect_error(410, "sandbox_gone");
+
+    let live = server.get("/v1/sandboxes");
+    assert!(live.expect(200)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["id"] != id.as_str()));
+    let all = server.get("/v1/sandboxes?all=true");
+    let ended = all.expect(200)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .cloned();
+    assert_eq!(
+        ended.expect("deleted sandbox listed with all=true")["state"],
+        "deleted"
+    );
+}
+
+#[test]
+fn unknown_and_deleted_sandboxes() {
+    let server = TestServer::start();
+    let missing = "sb-does-not-exist";
+    server
+        .get(&format!("/v1/sandboxes/{missing}"))
+        .expect_error(404, "sandbox_not_found");
+    server
+        .execute_with(missing, &json!({ "code": "1" }))
+        .expect_error(404, "sandbox_not_found");
+    server
+        .delete(&format!("/v1/sandboxes/{missing}"))
+        .expect_error(404, "sandbox_not_found");
+    server
+        .get(&format!("/v1/sandboxes/{missing}/files/a.txt"))
+        .expect_error(404, "sandbox_not_found");
+
+    let id = server.create_sandbox();
+    server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect_error(410, "sandbox_gone");
+    server
+        .execute_with(&id, &json!({ "code": "1" }))
+        .expect_error(410, "sandbox_gone");
+    server
+        .put_bytes(&format!("/v1/sandboxes/{id}/files/a.txt"), b"x".to_vec())
+        .expect_error(410, "sandbox_gone");
+    server
+        .post(&format!("/v1/sandboxes/{id}/interrupt"), &json!({}))
+        .expect_error(410, "sandbox_gone");
+}
+
+#[test]
+fn idle_sandboxes_expire() {
+    let server = TestServer::start();
+    let sandbox = server.create_sandbox_with(&json!({ "idle_timeout": 2 }));
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    assert_eq!(sandbox["idle_timeout"], 2);
+    server.get(&format!("/v1/sandboxes/{id}")).expect(200);
+    std::thread::sleep(Duration::from_secs(4));
+    // The expiry sweep may lag its deadline a little; not by seconds.
+    let mut resp = server.get(&format!("/v1/sandboxes/{id}"));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while resp.status == 200 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        resp = server.get(&format!("/v1/sandboxes/{id}"));
+    }
+    resp.expect_error(410, "sandbox_gone");
+    let all = server.get("/v1/sandboxes?all=true");
+    let ended = all.expect(200)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .cloned();
+    assert_eq!(ended.expect("expired sandbox listed")["state"], "expired");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executions.
+
+#[test]
+fn python_state_persists_between_executions() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let first = server.execute(&id, "x = 41");
+    assert_ok(&first);
+    assert!(first.get("result").is_none_or(Value::is_null), "{first}");
+    let second = server.execute(&id, "x + 1");
+    assert_ok(&second);
+    assert_eq!(text_plain(&second), "42");
+    assert_eq!(second["sandbox_id"], id.as_str());
+    assert_eq!(second["language"], "python");
+    assert!(second["sandbox_alive"].as_bool().unwrap());
+
+    let printed = server.execute(
+        &id,
+        "print('hello'); import sys; print('oops', file=sys.stderr)",
+    );
+    assert_eq!(printed["stdout"], "hello\n");
+    assert_eq!(printed["stderr"], "oops\n");
+
+    let failed = server.execute(&id, "1/0");
+    assert_eq!(failed["end_state"], "error");
+    assert_eq!(failed["error"]["name"], "ZeroDivisionError");
+    assert!(!failed["error"]["traceback"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bash_cwd_and_env_persist() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    assert_ok(&server.execute_bash(&id, "cd /tmp && export FOO=bar"));
+    let r = server.execute_bash(&id, "pwd; echo $FOO");
+    assert_ok(&r);
+    assert_eq!(r["stdout"], "/tmp\nbar\n");
+    let failed = server.execute_bash(&id, "false");
+    assert_eq!(failed["end_state"], "error");
+    assert_eq!(failed["exit_code"], 1);
+}
+
+/// An SSE event and when it arrived.
+struct Received {
+    event: String,
+    data: Value,
+    at: Duration,
+}
+
+/// Runs an execution as a stream; returns the response head and the events as they arrived.
+fn execute_streaming(
+    server: &TestServer,
+    id: &str,
+    body: &Value,
+    accept: bool,
+) -> (u16, String, Vec<Received>) {
+    let mut req = server
+        .client()
+        .post(format!("{}/v1/sandboxes/{id}/execute", server.url()))
+        .json(body);
+    if accept {
+        req = req.header(ACCEPT, "text/event-stream");
+    }
+    let start = Instant::now();
+    let resp = req.send().expect("execute");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let mut events = Vec::new();
+    let (mut event, mut data) = (String::new(), String::new());
+    for line in BufReader::new(resp).lines() {
+        let line = line.expect("read stream");
+        if line.is_empty() {
+            if !event.is_empty() {
+                let data_json = serde_json::from_str(&data)
+                    .unwrap_or_else(|e| panic!("bad data ({e}): {data}"));
+                events.push(Received {
+                    event: std::mem::take(&mut event),
+                    data: data_json,
+                    at: start.elapsed(),
+                });
+            }
+            data.clear();
+        } else if let Some(v) = line.strip_prefix("event:") {
+            event = v.trim().to_owned();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    (status, content_type, events)
+}
+
+#[test]
+fn streaming_delivers_output_as_it_is_produced() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let code =
+        "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\n'end'";
+    let (status, content_type, events) = execute_streaming(
+        &server,
+        &id,
+        &json!({ "code": code, "stream": true }),
+        false,
+    );
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| **n == "done").count(),
+        1,
+        "{names:?}"
+    );
+
+    let stdout: Vec<&Received> = events.iter().filter(|e| e.event == "stdout").collect();
+    assert!(!stdout.is_empty(), "{names:?}");
+    let text: String = stdout
+        .iter()
+        .map(|e| e.data["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "0\n1\n2\n");
+    for e in &events[..events.len() - 1] {
+        assert_eq!(
+            e.data["type"],
+            e.event.as_str(),
+            "event name is the OutputEvent type"
+        );
+    }
+    // The chunks came as they were printed, spaced in time, not all at the end.
+    let first = stdout.first().unwrap().at;
+    let last = stdout.last().unwrap().at;
+    assert!(
+        last - first >= Duration::from_millis(400),
+        "stdout chunks arrived together: {first:?}..{last:?}"
+    );
+    let done = &events.last().unwrap();
+    assert!(done.at - first >= Duration::from_millis(400));
+
+    let result = &done.data;
+    assert_schema("ExecutionResult", result);
+    assert_ok(result);
+    assert_eq!(result["stdout"], "0\n1\n2\n");
+    assert_eq!(text_plain(result), "'end'");
+    let streamed_result = events
+        .iter()
+        .find(|e| e.event == "result")
+        .expect("result event");
+    assert_eq!(streamed_result.data["data"]["text/plain"], "'end'");
+
+    // `Accept: text/event-stream` asks for a stream too.
+    let (status, _, events) =
+        execute_streaming(&server, &id, &json!({ "code": "print('a')" }), true);
+    assert_eq!(status, 200);
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names.first(), Some(&"stdout"));
+    assert_eq!(names.last(), Some(&"done"));
+
+    // An error before the stream starts is a JSON error.
+    let resp = server.post_raw(
+        "/v1/sandboxes/sb-nope/execute",
+        "application/json",
+        json!({ "code": "1", "stream": true }).to_string(),
+    );
+    resp.expect_error(404, "sandbox_not_found");
+}
+
+#[test]
+fn timeout_interrupts_and_keeps_state() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    assert_ok(&server.execute(&id, "x = 5"));
+    let started = Instant::now();
+    let r = server
+        .execute_with(
+            &id,
+            &json!({ "code": "import time\ntime.sleep(10)", "timeout": 1 }),
+        )
+        .expect(200)
+        .clone();
+    assert_eq!(r["end_state"], "timeout", "{r:#}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(r["sandbox_alive"].as_bool().unwrap(), "{r:#}");
+    let after = server.execute(&id, "x");
+    assert_eq!(text_plain(&after), "5");
+}
+
+#[test]
+fn interrupt_from_another_thread() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    assert_ok(&server.execute(&id, "y = 'kept'"));
+    let interrupted = std::thread::scope(|s| {
+        let running = s.spawn(|| server.execute(&id, "import time\ntime.sleep(20)"));
+        // Wait until the execution is recorded as running.
+        let started = common::wait_until(Duration::from_secs(10), || {
+            let list = server.get(&format!("/v1/sandboxes/{id}/executions"));
+            list.body["executions"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|e| e["result"].is_null()))
+        });
+        assert!(started, "the execution never showed as running");
+        std::thread::sleep(Duration::from_millis(300));
+        let resp = server.post(&format!("/v1/sandboxes/{id}/interrupt"), &json!({}));
+        assert_eq!(resp.expect(200)["interrupted"], true);
+        running.join().unwrap()
+    });
+    assert_eq!(interrupted["end_state"], "interrupted", "{interrupted:#}");
+    assert!(interrupted["sandbox_alive"].as_bool().unwrap());
+    assert_eq!(text_plain(&server.execute(&id, "y")), "'kept'");
+    let idle = server.post(&format!("/v1/sandboxes/{id}/interrupt"), &json!({}));
+    assert_eq!(idle.expect(200)["interrupted"], false);
+}
+
+#[test]
+fn concurrent_executions_run_in_order() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| server.execute(&id, "import time\ntime.sleep(1)\nseq = [1]"));
+        std::thread::sleep(Duration::from_millis(300));
+        let second = s.spawn(|| server.execute(&id, "seq.append(2)\nseq"));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert_ok(&first);
+    assert_ok(&second);
+    assert_eq!(text_plain(&second), "[1, 2]");
+}
+
+#[test]
+fn executions_are_listed_in_order() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let codes = ["a = 1", "b = a + 1", "print(a + b)"];
+    let ids: Vec<String> = codes
+        .iter()
+        .map(|c| server.execute(&id, c)["id"].as_str().unwrap().to_owned())
+        .collect();
+    let list = server.get(&format!("/v1/sandboxes/{id}/executions"));
+    assert_schema("ExecutionList", &list.body);
+    let execs = list.expect(200)["executions"].as_array().unwrap().clone();
+    assert_eq!(execs.len(), 3);
+    for ((rec, code), exec_id) in execs.iter().zip(codes).zip(&ids) {
+        assert_eq!(rec["code"], code);
+        assert_eq!(rec["id"], exec_id.as_str());
+        assert_eq!(rec["sandbox_id"], id.as_str());
+        assert_eq!(rec["result"]["end_state"], "ok");
+    }
+    assert_eq!(execs[2]["result"]["stdout"], "3\n");
+}
+
+#[test]
+fn nul_bytes_and_invalid_utf8() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    // A NUL byte in the code is the code's problem, not the server's.
+    let nul = server.execute(&id, "x = 1\0");
+    assert_eq!(nul["end_state"], "error", "{nul:#}");
+    assert!(nul["sandbox_alive"].as_bool().unwrap());
+    // Output that is not UTF-8 arrives with replacement characters.
+    let bytes = server.execute(&id, "import os\nos.write(1, b'\\xff\\xfe')");
+    assert_ok(&bytes);
+    assert!(
+        bytes["stdout"].as_str().unwrap().contains('\u{FFFD}'),
+        "{bytes:#}"
+    );
+    assert_ok(&server.execute(&id, "1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files.
+
+#[test]
+fn files_roundtrip() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(1024).collect();
+    let files = format!("/v1/sandboxes/{id}/files");
+
+    let entry = server.put_bytes(&format!("{files}/data/bin.dat"), bytes.clone());
+    let entry = entry.expect(201);
+    assert_schema("FileEntry", entry);
+    assert_eq!(entry["path"], "data/bin.dat");
+    assert_eq!(entry["name"], "bin.dat");
+    assert_eq!(entry["kind"], "file");
+    assert_eq!(entry["size"], 1024);
+
+    let (status, headers, got) = server.get_bytes(&format!("{files}/data/bin.dat"));
+    assert_eq!(status, 200);
+    assert_eq!(headers[CONTENT_TYPE], "application/octet-stream");
+    assert_eq!(headers[CONTENT_LENGTH], "1024");
+    assert_eq!(got, bytes);
+
+    // The sandbox sees the upload, and its own files can be downloaded.
+    let seen = server.execute(
+        &id,
+        "open('/workspace/data/bin.dat', 'rb').read() == bytes(range(256)) * 4",
+    );
+    assert_eq!(text_plain(&seen), "True");
+    assert_ok(&server.execute(&id, "open('/workspace/out.txt', 'w').write('made inside')"));
+    let (status, _, got) = server.get_bytes(&format!("{files}/out.txt"));
+    assert_eq!((status, got.as_slice()), (200, b"made inside".as_slice()));
+
+    let listing = server.get(&format!("{files}?path=data"));
+    let names: Vec<&str> = listing.expect(200)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bin.dat"]);
+    let listing = server.get(&format!("{files}?recursive=true"));
+    assert_schema("FileList", &listing.body);
+    let paths: Vec<&str> = listing.expect(200)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    for p in ["data/bin.dat", "out.txt"] {
+        assert!(paths.contains(&p), "{p} missing from {paths:?}");
+    }
+
+    server.delete(&format!("{files}/data/bin.dat")).expect(204);
+    server
+        .get(&format!("{files}/data/bin.dat"))
+        .expect_error(404, "file_not_found");
+    server
+        .delete(&format!("{files}/data/bin.dat"))
+        .expect_error(404, "file_not_found");
+    server
+        .get(&format!("{files}/data"))
+        .expect_error(400, "not_a_regular_file");
+}
+
+#[test]
+fn paths_outside_the_workspace_are_refused() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let files = format!("/v1/sandboxes/{id}/files");
+    let marker = format!("sandlot-escape-{}", std::process::id());
+    let host_target = std::path::Path::new("/tmp").join(&marker);
+    // `%2F` keeps clients from normalizing the `..` away; the server decodes it.
+    let escapes = [
+        format!("..%2F..%2F..%2F..%2Ftmp%2F{marker}"),
+        format!("data%2F..%2F..%2F{marker}"),
+        format!("%2Ftmp%2F{marker}"),
+        format!("%2Fworkspace%2F..%2Ftmp%2F{marker}"),
+    ];
+    for path in &escapes {
+        let put = server.put_bytes(&format!("{files}/{path}"), b"escaped".to_vec());
+        put.expect_error(400, "invalid_path");
+        server
+            .get(&format!("{files}/{path}"))
+            .expect_error(400, "invalid_path");
+        server
+            .delete(&format!("{files}/{path}"))
+            .expect_error(400, "invalid_path");
+    }
+    server
+        .get(&format!("{files}?path=.."))
+        .expect_error(400, "invalid_path");
+    server
+        .get(&format!("{files}/a%00b"))
+        .expect_error(400, "invalid_path");
+    assert!(
+        !host_target.exists(),
+        "a file escaped the workspace: {}",
+        host_target.display()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input.
+
+#[test]
+fn bad_requests_get_json_errors() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let exec = format!("/v1/sandboxes/{id}/execute");
+
+    server
+        .post_raw(&exec, "application/json", "{\"code\": ")
+        .expect_error(400, "invalid_request");
+    let unknown = server.post_raw(&exec, "application/json", r#"{"code": "1", "foo": true}"#);
+    unknown.expect_error(400, "invalid_request");
+    assert!(
+        unknown.message().contains("unknown field `foo`"),
+        "{}",
+        unknown.text
+    );
+    let lang = server.post_raw(
+        &exec,
+        "application/json",
+        r#"{"code": "1", "language": "ruby"}"#,
+    );
+    lang.expect_error(400, "invalid_request");
+    assert!(lang.message().contains("ruby"), "{}", lang.text);
+    server
+        .post_raw(&exec, "text/plain", r#"{"code": "1"}"#)
+        .expect_error(400, "invalid_request");
+    server
+        .post_raw(&exec, "application/json", b"{\"code\": \"\xff\"}".to_vec())
+        .expect_error(400, "invalid_request");
+    server
+        .post_raw(
+            "/v1/sandboxes",
+            "application/json",
+            r#"{"limits": {"memory_mb": "lots"}}"#,
+        )
+        .expect_error(400, "invalid_request");
+
+    // Code over the limit (1 MiB by default), and a body over the JSON limit.
+    let big_code = "#".repeat((1 << 20) + 1);
+    server
+        .execute_with(&id, &json!({ "code": big_code }))
+        .expect_error(413, "payload_too_large");
+    let huge = json!({ "code": "1", "padding": "x".repeat(4 << 20) }).to_string();
+    server
+        .post_raw(&exec, "application/json", huge)
+        .expect_error(413, "payload_too_large");
+
+    server
+        .get("/v1/nothing-here")
+        .expect_error(404, "not_found");
+    server.get("/").expect_error(404, "not_found");
+    let resp: Resp = {
+        let r = server
+            .client()
+            .patch(format!("{}/v1/sandboxes", server.url()))
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().unwrap();
+        Resp {
+            status,
+            headers: Default::default(),
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+            text,
+        }
+    };
+    resp.expect_error(405, "method_not_allowed");
+
+    // None of that hurt the sandbox.
+    assert_ok(&server.execute(&id, "1 + 1"));
+}
+
+#[test]
+fn openapi_document_is_served() {
+    let server = TestServer::start();
+    let doc = server.get("/v1/openapi.json");
+    let doc = doc.expect(200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/v1/sandboxes/{id}/execute"]["post"].is_object());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restarts.
+
+/// The host uid a sandbox's uid 1000 maps to, read from inside it.
+fn sandbox_host_uid(server: &TestServer, id: &str) -> Option<u32> {
+    let r = server.execute(id, "print(open('/proc/self/uid_map').read())");
+    let out = r["stdout"].as_str()?;
+    let mut fields = out.split_whitespace();
+    let _inside = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+#[test]
+fn restart_marks_cut_sandboxes_lost_and_leaves_no_process() {
+    let mut server = TestServer::start();
+    let id = server.create_sandbox();
+    let finished = server.execute(&id, "done_before = True");
+    assert_ok(&finished);
+    let host_uid = sandbox_host_uid(&server, &id);
+    assert!(
+        host_uid.is_none_or(|u| u != 0),
+        "sandbox code runs as host root"
+    );
+
+    // Cut an execution off mid-sleep by SIGKILLing the server.
+    let url = server.url().to_owned();
+    let sid = id.clone();
+    let running = std::thread::spawn(move || {
+        let body = json!({ "code": "import time\ntime.sleep(30)" });
+        let _ = reqwest::blocking::Client::new()
+            .post(format!("{url}/v1/sandboxes/{sid}/execute"))
+            .json(&body)
+            .send();
+    });
+    let started = common::wait_until(Duration::from_secs(10), || {
+        let list = server.get(&format!("/v1/sandboxes/{id}/executions"));
+        list.body["executions"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["result"].is_null()))
+    });
+    assert!(started, "the execution never showed as running");
+    let first_run = common::descendants(server.pid());
+    assert!(
+        !first_run.is_empty(),
+        "the server has no child processes (zygote, sandbox)"
+    );
+    server.kill9();
+    running.join().unwrap();
+
+    server.restart();
+    server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect_error(410, "sandbox_gone");
+    let all = server.get("/v1/sandboxes?all=true");
+    let lost = all.expect(200)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .cloned();
+    assert_eq!(lost.expect("sandbox listed after restart")["state"], "lost");
+
+    let list = server.get(&format!("/v1/sandboxes/{id}/executions"));
+    assert_schema("ExecutionList", &list.body);
+    let execs = list.expect(200)["executions"].as_array().unwrap().clone();
+    let code_of = |e: &Value| e["code"].as_str().unwrap_or("").to_owned();
+    let before = execs
+        .iter()
+        .find(|e| code_of(e) == "done_before = True")
+        .expect("finished execution kept");
+    assert_eq!(before["id"], finished["id"]);
+    assert_eq!(before["result"]["end_state"], "ok");
+    let cut = execs
+        .iter()
+        .find(|e| code_of(e).contains("time.sleep(30)"))
+        .expect("cut execution recorded");
+    assert_eq!(cut["result"]["end_state"], "killed", "{cut:#}");
+
+    // Nothing of the first server survives: not its zygote, not the sandbox.
+    let gone = common::wait_until(Duration::from_secs(15), || {
+        first_run.iter().all(|p| !common::alive(*p))
+    });
+    let left: Vec<_> = first_run.iter().filter(|p| common::alive(**p)).collect();
+    assert!(gone, "processes of the first server still alive: {left:?}");
+    if let Some(uid) = host_uid {
+        let procs = common::processes_with_uid(uid);
+        assert!(
+            procs.is_empty(),
+            "processes still run as the lost sandbox's uid {uid}: {procs:?}"
+        );
+    }
+
+    // The restarted server works.
+    let fresh = server.create_sandbox();
+    assert_eq!(text_plain(&server.execute(&fresh, "6 * 7")), "42");
+}
+
+#[test]
+fn graceful_shutdown_exits_zero_and_stops_sandboxes() {
+    let mut server = TestServer::start();
+    let id = server.create_sandbox();
+    assert_ok(&server.execute(&id, "1"));
+    let procs = common::descendants(server.pid());
+    let status = server.stop();
+    assert!(status.success(), "sandlot serve exited with {status}");
+    let gone = common::wait_until(Duration::from_secs(10), || {
+        procs.iter().all(|p| !common::alive(*p))
+    });
+    assert!(
+        gone,
+        "processes left after shutdown: {:?}",
+        procs
+            .iter()
+            .filter(|p| common::alive(**p))
+            .collect::<Vec<_>>()
+    );
+}

@@ -1,0 +1,1700 @@
+//! The attack suite: snippets an attacker controlling a sandbox would run, each run inside a real
+//! sandbox of a real `sandlot serve` through the HTTP API, each asserting the exact outcome (the
+//! errno name, exit status, signal or end state the snippet reports on an `ATTACK {json}` line)
+//! and, where it matters, that the host, the server and a neighbour sandbox came out unaffected.
+//!
+//! Layout: one `#[test]` per category, each with its own server (a start costs about two
+//! seconds), running a table of cases and custom checks through [`kit::Report`], which runs every
+//! case and lists all that failed. Run with `--nocapture` to see each case's outcome.
+//!
+//! Cases named `FINDING: …` assert the secure or documented outcome the system does not deliver
+//! yet; they are expected to fail until the finding is fixed.
+//!
+//! Syscall numbers are x86_64's.
+
+mod common;
+#[path = "attacks/mod.rs"]
+mod kit;
+
+use common::{alive, wait_until, TestServer};
+use kit::{
+    attack_line, bash, brief, ensure, environ_of, exec, expect_eq, health, procs_with_uid, py,
+    sandbox_host_uid, token, HostCanary, Lang, Neighbour, Report, PRELUDE,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+/// Output kept per stream and execution (the server's `max_output_bytes`).
+const OUTPUT_BUDGET: u64 = 1 << 20;
+
+/// The documented environment allowlist of a sandbox (`sandbox_env` in the runtime).
+const ALLOWED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "SHELL",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUNBUFFERED",
+    "MPLBACKEND",
+    "MPLCONFIGDIR",
+    "IPYTHONDIR",
+    "XDG_CACHE_HOME",
+    "PIP_NO_INPUT",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+];
+
+fn create_with_limits(server: &TestServer, limits: Value) -> String {
+    let sb = server.create_sandbox_with(&json!({ "limits": limits }));
+    sb["id"].as_str().unwrap().to_owned()
+}
+
+/// Python that lists the visible pids and checks they form one tree rooted at pid 1 (the
+/// sandbox's own init, whose parent is outside the namespace and shows as 0).
+const PROC_TREE: &str = r#"
+def proc_tree():
+    pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+    ppid = {}
+    for p in pids:
+        try:
+            ppid[p] = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])
+        except OSError:
+            pass
+    roots = sorted(p for p, pp in ppid.items() if pp not in ppid)
+    return pids, roots, ppid.get(1)
+"#;
+
+// =============================================================================================
+// Reading host files and secrets.
+
+#[test]
+fn host_files_and_secrets() {
+    // A secret in the server's environment (inherited from this process) must not reach code.
+    let secret = format!("attack-secret-{}", token());
+    std::env::set_var("SANDLOT_ATTACK_SECRET", &secret);
+    let server = TestServer::start();
+    let canary = HostCanary::new();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let data_dir = server.data_dir().display().to_string();
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let server_pid = server.pid();
+    let canary_path = canary.path.display().to_string();
+    let mut rep = Report::new("host files");
+
+    let cases = vec![
+        py(
+            "read /etc/shadow",
+            "report(open=op(lambda: open('/etc/shadow', 'rb').read()), stat=op(os.stat, '/etc/shadow'), \
+             gshadow=op(os.stat, '/etc/gshadow'))",
+            json!({"open": "ENOENT", "stat": "ENOENT", "gshadow": "ENOENT"}),
+        ),
+        py(
+            "generated /etc/passwd has no host accounts",
+            "names = [l.split(':')[0] for l in open('/etc/passwd')]\nreport(names=names)",
+            json!({"names": ["root", "user", "nobody"]}),
+        ),
+        py(
+            "list /root and its ssh key",
+            "report(listdir=op(os.listdir, '/root'), key=op(lambda: open('/root/.ssh/id_rsa').read()))",
+            json!({"listdir": "ENOENT", "key": "ENOENT"}),
+        ),
+        py(
+            "host /home",
+            "report(home=os.listdir('/home'), cloudsdk=op(os.listdir, '/home/cloudsdk'))",
+            json!({"home": [], "cloudsdk": "ENOENT"}),
+        ),
+        py(
+            "the server's data dir",
+            &format!(
+                "d = {data_dir:?}\nreport(listdir=op(os.listdir, d), store=op(os.stat, d + '/sandlot.db'), \
+                 sandboxes=op(os.listdir, d + '/sandboxes'))"
+            ),
+            json!({"listdir": "ENOENT", "store": "ENOENT", "sandboxes": "ENOENT"}),
+        ),
+        py(
+            "the host source tree",
+            &format!("report(repo=op(os.listdir, {repo:?}), work_main=op(os.listdir, '/work/main'))"),
+            json!({"repo": "ENOENT", "work_main": "ENOENT"}),
+        ),
+        py(
+            "a host canary file by its host path",
+            &format!("report(read=op(lambda: open({canary_path:?}).read()))"),
+            json!({"read": "ENOENT"}),
+        ),
+        py(
+            "host /proc/1/environ and the host process list",
+            &format!(
+                "{PROC_TREE}\npids, roots, init_ppid = proc_tree()\n\
+                 report(environ=op(lambda: open('/proc/1/environ', 'rb').read()), roots=roots, init_ppid=init_ppid, \
+                 server_visible=os.path.exists('/proc/{server_pid}'))"
+            ),
+            json!({"environ": "EACCES", "roots": [1], "init_ppid": 0, "server_visible": false}),
+        ),
+        py(
+            "/sys",
+            "report(sys=op(os.listdir, '/sys'), net=op(os.listdir, '/sys/class/net'), \
+             cgroup=op(os.listdir, '/sys/fs/cgroup'))",
+            json!({"sys": "ENOENT", "net": "ENOENT", "cgroup": "ENOENT"}),
+        ),
+        py(
+            "kernel memory devices and files",
+            "r = {p: op(lambda: open(p, 'rb').read(16)) for p in \
+             ['/dev/mem', '/dev/kmem', '/dev/port', '/proc/kcore', '/proc/kmsg', '/proc/kpagecount', '/proc/kpageflags']}\n\
+             report(**r)",
+            json!({"/dev/mem": "ENOENT", "/dev/kmem": "ENOENT", "/dev/port": "ENOENT", "/proc/kcore": "ENOENT",
+                   "/proc/kmsg": "EACCES", "/proc/kpagecount": "EACCES", "/proc/kpageflags": "EACCES"}),
+        ),
+        py(
+            "kernel addresses in /proc/kallsyms",
+            "nonzero = sum(1 for l in open('/proc/kallsyms') if int(l.split()[0], 16) != 0)\nreport(nonzero=nonzero)",
+            json!({"nonzero": 0}),
+        ),
+        py(
+            "inherited descriptors",
+            "fds = []\nfor f in sorted(os.listdir('/proc/self/fd'), key=int):\n    \
+             try: fds.append(os.readlink('/proc/self/fd/' + f))\n    except OSError: pass\n\
+             report(files=sorted(set(t for t in fds if t.startswith('/'))), sockets=sum(t.startswith('socket:') for t in fds))",
+            json!({"files": ["/dev/null", "/proc/self/fd"], "sockets": 1}),
+        ),
+        bash(
+            "bash: cat /etc/shadow",
+            "cat /etc/shadow >/dev/null 2>&1; printf 'ATTACK {\"rc\": %d}\\n' $?",
+            json!({"rc": 1}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+
+    rep.check("server environment not inherited", || {
+        let server_env = environ_of(server_pid);
+        ensure(server_env.iter().any(|(k, v)| k == "SANDLOT_ATTACK_SECRET" && *v == secret), || {
+            "the server process did not get the secret (test setup)".into()
+        })?;
+        let r = exec(&server, &id, Lang::Py, "import os, json\nprint('ATTACK ' + json.dumps(dict(os.environ)))", 30.0)?;
+        let env = attack_line(&r).ok_or_else(|| brief(&r))?;
+        let env = env.as_object().ok_or("environment is not an object")?;
+        let extra: Vec<&String> = env.keys().filter(|k| !ALLOWED_ENV.contains(&k.as_str())).collect();
+        ensure(extra.is_empty(), || format!("variables outside the allowlist: {extra:?}"))?;
+        let leaked: Vec<&String> = server_env
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| !ALLOWED_ENV.contains(&k.as_str()) && env.contains_key(*k))
+            .collect();
+        ensure(leaked.is_empty(), || format!("server variables visible in the sandbox: {leaked:?}"))?;
+        ensure(!r["stdout"].as_str().unwrap_or("").contains(&secret), || "the secret leaked".into())?;
+        let r = exec(
+            &server,
+            &id,
+            Lang::Bash,
+            "n=$(env | grep -c -e SANDLOT_ATTACK_SECRET -e CARGO_ -e RUST); printf 'ATTACK {\"n\": %d}\\n' \"$n\"",
+            30.0,
+        )?;
+        expect_eq("server variables in the bash environment", attack_line(&r), Some(json!({"n": 0})))
+    });
+
+    rep.check("host canary intact", || canary.intact());
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    std::env::remove_var("SANDLOT_ATTACK_SECRET");
+    rep.finish();
+}
+
+// =============================================================================================
+// Writing outside the workspace.
+
+#[test]
+fn writes_outside_workspace() {
+    let server = TestServer::start();
+    let canary = HostCanary::new();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let driver_py = server
+        .data_dir()
+        .join("lib/python/sandlot_runtime/driver.py");
+    let driver_before = std::fs::read(&driver_py).ok();
+    let mut rep = Report::new("writes");
+
+    let w = "def w(p, mode='w'):\n    with open(p, mode) as f:\n        f.write('pwned')\n";
+    let cases = vec![
+        py(
+            "write /",
+            &format!("{w}report(create=op(w, '/pwned'), mkdir=op(os.mkdir, '/pwned-dir'))"),
+            json!({"create": "EROFS", "mkdir": "EROFS"}),
+        ),
+        py(
+            "write /usr",
+            &format!(
+                "{w}report(create=op(w, '/usr/pwned'), bin=op(w, '/usr/bin/pwned'), \
+                 python=op(w, '/usr/bin/python3', 'ab'), libc=op(w, '/usr/lib/x86_64-linux-gnu/libc.so.6', 'ab'))"
+            ),
+            json!({"create": "EROFS", "bin": "EROFS", "python": "EROFS", "libc": "EROFS"}),
+        ),
+        py(
+            "write /etc",
+            &format!(
+                "{w}report(create=op(w, '/etc/pwned'), passwd=op(w, '/etc/passwd', 'a'), hosts=op(w, '/etc/hosts', 'a'), \
+                 preload=op(w, '/etc/ld.so.preload'), ssl=op(w, '/etc/ssl/pwned'))"
+            ),
+            json!({"create": "EROFS", "passwd": "EROFS", "hosts": "EROFS", "preload": "EROFS", "ssl": "EROFS"}),
+        ),
+        py(
+            "write /opt/sandlot (the server's lib dir)",
+            &format!(
+                "{w}report(create=op(w, '/opt/sandlot/pwned'), \
+                 driver=op(w, '/opt/sandlot/python/sandlot_runtime/driver.py', 'a'), \
+                 jail=op(w, '/opt/sandlot/lib/libsandlot_jail.so', 'ab'))"
+            ),
+            json!({"create": "EROFS", "driver": "EROFS", "jail": "EROFS"}),
+        ),
+        py(
+            "write the python env",
+            &format!(
+                "{w}import numpy\nreport(create=op(w, sys.prefix + '/pwned'), \
+                 numpy=op(w, numpy.__file__, 'a'), site=op(w, os.path.dirname(numpy.__path__[0]) + '/pwned.pth'))"
+            ),
+            json!({"create": "EROFS", "numpy": "EROFS", "site": "EROFS"}),
+        ),
+        py(
+            "write /proc/sys/kernel/*",
+            &format!(
+                "{w}report(hostname=op(w, '/proc/sys/kernel/hostname'), core_pattern=op(w, '/proc/sys/kernel/core_pattern'), \
+                 modprobe=op(w, '/proc/sys/kernel/modprobe'), ns_max=op(w, '/proc/sys/user/max_user_namespaces'))"
+            ),
+            json!({"hostname": "EACCES", "core_pattern": "EACCES", "modprobe": "EACCES", "ns_max": "EACCES"}),
+        ),
+        py(
+            "write /sys",
+            &format!(
+                "{w}report(uevent_helper=op(w, '/sys/kernel/uevent_helper'), cgroup=op(w, '/sys/fs/cgroup/pids/tasks'))"
+            ),
+            json!({"uevent_helper": "ENOENT", "cgroup": "ENOENT"}),
+        ),
+        py(
+            "chmod and chown of base files",
+            "report(setuid_python=op(os.chmod, '/usr/bin/python3', 0o4777), setuid_bash=op(os.chmod, '/bin/bash', 0o4755), \
+             chown_passwd=op(os.chown, '/etc/passwd', 1000, 1000), chmod_root=op(os.chmod, '/', 0o777), \
+             chown_opt=op(os.chown, '/opt/sandlot', 1000, 1000))",
+            json!({"setuid_python": "EROFS", "setuid_bash": "EROFS", "chown_passwd": "EROFS", "chmod_root": "EROFS",
+                   "chown_opt": "EROFS"}),
+        ),
+        py(
+            "rename, unlink, link, symlink, truncate, utime, xattr on base files",
+            "report(rename=op(os.rename, '/etc/hosts', '/etc/hosts2'), unlink=op(os.unlink, '/etc/resolv.conf'), \
+             link=op(os.link, '/etc/hosts', '/workspace/hosts'), symlink=op(os.symlink, '/workspace', '/etc/evil'), \
+             truncate=op(os.truncate, '/etc/hosts', 0), utime=op(os.utime, '/etc/hosts', (0, 0)), \
+             xattr=op(os.setxattr, '/etc/hosts', 'user.x', b'1'), rmdir=op(os.rmdir, '/home'))",
+            json!({"rename": "EROFS", "unlink": "EROFS", "link": "EXDEV", "symlink": "EROFS", "truncate": "EACCES",
+                   "utime": "EROFS", "xattr": "EROFS", "rmdir": "EROFS"}),
+        ),
+        py(
+            "write /dev, /home, /var/tmp, /run",
+            &format!(
+                "{w}report(dev=op(w, '/dev/pwned'), home=op(w, '/home/pwned'), var_tmp=op(w, '/var/tmp/pwned'), \
+                 run=op(w, '/run/pwned'))"
+            ),
+            json!({"dev": "EROFS", "home": "EROFS", "var_tmp": "EROFS", "run": "EROFS"}),
+        ),
+        bash(
+            "bash: redirect and copy into the base",
+            "echo pwned >> /etc/passwd 2>/dev/null; a=$?; touch /usr/pwned 2>/dev/null; b=$?; \
+             cp /bin/sh /opt/sandlot/sh 2>/dev/null; c=$?; chmod u+s /bin/bash 2>/dev/null; d=$?\n\
+             printf 'ATTACK {\"etc\": %d, \"usr\": %d, \"opt\": %d, \"chmod\": %d}\\n' $a $b $c $d",
+            json!({"etc": 1, "usr": 1, "opt": 1, "chmod": 1}),
+        ),
+        py(
+            "control: the writable mounts are writable",
+            &format!("{w}report(ws=op(w, '/workspace/ok'), tmp=op(w, '/tmp/ok'), shm=op(w, '/dev/shm/ok'))"),
+            json!({"ws": "OK", "tmp": "OK", "shm": "OK"}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+
+    rep.check("host: lib dir and env dir unchanged", || {
+        expect_eq(
+            "driver.py on the host",
+            std::fs::read(&driver_py).ok(),
+            driver_before.clone(),
+        )?;
+        ensure(!server.data_dir().join("lib/pwned").exists(), || {
+            "lib/pwned exists on the host".into()
+        })?;
+        for e in std::fs::read_dir(common::env_dir()).unwrap().flatten() {
+            let p = e.path().join("pwned");
+            ensure(!p.exists(), || {
+                format!("{} exists on the host", p.display())
+            })?;
+        }
+        Ok(())
+    });
+    rep.check("host canary intact", || canary.intact());
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Device nodes, /proc/sys, sysrq, oom_score_adj.
+
+#[test]
+fn devices_and_proc() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let host_hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut rep = Report::new("devices and /proc");
+    let cases = vec![
+        py(
+            "the minimal /dev",
+            "report(dev=sorted(os.listdir('/dev')))",
+            json!({"dev": ["fd", "full", "null", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]}),
+        ),
+        py("open /dev/kvm", "report(kvm=op(lambda: open('/dev/kvm', 'rb')))", json!({"kvm": "ENOENT"})),
+        py(
+            "open disks",
+            "report(**{d: op(lambda: open('/dev/' + d, 'rb')) for d in ['vda', 'sda', 'nvme0n1', 'loop0', 'loop-control', 'dm-0']})",
+            json!({"vda": "ENOENT", "sda": "ENOENT", "nvme0n1": "ENOENT", "loop0": "ENOENT", "loop-control": "ENOENT",
+                   "dm-0": "ENOENT"}),
+        ),
+        py(
+            "create device nodes",
+            "report(chr_mem=op(os.mknod, '/workspace/mem', 0o20600, os.makedev(1, 1)), \
+             blk_vda=op(os.mknod, '/workspace/vda', 0o60600, os.makedev(254, 0)), \
+             chr_kvm_shm=op(os.mknod, '/dev/shm/kvm', 0o20666, os.makedev(10, 232)), \
+             chr_in_dev=op(os.mknod, '/dev/mem', 0o20600, os.makedev(1, 1)), \
+             fifo=op(os.mkfifo, '/workspace/fifo'))",
+            json!({"chr_mem": "EPERM", "blk_vda": "EPERM", "chr_kvm_shm": "EPERM", "chr_in_dev": "EPERM", "fifo": "OK"}),
+        ),
+        py(
+            "/dev/null, /dev/zero, /dev/full, /dev/urandom work",
+            "def wr(p):\n    with open(p, 'wb', buffering=0) as f: f.write(b'x')\n\
+             report(null_w=op(wr, '/dev/null'), null_r=open('/dev/null', 'rb').read(), zero=open('/dev/zero', 'rb').read(4).hex(), \
+             full=op(wr, '/dev/full'), urandom=len(open('/dev/urandom', 'rb').read(16)))",
+            json!({"null_w": "OK", "null_r": "", "zero": "00000000", "full": "ENOSPC", "urandom": 16}),
+        ),
+        py("open /dev/tty (no controlling terminal)", "report(tty=op(lambda: open('/dev/tty', 'rb')))", json!({"tty": "ENXIO"})),
+        py(
+            "writes under /proc/sys",
+            "def w(p):\n    with open(p, 'w') as f: f.write('1')\n\
+             report(**{p: op(w, '/proc/sys/' + p) for p in ['kernel/hostname', 'net/ipv4/ip_forward', 'vm/drop_caches', \
+             'kernel/sysrq', 'vm/overcommit_memory', 'fs/suid_dumpable']})",
+            json!({"kernel/hostname": "EACCES", "net/ipv4/ip_forward": "EACCES", "vm/drop_caches": "EACCES",
+                   "kernel/sysrq": "EACCES", "vm/overcommit_memory": "EACCES", "fs/suid_dumpable": "EACCES"}),
+        ),
+        bash(
+            "bash: echo into /proc/sys and /proc/sysrq-trigger",
+            "echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; a=$?; echo b > /proc/sysrq-trigger 2>/dev/null; b=$?\n\
+             printf 'ATTACK {\"drop_caches\": %d, \"sysrq\": %d}\\n' $a $b",
+            json!({"drop_caches": 1, "sysrq": 1}),
+        ),
+        py(
+            "/proc/sysrq-trigger",
+            "def w(p):\n    with open(p, 'w') as f: f.write('b')\nreport(sysrq=op(w, '/proc/sysrq-trigger'))",
+            // This kernel has no /proc/sysrq-trigger at all (not on the host either).
+            json!({"sysrq": "ENOENT"}),
+        ),
+        py(
+            "lower /proc/self/oom_score_adj",
+            "def w(p, v):\n    with open(p, 'w') as f: f.write(v)\n\
+             report(lower=op(w, '/proc/self/oom_score_adj', '-1000'), legacy=op(w, '/proc/self/oom_adj', '-17'), \
+             now=open('/proc/self/oom_score_adj').read().strip())",
+            json!({"lower": "EACCES", "legacy": "EACCES", "now": "0"}),
+        ),
+        py(
+            "the init's memory and maps",
+            "report(mem=op(lambda: open('/proc/1/mem', 'rb')), maps=op(lambda: open('/proc/1/maps').read()), \
+             root=op(os.listdir, '/proc/1/root'), attr=op(lambda: open('/proc/self/attr/current', 'w').write('x')))",
+            json!({"mem": "EACCES", "maps": "EACCES", "root": "EACCES", "attr": "EACCES"}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+    rep.check("host hostname unchanged", || {
+        expect_eq(
+            "hostname",
+            std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+            host_hostname.clone(),
+        )
+    });
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Network egress.
+
+#[test]
+fn network_egress() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let server_port: u16 = server
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    // A service on the host's loopback the sandbox must not reach.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let host_port = listener.local_addr().unwrap().port();
+    let mut rep = Report::new("network");
+
+    let conn = "def conn(addr, fam=socket.AF_INET):\n    s = socket.socket(fam, socket.SOCK_STREAM)\n    s.settimeout(3)\n    \
+                try:\n        s.connect(addr)\n    finally:\n        s.close()\n";
+    let cases = vec![
+        py(
+            "TCP to 1.1.1.1:80",
+            &format!("{conn}report(r=op(conn, ('1.1.1.1', 80)))"),
+            json!({"r": "ENETUNREACH"}),
+        ),
+        py(
+            "TCP to private addresses",
+            &format!(
+                "{conn}report(ten=op(conn, ('10.0.0.1', 80)), one92=op(conn, ('192.168.1.1', 80)), \
+                 one72=op(conn, ('172.16.0.1', 443)), gateway=op(conn, ('10.0.2.2', 22)))"
+            ),
+            json!({"ten": "ENETUNREACH", "one92": "ENETUNREACH", "one72": "ENETUNREACH", "gateway": "ENETUNREACH"}),
+        ),
+        py(
+            "TCP to the cloud metadata service",
+            &format!("{conn}report(r=op(conn, ('169.254.169.254', 80)))"),
+            json!({"r": "ENETUNREACH"}),
+        ),
+        py(
+            "TCP over IPv6",
+            &format!("{conn}report(r=op(conn, ('2606:4700:4700::1111', 80), socket.AF_INET6))"),
+            json!({"r": "ENETUNREACH"}),
+        ),
+        py(
+            "UDP send",
+            "def udp(addr):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    try:\n        s.sendto(b'x', addr)\n    \
+             finally:\n        s.close()\nreport(dns=op(udp, ('8.8.8.8', 53)), private=op(udp, ('192.168.1.1', 9)))",
+            json!({"dns": "ENETUNREACH", "private": "ENETUNREACH"}),
+        ),
+        py(
+            "DNS resolution of any name",
+            "def resolve(n):\n    try:\n        socket.getaddrinfo(n, 80)\n        return 'resolved'\n    \
+             except socket.gaierror as e:\n        return e.errno\n\
+             report(example=resolve('example.com'), local=socket.getaddrinfo('localhost', 80, socket.AF_INET)[0][4][0])",
+            // EAI_AGAIN (-3): no resolver; only /etc/hosts names resolve.
+            json!({"example": -3, "local": "127.0.0.1"}),
+        ),
+        py(
+            "raw sockets",
+            "report(raw4=op(socket.socket, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), \
+             raw6=op(socket.socket, socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6), \
+             raw_tcp=op(socket.socket, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP), \
+             ping=op(socket.socket, socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))",
+            json!({"raw4": "EPERM", "raw6": "EPERM", "raw_tcp": "EPERM", "ping": "EACCES"}),
+        ),
+        py(
+            "AF_PACKET, AF_NETLINK and other families",
+            "report(packet=op(socket.socket, socket.AF_PACKET, socket.SOCK_RAW, 0), \
+             netlink=op(socket.socket, socket.AF_NETLINK, socket.SOCK_RAW, 0), \
+             vsock=op(socket.socket, 40, socket.SOCK_STREAM, 0), alg=op(socket.socket, 38, socket.SOCK_SEQPACKET, 0), \
+             pair_inet=op(socket.socketpair, socket.AF_INET))",
+            json!({"packet": "EAFNOSUPPORT", "netlink": "EAFNOSUPPORT", "vsock": "EAFNOSUPPORT", "alg": "EAFNOSUPPORT",
+                   "pair_inet": "EAFNOSUPPORT"}),
+        ),
+        py(
+            "interfaces and routes",
+            "report(ifaces=[l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]], \
+             routes=open('/proc/net/route').read().splitlines()[1:])",
+            json!({"ifaces": ["lo"], "routes": []}),
+        ),
+        py(
+            "sandlot's own port on 127.0.0.1",
+            &format!("{conn}report(v4=op(conn, ('127.0.0.1', {server_port})), v6=op(conn, ('::1', {server_port}), socket.AF_INET6))"),
+            json!({"v4": "ECONNREFUSED", "v6": "ECONNREFUSED"}),
+        ),
+        py(
+            "a host loopback service",
+            &format!("{conn}report(r=op(conn, ('127.0.0.1', {host_port})))"),
+            json!({"r": "ECONNREFUSED"}),
+        ),
+        bash(
+            "bash: /dev/tcp to the internet and the host service",
+            &format!(
+                "(exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null; a=$?; (exec 3<>/dev/tcp/127.0.0.1/{host_port}) 2>/dev/null; b=$?\n\
+                 printf 'ATTACK {{\"internet\": %d, \"host\": %d}}\\n' $a $b"
+            ),
+            json!({"internet": 1, "host": 1}),
+        ),
+        bash(
+            "bash: ip link add",
+            "ip link add pwn0 type dummy >/dev/null 2>&1; a=$?; ip addr add 10.9.9.9/24 dev lo >/dev/null 2>&1; b=$?\n\
+             printf 'ATTACK {\"link\": %d, \"addr\": %d}\\n' $a $b",
+            json!({"link": 1, "addr": 1}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+    rep.check("the host listener saw no connection", || {
+        match listener.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+            Ok((_, peer)) => Err(format!(
+                "the host listener accepted a connection from {peer}"
+            )),
+            Err(e) => Err(format!("accept: {e}")),
+        }
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Dangerous syscalls (seccomp: EPERM by default, clone3 ENOSYS).
+
+#[test]
+fn dangerous_syscalls() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let host_hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut rep = Report::new("syscalls");
+    let eperm = || json!({"r": "EPERM"});
+    // A sibling process to aim at.
+    let sibling = "child = subprocess.Popen(['sleep', '100'])\ntime.sleep(0.1)\n";
+    let iov = "buf = _ct.create_string_buffer(16)\n\
+               class iovec(_ct.Structure): _fields_ = [('b', _ct.c_void_p), ('l', _ct.c_size_t)]\n\
+               l = iovec(_ct.cast(buf, _ct.c_void_p), 16)\nrv = iovec(0x400000, 16)\n\
+               lp, rp = _ct.c_void_p(_ct.addressof(l)), _ct.c_void_p(_ct.addressof(rv))\n";
+    // clone(2) with namespace flags; a child that somehow appears exits at once.
+    let clone = |flags: &str| {
+        format!(
+            "r = _libc.syscall(_ct.c_long(56), _ct.c_long({flags} | 17), _ct.c_long(0), _ct.c_long(0), _ct.c_long(0), _ct.c_long(0))\n\
+             if r == 0:\n    os._exit(0)\nif r > 0:\n    os.waitpid(r, 0)\n\
+             report(r=en(_ct.get_errno()) if r < 0 else 'CLONED')"
+        )
+    };
+    let cases = vec![
+        py("mount(2) a tmpfs", "report(r=sc(165, b'none', b'/workspace', b'tmpfs', 0, None))", eperm()),
+        py("mount(2) remount / read-write", "report(r=sc(165, None, b'/', None, 0x20 | 0x1000, None))", eperm()),
+        py("umount2(/proc)", "report(r=sc(166, b'/proc', 2))", eperm()),
+        py("fsopen", "report(r=sc(430, b'tmpfs', 0))", eperm()),
+        py("open_tree", "report(r=sc(428, -100, b'/workspace', 1))", eperm()),
+        py("move_mount", "report(r=sc(429, -100, b'/workspace', -100, b'/tmp', 0))", eperm()),
+        py(
+            "fsconfig, fsmount, fspick, mount_setattr",
+            "report(fsconfig=sc(431, 3, 6, None, None, 0), fsmount=sc(432, 3, 0, 0), fspick=sc(433, -100, b'/', 0), \
+             mount_setattr=sc(442, -100, b'/', 0, None, 0))",
+            json!({"fsconfig": "EPERM", "fsmount": "EPERM", "fspick": "EPERM", "mount_setattr": "EPERM"}),
+        ),
+        py("unshare(CLONE_NEWUSER)", "report(r=sc(272, 0x10000000))", eperm()),
+        py("unshare(CLONE_NEWNS)", "report(r=sc(272, 0x00020000))", eperm()),
+        py(
+            "unshare(CLONE_NEWNET|NEWPID|NEWIPC|NEWUTS|NEWCGROUP)",
+            "report(net=sc(272, 0x40000000), pid=sc(272, 0x20000000), ipc=sc(272, 0x08000000), uts=sc(272, 0x04000000), \
+             cgroup=sc(272, 0x02000000))",
+            json!({"net": "EPERM", "pid": "EPERM", "ipc": "EPERM", "uts": "EPERM", "cgroup": "EPERM"}),
+        ),
+        py(
+            "setns into the init's namespaces",
+            "fd = os.open('/proc/self/ns/net', os.O_RDONLY) if os.access('/proc/self/ns/net', os.R_OK) else -1\n\
+             report(r=sc(308, max(fd, 0), 0), user=sc(308, max(fd, 0), 0x10000000))",
+            json!({"r": "EPERM", "user": "EPERM"}),
+        ),
+        py("clone(CLONE_NEWUSER)", &clone("0x10000000"), eperm()),
+        py("clone(CLONE_NEWNS|CLONE_NEWPID)", &clone("0x00020000 | 0x20000000"), eperm()),
+        py(
+            "clone3 answers ENOSYS, fork still works",
+            "r = sc(435, None, 88)\npid = os.fork()\nif pid == 0:\n    os._exit(7)\n\
+             report(clone3=r, fork_status=os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+            json!({"clone3": "ENOSYS", "fork_status": 7}),
+        ),
+        py("ptrace(PTRACE_TRACEME)", "report(r=sc(101, 0, 0, 0, 0))", eperm()),
+        py(
+            "ptrace(PTRACE_ATTACH/SEIZE) of a sibling",
+            &format!("{sibling}r = dict(attach=sc(101, 16, child.pid, 0, 0), seize=sc(101, 0x4206, child.pid, 0, 0))\n\
+                      child.kill(); child.wait()\nreport(**r)"),
+            json!({"attach": "EPERM", "seize": "EPERM"}),
+        ),
+        py(
+            "process_vm_readv/writev of a sibling",
+            &format!("{sibling}{iov}r = dict(readv=sc(310, child.pid, lp, 1, rp, 1, 0), writev=sc(311, child.pid, lp, 1, rp, 1, 0))\n\
+                      child.kill(); child.wait()\nreport(**r)"),
+            json!({"readv": "EPERM", "writev": "EPERM"}),
+        ),
+        py(
+            "bpf(BPF_MAP_CREATE) and bpf(BPF_PROG_LOAD)",
+            "attr = _ct.create_string_buffer(128)\nstruct.pack_into('IIII', attr, 0, 2, 4, 8, 16)\n\
+             report(map=sc(321, 0, attr, 128), prog=sc(321, 5, attr, 128))",
+            json!({"map": "EPERM", "prog": "EPERM"}),
+        ),
+        py(
+            "perf_event_open",
+            "attr = _ct.create_string_buffer(128)\nstruct.pack_into('II', attr, 0, 1, 128)\n\
+             report(r=sc(298, attr, 0, -1, -1, 0))",
+            eperm(),
+        ),
+        py(
+            "keyctl, add_key, request_key",
+            "report(keyctl=sc(250, 0, -3, 1), add_key=sc(248, b'user', b'x', b'secret', 6, -3), \
+             request_key=sc(249, b'user', b'x', None, -3))",
+            json!({"keyctl": "EPERM", "add_key": "EPERM", "request_key": "EPERM"}),
+        ),
+        py("userfaultfd", "report(r=sc(323, 0))", eperm()),
+        py(
+            "io_uring_setup, io_uring_enter, io_uring_register",
+            "params = _ct.create_string_buffer(120)\nreport(setup=sc(425, 8, params), enter=sc(426, 0, 1, 0, 0, None, 0), \
+             register=sc(427, 0, 0, None, 0))",
+            json!({"setup": "EPERM", "enter": "EPERM", "register": "EPERM"}),
+        ),
+        py(
+            "open_by_handle_at and name_to_handle_at",
+            "h = _ct.create_string_buffer(136)\nstruct.pack_into('Ii', h, 0, 128, 1)\nmid = _ct.c_int(0)\n\
+             report(open=sc(304, -100, h, 0), name=sc(303, -100, b'/etc/hosts', h, _ct.byref(mid), 0))",
+            json!({"open": "EPERM", "name": "EPERM"}),
+        ),
+        py(
+            "init_module, finit_module, delete_module",
+            "fd = os.open('/dev/null', os.O_RDONLY)\n\
+             report(init=sc(175, None, 0, b''), finit=sc(313, fd, b'', 0), delete=sc(176, b'ext4', 0x800))",
+            json!({"init": "EPERM", "finit": "EPERM", "delete": "EPERM"}),
+        ),
+        py(
+            "kexec_load and kexec_file_load",
+            "report(load=sc(246, 0, 0, None, 0), file=sc(320, 0, 0, 0, None, 4))",
+            json!({"load": "EPERM", "file": "EPERM"}),
+        ),
+        py(
+            "reboot(LINUX_REBOOT_CMD_CAD_OFF)",
+            "report(r=sc(169, 0xfee1dead, 672274793, 0, None))",
+            eperm(),
+        ),
+        py(
+            "swapon and swapoff",
+            "open('/workspace/swap', 'wb').write(b'\\0' * 65536)\nreport(on=sc(167, b'/workspace/swap', 0), off=sc(168, b'/workspace/swap'))",
+            json!({"on": "EPERM", "off": "EPERM"}),
+        ),
+        py("chroot", "os.makedirs('/workspace/jail', exist_ok=True)\nreport(r=sc(161, b'/workspace/jail'))", eperm()),
+        py(
+            "pivot_root",
+            "os.makedirs('/workspace/new/old', exist_ok=True)\nreport(r=sc(155, b'/workspace/new', b'/workspace/new/old'))",
+            eperm(),
+        ),
+        py(
+            "mknod(2)/mknodat(2) of a device, raw",
+            "report(chr=sc(133, b'/workspace/null2', 0o20666, os.makedev(1, 3)), blk=sc(259, -100, b'/workspace/vda', 0o60600, \
+             os.makedev(254, 0)), sock=sc(133, b'/workspace/sock', 0o140666, 0))",
+            json!({"chr": "EPERM", "blk": "EPERM", "sock": "EPERM"}),
+        ),
+        py(
+            "iopl and ioperm",
+            "report(iopl=sc(172, 3), ioperm=sc(173, 0x80, 1, 1))",
+            json!({"iopl": "EPERM", "ioperm": "EPERM"}),
+        ),
+        py(
+            "personality with odd values",
+            "report(read_implies_exec=sc(135, 0x0400000), no_randomize=sc(135, 0x0040000), linux32=sc(135, 0x0008), \
+             query=sc(135, 0xffffffff))",
+            json!({"read_implies_exec": "EPERM", "no_randomize": "EPERM", "linux32": "EPERM", "query": "OK"}),
+        ),
+        py(
+            "settimeofday, clock_settime, adjtimex",
+            "tv = _ct.create_string_buffer(16)\nstruct.pack_into('qq', tv, 0, 1, 0)\ntx = _ct.create_string_buffer(256)\n\
+             struct.pack_into('I', tx, 0, 0x0001)\n\
+             report(settimeofday=sc(164, tv, None), clock_settime=sc(227, 0, tv), adjtimex=sc(159, tx))",
+            json!({"settimeofday": "EPERM", "clock_settime": "EPERM", "adjtimex": "EPERM"}),
+        ),
+        py(
+            "sethostname and setdomainname",
+            "report(host=sc(170, b'pwned', 5), domain=sc(171, b'pwned', 5), now=socket.gethostname())",
+            json!({"host": "EPERM", "domain": "EPERM", "now": "sandbox"}),
+        ),
+        py(
+            "syslog, acct, quotactl, modify_ldt",
+            "report(syslog=sc(103, 3, None, 0), acct=sc(163, b'/workspace/acct'), quotactl=sc(179, 0x800002, b'/', 0, None), \
+             modify_ldt=sc(154, 0, None, 0))",
+            json!({"syslog": "EPERM", "acct": "EPERM", "quotactl": "EPERM", "modify_ldt": "EPERM"}),
+        ),
+        py(
+            "kcmp, pidfd_getfd, memfd_secret, fanotify_init",
+            &format!("{sibling}fd = os.pidfd_open(child.pid)\n\
+                      r = dict(kcmp=sc(312, os.getpid(), child.pid, 0, 0, 0), getfd=sc(438, fd, 0, 0), secret=sc(447, 0), \
+                      fanotify=sc(300, 0, 0))\nchild.kill(); child.wait()\nreport(**r)"),
+            json!({"kcmp": "EPERM", "getfd": "EPERM", "secret": "EPERM", "fanotify": "EPERM"}),
+        ),
+        py(
+            "terminal injection ioctls (TIOCSTI, TIOCLINUX, TIOCSETD)",
+            "c = _ct.c_char(b'x')\nreport(sti=sc(16, 0, 0x5412, _ct.byref(c)), linux=sc(16, 0, 0x541C, _ct.byref(c)), \
+             setd=sc(16, 0, 0x5423, _ct.byref(_ct.c_int(0))))",
+            json!({"sti": "EPERM", "linux": "EPERM", "setd": "EPERM"}),
+        ),
+        py(
+            "NUMA policy syscalls",
+            "report(set_mempolicy=sc(238, 0, None, 0), mbind=sc(237, 0, 4096, 0, None, 0, 0), migrate=sc(256, 1, 0, None, None))",
+            json!({"set_mempolicy": "EPERM", "mbind": "EPERM", "migrate": "EPERM"}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+    rep.check("host hostname unchanged", || {
+        expect_eq(
+            "hostname",
+            std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+            host_hostname.clone(),
+        )
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Privilege: ids, capabilities, setuid binaries, nested namespaces.
+
+#[test]
+fn privilege() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let mut rep = Report::new("privilege");
+    let cases = vec![
+        py(
+            "setuid(0) and friends",
+            // uid 0 is not mapped in the sandbox's user namespace: the kernel answers EINVAL
+            // before it would check CAP_SETUID.
+            "report(setuid=op(os.setuid, 0), setgid=op(os.setgid, 0), setresuid=op(os.setresuid, 0, 0, 0), \
+             setreuid=op(os.setreuid, 0, 0), other_uid=op(os.setuid, 1001), setgroups=op(os.setgroups, [0]), \
+             ids=[os.getuid(), os.geteuid(), os.getgid()])",
+            json!({"setuid": "EINVAL", "setgid": "EINVAL", "setresuid": "EINVAL", "setreuid": "EINVAL",
+                   "other_uid": "EINVAL", "setgroups": "EPERM", "ids": [1000, 1000, 1000]}),
+        ),
+        py(
+            "capabilities, no_new_privs, seccomp mode",
+            "st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
+             report(**{k: st[k].strip() for k in ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']})",
+            json!({"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+                   "CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}),
+        ),
+        py(
+            "capset to raise every capability",
+            "hdr = (_ct.c_uint32 * 2)(0x20080522, 0)\ndata = (_ct.c_uint32 * 6)(0xffffffff, 0xffffffff, 0xffffffff, \
+             0xffffffff, 0xffffffff, 0xffffffff)\nreport(r=sc(126, hdr, data), \
+             nnp_off=op(lambda: _libc.prctl(38, 0, 0, 0, 0) == 0 or (_ for _ in ()).throw(OSError(_ct.get_errno(), ''))))",
+            json!({"r": "EPERM", "nnp_off": "EINVAL"}),
+        ),
+        py(
+            "a setuid-root binary runs without privilege",
+            "p = subprocess.run(['/usr/bin/su', '--help'], env=dict(os.environ, LD_SHOW_AUXV='1'), capture_output=True, text=True)\n\
+             aux = dict(l.split(':', 1) for l in p.stdout.splitlines() if l.startswith('AT_'))\n\
+             report(setuid_bit=bool(os.stat('/usr/bin/su').st_mode & 0o4000), euid=aux['AT_EUID'].strip(), \
+             secure=aux['AT_SECURE'].strip())",
+            json!({"setuid_bit": true, "euid": "1000", "secure": "0"}),
+        ),
+        py(
+            "su root",
+            "p = subprocess.run(['/usr/bin/su', '-c', 'id -u', 'root'], capture_output=True, text=True, \
+             stdin=subprocess.DEVNULL, timeout=20)\nreport(rc=p.returncode, stdout=p.stdout)",
+            json!({"rc": 1, "stdout": ""}),
+        ),
+        py(
+            "setuid passwd and mount",
+            "run = lambda a: subprocess.run(a, capture_output=True, stdin=subprocess.DEVNULL, timeout=20).returncode\n\
+             report(passwd=run(['/usr/bin/passwd', '-S', 'root']), mount=run(['/usr/bin/mount', '-t', 'tmpfs', 'none', '/tmp']), \
+             umount=run(['/usr/bin/umount', '/proc']))",
+            json!({"passwd": 1, "mount": 32, "umount": 32}),
+        ),
+        bash(
+            "bash: unshare -U (nested user namespace)",
+            "unshare -U true 2>/dev/null; a=$?; unshare -r id -u 2>/dev/null; b=$?; unshare -m true 2>/dev/null; c=$?\n\
+             printf 'ATTACK {\"user\": %d, \"root_map\": %d, \"mount\": %d}\\n' $a $b $c",
+            json!({"user": 1, "root_map": 1, "mount": 1}),
+        ),
+        bash(
+            "bash: nsenter into the init's namespaces",
+            "nsenter -t 1 -a true 2>/dev/null; printf 'ATTACK {\"rc\": %d}\\n' $?",
+            json!({"rc": 1}),
+        ),
+        py(
+            "write own uid_map, gid_map, setgroups",
+            "def w(p, v):\n    with open(p, 'w') as f: f.write(v)\n\
+             report(uid_map=op(w, '/proc/self/uid_map', '0 1000 1'), gid_map=op(w, '/proc/self/gid_map', '0 1000 1'), \
+             setgroups=op(w, '/proc/self/setgroups', 'allow'), map=open('/proc/self/uid_map').read().split()[:2])",
+            json!({"uid_map": "EACCES", "gid_map": "EACCES", "setgroups": "EACCES", "map": ["1000", "1000"]}),
+        ),
+        py(
+            "setuid and nosuid flags of the base mounts",
+            "flags = {l.split()[4]: l.split()[5].split(',') for l in open('/proc/self/mountinfo')}\n\
+             report(**{m: ('nosuid' in flags[m], 'ro' in flags[m]) for m in ['/', '/usr', '/opt/sandlot', '/etc/ssl']}, \
+             **{'w' + m: ('nosuid' in flags[m], 'nodev' in flags[m]) for m in ['/workspace', '/tmp', '/dev/shm']})",
+            json!({"/": [true, true], "/usr": [true, true], "/opt/sandlot": [true, true], "/etc/ssl": [true, true],
+                   "w/workspace": [true, true], "w/tmp": [true, true], "w/dev/shm": [true, true]}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Signals to processes outside the sandbox.
+
+#[test]
+fn signals_outside() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let server_pid = server.pid();
+    // A host process the sandbox must not be able to signal.
+    let mut sentinel = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let sentinel_pid = sentinel.id();
+    let sentinel_proc = kit::proc_of(sentinel_pid).unwrap();
+    let mut rep = Report::new("signals");
+    let cases = vec![
+        py(
+            "kill the server's host pid",
+            &format!("report(probe=op(os.kill, {server_pid}, 0), kill=op(os.kill, {server_pid}, signal.SIGKILL))"),
+            json!({"probe": "ESRCH", "kill": "ESRCH"}),
+        ),
+        py(
+            "kill a host process by pid",
+            &format!("report(kill=op(os.kill, {sentinel_pid}, signal.SIGKILL), group=op(os.killpg, {sentinel_pid}, signal.SIGKILL))"),
+            json!({"kill": "ESRCH", "group": "ESRCH"}),
+        ),
+        py(
+            "pidfd_open of the server",
+            &format!("report(r=op(os.pidfd_open, {server_pid}))"),
+            json!({"r": "ESRCH"}),
+        ),
+        py(
+            "signal the sandbox's init (kill and pidfd)",
+            "fd = os.pidfd_open(1)\nreport(kill=op(os.kill, 1, signal.SIGKILL), term=op(os.kill, 1, signal.SIGTERM), \
+             pidfd=op(signal.pidfd_send_signal, fd, signal.SIGKILL), getfd=sc(438, fd, 0, 0))",
+            json!({"kill": "EPERM", "term": "EPERM", "pidfd": "EPERM", "getfd": "EPERM"}),
+        ),
+        py(
+            "kill(-1, SIGKILL) from the driver kills only the sandbox's own processes",
+            "kids = [subprocess.Popen(['sleep', '100']) for _ in range(3)] + [subprocess.Popen(['setsid', 'sleep', '100'])]\n\
+             time.sleep(0.2)\nr = op(os.kill, -1, signal.SIGKILL)\ncodes = [k.wait(timeout=10) for k in kids]\n\
+             report(kill=r, codes=codes, me=os.getpid(), pids=sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))",
+            json!({"kill": "OK", "codes": [-9, -9, -9, -9], "me": 2, "pids": [1, 2]}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+
+    rep.check("bash: kill -9 -1 ends only this sandbox", || {
+        let r = exec(&server, &id, Lang::Bash, "kill -9 -1", 30.0)?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("killed"))
+            .map_err(|e| format!("{e}: {}", brief(&r)))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+        let again = server.execute_with(&id, &json!({ "code": "1" }));
+        expect_eq(
+            "execute after the sandbox died",
+            (again.status, again.code()),
+            (410, "sandbox_gone"),
+        )
+    });
+    rep.check("host process survived", || {
+        ensure(alive(sentinel_proc), || "the host sentinel died".into())
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("the zygote still forks sandboxes", || {
+        let id2 = server.create_sandbox();
+        let r = server.execute(&id2, "6 * 7");
+        expect_eq("result", r["result"]["text/plain"].as_str(), Some("42"))
+    });
+    rep.check("server healthy", || health(&server));
+    let _ = sentinel.kill();
+    let _ = sentinel.wait();
+    rep.finish();
+}
+
+// =============================================================================================
+// One sandbox against another.
+
+#[test]
+fn cross_sandbox() {
+    let server = TestServer::start();
+    let a = server.create_sandbox();
+    let b = server.create_sandbox();
+    let secret = format!("secret-of-a-{}", token());
+    let mut rep = Report::new("cross-sandbox");
+
+    // A: files in each writable mount, SysV IPC objects, a POSIX queue, an abstract unix socket
+    // and TCP/unix listeners that hand out the secret.
+    let setup = format!(
+        r#"{PRELUDE}
+import threading
+SECRET = {secret:?}
+for d in ['/workspace', '/tmp', '/dev/shm']:
+    open(d + '/secret.txt', 'w').write(SECRET)
+_libc.shmat.restype = _ct.c_void_p
+shmid = _libc.shmget(0x5A4D, 4096, 0o1000 | 0o666)
+_ct.memmove(_libc.shmat(shmid, None, 0), SECRET.encode(), len(SECRET))
+msqid = _libc.msgget(0x5A4E, 0o1000 | 0o666)
+semid = _libc.semget(0x5A4F, 1, 0o1000 | 0o666)
+_rt = _ct.CDLL('librt.so.1', use_errno=True)
+mqd = _rt.mq_open(b'/sandlot-attack', os.O_CREAT | os.O_RDWR, 0o666, None)
+servers = []
+for fam, addr in [(socket.AF_UNIX, '\0sandlot-attack-a'), (socket.AF_UNIX, '/tmp/a.sock'), (socket.AF_INET, ('127.0.0.1', 7777))]:
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.bind(addr)
+    s.listen()
+    servers.append(s)
+def serve(s):
+    while True:
+        c, _ = s.accept()
+        c.sendall(SECRET.encode())
+        c.close()
+for s in servers:
+    threading.Thread(target=serve, args=(s,), daemon=True).start()
+def fetch(fam, addr):
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(3)
+    s.connect(addr)
+    data = s.recv(100).decode()
+    s.close()
+    return data == SECRET
+report(ipc=[shmid >= 0, msqid >= 0, semid >= 0, mqd >= 0],
+       self_fetch=[fetch(socket.AF_UNIX, '\0sandlot-attack-a'), fetch(socket.AF_UNIX, '/tmp/a.sock'), fetch(socket.AF_INET, ('127.0.0.1', 7777))])
+"#
+    );
+    rep.check("A sets up its secrets (control)", || {
+        let r = exec(&server, &a, Lang::Py, &setup, 30.0)?;
+        expect_eq(
+            "setup",
+            attack_line(&r),
+            Some(json!({"ipc": [true, true, true, true], "self_fetch": [true, true, true]})),
+        )
+        .map_err(|e| format!("{e}: {}", brief(&r)))
+    });
+    let a_uid = sandbox_host_uid(&server, &a);
+    let a_pids: Vec<u32> = procs_with_uid(a_uid).iter().map(|p| p.pid).collect();
+    let cases = vec![
+        py(
+            "guess A's files at the same paths",
+            "report(**{d: op(lambda: open(d + '/secret.txt').read()) for d in ['/workspace', '/tmp', '/dev/shm']})",
+            json!({"/workspace": "ENOENT", "/tmp": "ENOENT", "/dev/shm": "ENOENT"}),
+        ),
+        py(
+            "scan /proc/*/root and /proc/*/cwd",
+            &format!(
+                "{PROC_TREE}\nSECRET = {secret:?}\npids, roots, _ = proc_tree()\nhits = []\n\
+                 for p in pids:\n    for sub in ['root/workspace/secret.txt', 'cwd/secret.txt', 'root/tmp/secret.txt', \
+                 'root/dev/shm/secret.txt', 'environ', 'cmdline']:\n        try:\n            \
+                 if SECRET in open(f'/proc/{{p}}/{{sub}}', errors='replace').read():\n                hits.append(f'{{p}}/{{sub}}')\n        \
+                 except OSError:\n            pass\nreport(hits=hits, roots=roots)"
+            ),
+            json!({"hits": [], "roots": [1]}),
+        ),
+        py(
+            "A's host pids through B's /proc",
+            &format!(
+                "a = {a_pids:?}\nreport(root=[op(os.listdir, f'/proc/{{p}}/root/workspace') for p in a if p > 1000], \
+                 kill=[op(os.kill, p, 0) for p in a if p > 1000])"
+            ),
+            json!({"root": vec!["ENOENT"; a_pids.iter().filter(|p| **p > 1000).count()],
+                   "kill": vec!["ESRCH"; a_pids.iter().filter(|p| **p > 1000).count()]}),
+        ),
+        py(
+            "A's abstract and TCP sockets",
+            "def conn(fam, addr):\n    s = socket.socket(fam, socket.SOCK_STREAM)\n    s.settimeout(3)\n    try:\n        \
+             s.connect(addr)\n    finally:\n        s.close()\n\
+             report(abstract=op(conn, socket.AF_UNIX, '\\0sandlot-attack-a'), unix=op(conn, socket.AF_UNIX, '/tmp/a.sock'), \
+             tcp=op(conn, socket.AF_INET, ('127.0.0.1', 7777)))",
+            json!({"abstract": "ECONNREFUSED", "unix": "ENOENT", "tcp": "ECONNREFUSED"}),
+        ),
+        py(
+            "A's SysV shared memory, queues, semaphores",
+            "def ipc(fn, *a):\n    _ct.set_errno(0)\n    r = fn(*a)\n    return 'OK' if r >= 0 else en(_ct.get_errno())\n\
+             report(shm=ipc(_libc.shmget, 0x5A4D, 0, 0), msg=ipc(_libc.msgget, 0x5A4E, 0), sem=ipc(_libc.semget, 0x5A4F, 0, 0), \
+             listed=len(open('/proc/sysvipc/shm').read().splitlines()) - 1)",
+            json!({"shm": "ENOENT", "msg": "ENOENT", "sem": "ENOENT", "listed": 0}),
+        ),
+        py(
+            "A's POSIX message queue",
+            "_rt = _ct.CDLL('librt.so.1', use_errno=True)\n_ct.set_errno(0)\nr = _rt.mq_open(b'/sandlot-attack', os.O_RDONLY)\n\
+             report(r='OK' if r >= 0 else en(_ct.get_errno()))",
+            json!({"r": "ENOENT"}),
+        ),
+    ];
+    rep.table(&server, &b, &cases);
+    rep.check(
+        "B cannot read A's files through B's id in the files API",
+        || {
+            let (status, _, body) =
+                server.get_bytes(&format!("/v1/sandboxes/{b}/files/secret.txt"));
+            ensure(
+                status == 404 && !String::from_utf8_lossy(&body).contains(&secret),
+                || {
+                    format!(
+                        "B's files API answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    )
+                },
+            )
+        },
+    );
+    rep.check("A's secrets intact and its listeners still answer", || {
+        let r = exec(
+            &server,
+            &a,
+            Lang::Py,
+            "report(files=[open(d + '/secret.txt').read() == SECRET for d in ['/workspace', '/tmp', '/dev/shm']], \
+             fetch=[fetch(socket.AF_UNIX, '\\0sandlot-attack-a'), fetch(socket.AF_INET, ('127.0.0.1', 7777))])",
+            30.0,
+        )?;
+        expect_eq("A", attack_line(&r), Some(json!({"files": [true, true, true], "fetch": [true, true]})))
+            .map_err(|e| format!("{e}: {}", brief(&r)))
+    });
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Fork bomb.
+
+#[test]
+fn fork_bomb() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    const PIDS: u64 = 32;
+    let id = create_with_limits(&server, json!({ "pids": PIDS }));
+    let uid = sandbox_host_uid(&server, &id);
+    let mut rep = Report::new("fork bomb");
+    rep.table(
+        &server,
+        &id,
+        &[py(
+            "fork until the pids limit",
+            &format!(
+                "tasks = sum(len(os.listdir(f'/proc/{{p}}/task')) for p in os.listdir('/proc') if p.isdigit())\n\
+                 pids, err = [], None\nwhile len(pids) < 1000:\n    try:\n        pid = os.fork()\n    except OSError as e:\n        \
+                 err = en(e.errno)\n        break\n    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n    pids.append(pid)\n\
+                 for p in pids:\n    os.kill(p, signal.SIGKILL)\nfor p in pids:\n    os.waitpid(p, 0)\n\
+                 report(errno=err, at_limit=len(pids) + tasks == {PIDS})"
+            ),
+            json!({"errno": "EAGAIN", "at_limit": true}),
+        )],
+    );
+    rep.check(
+        "bash fork bomb: the host, server and neighbour keep working",
+        || {
+            let r = exec(
+                &server,
+                &id,
+                Lang::Bash,
+                "bomb() { bomb | bomb & }; bomb; echo started",
+                30.0,
+            )?;
+            ensure(
+                r["stdout"].as_str().unwrap_or("").contains("started"),
+                || brief(&r),
+            )?;
+            std::thread::sleep(Duration::from_secs(3));
+            health(&server)?;
+            let n = procs_with_uid(uid).len() as u64;
+            ensure(n <= PIDS, || {
+                format!("{n} processes run as the sandbox's uid; the limit is {PIDS}")
+            })?;
+            ensure(n >= PIDS / 2, || {
+                format!("only {n} processes: the bomb did not run")
+            })?;
+            neighbour.intact(&server)?;
+            // The driver needs no new process to run Python: the bombed sandbox still answers.
+            let r = exec(&server, &id, Lang::Py, "6 * 7", 30.0)?;
+            expect_eq(
+                "bombed sandbox answers",
+                r["result"]["text/plain"].as_str(),
+                Some("42"),
+            )
+        },
+    );
+    rep.check("deleting the bombed sandbox kills every process", || {
+        let t0 = Instant::now();
+        let d = server.delete(&format!("/v1/sandboxes/{id}"));
+        expect_eq("delete status", d.status, 204)?;
+        ensure(t0.elapsed() < Duration::from_secs(15), || {
+            format!("delete took {:?}", t0.elapsed())
+        })?;
+        ensure(
+            wait_until(Duration::from_secs(10), || procs_with_uid(uid).is_empty()),
+            || format!("processes of uid {uid} remain: {:?}", procs_with_uid(uid)),
+        )
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Memory bomb.
+
+#[test]
+fn memory_bomb() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let id = create_with_limits(&server, json!({ "memory_mb": 128 }));
+    let mut rep = Report::new("memory bomb");
+    rep.check("a child process over the limit is OOM-killed, the sandbox lives", || {
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            &format!("{PRELUDE}\np = subprocess.run([sys.executable, '-c', 'b = bytearray(512 * 2**20)'])\nreport(rc=p.returncode)"),
+            60.0,
+        )?;
+        expect_eq("child", attack_line(&r), Some(json!({"rc": -9})))?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("oom"))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
+        let r = exec(&server, &id, Lang::Py, "6 * 7", 30.0)?;
+        expect_eq("sandbox answers after", r["result"]["text/plain"].as_str(), Some("42"))
+    });
+    rep.check(
+        "the driver itself over the limit: oom, sandbox gone",
+        || {
+            let r = exec(
+                &server,
+                &id,
+                Lang::Py,
+                "hog = []\nwhile True:\n    hog.append(bytearray(16 * 2**20))",
+                60.0,
+            )?;
+            expect_eq("end_state", r["end_state"].as_str(), Some("oom"))
+                .map_err(|e| format!("{e}: {}", brief(&r)))?;
+            expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+            expect_eq("error", r["error"]["name"].as_str(), Some("SandboxDied"))?;
+            let again = server.execute_with(&id, &json!({ "code": "1" }));
+            expect_eq(
+                "execute after",
+                (again.status, again.code()),
+                (410, "sandbox_gone"),
+            )
+        },
+    );
+    rep.check("bash memory bomb", || {
+        let id = create_with_limits(&server, json!({ "memory_mb": 128 }));
+        let r = exec(
+            &server,
+            &id,
+            Lang::Bash,
+            "python3 -c 'b = bytearray(512 * 2**20)'; echo \"rc=$?\"",
+            60.0,
+        )?;
+        expect_eq(
+            "stdout",
+            r["stdout"].as_str().map(str::trim),
+            Some("rc=137"),
+        )?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("oom"))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Disk and inode fill.
+
+#[test]
+fn disk_and_inode_fill() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    // disk_mb caps /workspace and /tmp; /dev/shm gets a quarter of memory_mb.
+    let id = create_with_limits(&server, json!({ "disk_mb": 16, "memory_mb": 256 }));
+    let mut rep = Report::new("disk fill");
+    let fill = r#"
+def fill(d, chunk_mb=1):
+    os.makedirs(d, exist_ok=True)
+    n, chunk = 0, b'\xaa' * (chunk_mb << 20)
+    try:
+        while n < 100000:
+            with open(f'{d}/fill-{n}', 'wb') as f:
+                f.write(chunk)
+            n += 1
+    except OSError as e:
+        return [en(e.errno), n]
+    return ['OK', n]
+def inodes(d):
+    os.makedirs(d, exist_ok=True)
+    n = 0
+    try:
+        while n < 1000000:
+            os.close(os.open(f'{d}/i{n}', os.O_CREAT | os.O_WRONLY, 0o600))
+            n += 1
+    except OSError as e:
+        return [en(e.errno), n]
+    return ['OK', n]
+import shutil
+"#;
+    let cases = vec![
+        py(
+            "fill /workspace",
+            &format!("{fill}\nr = fill('/workspace/f')\nshutil.rmtree('/workspace/f')\nreport(errno=r[0], within_cap=14 <= r[1] <= 16)"),
+            json!({"errno": "ENOSPC", "within_cap": true}),
+        ),
+        py(
+            "fill /tmp",
+            &format!("{fill}\nr = fill('/tmp/f')\nshutil.rmtree('/tmp/f')\nreport(errno=r[0], within_cap=14 <= r[1] <= 16)"),
+            json!({"errno": "ENOSPC", "within_cap": true}),
+        ),
+        py(
+            "fill /dev/shm",
+            &format!("{fill}\nr = fill('/dev/shm/f')\nshutil.rmtree('/dev/shm/f')\nreport(errno=r[0], within_cap=60 <= r[1] <= 64)"),
+            json!({"errno": "ENOSPC", "within_cap": true}),
+        ),
+        py(
+            "one file past the size limit",
+            "def big():\n    with open('/workspace/big', 'wb') as f:\n        f.write(b'x' * (17 << 20))\n\
+             r = op(big)\nos.unlink('/workspace/big')\nreport(r=r)",
+            json!({"r": "EFBIG"}),
+        ),
+        py(
+            "inode fill of /workspace",
+            &format!("{fill}\nr = inodes('/workspace/i')\nshutil.rmtree('/workspace/i')\nreport(errno=r[0], within_cap=65000 <= r[1] <= 65536)"),
+            json!({"errno": "ENOSPC", "within_cap": true}),
+        ),
+        py(
+            "inode fill of /dev/shm",
+            &format!("{fill}\nr = inodes('/dev/shm/i')\nshutil.rmtree('/dev/shm/i')\nreport(errno=r[0], within_cap=4000 <= r[1] <= 4096)"),
+            json!({"errno": "ENOSPC", "within_cap": true}),
+        ),
+        bash(
+            "bash: dd into /workspace",
+            "dd if=/dev/zero of=/workspace/dd bs=1M count=64 2>/dev/null; a=$?; n=$(stat -c %s /workspace/dd); rm -f /workspace/dd\n\
+             printf 'ATTACK {\"rc\": %d, \"within_cap\": %s}\\n' $a $([ \"$n\" -le 16777216 ] && echo true || echo false)",
+            json!({"rc": 1, "within_cap": true}),
+        ),
+    ];
+    rep.table(&server, &id, &cases);
+    rep.check("upload past the workspace cap is refused", || {
+        let r = server.put_bytes(
+            &format!("/v1/sandboxes/{id}/files/upload.bin"),
+            vec![0u8; 32 << 20],
+        );
+        ensure(
+            r.status >= 400 && ["workspace_full", "file_too_large"].contains(&r.code()),
+            || {
+                format!(
+                    "upload of 32 MiB into a 16 MiB workspace answered {} {}",
+                    r.status, r.text
+                )
+            },
+        )
+    });
+    rep.check("the filled sandbox still answers", || {
+        let r = exec(&server, &id, Lang::Py, "6 * 7", 30.0)?;
+        expect_eq("result", r["result"]["text/plain"].as_str(), Some("42"))
+    });
+    rep.check("the neighbour can still write its own workspace", || {
+        let r = exec(
+            &server,
+            &neighbour.id,
+            Lang::Py,
+            "open('/workspace/ten.bin', 'wb').write(b'y' * (10 << 20))",
+            30.0,
+        )?;
+        expect_eq(
+            "bytes written",
+            r["result"]["text/plain"].as_str(),
+            Some("10485760"),
+        )
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Output floods.
+
+fn flood_checks(r: &Value, took: Duration, total: u64, stream: &str) -> Result<(), String> {
+    expect_eq("end_state", r["end_state"].as_str(), Some("ok"))
+        .map_err(|e| format!("{e}: {}", brief(r)))?;
+    let t = &r[format!("{stream}_truncation")];
+    let dropped = t["dropped_bytes"].as_u64().unwrap_or(0);
+    expect_eq("dropped bytes", dropped, total - OUTPUT_BUDGET)?;
+    let kept_text = r[stream].as_str().unwrap_or("").len() as u64;
+    ensure(kept_text <= OUTPUT_BUDGET + 256, || {
+        format!("{kept_text} bytes of {stream} returned")
+    })?;
+    ensure(took < Duration::from_secs(60), || {
+        format!("the flood took {took:?}")
+    })
+}
+
+#[test]
+fn output_flood() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let id = server.create_sandbox();
+    let total: u64 = 200 << 20;
+    let mut rep = Report::new("output flood");
+    rep.check("200 MiB to stdout from Python", || {
+        let t0 = Instant::now();
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            "import os\nc = b'x' * (1 << 20)\nfor _ in range(200):\n    os.write(1, c)",
+            120.0,
+        )?;
+        flood_checks(&r, t0.elapsed(), total, "stdout")
+    });
+    rep.check("200 MiB to stdout from bash", || {
+        let t0 = Instant::now();
+        let r = exec(
+            &server,
+            &id,
+            Lang::Bash,
+            "head -c 209715200 /dev/zero | tr '\\0' y",
+            120.0,
+        )?;
+        flood_checks(&r, t0.elapsed(), total, "stdout")
+    });
+    rep.check("200 MiB of invalid UTF-8 to stderr", || {
+        let t0 = Instant::now();
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            "import os\nc = b'\\xff\\xfe' * (1 << 19)\nfor _ in range(200):\n    os.write(2, c)",
+            120.0,
+        )?;
+        flood_checks(&r, t0.elapsed(), total, "stderr")
+    });
+    rep.check("a background process flooding between executions", || {
+        let r = exec(
+            &server,
+            &id,
+            Lang::Bash,
+            "(yes flood | head -c 104857600) & sleep 0.2; echo started",
+            60.0,
+        )?;
+        ensure(
+            r["stdout"].as_str().unwrap_or("").starts_with("started")
+                || r["stdout_truncation"]["dropped_bytes"].as_u64() > Some(0),
+            || brief(&r),
+        )?;
+        std::thread::sleep(Duration::from_secs(2));
+        let t0 = Instant::now();
+        let r = exec(&server, &id, Lang::Py, "print('after')", 60.0)?;
+        ensure(t0.elapsed() < Duration::from_secs(30), || {
+            format!("took {:?}", t0.elapsed())
+        })?;
+        ensure(
+            r["stdout"].as_str().unwrap_or("").len() as u64 <= OUTPUT_BUDGET + 256,
+            || "unbounded stdout".into(),
+        )?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("ok"))
+    });
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+/// FINDING (not a security hole): `stdout_truncation.kept_bytes` is always 0, even for short
+/// untruncated output, because the runtime moves the kept text out of the budget before it
+/// reads its length (`ExecutionResult { stdout: take(&mut head), stdout_truncation:
+/// Truncation { kept_bytes: c.stdout.kept(), .. } }` in `sandlot-runtime/src/exec.rs`).
+#[test]
+fn finding_output_truncation_reports_kept_bytes() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let mut rep = Report::new("truncation metadata");
+    rep.check("FINDING: kept_bytes of a short output", || {
+        let r = exec(&server, &id, Lang::Py, "print('hello')", 30.0)?;
+        expect_eq("stdout", r["stdout"].as_str(), Some("hello\n"))?;
+        expect_eq(
+            "stdout_truncation",
+            r["stdout_truncation"].clone(),
+            json!({"kept_bytes": 6, "dropped_bytes": 0}),
+        )
+    });
+    rep.check("FINDING: kept_bytes of a flood", || {
+        let r = exec(&server, &id, Lang::Py, "import os\nc = b'x' * (1 << 20)\nfor _ in range(20):\n    os.write(1, c)", 120.0)?;
+        let kept = r["stdout_truncation"]["kept_bytes"].as_u64().unwrap_or(0);
+        let dropped = r["stdout_truncation"]["dropped_bytes"].as_u64().unwrap_or(0);
+        ensure((20 << 20..=(20 << 20) + 256).contains(&(kept + dropped)) && kept >= OUTPUT_BUDGET, || {
+            format!("kept {kept} + dropped {dropped} should account for the 20 MiB written, kept at least {OUTPUT_BUDGET}")
+        })
+    });
+    rep.finish();
+}
+
+// =============================================================================================
+// CPU spin, sleeping, and ignoring the interrupt.
+
+#[test]
+fn timeouts() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let mut rep = Report::new("timeouts");
+    let timed =
+        |id: &str, lang: Lang, code: &str, timeout: f64| -> Result<(Value, Duration), String> {
+            let t0 = Instant::now();
+            let r = exec(&server, id, lang, code, timeout)?;
+            Ok((r, t0.elapsed()))
+        };
+    let id = server.create_sandbox();
+    rep.check("CPU spin past the timeout: interrupted, state kept", || {
+        let (r, took) = timed(&id, Lang::Py, "kept = 42\nwhile True:\n    pass", 2.0)?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))
+            .map_err(|e| format!("{e}: {}", brief(&r)))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
+        expect_eq(
+            "error",
+            r["error"]["name"].as_str(),
+            Some("KeyboardInterrupt"),
+        )?;
+        ensure(took < Duration::from_secs(5), || format!("took {took:?}"))?;
+        let r = exec(&server, &id, Lang::Py, "kept", 30.0)?;
+        expect_eq(
+            "state after",
+            r["result"]["text/plain"].as_str(),
+            Some("42"),
+        )
+    });
+    rep.check("sleep past the timeout (Python)", || {
+        let (r, took) = timed(&id, Lang::Py, "import time\ntime.sleep(1000)", 1.0)?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
+        ensure(took < Duration::from_secs(4), || format!("took {took:?}"))
+    });
+    rep.check("sleep past the timeout (bash)", || {
+        let (r, took) = timed(&id, Lang::Bash, "sleep 1000", 1.0)?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
+        expect_eq("exit_code", r["exit_code"].as_i64(), Some(130))?;
+        ensure(took < Duration::from_secs(4), || format!("took {took:?}"))?;
+        let r = exec(&server, &id, Lang::Bash, "echo alive", 30.0)?;
+        expect_eq("bash after", r["stdout"].as_str(), Some("alive\n"))
+    });
+    rep.check("CPU spin ignoring SIGINT: killed after the grace period", || {
+        let id = server.create_sandbox();
+        let (r, took) = timed(&id, Lang::Py, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", 1.0)?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("timeout")).map_err(|e| format!("{e}: {}", brief(&r)))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+        ensure(took >= Duration::from_secs(3) && took < Duration::from_secs(12), || format!("took {took:?}"))?;
+        let again = server.execute_with(&id, &json!({ "code": "1" }));
+        expect_eq("execute after", (again.status, again.code()), (410, "sandbox_gone"))
+    });
+    rep.check(
+        "bash ignoring SIGINT: killed after the grace period",
+        || {
+            let id = server.create_sandbox();
+            let (r, took) = timed(&id, Lang::Bash, "trap '' INT\nsleep 1000", 1.0)?;
+            expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
+            expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+            ensure(took < Duration::from_secs(12), || format!("took {took:?}"))
+        },
+    );
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+#[test]
+fn cpu_quota() {
+    let server = TestServer::start();
+    let id = create_with_limits(&server, json!({ "cpu_millis": 200 }));
+    let mut rep = Report::new("cpu quota");
+    rep.check("two spinning processes get at most 0.2 of a core together", || {
+        let code = format!(
+            "{PRELUDE}\nspin = 'import time\\nt = time.time()\\nwhile time.time() - t < 2: pass'\nt0 = time.time()\n\
+             ps = [subprocess.Popen([sys.executable, '-c', spin]) for _ in range(2)]\nfor p in ps: p.wait()\n\
+             wall = time.time() - t0\nc = os.times()\nreport(cpu=c.children_user + c.children_system, wall=wall)"
+        );
+        let r = exec(&server, &id, Lang::Py, &code, 60.0)?;
+        let v = attack_line(&r).ok_or_else(|| brief(&r))?;
+        let (cpu, wall) = (v["cpu"].as_f64().unwrap(), v["wall"].as_f64().unwrap());
+        ensure(cpu > 0.05 && cpu <= 0.2 * wall * 1.5 + 0.1, || format!("{cpu:.2} s of CPU in {wall:.2} s of wall time"))
+    });
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Processes that try to outlive their sandbox.
+
+const DAEMONS: &str = r#"
+subprocess.Popen(['setsid', 'sleep', '1000'])
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp('sleep', ['sleep', '1001'])
+    os._exit(0)
+os.waitpid(pid, 0)
+subprocess.run(['bash', '-c', 'nohup sleep 1002 >/dev/null 2>&1 & disown'])
+time.sleep(0.3)
+report(sleepers=sum(1 for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/cmdline').read().startswith('sleep')))
+"#;
+
+#[test]
+fn orphans_die_with_sandbox() {
+    let server = TestServer::start();
+    let mut rep = Report::new("orphans");
+    for how in ["delete", "driver suicide"] {
+        rep.check(
+            &format!("setsid and double-forked daemons die on {how}"),
+            || {
+                let id = server.create_sandbox();
+                let uid = sandbox_host_uid(&server, &id);
+                let r = exec(
+                    &server,
+                    &id,
+                    Lang::Py,
+                    &format!("{PRELUDE}\n{DAEMONS}"),
+                    30.0,
+                )?;
+                expect_eq("daemons", attack_line(&r), Some(json!({"sleepers": 3})))
+                    .map_err(|e| format!("{e}: {}", brief(&r)))?;
+                let before = procs_with_uid(uid);
+                // init, driver and the three sleepers at least.
+                ensure(before.len() >= 5, || {
+                    format!("only {} processes of uid {uid} on the host", before.len())
+                })?;
+                match how {
+                    "delete" => expect_eq(
+                        "delete",
+                        server.delete(&format!("/v1/sandboxes/{id}")).status,
+                        204,
+                    )?,
+                    _ => {
+                        let r = exec(
+                            &server,
+                            &id,
+                            Lang::Py,
+                            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                            30.0,
+                        )?;
+                        expect_eq("end_state", r["end_state"].as_str(), Some("killed"))?;
+                        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+                    }
+                }
+                ensure(
+                    wait_until(Duration::from_secs(10), || {
+                        before.iter().all(|p| !alive(*p))
+                    }),
+                    || {
+                        format!(
+                            "processes survived: {:?}",
+                            before.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+                        )
+                    },
+                )?;
+                // No process of that uid started before the end survives either.
+                let left: BTreeSet<u32> = procs_with_uid(uid).iter().map(|p| p.pid).collect();
+                ensure(left.is_empty(), || {
+                    format!("processes of uid {uid} remain: {left:?}")
+                })
+            },
+        );
+    }
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Confusing the server: forged control frames, hostile workspace entries.
+
+#[test]
+fn server_confusion() {
+    let server = TestServer::start();
+    let neighbour = Neighbour::new(&server);
+    let mut rep = Report::new("server confusion");
+    rep.check("a forged giant frame on the control stream ends only this sandbox", || {
+        let id = server.create_sandbox();
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            "import os, struct, time\nos.write(3, struct.pack('<I', 0xFFFFFFF0) + b'{')\ntime.sleep(5)",
+            30.0,
+        )?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("killed")).map_err(|e| format!("{e}: {}", brief(&r)))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))
+    });
+    rep.check("a malformed frame ends only this sandbox", || {
+        let id = server.create_sandbox();
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            "import os, struct, time\nb = b'not json'\nos.write(3, struct.pack('<I', len(b)) + b)\ntime.sleep(5)",
+            30.0,
+        )?;
+        expect_eq("end_state", r["end_state"].as_str(), Some("killed")).map_err(|e| format!("{e}: {}", brief(&r)))?;
+        expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))
+    });
+    let id = server.create_sandbox();
+    rep.check("symlinks to host files are not followed by the files API", || {
+        let r = exec(
+            &server,
+            &id,
+            Lang::Py,
+            "import os\nos.symlink('/etc/passwd', '/workspace/link')\nos.symlink('/proc/1/root', '/workspace/rootlink')\n\
+             os.symlink('/', '/workspace/slash')",
+            30.0,
+        )?;
+        expect_eq("setup", r["end_state"].as_str(), Some("ok"))?;
+        for p in ["link", "rootlink/etc/hosts", "slash/etc/passwd"] {
+            let resp = server.get(&format!("/v1/sandboxes/{id}/files/{p}"));
+            ensure(resp.status == 400 && resp.code() == "not_a_regular_file", || format!("GET {p}: {} {}", resp.status, resp.text))?;
+            ensure(!resp.text.contains("root:x:0:0"), || format!("GET {p} returned host content"))?;
+        }
+        let before = std::fs::read("/etc/passwd").unwrap();
+        let resp = server.put_bytes(&format!("/v1/sandboxes/{id}/files/link"), "pwned");
+        ensure(resp.status == 400 && resp.code() == "not_a_regular_file", || format!("PUT link: {} {}", resp.status, resp.text))?;
+        expect_eq("host /etc/passwd", std::fs::read("/etc/passwd").unwrap(), before)
+    });
+    rep.check("a FIFO with a reader is refused without blocking", || {
+        let r = exec(
+            &server,
+            &id,
+            Lang::Bash,
+            "mkfifo /workspace/fifo2; sleep 1000 < /workspace/fifo2 & sleep 0.3; echo ok",
+            30.0,
+        )?;
+        expect_eq("setup", r["end_state"].as_str(), Some("ok"))?;
+        let t0 = Instant::now();
+        let get = server.get(&format!("/v1/sandboxes/{id}/files/fifo2"));
+        let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files/fifo2"), "pwned");
+        ensure(t0.elapsed() < Duration::from_secs(10), || {
+            format!("took {:?}", t0.elapsed())
+        })?;
+        expect_eq("GET", (get.status, get.code()), (400, "not_a_regular_file"))?;
+        expect_eq("PUT", (put.status, put.code()), (400, "not_a_regular_file"))
+    });
+    rep.check(
+        "FINDING: a FIFO without a reader is refused as not a regular file",
+        || {
+            let r = exec(
+                &server,
+                &id,
+                Lang::Py,
+                "import os\nos.mkfifo('/workspace/fifo')",
+                30.0,
+            )?;
+            expect_eq("setup", r["end_state"].as_str(), Some("ok"))?;
+            let t0 = Instant::now();
+            let get = server.get(&format!("/v1/sandboxes/{id}/files/fifo"));
+            let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files/fifo"), "pwned");
+            ensure(t0.elapsed() < Duration::from_secs(10), || {
+                format!("took {:?}", t0.elapsed())
+            })?;
+            expect_eq("GET", (get.status, get.code()), (400, "not_a_regular_file"))?;
+            expect_eq("PUT", (put.status, put.code()), (400, "not_a_regular_file"))
+        },
+    );
+    rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}

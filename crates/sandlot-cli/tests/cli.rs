@@ -1,0 +1,189 @@
+//! The `sandlot` command line: `--version`, usage errors, `doctor`, and `run` against a real
+//! server and in-process.
+
+mod common;
+
+use common::TestServer;
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn sandlot(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandlot"));
+    cmd.args(args)
+        .env_remove("SANDLOT_URL")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run sandlot");
+    let code = status.code().expect("sandlot killed by a signal");
+    (
+        code,
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version() {
+    let (code, out, _) = output(&mut sandlot(&["--version"]));
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), format!("sandlot {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (code, _, err) = output(&mut sandlot(&["run"]));
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = output(&mut sandlot(&["run", "--lang", "ruby", "1"]));
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = output(&mut sandlot(&["serve", "--listen", "not-an-address"]));
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = output(&mut sandlot(&["frobnicate"]));
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn serve_help_lists_the_environment() {
+    let (code, out, _) = output(&mut sandlot(&["serve", "--help"]));
+    assert_eq!(code, 0);
+    for var in [
+        "SANDLOT_LISTEN",
+        "SANDLOT_DATA_DIR",
+        "SANDLOT_ENV_DIR",
+        "SANDLOT_LOG",
+    ] {
+        assert!(out.contains(var), "{out}");
+    }
+}
+
+#[test]
+fn doctor_reports_every_check() {
+    let (code, out, err) = output(&mut sandlot(&["doctor", "--json"]));
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let checks = report["checks"].as_array().unwrap();
+    assert!(!checks.is_empty());
+    for c in checks {
+        assert!(
+            c["name"].is_string() && c["ok"].is_boolean() && c["detail"].is_string(),
+            "{c}"
+        );
+        if c["ok"] == false {
+            assert!(c["fix"].is_string(), "a missing layer without a fix: {c}");
+        }
+    }
+    let ready = report["ready"].as_bool().unwrap();
+    assert_eq!(code, if ready { 0 } else { 1 });
+
+    let (code_plain, out, _) = output(&mut sandlot(&["doctor"]));
+    assert_eq!(code_plain, code);
+    for c in checks {
+        assert!(out.contains(c["name"].as_str().unwrap()), "{out}");
+    }
+}
+
+fn run_remote(server: &TestServer, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = sandlot(&["run", "--url", server.url()]);
+    cmd.args(args);
+    output(&mut cmd)
+}
+
+#[test]
+fn run_against_a_server() {
+    let server = TestServer::start();
+
+    let (code, out, err) = run_remote(&server, &["print('hello'); 6 * 7"]);
+    assert_eq!((code, out.as_str()), (0, "hello\n42\n"), "{err}");
+
+    let (code, _, err) = run_remote(&server, &["1/0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("ZeroDivisionError"), "{err}");
+
+    let (code, out, err) = run_remote(
+        &server,
+        &["--lang", "bash", "echo from bash; echo oops >&2; (exit 3)"],
+    );
+    assert_eq!((code, out.as_str()), (1, "from bash\n"));
+    assert!(err.contains("oops"), "{err}");
+
+    let (code, _, err) = run_remote(&server, &["--timeout", "1", "import time; time.sleep(10)"]);
+    assert_eq!(code, 124, "{err}");
+
+    let (code, out, err) = run_remote(&server, &["--json", "x = 2\nx * 21"]);
+    assert_eq!(code, 0, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(result["end_state"], "ok");
+    assert_eq!(result["result"]["text/plain"], "42");
+
+    // A figure shows as a placeholder.
+    let plot = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()";
+    let (code, out, err) = run_remote(&server, &[plot]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[image/png ") && out.contains("KiB]"), "{out}");
+
+    // Code from stdin.
+    let mut child = sandlot(&["run", "--url", server.url(), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"print('from stdin')")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+
+    // Every sandbox `run` created was deleted.
+    let live = server.get("/v1/sandboxes");
+    assert_eq!(
+        live.expect(200)["sandboxes"].as_array().unwrap().len(),
+        0,
+        "{}",
+        live.text
+    );
+}
+
+#[test]
+fn run_reports_an_unreachable_server() {
+    // A port nothing listens on: bind one, then free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let (code, _, err) = output(&mut sandlot(&["run", "--url", &url, "1"]));
+    assert_eq!(code, 1);
+    assert!(err.contains("could not reach the server"), "{err}");
+}
+
+#[test]
+fn run_in_process() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut cmd = sandlot(&["run", "--data-dir"]);
+    cmd.arg(data_dir.path())
+        .arg("--env-dir")
+        .arg(common::env_dir())
+        .arg("print(1 + 1)");
+    let (code, out, err) = output(&mut cmd);
+    assert_eq!((code, out.as_str()), (0, "2\n"), "{err}");
+    let (code, _, _) = output(
+        sandlot(&["run", "--data-dir"])
+            .arg(data_dir.path())
+            .arg("--env-dir")
+            .arg(common::env_dir())
+            .arg("raise SystemError('x')"),
+    );
+    assert_eq!(code, 1);
+}
