@@ -175,6 +175,7 @@ mod tests {
         assert!(validate(&s).is_ok());
         s.packages = vec!["--index-url==x".into()];
         assert!(validate(&s).is_err());
+        s.packages.clear();
         s.imports = vec!["os.path".into(), "numpy".into()];
         assert!(validate(&s).is_ok());
         s.imports = vec!["os; import sys".into()];
