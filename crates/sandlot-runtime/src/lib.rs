@@ -740,6 +740,7 @@ impl Runtime {
         }
         let env = serde_json::to_value(&env).map_err(internal)?;
 
+        let t0 = Instant::now();
         let fds = [theirs.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
         // A zygote that died (or was killed mid-fork) is restarted once and asked again.
         let mut attempt = 0;
@@ -761,6 +762,7 @@ impl Runtime {
             }
         };
         drop((theirs, out_w, err_w));
+        let t_fork = t0.elapsed();
         ours.set_nonblocking(true)
             .map_err(|e| failed("socket", &e))?;
         let mut ctrl = tokio::net::UnixStream::from_std(ours).map_err(|e| failed("socket", &e))?;
@@ -772,23 +774,27 @@ impl Runtime {
             if b != sandlot_jail::child::UNSHARED {
                 return Err(failed("namespaces", &"the child failed before unsharing"));
             }
+            let t_unshared = t0.elapsed();
             sandlot_jail::idmap::write_maps(Path::new("/proc"), p0, uid, uid)
                 .map_err(|e| failed("id maps", &e))?;
             cg.add(p0).map_err(|e| failed("cgroup", &e))?;
             ctrl.write_all(&[sandlot_jail::child::GO])
                 .await
                 .map_err(|e| failed("handshake", &e))?;
+            let t_go = t0.elapsed();
             let (mut r, w) = ctrl.into_split();
             let init = sandbox::read_frame(&mut r)
                 .await
                 .map_err(|e| failed("init", &e))?;
             let init_pid = frame_pid(&init).ok_or_else(|| jail_failure(&init))?;
+            let t_init = t0.elapsed();
             let hello = sandbox::read_frame(&mut r)
                 .await
                 .map_err(|e| failed("driver start", &e))?;
             if hello.get("type").and_then(|t| t.as_str()) != Some("hello") {
                 return Err(jail_failure(&hello));
             }
+            tracing::debug!(fork = ?t_fork, unshared = ?t_unshared, go = ?t_go, init = ?t_init, hello = ?t0.elapsed(), "sandbox start phases");
             Ok((r, w, init_pid))
         };
         let (r, w, init_pid) = match tokio::time::timeout(deadline, handshake).await {
