@@ -5,7 +5,7 @@
 use sandlot_runtime::{ByteStream, Runtime};
 use sandlot_types::{
     ApiError, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
-    OutputEvent, Sandbox,
+    OutputEvent, Sandbox, Template, TemplateSpec,
 };
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -55,6 +55,13 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// Registers a template and starts building it; returns at once (status `building`).
+    fn create_template(
+        &self,
+        spec: TemplateSpec,
+    ) -> impl Future<Output = Result<Template, ApiError>> + Send;
+    fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send;
+    fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send;
 }
 
 impl Backend for Runtime {
@@ -132,5 +139,20 @@ impl Backend for Runtime {
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
         Runtime::delete_file(self, id, path)
+    }
+
+    fn create_template(
+        &self,
+        spec: TemplateSpec,
+    ) -> impl Future<Output = Result<Template, ApiError>> + Send {
+        Runtime::create_template(self, spec)
+    }
+
+    fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send {
+        Runtime::list_templates(self)
+    }
+
+    fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send {
+        Runtime::get_template(self, name)
     }
 }

@@ -11,6 +11,7 @@ mod execute;
 mod extract;
 mod files;
 mod sandboxes;
+mod templates;
 #[cfg(test)]
 mod tests;
 
@@ -18,6 +19,7 @@ pub use error::{status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
 pub use files::FileList;
 pub use sandboxes::SandboxList;
+pub use templates::TemplateList;
 
 use axum::extract::{FromRef, Request};
 use axum::handler::Handler;
@@ -170,6 +172,9 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Put, FILE, files::put::<B>),
         route(Get, FILE, files::get::<B>),
         route(Delete, FILE, files::delete::<B>),
+        route(Post, "/v1/templates", templates::create::<B>),
+        route(Get, "/v1/templates", templates::list::<B>),
+        route(Get, "/v1/templates/{name}", templates::get::<B>),
     ]
 }
 

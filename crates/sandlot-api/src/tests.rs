@@ -14,7 +14,7 @@ use sandlot_runtime::ByteStream;
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, EndState, ErrorBody, ErrorCode, ExecError,
     ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry, Language, Limits, OutputEvent,
-    Sandbox, SandboxState, Truncation,
+    Sandbox, SandboxState, Template, TemplateSpec, TemplateStatus, Truncation,
 };
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -141,6 +141,35 @@ fn sample_entry(path: &str, size: u64) -> FileEntry {
         size,
         modified: 1_700_000_000,
         mode: 0o644,
+    }
+}
+
+fn sample_spec(name: &str) -> TemplateSpec {
+    TemplateSpec {
+        name: name.to_owned(),
+        description: Some("pandas with the sales data".into()),
+        packages: vec!["tabulate==0.9.0".into()],
+        imports: vec!["numpy".into(), "pandas".into()],
+        setup: Some("import pandas as pd\nsales = pd.DataFrame({'a': [1]})".into()),
+        limits: Limits {
+            memory_mb: Some(2048),
+            cpu_millis: Some(1000),
+            pids: Some(64),
+            disk_mb: Some(512),
+        },
+    }
+}
+
+fn sample_template(name: &str, status: TemplateStatus) -> Template {
+    Template {
+        name: name.to_owned(),
+        version: "0123456789abcdef".into(),
+        status,
+        error: (status == TemplateStatus::Failed)
+            .then(|| "setup raised ValueError: boom".to_owned()),
+        spec: sample_spec(name),
+        created_at: "2025-01-01T00:00:00Z".into(),
+        prepare_seconds: (status == TemplateStatus::Ready).then_some(0.75),
     }
 }
 
@@ -294,6 +323,39 @@ impl Backend for Fake {
         check_id(id)?;
         self.record(format!("delete_file {path}"));
         Ok(())
+    }
+
+    async fn create_template(&self, spec: TemplateSpec) -> Result<Template, ApiError> {
+        self.record(format!("create_template {}", spec.name));
+        if spec.name == "default" {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                "the default template cannot be replaced",
+            ));
+        }
+        Ok(Template {
+            spec: spec.clone(),
+            ..sample_template(&spec.name, TemplateStatus::Building)
+        })
+    }
+
+    async fn list_templates(&self) -> Vec<Template> {
+        self.record("list_templates".into());
+        vec![
+            sample_template("default", TemplateStatus::Ready),
+            sample_template("sales", TemplateStatus::Failed),
+        ]
+    }
+
+    async fn get_template(&self, name: &str) -> Result<Template, ApiError> {
+        match name {
+            "missing" => Err(ApiError::new(
+                ErrorCode::TemplateNotFound,
+                "no template named \"missing\"",
+            )),
+            "internal" => Err(ApiError::new(ErrorCode::Internal, "secret /var/lib/x")),
+            _ => Ok(sample_template(name, TemplateStatus::Ready)),
+        }
     }
 }
 
@@ -464,6 +526,88 @@ async fn interrupt_and_execution_list() {
     let body = body_json(resp).await;
     assert_eq!(body["executions"].as_array().unwrap().len(), 2);
     assert_eq!(body["executions"][1]["result"], Value::Null);
+}
+
+#[tokio::test]
+async fn template_routes() {
+    let (app, fake) = app();
+    let body = serde_json::to_string(&sample_spec("sales")).unwrap();
+    let resp = send(&app, json_req(Method::POST, "/v1/templates", &body)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let t: Template = serde_json::from_value(body_json(resp).await).unwrap();
+    assert_eq!(t.status, TemplateStatus::Building);
+    assert_eq!(t.spec, sample_spec("sales"));
+
+    // Only the name is required.
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/templates", r#"{"name":"bare"}"#),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+
+    let resp = send(&app, empty_req(Method::GET, "/v1/templates")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let list: crate::TemplateList = serde_json::from_value(body_json(resp).await).unwrap();
+    let names: Vec<&str> = list.templates.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["default", "sales"]);
+
+    let resp = send(&app, empty_req(Method::GET, "/v1/templates/sales")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(body_json(resp).await["status"], "ready");
+    let resp = send(&app, empty_req(Method::GET, "/v1/templates/missing")).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "template_not_found").await;
+    let resp = send(&app, empty_req(Method::GET, "/v1/templates/internal")).await;
+    let m = expect_error(resp, StatusCode::INTERNAL_SERVER_ERROR, "internal").await;
+    assert!(!m.contains("/var/lib"), "{m}");
+
+    // The runtime's refusals keep their code.
+    let resp = send(
+        &app,
+        json_req(Method::POST, "/v1/templates", r#"{"name":"default"}"#),
+    )
+    .await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+
+    assert_eq!(
+        fake.calls(),
+        [
+            "create_template sales",
+            "create_template bare",
+            "list_templates",
+            "create_template default"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bad_template_specs_are_invalid_requests() {
+    let (app, fake) = app();
+    for (body, expected) in [
+        (r#"{"name":"x","pakages":[]}"#, "unknown field `pakages`"),
+        (r#"{"packages":["a==1"]}"#, "missing field `name`"),
+        (r#"{"name":"x","packages":"a==1"}"#, "invalid type"),
+        (
+            r#"{"name":"x","limits":{"memory":1}}"#,
+            "unknown field `memory`",
+        ),
+        (r#"{"name":"#, "invalid JSON"),
+    ] {
+        let resp = send(&app, json_req(Method::POST, "/v1/templates", body)).await;
+        let m = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+        assert!(m.contains(expected), "{body}: {m}");
+    }
+    // A body is required (no defaults to fall back on).
+    let resp = send(&app, empty_req(Method::POST, "/v1/templates")).await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    // Too large.
+    let big = json!({ "name": "x", "setup": "#".repeat(5000) }).to_string();
+    let resp = send(&app, json_req(Method::POST, "/v1/templates", &big)).await;
+    expect_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+    // Other methods.
+    let resp = send(&app, empty_req(Method::DELETE, "/v1/templates/sales")).await;
+    expect_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1126,6 +1270,33 @@ fn samples_validate_against_the_schemas() {
             "Health",
             json!({ "status": "ok", "version": crate::VERSION }),
         ),
+        ("TemplateSpec", to(&sample_spec("sales"))),
+        (
+            "TemplateSpec",
+            to(&TemplateSpec {
+                name: "a".into(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "TemplateSpec",
+            json!({"name": "a", "description": null, "setup": null}),
+        ),
+        ("Template", to(&sample_template("t", TemplateStatus::Ready))),
+        (
+            "Template",
+            to(&sample_template("t", TemplateStatus::Failed)),
+        ),
+        (
+            "Template",
+            to(&sample_template("t", TemplateStatus::Building)),
+        ),
+        (
+            "TemplateList",
+            to(&crate::TemplateList {
+                templates: vec![sample_template("default", TemplateStatus::Ready)],
+            }),
+        ),
     ];
     for (schema, value) in &cases {
         assert_valid(&doc, schema, value);
@@ -1150,6 +1321,17 @@ fn samples_validate_against_the_schemas() {
         "ExecuteRequest",
         &json!({"code": "1", "language": "ruby"}),
     );
+    assert_invalid(&doc, "TemplateSpec", &json!({"name": "a", "foo": 1}));
+    assert_invalid(&doc, "TemplateSpec", &json!({"packages": []}));
+    assert_invalid(&doc, "TemplateSpec", &json!({"name": "Bad Name"}));
+    assert_invalid(
+        &doc,
+        "TemplateSpec",
+        &json!({"name": "a", "packages": ["requests"]}),
+    );
+    let mut cooking = to(&sample_template("t", TemplateStatus::Ready));
+    cooking["status"] = json!("cooking");
+    assert_invalid(&doc, "Template", &cooking);
     assert_invalid(&doc, "OutputEvent", &json!({"type": "stdout"}));
     assert_invalid(&doc, "OutputEvent", &json!({"type": "nope", "text": ""}));
     assert_invalid(
@@ -1209,6 +1391,18 @@ fn schema_properties_match_the_types() {
         (
             "InterruptResponse",
             to(&crate::InterruptResponse { interrupted: true }),
+        ),
+        ("TemplateSpec", to(&sample_spec("s"))),
+        (
+            "Template",
+            to(&Template {
+                prepare_seconds: Some(1.0),
+                ..sample_template("t", TemplateStatus::Failed)
+            }),
+        ),
+        (
+            "TemplateList",
+            to(&crate::TemplateList { templates: vec![] }),
         ),
     ];
     for (name, value) in checks {

@@ -11,8 +11,16 @@ pub const LISTEN: &str = "SANDLOT_LISTEN";
 pub const DATA_DIR: &str = "SANDLOT_DATA_DIR";
 /// Where Python environments are provisioned (`--env-dir`).
 pub const ENV_DIR: &str = "SANDLOT_ENV_DIR";
-/// Server `sandlot run` talks to (`--url`); unset means an embedded runtime.
+/// Server `sandlot run` talks to (`--url`); unset means an embedded runtime. `sandlot template`
+/// talks to it too, and to [`DEFAULT_URL`] when it is unset.
 pub const URL: &str = "SANDLOT_URL";
+/// Most live sandboxes `sandlot serve` runs at once (`--max-sandboxes`).
+pub const MAX_SANDBOXES: &str = "SANDLOT_MAX_SANDBOXES";
+/// Sandbox creations `sandlot serve` runs at once (`--max-concurrent-creates`).
+pub const MAX_CONCURRENT_CREATES: &str = "SANDLOT_MAX_CONCURRENT_CREATES";
+/// Creations that may wait for a slot before more fail with `capacity_exhausted`
+/// (`--max-pending-creates`).
+pub const MAX_PENDING_CREATES: &str = "SANDLOT_MAX_PENDING_CREATES";
 /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `sandlot_runtime=debug`).
 pub const LOG: &str = "SANDLOT_LOG";
 /// The Python the environment is built from; read by `sandlot-env` (which owns the name).
@@ -25,6 +33,13 @@ pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
 pub const HOME: &str = "HOME";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Server `sandlot template` talks to when neither `--url` nor [`URL`] is given.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7878";
+/// The runtime's defaults (`RuntimeConfig::new`), as the help shows them; a test keeps them
+/// in step.
+pub const DEFAULT_MAX_SANDBOXES: &str = "2000";
+pub const DEFAULT_MAX_CONCURRENT_CREATES: &str = "4";
+pub const DEFAULT_MAX_PENDING_CREATES: &str = "256";
 /// Log filter of `sandlot serve` when [`LOG`] is unset.
 pub const DEFAULT_SERVE_LOG: &str = "info";
 /// Log filter of the other commands when [`LOG`] is unset: quiet, their output is the point.
@@ -55,8 +70,23 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: URL,
-        default: "unset: run in-process",
-        help: "server for `sandlot run`, e.g. http://127.0.0.1:7878",
+        default: "unset: `run` runs in-process, `template` uses http://127.0.0.1:7878",
+        help: "server for `sandlot run` and `sandlot template`, e.g. http://127.0.0.1:7878",
+    },
+    Var {
+        name: MAX_SANDBOXES,
+        default: DEFAULT_MAX_SANDBOXES,
+        help: "most live sandboxes at once; past it creation fails with capacity_exhausted",
+    },
+    Var {
+        name: MAX_CONCURRENT_CREATES,
+        default: DEFAULT_MAX_CONCURRENT_CREATES,
+        help: "sandbox creations running at once; more wait in a queue",
+    },
+    Var {
+        name: MAX_PENDING_CREATES,
+        default: DEFAULT_MAX_PENDING_CREATES,
+        help: "bound of that queue; past it creation fails at once with capacity_exhausted",
     },
     Var {
         name: LOG,
@@ -77,6 +107,15 @@ pub const VARS: &[Var] = &[
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
 pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, JAIL_LIB, LOG];
+/// The variables only `serve` reads.
+pub const SERVE_VARS: &[&str] = &[
+    LISTEN,
+    MAX_SANDBOXES,
+    MAX_CONCURRENT_CREATES,
+    MAX_PENDING_CREATES,
+];
+/// The variables `sandlot env` reads.
+pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];
 
 /// The "Environment:" section of a command's help, for the variables it reads.
 pub fn env_help(names: &[&str]) -> String {
@@ -95,6 +134,29 @@ pub fn env_help(names: &[&str]) -> String {
 pub enum ConfigError {
     #[error("cannot choose a data dir: neither {XDG_DATA_HOME} nor {HOME} is set; pass --data-dir or set {DATA_DIR}")]
     NoDataDir,
+}
+
+/// Capacity settings of `sandlot serve`; `None` keeps the runtime's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capacity {
+    pub max_sandboxes: Option<usize>,
+    pub max_concurrent_creates: Option<usize>,
+    pub max_pending_creates: Option<usize>,
+}
+
+impl Capacity {
+    /// Writes the values that were given into `cfg`.
+    pub fn apply(self, cfg: &mut sandlot_runtime::RuntimeConfig) {
+        if let Some(v) = self.max_sandboxes {
+            cfg.max_sandboxes = v;
+        }
+        if let Some(v) = self.max_concurrent_creates {
+            cfg.max_concurrent_creates = v;
+        }
+        if let Some(v) = self.max_pending_creates {
+            cfg.max_pending_creates = v;
+        }
+    }
 }
 
 /// The directories a command works in, defaults filled in.
@@ -165,6 +227,35 @@ mod tests {
         assert_eq!(dirs.env_dir, PathBuf::from("/d/envs"));
         let dirs = Dirs::resolve(Some("/d".into()), Some("/e".into())).unwrap();
         assert_eq!(dirs.env_dir, PathBuf::from("/e"));
+    }
+
+    #[test]
+    fn documented_defaults_are_the_runtimes() {
+        let cfg = sandlot_runtime::RuntimeConfig::new("/d".into(), "/e".into());
+        assert_eq!(DEFAULT_MAX_SANDBOXES, cfg.max_sandboxes.to_string());
+        assert_eq!(
+            DEFAULT_MAX_CONCURRENT_CREATES,
+            cfg.max_concurrent_creates.to_string()
+        );
+        assert_eq!(
+            DEFAULT_MAX_PENDING_CREATES,
+            cfg.max_pending_creates.to_string()
+        );
+        let mut changed = cfg.clone();
+        Capacity {
+            max_sandboxes: Some(3),
+            max_concurrent_creates: None,
+            max_pending_creates: Some(7),
+        }
+        .apply(&mut changed);
+        assert_eq!(
+            (
+                changed.max_sandboxes,
+                changed.max_concurrent_creates,
+                changed.max_pending_creates
+            ),
+            (3, cfg.max_concurrent_creates, 7)
+        );
     }
 
     #[test]

@@ -5,13 +5,15 @@
 
 mod config;
 mod doctor;
+mod provision;
 mod run;
 mod serve;
 mod setup;
 mod sse;
+mod template;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use config::{ConfigError, Dirs};
+use config::{Capacity, ConfigError, Dirs};
 use sandlot_types::{ExecuteRequest, Language};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -35,7 +37,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the HTTP API.
-    #[command(after_help = config::env_help(&[&[config::LISTEN], config::RUNTIME_VARS].concat()))]
+    #[command(after_help = config::env_help(&[config::SERVE_VARS, config::RUNTIME_VARS].concat()))]
     Serve(ServeArgs),
     /// Run code once in a fresh sandbox and print its output.
     #[command(after_help = run_help())]
@@ -43,6 +45,66 @@ enum Command {
     /// Report which kernel features and isolation layers this host has.
     #[command(after_help = doctor_help())]
     Doctor(DoctorArgs),
+    /// Provision the Python environment sandboxes run in and print its path.
+    #[command(after_help = config::env_help(config::ENV_VARS))]
+    Env(EnvArgs),
+    /// Build and list templates on a server.
+    #[command(subcommand)]
+    Template(TemplateCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TemplateCommand {
+    /// Build a template from a TOML file and wait until it is ready or failed.
+    #[command(after_help = template_build_help())]
+    Build(TemplateBuildArgs),
+    /// List the server's templates.
+    #[command(after_help = config::env_help(&[config::URL]))]
+    List(TemplateListArgs),
+}
+
+#[derive(Debug, Args)]
+struct UrlArg {
+    /// The sandlot server
+    #[arg(long, value_name = "URL", env = config::URL, default_value = config::DEFAULT_URL)]
+    url: String,
+}
+
+#[derive(Debug, Args)]
+struct TemplateBuildArgs {
+    /// The template file (TOML)
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    #[command(flatten)]
+    url: UrlArg,
+    /// Stop waiting after this many seconds (the build goes on on the server)
+    #[arg(long, value_name = "S", default_value_t = 1800)]
+    timeout: u64,
+}
+
+#[derive(Debug, Args)]
+struct TemplateListArgs {
+    #[command(flatten)]
+    url: UrlArg,
+    /// Print the templates as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct EnvArgs {
+    /// Where the environment is provisioned [default: <data-dir>/envs]
+    #[arg(long, value_name = "DIR", env = config::ENV_DIR)]
+    env_dir: Option<PathBuf>,
+    /// Data dir, whose envs/ is the default env dir [default: $XDG_DATA_HOME/sandlot or ~/.local/share/sandlot]
+    #[arg(long, value_name = "DIR", env = config::DATA_DIR)]
+    data_dir: Option<PathBuf>,
+    /// Print the path of the environment's python instead of its root
+    #[arg(long)]
+    print_python: bool,
+    /// Extra package groups (bench, test) or name==version pins, comma-separated
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    extras: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +130,34 @@ struct ServeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     dirs: DirArgs,
+    /// Most live sandboxes at once [default: 2000]
+    #[arg(long, value_name = "N", env = config::MAX_SANDBOXES, value_parser = at_least_one)]
+    max_sandboxes: Option<usize>,
+    /// Sandbox creations running at once; more wait in a queue [default: 4]
+    #[arg(long, value_name = "N", env = config::MAX_CONCURRENT_CREATES, value_parser = at_least_one)]
+    max_concurrent_creates: Option<usize>,
+    /// Creations that may wait in that queue; past it creation fails with capacity_exhausted [default: 256]
+    #[arg(long, value_name = "N", env = config::MAX_PENDING_CREATES, value_parser = at_least_one)]
+    max_pending_creates: Option<usize>,
+}
+
+impl ServeArgs {
+    fn capacity(&self) -> Capacity {
+        Capacity {
+            max_sandboxes: self.max_sandboxes,
+            max_concurrent_creates: self.max_concurrent_creates,
+            max_pending_creates: self.max_pending_creates,
+        }
+    }
+}
+
+/// A count that must be at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a count: {e}")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -119,6 +209,17 @@ fn run_help() -> String {
     )
 }
 
+fn template_build_help() -> String {
+    format!(
+        "The file is TOML: name (required), description, packages = [\"name==version\", ...], \
+         requirements = \"requirements.txt\" (next to FILE, pinned lines only), imports = [...], \
+         setup = \"\"\"python\"\"\", and a [limits] table (memory_mb, cpu_millis, pids, disk_mb).\n\n\
+         Exit status: 0 ready, 1 failed (the server's reason is printed) or any other error, \
+         2 usage error.\n\n{}",
+        config::env_help(&[config::URL])
+    )
+}
+
 fn doctor_help() -> String {
     "Exit status: 0 when every required layer is available, 1 otherwise.".into()
 }
@@ -137,6 +238,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Run(args) => run(args),
         Command::Doctor(args) => doctor(args),
+        Command::Env(args) => env(args),
+        Command::Template(cmd) => template(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -153,9 +256,34 @@ fn main() -> ExitCode {
 
 fn serve(args: ServeArgs) -> anyhow::Result<u8> {
     init_logging(config::DEFAULT_SERVE_LOG);
+    let capacity = args.capacity();
     let dirs = args.dirs.resolve()?;
-    tokio_runtime()?.block_on(serve::serve(args.listen, dirs))?;
+    tokio_runtime()?.block_on(serve::serve(args.listen, dirs, capacity))?;
     Ok(0)
+}
+
+fn env(args: EnvArgs) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    // An explicit env dir needs no data dir (nor HOME to find one).
+    let env_dir = match args.env_dir {
+        Some(dir) => dir,
+        None => Dirs::resolve(args.data_dir, None)?.env_dir,
+    };
+    provision::env(&env_dir, &args.extras, args.print_python)
+}
+
+fn template(cmd: TemplateCommand) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    match cmd {
+        TemplateCommand::Build(args) => tokio_runtime()?.block_on(template::build(
+            &args.file,
+            &args.url.url,
+            std::time::Duration::from_secs(args.timeout),
+        )),
+        TemplateCommand::List(args) => {
+            tokio_runtime()?.block_on(template::list(&args.url.url, args.json))
+        }
+    }
 }
 
 fn run(args: RunArgs) -> anyhow::Result<u8> {
@@ -228,8 +356,73 @@ mod tests {
             config::DATA_DIR,
             config::ENV_DIR,
             config::LOG,
+            config::MAX_SANDBOXES,
+            config::MAX_CONCURRENT_CREATES,
+            config::MAX_PENDING_CREATES,
         ] {
             assert!(help.contains(var), "{help}");
         }
+    }
+
+    #[test]
+    fn serve_capacity_flags() {
+        let cli = Cli::try_parse_from([
+            "sandlot",
+            "serve",
+            "--max-sandboxes",
+            "10",
+            "--max-pending-creates",
+            "3",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let c = args.capacity();
+        assert_eq!(
+            (
+                c.max_sandboxes,
+                c.max_concurrent_creates,
+                c.max_pending_creates
+            ),
+            (Some(10), None, Some(3))
+        );
+        for bad in ["0", "-1", "many"] {
+            let r = Cli::try_parse_from(["sandlot", "serve", "--max-concurrent-creates", bad]);
+            assert!(r.is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_and_template_parse() {
+        let cli = Cli::try_parse_from([
+            "sandlot",
+            "env",
+            "--env-dir",
+            "/e",
+            "--print-python",
+            "--extras",
+            "bench,test",
+        ])
+        .unwrap();
+        let Command::Env(args) = cli.command else {
+            panic!("not env")
+        };
+        assert_eq!(args.extras, ["bench", "test"]);
+        assert!(args.print_python);
+        let cli = Cli::try_parse_from([
+            "sandlot",
+            "template",
+            "build",
+            "t.toml",
+            "--url",
+            "http://127.0.0.1:1",
+        ])
+        .unwrap();
+        let Command::Template(TemplateCommand::Build(args)) = cli.command else {
+            panic!("not template build")
+        };
+        assert_eq!(args.url.url, "http://127.0.0.1:1");
+        assert!(Cli::try_parse_from(["sandlot", "template", "build"]).is_err());
     }
 }

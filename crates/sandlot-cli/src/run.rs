@@ -92,7 +92,7 @@ async fn run_embedded(
         .prefix("run-")
         .tempdir_in(&dirs.data_dir)
         .with_context(|| format!("could not create a run dir in {}", dirs.data_dir.display()))?;
-    let (rt, _) = setup::start_runtime(state.path(), &dirs.env_dir).await?;
+    let (rt, _) = setup::start_runtime(state.path(), &dirs.env_dir, Default::default()).await?;
     let outcome = async {
         let sandbox = rt.create_sandbox(CreateSandbox::default()).await?;
         let outcome = unless_cancelled(execute_embedded(&rt, &sandbox.id, req, printer)).await;

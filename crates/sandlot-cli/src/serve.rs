@@ -1,6 +1,6 @@
 //! `sandlot serve`: the HTTP server.
 
-use crate::config::Dirs;
+use crate::config::{Capacity, Dirs};
 use crate::setup;
 use anyhow::Context;
 use sandlot_api::ApiConfig;
@@ -14,8 +14,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 /// How long requests still open after the runtime has shut down may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn serve(listen: SocketAddr, dirs: Dirs) -> anyhow::Result<()> {
-    let (rt, rt_cfg) = setup::start_runtime(&dirs.data_dir, &dirs.env_dir).await?;
+pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow::Result<()> {
+    let (rt, rt_cfg) = setup::start_runtime(&dirs.data_dir, &dirs.env_dir, capacity).await?;
     // Installed before the announcement, so a signal sent as soon as it is read shuts down
     // gracefully rather than by the default action.
     let mut signals = ShutdownSignals::install()?;
@@ -35,8 +35,16 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs) -> anyhow::Result<()> {
             })
             .into_future(),
     );
+    tracing::info!(
+        %addr,
+        data_dir = %dirs.data_dir.display(),
+        max_sandboxes = rt_cfg.max_sandboxes,
+        max_concurrent_creates = rt_cfg.max_concurrent_creates,
+        max_pending_creates = rt_cfg.max_pending_creates,
+        "serving"
+    );
+    // After the log line, so whoever reads the announcement finds the settings logged.
     announce(addr)?;
-    tracing::info!(%addr, data_dir = %dirs.data_dir.display(), "serving");
 
     let signal = signals.wait().await;
     tracing::info!(

@@ -24,19 +24,24 @@ pub async fn provision_env(env_dir: &Path) -> anyhow::Result<PythonEnv> {
     })
 }
 
-/// Starts a runtime with its state in `data_dir` and the environment from `env_dir`.
+/// Starts a runtime with its state in `data_dir` and the environment from `env_dir`, where
+/// templates with extra packages get theirs too; `capacity` overrides the runtime's defaults.
 pub async fn start_runtime(
     data_dir: &Path,
     env_dir: &Path,
+    capacity: config::Capacity,
 ) -> anyhow::Result<(Runtime, RuntimeConfig)> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("could not create the data dir {}", data_dir.display()))?;
-    let env = provision_env(&absolute(env_dir)?).await?;
+    let env_dir = absolute(env_dir)?;
+    let env = provision_env(&env_dir).await?;
     tracing::info!(python = %env.version, env = %env.root.display(), "python environment ready");
     let store_path = config::store_path(data_dir);
     let store = sandlot_store::Store::open(&store_path)
         .with_context(|| format!("could not open the store {}", store_path.display()))?;
-    let cfg = RuntimeConfig::new(absolute(data_dir)?, env.root.clone());
+    let mut cfg = RuntimeConfig::new(absolute(data_dir)?, env.root.clone());
+    cfg.envs_dir = Some(env_dir);
+    capacity.apply(&mut cfg);
     let rt = Runtime::start(cfg.clone(), store)
         .await
         .context("could not start the runtime")?;
@@ -44,6 +49,6 @@ pub async fn start_runtime(
 }
 
 /// The runtime hands paths to processes with other working directories: make them absolute.
-fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+pub fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("could not resolve {}", path.display()))
 }

@@ -167,7 +167,7 @@ fn host_files_and_secrets() {
             "fds = []\nfor f in sorted(os.listdir('/proc/self/fd'), key=int):\n    \
              try: fds.append(os.readlink('/proc/self/fd/' + f))\n    except OSError: pass\n\
              report(files=sorted(set(t for t in fds if t.startswith('/'))), sockets=sum(t.startswith('socket:') for t in fds))",
-            json!({"files": ["/dev/null", "/proc/self/fd"], "sockets": 1}),
+            json!({"files": ["/dev/null"], "sockets": 1}),
         ),
         bash(
             "bash: cat /etc/shadow",
@@ -239,7 +239,9 @@ fn writes_outside_workspace() {
                 "{w}report(create=op(w, '/usr/pwned'), bin=op(w, '/usr/bin/pwned'), \
                  python=op(w, '/usr/bin/python3', 'ab'), libc=op(w, '/usr/lib/x86_64-linux-gnu/libc.so.6', 'ab'))"
             ),
-            json!({"create": "EROFS", "bin": "EROFS", "python": "EROFS", "libc": "EROFS"}),
+            // Existing files belong to host uids unmapped in the sandbox: EACCES before the read-only
+            // mount is consulted; new names get EROFS.
+            json!({"create": "EROFS", "bin": "EROFS", "python": "EACCES", "libc": "EACCES"}),
         ),
         py(
             "write /etc",
@@ -247,7 +249,7 @@ fn writes_outside_workspace() {
                 "{w}report(create=op(w, '/etc/pwned'), passwd=op(w, '/etc/passwd', 'a'), hosts=op(w, '/etc/hosts', 'a'), \
                  preload=op(w, '/etc/ld.so.preload'), ssl=op(w, '/etc/ssl/pwned'))"
             ),
-            json!({"create": "EROFS", "passwd": "EROFS", "hosts": "EROFS", "preload": "EROFS", "ssl": "EROFS"}),
+            json!({"create": "EROFS", "passwd": "EACCES", "hosts": "EACCES", "preload": "EROFS", "ssl": "EROFS"}),
         ),
         py(
             "write /opt/sandlot (the server's lib dir)",
@@ -256,7 +258,7 @@ fn writes_outside_workspace() {
                  driver=op(w, '/opt/sandlot/python/sandlot_runtime/driver.py', 'a'), \
                  jail=op(w, '/opt/sandlot/lib/libsandlot_jail.so', 'ab'))"
             ),
-            json!({"create": "EROFS", "driver": "EROFS", "jail": "EROFS"}),
+            json!({"create": "EROFS", "driver": "EACCES", "jail": "EACCES"}),
         ),
         py(
             "write the python env",
@@ -264,7 +266,7 @@ fn writes_outside_workspace() {
                 "{w}import numpy\nreport(create=op(w, sys.prefix + '/pwned'), \
                  numpy=op(w, numpy.__file__, 'a'), site=op(w, os.path.dirname(numpy.__path__[0]) + '/pwned.pth'))"
             ),
-            json!({"create": "EROFS", "numpy": "EROFS", "site": "EROFS"}),
+            json!({"create": "EROFS", "numpy": "EACCES", "site": "EROFS"}),
         ),
         py(
             "write /proc/sys/kernel/*",
@@ -272,7 +274,8 @@ fn writes_outside_workspace() {
                 "{w}report(hostname=op(w, '/proc/sys/kernel/hostname'), core_pattern=op(w, '/proc/sys/kernel/core_pattern'), \
                  modprobe=op(w, '/proc/sys/kernel/modprobe'), ns_max=op(w, '/proc/sys/user/max_user_namespaces'))"
             ),
-            json!({"hostname": "EACCES", "core_pattern": "EACCES", "modprobe": "EACCES", "ns_max": "EACCES"}),
+            // This kernel has no module support: no kernel/modprobe.
+            json!({"hostname": "EACCES", "core_pattern": "EACCES", "modprobe": "ENOENT", "ns_max": "EACCES"}),
         ),
         py(
             "write /sys",
@@ -378,7 +381,7 @@ fn devices_and_proc() {
         py(
             "/dev/null, /dev/zero, /dev/full, /dev/urandom work",
             "def wr(p):\n    with open(p, 'wb', buffering=0) as f: f.write(b'x')\n\
-             report(null_w=op(wr, '/dev/null'), null_r=open('/dev/null', 'rb').read(), zero=open('/dev/zero', 'rb').read(4).hex(), \
+             report(null_w=op(wr, '/dev/null'), null_r=open('/dev/null', 'rb').read().hex(), zero=open('/dev/zero', 'rb').read(4).hex(), \
              full=op(wr, '/dev/full'), urandom=len(open('/dev/urandom', 'rb').read(16)))",
             json!({"null_w": "OK", "null_r": "", "zero": "00000000", "full": "ENOSPC", "urandom": 16}),
         ),
@@ -389,7 +392,7 @@ fn devices_and_proc() {
              report(**{p: op(w, '/proc/sys/' + p) for p in ['kernel/hostname', 'net/ipv4/ip_forward', 'vm/drop_caches', \
              'kernel/sysrq', 'vm/overcommit_memory', 'fs/suid_dumpable']})",
             json!({"kernel/hostname": "EACCES", "net/ipv4/ip_forward": "EACCES", "vm/drop_caches": "EACCES",
-                   "kernel/sysrq": "EACCES", "vm/overcommit_memory": "EACCES", "fs/suid_dumpable": "EACCES"}),
+                   "kernel/sysrq": "ENOENT", "vm/overcommit_memory": "EACCES", "fs/suid_dumpable": "EACCES"}),
         ),
         bash(
             "bash: echo into /proc/sys and /proc/sysrq-trigger",
@@ -781,9 +784,9 @@ fn privilege() {
         py(
             "capset to raise every capability",
             "hdr = (_ct.c_uint32 * 2)(0x20080522, 0)\ndata = (_ct.c_uint32 * 6)(0xffffffff, 0xffffffff, 0xffffffff, \
-             0xffffffff, 0xffffffff, 0xffffffff)\nreport(r=sc(126, hdr, data), \
-             nnp_off=op(lambda: _libc.prctl(38, 0, 0, 0, 0) == 0 or (_ for _ in ()).throw(OSError(_ct.get_errno(), ''))))",
-            json!({"r": "EPERM", "nnp_off": "EINVAL"}),
+             0xffffffff, 0xffffffff, 0xffffffff)\nreport(r=sc(126, hdr, data), nnp_off=sc(157, 38, 0, 0, 0, 0), \
+             ambient=sc(157, 47, 2, 21, 0, 0))",
+            json!({"r": "EPERM", "nnp_off": "EINVAL", "ambient": "EPERM"}),
         ),
         py(
             "a setuid-root binary runs without privilege",
@@ -806,6 +809,12 @@ fn privilege() {
              umount=run(['/usr/bin/umount', '/proc']))",
             json!({"passwd": 1, "mount": 32, "umount": 32}),
         ),
+        py(
+            "raise scheduling and I/O priority",
+            "report(nice=op(os.nice, -5), fifo=op(os.sched_setscheduler, 0, os.SCHED_FIFO, os.sched_param(10)), \
+             ioprio_rt=sc(251, 1, 0, (1 << 13) | 0))",
+            json!({"nice": "EPERM", "fifo": "EPERM", "ioprio_rt": "EPERM"}),
+        ),
         bash(
             "bash: unshare -U (nested user namespace)",
             "unshare -U true 2>/dev/null; a=$?; unshare -r id -u 2>/dev/null; b=$?; unshare -m true 2>/dev/null; c=$?\n\
@@ -821,8 +830,8 @@ fn privilege() {
             "write own uid_map, gid_map, setgroups",
             "def w(p, v):\n    with open(p, 'w') as f: f.write(v)\n\
              report(uid_map=op(w, '/proc/self/uid_map', '0 1000 1'), gid_map=op(w, '/proc/self/gid_map', '0 1000 1'), \
-             setgroups=op(w, '/proc/self/setgroups', 'allow'), map=open('/proc/self/uid_map').read().split()[:2])",
-            json!({"uid_map": "EACCES", "gid_map": "EACCES", "setgroups": "EACCES", "map": ["1000", "1000"]}),
+             setgroups=op(w, '/proc/self/setgroups', 'allow'), map=open('/proc/self/uid_map').read().split()[0::2])",
+            json!({"uid_map": "EACCES", "gid_map": "EACCES", "setgroups": "EACCES", "map": ["1000", "1"]}),
         ),
         py(
             "setuid and nosuid flags of the base mounts",
@@ -939,7 +948,8 @@ _ct.memmove(_libc.shmat(shmid, None, 0), SECRET.encode(), len(SECRET))
 msqid = _libc.msgget(0x5A4E, 0o1000 | 0o666)
 semid = _libc.semget(0x5A4F, 1, 0o1000 | 0o666)
 _rt = _ct.CDLL('librt.so.1', use_errno=True)
-mqd = _rt.mq_open(b'/sandlot-attack', os.O_CREAT | os.O_RDWR, 0o666, None)
+_ct.set_errno(0)
+mq_err = 'OK' if _rt.mq_open(b'/sandlot-attack', os.O_CREAT | os.O_RDWR, 0o666, None) >= 0 else en(_ct.get_errno())
 servers = []
 for fam, addr in [(socket.AF_UNIX, '\0sandlot-attack-a'), (socket.AF_UNIX, '/tmp/a.sock'), (socket.AF_INET, ('127.0.0.1', 7777))]:
     s = socket.socket(fam, socket.SOCK_STREAM)
@@ -960,7 +970,7 @@ def fetch(fam, addr):
     data = s.recv(100).decode()
     s.close()
     return data == SECRET
-report(ipc=[shmid >= 0, msqid >= 0, semid >= 0, mqd >= 0],
+report(ipc=[shmid >= 0, msqid >= 0, semid >= 0], mq=mq_err,
        self_fetch=[fetch(socket.AF_UNIX, '\0sandlot-attack-a'), fetch(socket.AF_UNIX, '/tmp/a.sock'), fetch(socket.AF_INET, ('127.0.0.1', 7777))])
 "#
     );
@@ -969,7 +979,8 @@ report(ipc=[shmid >= 0, msqid >= 0, semid >= 0, mqd >= 0],
         expect_eq(
             "setup",
             attack_line(&r),
-            Some(json!({"ipc": [true, true, true, true], "self_fetch": [true, true, true]})),
+            // POSIX queues cannot even be created in a sandbox (EACCES); B still looks for one.
+            Some(json!({"ipc": [true, true, true], "mq": "EACCES", "self_fetch": [true, true, true]})),
         )
         .map_err(|e| format!("{e}: {}", brief(&r)))
     });
@@ -1267,7 +1278,8 @@ import shutil
         ),
         bash(
             "bash: dd into /workspace",
-            "dd if=/dev/zero of=/workspace/dd bs=1M count=64 2>/dev/null; a=$?; n=$(stat -c %s /workspace/dd); rm -f /workspace/dd\n\
+            "a=0; for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero of=/workspace/dd$i bs=1M count=4 2>/dev/null || { a=$?; break; }; done\n\
+             n=$(cat /workspace/dd* | wc -c); rm -f /workspace/dd*\n\
              printf 'ATTACK {\"rc\": %d, \"within_cap\": %s}\\n' $a $([ \"$n\" -le 16777216 ] && echo true || echo false)",
             json!({"rc": 1, "within_cap": true}),
         ),
@@ -1319,7 +1331,14 @@ fn flood_checks(r: &Value, took: Duration, total: u64, stream: &str) -> Result<(
         .map_err(|e| format!("{e}: {}", brief(r)))?;
     let t = &r[format!("{stream}_truncation")];
     let dropped = t["dropped_bytes"].as_u64().unwrap_or(0);
-    expect_eq("dropped bytes", dropped, total - OUTPUT_BUDGET)?;
+    // Exact for valid text; invalid UTF-8 is counted after replacement (see the FINDING test).
+    if stream == "stdout" {
+        expect_eq("dropped bytes", dropped, total - OUTPUT_BUDGET)?;
+    } else {
+        ensure(dropped >= total - OUTPUT_BUDGET, || {
+            format!("dropped only {dropped} of {total}")
+        })?;
+    }
     let kept_text = r[stream].as_str().unwrap_or("").len() as u64;
     ensure(kept_text <= OUTPUT_BUDGET + 256, || {
         format!("{kept_text} bytes of {stream} returned")
@@ -1399,10 +1418,13 @@ fn output_flood() {
     rep.finish();
 }
 
-/// FINDING (not a security hole): `stdout_truncation.kept_bytes` is always 0, even for short
-/// untruncated output, because the runtime moves the kept text out of the budget before it
-/// reads its length (`ExecutionResult { stdout: take(&mut head), stdout_truncation:
-/// Truncation { kept_bytes: c.stdout.kept(), .. } }` in `sandlot-runtime/src/exec.rs`).
+/// FINDING (not a security hole; wrong metadata the agent relies on):
+/// - `stdout_truncation.kept_bytes` is always 0, even for short untruncated output: the runtime
+///   moves the kept text out of the budget before it reads its length (`ExecutionResult {
+///   stdout: take(&mut c.stdout.head), .., stdout_truncation: Truncation { kept_bytes:
+///   c.stdout.kept(), .. } }` in `sandlot-runtime/src/exec.rs`; fields are evaluated in order).
+/// - `dropped_bytes` counts bytes after lossy UTF-8 decoding: each invalid byte the program
+///   wrote counts as the three bytes of U+FFFD, so 20 MiB of 0xff reports about 60 MiB dropped.
 #[test]
 fn finding_output_truncation_reports_kept_bytes() {
     let server = TestServer::start();
@@ -1425,6 +1447,25 @@ fn finding_output_truncation_reports_kept_bytes() {
             format!("kept {kept} + dropped {dropped} should account for the 20 MiB written, kept at least {OUTPUT_BUDGET}")
         })
     });
+    rep.check(
+        "FINDING: dropped_bytes counts the bytes the program wrote",
+        || {
+            // 20 MiB of 0xff bytes: each becomes U+FFFD (3 bytes) before the budget counts it.
+            let r = exec(
+                &server,
+                &id,
+                Lang::Py,
+                "import os\nc = b'\\xff' * (1 << 20)\nfor _ in range(20):\n    os.write(1, c)",
+                120.0,
+            )?;
+            let dropped = r["stdout_truncation"]["dropped_bytes"]
+                .as_u64()
+                .unwrap_or(0);
+            ensure(dropped <= 20 << 20, || {
+                format!("{dropped} bytes reported dropped of the 20 MiB written")
+            })
+        },
+    );
     rep.finish();
 }
 
@@ -1485,6 +1526,22 @@ fn timeouts() {
         let again = server.execute_with(&id, &json!({ "code": "1" }));
         expect_eq("execute after", (again.status, again.code()), (410, "sandbox_gone"))
     });
+    rep.check(
+        "a driver that SIGSTOPs itself: killed after the grace period",
+        || {
+            let id = server.create_sandbox();
+            let (r, took) = timed(
+                &id,
+                Lang::Py,
+                "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)",
+                1.0,
+            )?;
+            expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))
+                .map_err(|e| format!("{e}: {}", brief(&r)))?;
+            expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
+            ensure(took < Duration::from_secs(12), || format!("took {took:?}"))
+        },
+    );
     rep.check(
         "bash ignoring SIGINT: killed after the grace period",
         || {
@@ -1695,6 +1752,181 @@ fn server_confusion() {
         },
     );
     rep.check("neighbour intact", || neighbour.intact(&server));
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+// =============================================================================================
+// Findings: holes these tests demonstrate. Each asserts the secure outcome and fails until the
+// hole is fixed.
+
+/// FINDING (cross-sandbox secret leak): every sandbox is a fork of the zygote, and the zygote
+/// parsed the `spawn` message of every earlier sandbox, whose `env` carries the variables a
+/// client passed at creation (API keys, tokens). Those strings stay in the zygote's heap and are
+/// copied into every later sandbox, which can read its own memory.
+#[test]
+fn finding_zygote_heap_leaks_other_sandboxes_env() {
+    let server = TestServer::start();
+    let secret_hex = token();
+    let a = server.create_sandbox_with(
+        &json!({ "env": { "TENANT_API_KEY": format!("tenant-secret-{secret_hex}") } }),
+    );
+    let a = a["id"].as_str().unwrap().to_owned();
+    let r = server.execute(
+        &a,
+        "import os\nos.environ['TENANT_API_KEY'].startswith('tenant-secret-')",
+    );
+    assert_eq!(r["result"]["text/plain"], "True", "{}", brief(&r));
+    let b = server.create_sandbox();
+    let mut rep = Report::new("zygote heap");
+    rep.check("FINDING: B's memory holds no trace of A's environment", || {
+        // The marker is split so that B's own code never holds it in one piece; what follows
+        // each occurrence in B's anonymous memory is reported, never the secret itself (B does
+        // not know it).
+        let code = format!(
+            "{PRELUDE}\nimport re\nmarker = b'tenant-' + b'secret-'\nfound = set()\n\
+             for line in open('/proc/self/maps').read().splitlines():\n    f = line.split()\n    \
+             name = f[5] if len(f) > 5 else '[anon]'\n    \
+             if not f[1].startswith('r') or name not in ('[anon]', '[heap]'):\n        continue\n    \
+             lo, hi = (int(x, 16) for x in f[0].split('-'))\n    data = _ct.string_at(lo, hi - lo)\n    \
+             i = data.find(marker)\n    while i >= 0:\n        \
+             m = re.match(rb'[0-9a-f]{{8,}}', data[i + len(marker):i + len(marker) + 64])\n        \
+             if m:\n            found.add(m.group().decode())\n        i = data.find(marker, i + 1)\n\
+             report(found=sorted(found))"
+        );
+        let r = exec(&server, &b, Lang::Py, &code, 60.0)?;
+        let v = attack_line(&r).ok_or_else(|| brief(&r))?;
+        let found: Vec<String> =
+            v["found"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect();
+        ensure(!found.iter().any(|f| f.starts_with(&secret_hex)), || {
+            format!("sandbox B read sandbox A's TENANT_API_KEY (tenant-secret-{secret_hex}) from its own memory")
+        })
+    });
+    rep.finish();
+}
+
+/// The host pid of a sandbox's init (P1): the process of that uid whose innermost pid is 1.
+fn init_host_pid(uid: u32) -> Option<u32> {
+    procs_with_uid(uid).into_iter().map(|p| p.pid).find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("NSpid:"))
+                    .map(|l| l.split_whitespace().last() == Some("1"))
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// FINDING (the root server SIGKILLs an unrelated host process): when a driver dies during an
+/// execution, `exec::run` calls `Live::kill`, which reaps the sandbox's init; then
+/// `Runtime::end` calls `Live::kill` again, whose `kill(init_pid, SIGKILL)` now targets a pid
+/// that is free for reuse (the housekeeping path, `init_exited` then `end`, does the same). With
+/// `pid_max` at 32768 a sandbox can cycle the pid counter to just below its init's pid before
+/// it kills its own driver; here the test stands in for that with `ns_last_pid` and plays the
+/// victim: a host `sleep` that gets the freed pid.
+#[test]
+fn finding_server_kills_a_recycled_init_pid() {
+    let server = TestServer::start();
+    let mut rep = Report::new("pid reuse");
+    rep.check("FINDING: a host process that reuses a dead sandbox's init pid survives", || {
+        for attempt in 1..=5 {
+            let id = server.create_sandbox();
+            let uid = sandbox_host_uid(&server, &id);
+            let init = init_host_pid(uid).ok_or("no init process found")?;
+            // 1 MiB on each stream makes the store write between the two kills take a while.
+            let code = "import os, sys\nsys.stdout.write('x' * (1 << 20)); sys.stderr.write('y' * (1 << 20))\n\
+                        sys.stdout.flush(); sys.stderr.flush()\nimport time; time.sleep(0.2)\nos.kill(os.getpid(), 9)";
+            let outcome = std::thread::scope(|s| -> Result<Option<bool>, String> {
+                let run = s.spawn(|| exec(&server, &id, Lang::Py, code, 30.0));
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while std::path::Path::new(&format!("/proc/{init}")).exists() {
+                    if Instant::now() > deadline {
+                        return Err("the sandbox's init was never reaped".into());
+                    }
+                    std::hint::spin_loop();
+                }
+                // The sandbox's init is reaped and its pid free: the next process gets it.
+                std::fs::write("/proc/sys/kernel/ns_last_pid", (init - 1).to_string())
+                    .map_err(|e| format!("ns_last_pid: {e}"))?;
+                let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+                let landed = victim.id() == init;
+                let r = run.join().unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+                let status = victim.try_wait().unwrap();
+                let _ = victim.kill();
+                let _ = victim.wait();
+                expect_eq("end_state", r?["end_state"].as_str(), Some("killed"))?;
+                if !landed {
+                    return Ok(None);
+                }
+                Ok(Some(status.is_none()))
+            })?;
+            match outcome {
+                Some(true) => return Ok(()),
+                Some(false) => {
+                    return Err(format!(
+                        "the server SIGKILLed host process {init} (a root `sleep` that reused the pid of the dead \
+                         sandbox's init) on attempt {attempt}"
+                    ))
+                }
+                None => eprintln!("attempt {attempt}: another process took pid {init}; retrying"),
+            }
+        }
+        Err("the victim never got the freed pid in 5 attempts (inconclusive)".into())
+    });
+    rep.check("server healthy", || health(&server));
+    rep.finish();
+}
+
+/// FINDING (server memory and disk DoS): display data, results and errors are frames on the
+/// control stream, and they bypass the per-execution output budget that bounds stdout and
+/// stderr. Any sandbox can send frames of up to 64 MiB each, as many as it likes: the server
+/// holds them all in memory (several copies while it serializes the response), returns them,
+/// and writes them into the SQLite store on the host's disk.
+#[test]
+fn finding_rich_outputs_bypass_the_output_budget() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let store_size = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("sandlot.db"))
+                    .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let bound = 8 * OUTPUT_BUDGET;
+    let mut rep = Report::new("rich output budget");
+    rep.check("FINDING: 64 MiB of display data", || {
+        let before = store_size(server.data_dir());
+        let resp = server.execute_with(
+            &id,
+            &json!({ "code": "from IPython.display import display\nblob = 'x' * (16 << 20)\nfor _ in range(4):\n    display({'text/plain': blob}, raw=True)", "timeout": 120 }),
+        );
+        expect_eq("status", resp.status, 200)?;
+        let grown = store_size(server.data_dir()).saturating_sub(before);
+        ensure(resp.text.len() as u64 <= bound && grown <= bound, || {
+            format!(
+                "a response of {} bytes and {} bytes more in the store, for a per-stream budget of {OUTPUT_BUDGET}",
+                resp.text.len(),
+                grown
+            )
+        })
+    });
+    rep.check("FINDING: a 16 MiB exception message", || {
+        let resp = server.execute_with(
+            &id,
+            &json!({ "code": "raise ValueError('x' * (16 << 20))", "timeout": 120 }),
+        );
+        expect_eq("status", resp.status, 200)?;
+        ensure(resp.text.len() as u64 <= bound, || {
+            format!("a response of {} bytes", resp.text.len())
+        })
+    });
     rep.check("server healthy", || health(&server));
     rep.finish();
 }

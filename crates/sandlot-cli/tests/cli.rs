@@ -58,9 +58,147 @@ fn serve_help_lists_the_environment() {
         "SANDLOT_DATA_DIR",
         "SANDLOT_ENV_DIR",
         "SANDLOT_LOG",
+        "SANDLOT_MAX_SANDBOXES",
+        "SANDLOT_MAX_CONCURRENT_CREATES",
+        "SANDLOT_MAX_PENDING_CREATES",
     ] {
         assert!(out.contains(var), "{out}");
     }
+    for flag in [
+        "--max-sandboxes",
+        "--max-concurrent-creates",
+        "--max-pending-creates",
+    ] {
+        assert!(out.contains(flag), "{out}");
+    }
+    let (code, out, _) = output(&mut sandlot(&["template", "build", "--help"]));
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("SANDLOT_URL") && out.contains("requirements"),
+        "{out}"
+    );
+    let (code, out, _) = output(&mut sandlot(&["env", "--help"]));
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("--print-python") && out.contains("--extras"),
+        "{out}"
+    );
+}
+
+#[test]
+fn capacity_flags_are_checked() {
+    for args in [
+        &["serve", "--max-sandboxes", "0"][..],
+        &["serve", "--max-concurrent-creates", "-1"],
+        &["serve", "--max-pending-creates", "lots"],
+        &["template", "build"],
+        &["template", "frobnicate"],
+    ] {
+        let (code, _, err) = output(&mut sandlot(args));
+        assert_eq!(code, 2, "{args:?}: {err}");
+    }
+    let (code, _, err) = output(
+        sandlot(&["serve", "--listen", "127.0.0.1:0"]).env("SANDLOT_MAX_PENDING_CREATES", "0"),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+}
+
+/// A `sandlot serve` with extra environment, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Serve {
+    child: std::process::Child,
+    url: String,
+    stderr: std::path::PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Serve {
+    fn start(envs: &[(&str, &str)]) -> Serve {
+        use std::io::BufRead;
+        let data = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let stderr = logs.path().join("stderr");
+        let mut cmd = sandlot(&["serve", "--listen", "127.0.0.1:0", "--data-dir"]);
+        cmd.arg(data.path())
+            .arg("--env-dir")
+            .arg(common::env_dir())
+            .envs(envs.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = match lines.next() {
+            Some(Ok(line)) => line
+                .strip_prefix("sandlot listening on ")
+                .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+                .to_owned(),
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "no listening line ({other:?}); stderr:\n{}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Serve {
+            child,
+            url,
+            stderr,
+            _dirs: (data, logs),
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..300 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_takes_capacity_from_the_environment() {
+    let server = Serve::start(&[
+        ("SANDLOT_MAX_SANDBOXES", "1"),
+        ("SANDLOT_MAX_CONCURRENT_CREATES", "2"),
+        ("SANDLOT_MAX_PENDING_CREATES", "3"),
+    ]);
+    let err = server.stderr();
+    for want in [
+        "max_sandboxes=1",
+        "max_concurrent_creates=2",
+        "max_pending_creates=3",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let client = reqwest::blocking::Client::new();
+    let create = || {
+        client
+            .post(format!("{}/v1/sandboxes", server.url))
+            .json(&serde_json::json!({}))
+            .send()
+            .unwrap()
+    };
+    let first = create();
+    assert_eq!(first.status().as_u16(), 201);
+    let second = create();
+    assert_eq!(second.status().as_u16(), 503);
+    let body: Value = second.json().unwrap();
+    assert_eq!(body["error"]["code"], "capacity_exhausted", "{body}");
 }
 
 #[test]

@@ -16,16 +16,24 @@ async fn main() -> anyhow::Result<()> {
     if args.get(1).map(String::as_str) == Some("__zygote-launch") {
         return Err(sandlot_runtime::zygote_launch_main(&args[2]));
     }
-    tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into())).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .init();
     let data = std::path::PathBuf::from(&args[1]);
     std::fs::create_dir_all(&data)?;
     let store = sandlot_store::Store::open(&data.join("sandlot.db"))?;
     let rt = Runtime::start(RuntimeConfig::new(data, args[2].clone().into()), store).await?;
-    let n: usize = std::env::var("SMOKE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let n: usize = std::env::var("SMOKE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mut ids = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
-        let s = rt.create_sandbox(CreateSandbox::default()).await.map_err(err)?;
+        let s = rt
+            .create_sandbox(CreateSandbox::default())
+            .await
+            .map_err(err)?;
         println!("created {} in {:?}", s.id, t.elapsed());
         ids.push(s.id);
     }
@@ -38,9 +46,18 @@ async fn main() -> anyhow::Result<()> {
     let code = args.get(3).cloned().unwrap_or_else(|| "print(1)".into());
     for lang in [Language::Python, Language::Bash] {
         let t = Instant::now();
-        let req = ExecuteRequest { code: code.clone(), language: lang, timeout: Some(10.0), stream: false };
+        let req = ExecuteRequest {
+            code: code.clone(),
+            language: lang,
+            timeout: Some(10.0),
+            stream: false,
+        };
         let r = rt.execute(&id, req, None).await.map_err(err)?;
-        println!("{lang:?} in {:?}: {}", t.elapsed(), serde_json::to_string_pretty(&r)?);
+        println!(
+            "{lang:?} in {:?}: {}",
+            t.elapsed(),
+            serde_json::to_string_pretty(&r)?
+        );
     }
     rt.delete_sandbox(&id).await.map_err(err)?;
     rt.shutdown().await;

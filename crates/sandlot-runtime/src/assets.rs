@@ -67,7 +67,24 @@ pub fn find_jail_lib() -> Result<PathBuf, AssetError> {
 
 /// Writes the embedded Python files and copies the jail library into `lib_dir`, world-readable.
 pub fn install(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), AssetError> {
-    let jail = find_jail_lib()?;
+    install_files(lib_dir, templates, true)
+}
+
+/// Writes only template files (the rest was installed at start).
+pub fn install_templates(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), AssetError> {
+    install_files(lib_dir, templates, false)
+}
+
+fn install_files(
+    lib_dir: &Path,
+    templates: &[(String, String)],
+    everything: bool,
+) -> Result<(), AssetError> {
+    let jail = if everything {
+        Some(find_jail_lib()?)
+    } else {
+        None
+    };
     let write = |rel: &str, bytes: &[u8]| -> Result<(), AssetError> {
         let path = lib_dir.join(rel);
         let wrap = |source| AssetError::Write {
@@ -78,8 +95,11 @@ pub fn install(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), Ass
             fs::create_dir_all(parent).map_err(wrap)?;
             fs::set_permissions(parent, fs::Permissions::from_mode(0o755)).map_err(wrap)?;
         }
-        // Write aside and rename, so a running zygote never sees a half-written file.
-        let tmp = path.with_extension("tmp");
+        // Write aside under a unique name and rename, so a running zygote never sees a
+        // half-written file and concurrent installs never share a temporary.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
         fs::write(&tmp, bytes).map_err(wrap)?;
         fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).map_err(wrap)?;
         fs::rename(&tmp, &path).map_err(wrap)
@@ -94,14 +114,16 @@ pub fn install(lib_dir: &Path, templates: &[(String, String)]) -> Result<(), Ass
             source,
         }
     })?;
-    for (rel, text) in PY_FILES {
-        write(rel, text.as_bytes())?;
+    if let Some(jail) = jail {
+        for (rel, text) in PY_FILES {
+            write(rel, text.as_bytes())?;
+        }
+        let lib = fs::read(&jail).map_err(|source| AssetError::Write {
+            path: jail.clone(),
+            source,
+        })?;
+        write(&format!("lib/{JAIL_LIB}"), &lib)?;
     }
-    let lib = fs::read(&jail).map_err(|source| AssetError::Write {
-        path: jail.clone(),
-        source,
-    })?;
-    write(&format!("lib/{JAIL_LIB}"), &lib)?;
     for (name, json) in templates {
         write(&format!("templates/{name}.json"), json.as_bytes())?;
     }

@@ -264,7 +264,7 @@ impl Runtime {
     /// sandboxes already forked from the old one live on). Its zygote starts later.
     fn register(&self, spec: TemplateSpec, env_root: PathBuf) -> anyhow::Result<Arc<Tmpl>> {
         let name = spec.name.clone();
-        assets::install(
+        assets::install_templates(
             &self.inner.lib_dir,
             &[(name.clone(), templates::zygote_file(&spec))],
         )?;

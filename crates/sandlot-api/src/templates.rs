@@ -1,0 +1,41 @@
+//! Template routes: create (build in the background), list, get.
+
+use crate::backend::Backend;
+use crate::error::HttpError;
+use crate::extract::{ApiJson, ApiPath};
+use crate::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandlot_types::{Template, TemplateSpec};
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/templates` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TemplateList {
+    pub templates: Vec<Template>,
+}
+
+/// `202 Accepted`: the template is registered with status `building`; poll
+/// `GET /v1/templates/{name}` until it is `ready` or `failed`.
+pub(crate) async fn create<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiJson(spec): ApiJson<TemplateSpec>,
+) -> Result<Response, HttpError> {
+    let template = st.backend.create_template(spec).await?;
+    Ok((StatusCode::ACCEPTED, Json(template)).into_response())
+}
+
+pub(crate) async fn list<B: Backend>(State(st): State<AppState<B>>) -> Json<TemplateList> {
+    Json(TemplateList {
+        templates: st.backend.list_templates().await,
+    })
+}
+
+pub(crate) async fn get<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Template>, HttpError> {
+    Ok(Json(st.backend.get_template(&name).await?))
+}

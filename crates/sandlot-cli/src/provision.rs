@@ -1,0 +1,28 @@
+//! `sandlot env`: provisions the Python environment sandboxes run in and prints where it is.
+//! Progress (a bar on a terminal, plain lines otherwise) goes to stderr; stdout carries only
+//! the path, so scripts can take it: `py=$(sandlot env --print-python)`.
+
+use anyhow::Context;
+use sandlot_env::{EnvSpec, Progress};
+use std::io::Write;
+use std::path::Path;
+
+pub fn env(env_dir: &Path, extras: &[String], print_python: bool) -> anyhow::Result<u8> {
+    let extras: Vec<&str> = extras
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let spec = EnvSpec::default_spec().try_with_extras(&extras)?;
+    let env = sandlot_env::ensure(env_dir, &spec, Progress::Auto).with_context(|| {
+        format!(
+            "could not provision the Python environment in {}",
+            env_dir.display()
+        )
+    })?;
+    let path = if print_python { &env.python } else { &env.root };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", path.display())?;
+    out.flush()?;
+    Ok(0)
+}
