@@ -36,14 +36,9 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
     )
     .step("setresuid")?;
     crate::caps::set_no_new_privs()?;
-    // Die with the server; set after the uid change, which clears it.
-    // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number has no memory effects.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
-        return Err(JailError::Sys {
-            step: "pdeathsig",
-            source: nix::Error::last(),
-        });
-    }
+    // No PR_SET_PDEATHSIG: it fires when the parent *thread* exits, and the server launches
+    // zygotes from worker threads that come and go. The zygote exits instead when its control
+    // socket reaches end of file, which happens when the server dies.
     crate::rlimits::set(libc::RLIMIT_NOFILE, cfg.nofile)?;
     crate::rlimits::set(libc::RLIMIT_CORE, 0)?;
     exec(cfg)

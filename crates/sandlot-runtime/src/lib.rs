@@ -6,6 +6,7 @@
 pub mod assets;
 mod exec;
 pub mod files;
+mod recorder;
 mod sandbox;
 pub mod templates;
 mod util;
@@ -152,7 +153,8 @@ pub struct Runtime {
 
 struct Inner {
     config: RuntimeConfig,
-    store: Store,
+    store: Arc<Store>,
+    recorder: recorder::Recorder,
     hierarchy: Hierarchy,
     /// `<parent>/<instance>`: this server's groups.
     cgroup_base: PathBuf,
@@ -197,8 +199,10 @@ impl Runtime {
         std::fs::create_dir_all(data_dir.join("templates"))?;
         let env_root = std::fs::canonicalize(&config.python_env)?;
         let config_slots = config.max_concurrent_creates.max(1);
+        let store = Arc::new(store);
         let runtime_inner = Inner {
             config,
+            recorder: recorder::Recorder::start(store.clone()),
             store,
             hierarchy,
             cgroup_base,
@@ -767,6 +771,12 @@ impl Runtime {
             .map_err(|e| failed("socket", &e))?;
         let mut ctrl = tokio::net::UnixStream::from_std(ours).map_err(|e| failed("socket", &e))?;
         let deadline = Duration::from_secs(15);
+        // Joining a cgroup can wait for an RCU grace period (milliseconds on cgroup v1); do it
+        // while the child unshares its namespaces. The child forks nothing before "go".
+        let cg_join = {
+            let cg = cg.clone();
+            tokio::task::spawn_blocking(move || cg.add(p0))
+        };
         let handshake = async {
             let b = sandbox::read_byte(&mut ctrl)
                 .await
@@ -777,7 +787,10 @@ impl Runtime {
             let t_unshared = t0.elapsed();
             sandlot_jail::idmap::write_maps(Path::new("/proc"), p0, uid, uid)
                 .map_err(|e| failed("id maps", &e))?;
-            cg.add(p0).map_err(|e| failed("cgroup", &e))?;
+            cg_join
+                .await
+                .map_err(internal)?
+                .map_err(|e| failed("cgroup", &e))?;
             ctrl.write_all(&[sandlot_jail::child::GO])
                 .await
                 .map_err(|e| failed("handshake", &e))?;
@@ -905,11 +918,11 @@ impl Runtime {
         }
         let live = e.live.clone();
         let rt = self.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            live.kill();
-            rt.cleanup(&live);
-        })
-        .await;
+        // The processes are gone when this returns; removing the cgroup (which waits for the
+        // kernel to retire it) and freeing the uid happen in the background.
+        let killed = live.clone();
+        let _ = tokio::task::spawn_blocking(move || killed.kill()).await;
+        tokio::task::spawn_blocking(move || rt.cleanup(&live));
         let mut info = e.info.lock().unwrap_or_else(|e| e.into_inner()).clone();
         info.state = state;
         info.ended_reason = Some(reason.to_string());
@@ -984,10 +997,7 @@ impl Runtime {
             started_at: now_rfc3339(),
             result: None,
         };
-        self.inner
-            .store
-            .insert_execution(&record)
-            .map_err(internal)?;
+        self.inner.recorder.started(record);
         let result = exec::run(
             &e.live,
             &exec_id,
@@ -997,9 +1007,7 @@ impl Runtime {
             events,
         )
         .await;
-        if let Err(err) = self.inner.store.finish_execution(&exec_id, &result) {
-            tracing::error!(error = %err, "recording an execution failed");
-        }
+        self.inner.recorder.finished(&exec_id, &result);
         drop(guard);
         self.touch(&e);
         if !result.sandbox_alive {
@@ -1055,6 +1063,7 @@ impl Runtime {
                 format!("no sandbox with id {id:?}"),
             ));
         }
+        self.inner.recorder.flush().await;
         self.inner.store.list_executions(id).map_err(internal)
     }
 
@@ -1245,6 +1254,7 @@ impl Runtime {
                 z.kill();
             }
         }
+        self.inner.recorder.flush().await;
     }
 }
 

@@ -71,12 +71,19 @@ impl Live {
     }
 
     /// Kills every process of the sandbox: SIGKILL to its pid-namespace init takes the whole
-    /// namespace with it; the cgroup kill catches anything else.
+    /// namespace with it; if anything is still in the cgroup after a moment (it cannot have
+    /// left the pid namespace, but be sure), the cgroup is frozen and killed.
     pub fn kill(&self) {
         self.dead.store(true, Ordering::SeqCst);
         // SAFETY: as in `interrupt`.
         unsafe { libc::kill(self.init_pid, libc::SIGKILL) };
-        let _ = self.cgroup.kill_all(Duration::from_secs(5));
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while !self.cgroup.pids().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !self.cgroup.pids().is_empty() {
+            let _ = self.cgroup.kill_all(Duration::from_secs(5));
+        }
         reap(self.init_pid);
     }
 }
