@@ -862,8 +862,15 @@ def _serve(channel: _Channel) -> None:
             continue
         if message is None:
             return
-        if message.get("type") == "execute":
+        kind = message.get("type")
+        if kind == "execute":
             _execute(message)
+        elif kind == "env":
+            # The creator's environment variables come on the sandbox's own channel, never
+            # through the zygote, so no other sandbox's memory ever holds them.
+            env = message.get("env")
+            if isinstance(env, dict):
+                os.environ.update({str(k): str(v) for k, v in env.items()})
 
 
 def _exit_driver() -> NoReturn:

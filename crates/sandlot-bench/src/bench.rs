@@ -314,6 +314,8 @@ pub struct DensityLevel {
     /// Host used memory (MemTotal − MemAvailable) after settling, minus the baseline.
     pub host_used_delta: u64,
     pub host_used_after: u64,
+    /// /proc/meminfo after settling (the baseline is in the result).
+    pub meminfo: machine::MemInfo,
     pub groups: GroupMemory,
     pub zygote_pss: u64,
     pub server_rss: u64,
@@ -333,6 +335,7 @@ pub struct DensityResult {
     pub conditions: Conditions,
     /// Host used memory before the first sandbox, and what sandlot itself held then.
     pub baseline_used: u64,
+    pub baseline_meminfo: machine::MemInfo,
     pub baseline_zygote_pss: u64,
     pub baseline_server_rss: u64,
     pub settle_s: f64,
@@ -354,7 +357,8 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
     let mut c = ctx.conn();
     ctx.ensure_instance()?;
     std::thread::sleep(Duration::from_secs_f64(o.settle));
-    let baseline = machine::meminfo().used();
+    let baseline_meminfo = machine::meminfo();
+    let baseline = baseline_meminfo.used();
     let zygote_pss_of = |ctx: &Ctx| {
         ctx.instance
             .as_ref()
@@ -413,7 +417,8 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
         }
         eprintln!("[density] {n} live; settling {}s", o.settle);
         std::thread::sleep(Duration::from_secs_f64(o.settle));
-        let after = machine::meminfo().used();
+        let meminfo = machine::meminfo();
+        let after = meminfo.used();
         let groups = match &ctx.instance {
             Some(inst) => machine::group_memory(inst, &ids, Duration::from_secs(60)),
             None => GroupMemory::default(),
@@ -466,6 +471,7 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
             n: ids.len(),
             host_used_delta: after.saturating_sub(baseline),
             host_used_after: after,
+            meminfo,
             groups,
             zygote_pss,
             server_rss,
@@ -519,6 +525,7 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
     Ok(DensityResult {
         conditions: watch.finish(ctx),
         baseline_used: baseline,
+        baseline_meminfo,
         baseline_zygote_pss,
         baseline_server_rss,
         settle_s: o.settle,

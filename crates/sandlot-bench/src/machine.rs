@@ -59,10 +59,15 @@ impl Machine {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct MemInfo {
     pub total: u64,
     pub available: u64,
+    /// Kernel-side memory that no memory cgroup of a sandbox is charged for in full.
+    pub page_tables: u64,
+    pub slab_unreclaimable: u64,
+    pub kernel_stack: u64,
+    pub shmem: u64,
 }
 
 impl MemInfo {
@@ -84,6 +89,10 @@ pub fn meminfo() -> MemInfo {
         match k {
             "MemTotal:" => m.total = kib * 1024,
             "MemAvailable:" => m.available = kib * 1024,
+            "PageTables:" => m.page_tables = kib * 1024,
+            "SUnreclaim:" => m.slab_unreclaimable = kib * 1024,
+            "KernelStack:" => m.kernel_stack = kib * 1024,
+            "Shmem:" => m.shmem = kib * 1024,
             _ => {}
         }
     }

@@ -437,6 +437,22 @@ pub fn density_block(run: &Run, d: &DensityResult) -> String {
             fmt_bytes(l.server_rss as f64),
         );
     }
+    o.push_str("\nKernel memory over the baseline (from /proc/meminfo; not all of it is charged to the sandboxes' cgroups):\n\n");
+    o.push_str("| N | page tables Δ | unreclaimable slab Δ | kernel stacks Δ | shmem Δ |\n| ---: | ---: | ---: | ---: | ---: |\n");
+    let b = &d.baseline_meminfo;
+    let delta = |a: u64, b: u64| fmt_bytes(a as f64 - b as f64);
+    for l in &d.levels {
+        let m = &l.meminfo;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} |",
+            l.n,
+            delta(m.page_tables, b.page_tables),
+            delta(m.slab_unreclaimable, b.slab_unreclaimable),
+            delta(m.kernel_stack, b.kernel_stack),
+            delta(m.shmem, b.shmem),
+        );
+    }
     o.push_str("\nLatency with N alive (ms):\n\n");
     o.push_str("| N | hot `1+1` p50 | p90 | p99 | max | n | every sandbox answered | its first `1+1` p50 / p99 | create p50 / p99 |\n");
     o.push_str("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");

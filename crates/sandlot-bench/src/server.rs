@@ -49,11 +49,10 @@ impl Server {
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = mpsc::channel::<String>();
         std::thread::spawn(move || {
+            // Keep draining after the announcement, so the server never writes into a closed pipe.
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
+                let _ = tx.send(line);
             }
         });
         let mut server = Server {

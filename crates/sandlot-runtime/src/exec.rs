@@ -21,6 +21,35 @@ struct Collector {
     stderr: Budgeted,
     result: Option<BTreeMap<String, Value>>,
     error: Option<ExecError>,
+    /// Bytes of rich output (display data, results) still allowed in this execution.
+    rich_left: usize,
+}
+
+/// Rich output (display data and results) kept per execution, as a multiple of the text budget.
+const RICH_BUDGET_FACTOR: usize = 16;
+/// Longest error value and traceback kept, in bytes.
+const MAX_ERROR_TEXT: usize = 64 << 10;
+const MAX_TRACEBACK: usize = 256 << 10;
+
+/// Cuts the middle out of `s` so it is at most `max` bytes, saying how much was cut.
+fn cut_middle(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut head = max / 2;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - max / 2;
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[... {} bytes cut ...]\n{}",
+        &s[..head],
+        tail - head,
+        &s[tail..]
+    )
 }
 
 impl Collector {
@@ -65,7 +94,40 @@ impl Collector {
             .get("metadata")
             .cloned()
             .unwrap_or(Value::Object(Default::default()));
-        match v.get("type").and_then(|t| t.as_str()) {
+        let kind = v.get("type").and_then(|t| t.as_str());
+        if matches!(kind, Some("display_data") | Some("result")) {
+            let size = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+            if size > self.rich_left {
+                // Over budget: keep a short text/plain in its place, so the order and the fact
+                // that something was shown survive.
+                let text = v
+                    .pointer("/data/text~1plain")
+                    .and_then(|t| t.as_str())
+                    .map(|t| cut_middle(t, 4096))
+                    .unwrap_or_default();
+                let note = format!(
+                    "{text}\n[rich output of {size} bytes dropped: this execution's budget for display data is spent]"
+                );
+                let mut d = BTreeMap::new();
+                d.insert("text/plain".to_string(), Value::String(note));
+                let meta = serde_json::json!({"sandlot": {"dropped_bytes": size}});
+                if kind == Some("result") {
+                    self.result = Some(d.clone());
+                    self.emit(OutputEvent::Result {
+                        data: d,
+                        metadata: meta,
+                    });
+                } else {
+                    self.emit(OutputEvent::DisplayData {
+                        data: d,
+                        metadata: meta,
+                    });
+                }
+                return;
+            }
+            self.rich_left -= size;
+        }
+        match kind {
             Some("display_data") => self.emit(OutputEvent::DisplayData {
                 data: data(),
                 metadata,
@@ -76,19 +138,27 @@ impl Collector {
                 self.emit(OutputEvent::Result { data: d, metadata });
             }
             Some("error") => {
-                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
-                let traceback = v
-                    .get("traceback")
-                    .and_then(|t| t.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|l| l.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let s = |k: &str, max: usize| {
+                    cut_middle(v.get(k).and_then(|x| x.as_str()).unwrap_or(""), max)
+                };
+                // Keep the last frames (where the error is) within the traceback budget.
+                let mut traceback: Vec<String> = Vec::new();
+                let mut used = 0;
+                if let Some(lines) = v.get("traceback").and_then(|t| t.as_array()) {
+                    for line in lines.iter().rev().filter_map(|l| l.as_str()) {
+                        let line = cut_middle(line, MAX_ERROR_TEXT);
+                        used += line.len();
+                        if used > MAX_TRACEBACK {
+                            traceback.push("[... earlier traceback lines cut ...]".into());
+                            break;
+                        }
+                        traceback.push(line);
+                    }
+                }
+                traceback.reverse();
                 let e = ExecError {
-                    name: s("name"),
-                    value: s("value"),
+                    name: s("name", 1024),
+                    value: s("value", MAX_ERROR_TEXT),
                     traceback,
                 };
                 self.error = Some(e.clone());
@@ -139,6 +209,7 @@ pub async fn run(
         stderr: Budgeted::new(budget),
         result: None,
         error: None,
+        rich_left: budget.saturating_mul(RICH_BUDGET_FACTOR),
     };
     let mut events = live.events.lock().await;
     // Output that arrived between executions (background processes) and frames of an earlier,
@@ -265,20 +336,20 @@ pub async fn run(
         sandbox_id: live.id.clone(),
         language: req.language,
         end_state,
+        stdout_truncation: Truncation {
+            kept_bytes: c.stdout.kept(),
+            dropped_bytes: c.stdout.dropped_raw(),
+        },
+        stderr_truncation: Truncation {
+            kept_bytes: c.stderr.kept(),
+            dropped_bytes: c.stderr.dropped_raw(),
+        },
         stdout: std::mem::take(&mut c.stdout.head),
         stderr: std::mem::take(&mut c.stderr.head),
         result: c.result,
         error: c.error,
         exit_code,
         outputs: c.outputs,
-        stdout_truncation: Truncation {
-            kept_bytes: c.stdout.kept(),
-            dropped_bytes: c.stdout.dropped,
-        },
-        stderr_truncation: Truncation {
-            kept_bytes: c.stderr.kept(),
-            dropped_bytes: c.stderr.dropped,
-        },
         started_at,
         duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
         cpu_time_ms: live.cgroup.cpu_time().saturating_sub(cpu0).as_secs_f64() * 1000.0,

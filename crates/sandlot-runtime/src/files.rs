@@ -138,6 +138,10 @@ fn map_errno(e: nix::Error, path: &str) -> ApiError {
             format!("{path}: exists and is not a directory"),
         ),
         nix::Error::ESRCH => err(ErrorCode::SandboxFailed, "the sandbox is gone"),
+        nix::Error::ENXIO => err(
+            ErrorCode::NotARegularFile,
+            format!("{path}: is a FIFO or socket, not a regular file"),
+        ),
         e => err(ErrorCode::Internal, format!("{path}: {}", e.desc())),
     }
 }
@@ -251,7 +255,11 @@ fn open_dir(
 }
 
 /// Creates or truncates a regular file for writing, owned by `uid`.
-pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, String), ApiError> {
+pub fn create_file(
+    ws: &OwnedFd,
+    uid: u32,
+    path: &str,
+) -> Result<(std::fs::File, String), ApiError> {
     let parts = normalize(path)?;
     let Some((name, dirs)) = parts.split_last() else {
         return Err(err(
@@ -260,8 +268,7 @@ pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, Str
         ));
     };
     let shown = parts.join("/");
-    let ws = workspace_fd(pid)?;
-    let dir = open_dir(&ws, dirs, true, uid, &shown)?;
+    let dir = open_dir(ws, dirs, true, uid, &shown)?;
     let fd = as_sandbox(uid, || {
         openat2(
             dir.as_raw_fd(),
@@ -291,7 +298,7 @@ pub fn create_file(pid: i32, uid: u32, path: &str) -> Result<(std::fs::File, Str
 }
 
 /// Opens a regular file for reading; returns it and its size.
-pub fn open_file(pid: i32, path: &str) -> Result<(std::fs::File, u64), ApiError> {
+pub fn open_file(ws: &OwnedFd, path: &str) -> Result<(std::fs::File, u64), ApiError> {
     let parts = normalize(path)?;
     if parts.is_empty() {
         return Err(err(
@@ -300,7 +307,6 @@ pub fn open_file(pid: i32, path: &str) -> Result<(std::fs::File, u64), ApiError>
         ));
     }
     let shown = parts.join("/");
-    let ws = workspace_fd(pid)?;
     // O_NONBLOCK so a FIFO cannot block us; regular files ignore it.
     let fd = openat2(
         ws.as_raw_fd(),
@@ -323,7 +329,7 @@ pub fn open_file(pid: i32, path: &str) -> Result<(std::fs::File, u64), ApiError>
 }
 
 /// Stat of a path (not following a final symlink), as a listing entry.
-pub fn entry_of(pid: i32, path: &str) -> Result<FileEntry, ApiError> {
+pub fn entry_of(ws: &OwnedFd, path: &str) -> Result<FileEntry, ApiError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
@@ -332,8 +338,7 @@ pub fn entry_of(pid: i32, path: &str) -> Result<FileEntry, ApiError> {
             "path names the workspace itself",
         ));
     };
-    let ws = workspace_fd(pid)?;
-    let dir = open_dir(&ws, dirs, false, 0, &shown)?;
+    let dir = open_dir(ws, dirs, false, 0, &shown)?;
     stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))
 }
 
@@ -356,11 +361,10 @@ fn stat_entry(dir: RawFd, name: &str, rel: &str) -> Result<FileEntry, nix::Error
 }
 
 /// Lists a directory of the workspace.
-pub fn list(pid: i32, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
+pub fn list(ws: &OwnedFd, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
-    let ws = workspace_fd(pid)?;
-    let dir = open_dir(&ws, &parts, false, 0, &shown)?;
+    let dir = open_dir(ws, &parts, false, 0, &shown)?;
     let mut out = Vec::new();
     walk(&dir, &shown, recursive, 0, &mut out).map_err(|e| map_errno(e, &shown))?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -408,7 +412,7 @@ fn walk(
 }
 
 /// Removes a file, or a directory and everything in it.
-pub fn remove(pid: i32, path: &str) -> Result<(), ApiError> {
+pub fn remove(ws: &OwnedFd, path: &str) -> Result<(), ApiError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
@@ -417,8 +421,7 @@ pub fn remove(pid: i32, path: &str) -> Result<(), ApiError> {
             "refusing to remove the workspace itself",
         ));
     };
-    let ws = workspace_fd(pid)?;
-    let dir = open_dir(&ws, dirs, false, 0, &shown)?;
+    let dir = open_dir(ws, dirs, false, 0, &shown)?;
     let e = stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))?;
     if e.kind == "dir" {
         let sub = openat2(dir.as_raw_fd(), name, libc::O_PATH | libc::O_DIRECTORY, 0)

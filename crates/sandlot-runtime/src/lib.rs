@@ -738,11 +738,9 @@ impl Runtime {
         };
         let jail = serde_json::to_value(&jail).map_err(internal)?;
         let env_root = tmpl.env_root.clone();
-        let mut env = sandbox_env(&env_root);
-        for (k, v) in &req.env {
-            env.insert(k.clone(), v.clone());
-        }
-        let env = serde_json::to_value(&env).map_err(internal)?;
+        // Only the base environment goes through the zygote; the creator's variables (often
+        // secrets) are sent on the sandbox's own channel once it is up.
+        let env = serde_json::to_value(sandbox_env(&env_root)).map_err(internal)?;
 
         let t0 = Instant::now();
         let fds = [theirs.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
@@ -816,6 +814,10 @@ impl Runtime {
         };
         let driver_pid =
             first_child(init_pid).ok_or_else(|| failed("driver", &"no driver process"))?;
+        // Pidfds first, then the check: if the processes are still the sandbox's after the
+        // pidfds exist, the pidfds refer to them for good.
+        let init_fd = sandbox::pidfd_open(init_pid).map_err(|e| failed("pidfd", &e))?;
+        let driver_fd = sandbox::pidfd_open(driver_pid).map_err(|e| failed("pidfd", &e))?;
         for pid in [init_pid, driver_pid] {
             if owner_uid(pid) != Some(uid) {
                 return Err(failed(
@@ -825,19 +827,28 @@ impl Runtime {
             }
         }
         let events = sandbox::start_pump(r, out_r, err_r).map_err(|e| failed("pump", &e))?;
-        Ok(Arc::new(Live {
+        let live = Arc::new(Live {
             id: id.to_string(),
             host_uid: uid,
             cgroup: cg.clone(),
             init_pid,
             driver_pid,
+            init_fd,
+            driver_fd,
             writer: tokio::sync::Mutex::new(w),
             events: tokio::sync::Mutex::new(events),
             exec_lock: tokio::sync::Mutex::new(()),
             running: Mutex::new(None),
             dead: Default::default(),
             interrupt: Default::default(),
-        }))
+        });
+        if !req.env.is_empty() {
+            let msg = serde_json::json!({"type": "env", "env": req.env});
+            live.send(&msg)
+                .await
+                .map_err(|e| failed("environment", &e))?;
+        }
+        Ok(live)
     }
 
     fn entry(&self, id: &str) -> Result<Arc<Entry>, ApiError> {
@@ -1076,11 +1087,15 @@ impl Runtime {
     ) -> Result<FileEntry, ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
-        let (pid, uid) = (e.live.driver_pid, e.live.host_uid);
+        let (live, uid) = (e.live.clone(), e.live.host_uid);
         let p = path.to_string();
-        let (file, shown) = tokio::task::spawn_blocking(move || files::create_file(pid, uid, &p))
-            .await
-            .map_err(internal)??;
+        let l1 = live.clone();
+        let (file, shown) = tokio::task::spawn_blocking(move || {
+            l1.workspace()
+                .and_then(|ws| files::create_file(&ws, uid, &p))
+        })
+        .await
+        .map_err(internal)??;
         let max = self.inner.config.max_file_bytes;
         let (tx, mut rx) = mpsc::channel::<Bytes>(8);
         let writer = tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
@@ -1120,12 +1135,18 @@ impl Runtime {
         let written = writer.await.map_err(internal)?;
         if let Some(f) = failure.or(written.err()) {
             let p = shown.clone();
-            let _ = tokio::task::spawn_blocking(move || files::remove(pid, &p)).await;
+            let l2 = live.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                l2.workspace().and_then(|ws| files::remove(&ws, &p))
+            })
+            .await;
             return Err(f);
         }
-        tokio::task::spawn_blocking(move || files::entry_of(pid, &shown))
-            .await
-            .map_err(internal)?
+        tokio::task::spawn_blocking(move || {
+            live.workspace().and_then(|ws| files::entry_of(&ws, &shown))
+        })
+        .await
+        .map_err(internal)?
     }
 
     /// Opens a regular file of the workspace for reading; returns its size and a reader.
@@ -1136,11 +1157,13 @@ impl Runtime {
     ) -> Result<(u64, tokio::fs::File), ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
-        let pid = e.live.driver_pid;
+        let live = e.live.clone();
         let p = path.to_string();
-        let (f, size) = tokio::task::spawn_blocking(move || files::open_file(pid, &p))
-            .await
-            .map_err(internal)??;
+        let (f, size) = tokio::task::spawn_blocking(move || {
+            live.workspace().and_then(|ws| files::open_file(&ws, &p))
+        })
+        .await
+        .map_err(internal)??;
         Ok((size, tokio::fs::File::from_std(f)))
     }
 
@@ -1153,20 +1176,23 @@ impl Runtime {
     ) -> Result<Vec<FileEntry>, ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
-        let pid = e.live.driver_pid;
+        let live = e.live.clone();
         let p = path.to_string();
-        tokio::task::spawn_blocking(move || files::list(pid, &p, recursive))
-            .await
-            .map_err(internal)?
+        tokio::task::spawn_blocking(move || {
+            live.workspace()
+                .and_then(|ws| files::list(&ws, &p, recursive))
+        })
+        .await
+        .map_err(internal)?
     }
 
     /// Removes a file or (recursively) a directory of the workspace.
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), ApiError> {
         let e = self.entry(id)?;
         self.touch(&e);
-        let pid = e.live.driver_pid;
+        let live = e.live.clone();
         let p = path.to_string();
-        tokio::task::spawn_blocking(move || files::remove(pid, &p))
+        tokio::task::spawn_blocking(move || live.workspace().and_then(|ws| files::remove(&ws, &p)))
             .await
             .map_err(internal)?
     }
@@ -1204,7 +1230,7 @@ impl Runtime {
             } else if !busy && idle_for >= Duration::from_secs(idle) {
                 let why = format!("expired: idle for more than its idle timeout of {idle} s");
                 self.end(&e, SandboxState::Expired, &why).await;
-            } else if !busy && init_exited(e.live.init_pid) {
+            } else if !busy && e.live.init_exited() {
                 self.end(&e, SandboxState::Lost, "the sandbox's processes exited")
                     .await;
             }
@@ -1346,12 +1372,6 @@ fn owner_uid(pid: i32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}"))
         .ok()
         .map(|m| m.uid())
-}
-
-fn init_exited(pid: i32) -> bool {
-    let mut status = 0;
-    // SAFETY: waitpid with WNOHANG and a valid out-pointer; reaps the init if it exited.
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
 }
 
 fn io_to_api(e: std::io::Error, what: &str) -> ApiError {

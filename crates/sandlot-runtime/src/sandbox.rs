@@ -32,9 +32,13 @@ pub struct Live {
     pub id: String,
     pub host_uid: u32,
     pub cgroup: Cgroup,
-    /// Host pids of the sandbox's init (P1) and driver (P2).
+    /// Host pids of the sandbox's init (P1) and driver (P2), for logs and `/proc` paths, and
+    /// pidfds of both: every signal goes through a pidfd, so a pid recycled after the sandbox
+    /// died can never be hit.
     pub init_pid: i32,
     pub driver_pid: i32,
+    pub init_fd: OwnedFd,
+    pub driver_fd: OwnedFd,
     /// Writes frames to the driver.
     pub writer: Mutex<tokio::net::unix::OwnedWriteHalf>,
     /// Ordered events from the pump; held by the execution that runs.
@@ -65,18 +69,34 @@ impl Live {
 
     /// Sends SIGINT to the driver.
     pub fn interrupt(&self) {
-        // SAFETY: kill has no memory effects; the pid is the sandbox's driver, which cannot
-        // have been recycled while the sandbox's init (its parent, reaped only by us) exists.
-        unsafe { libc::kill(self.driver_pid, libc::SIGINT) };
+        pidfd_signal(&self.driver_fd, libc::SIGINT);
+    }
+
+    /// Whether the driver is still alive (so `/proc/<driver_pid>` is still the sandbox's).
+    pub fn driver_alive(&self) -> bool {
+        pidfd_signal(&self.driver_fd, 0)
+    }
+
+    /// The sandbox's workspace as a directory fd, reached through the driver's `/proc` root
+    /// and checked against the driver's pidfd afterwards, so a recycled pid cannot redirect it.
+    pub fn workspace(&self) -> Result<OwnedFd, sandlot_types::ApiError> {
+        let ws = crate::files::workspace_fd(self.driver_pid)?;
+        if !self.driver_alive() {
+            return Err(sandlot_types::ApiError::new(
+                sandlot_types::ErrorCode::SandboxFailed,
+                "the sandbox's processes are gone",
+            ));
+        }
+        Ok(ws)
     }
 
     /// Kills every process of the sandbox: SIGKILL to its pid-namespace init takes the whole
     /// namespace with it; if anything is still in the cgroup after a moment (it cannot have
     /// left the pid namespace, but be sure), the cgroup is frozen and killed.
     pub fn kill(&self) {
+        tracing::debug!(sandbox = %self.id, init = self.init_pid, "killing the sandbox");
         self.dead.store(true, Ordering::SeqCst);
-        // SAFETY: as in `interrupt`.
-        unsafe { libc::kill(self.init_pid, libc::SIGKILL) };
+        pidfd_signal(&self.init_fd, libc::SIGKILL);
         let deadline = std::time::Instant::now() + Duration::from_millis(200);
         while !self.cgroup.pids().is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
@@ -84,21 +104,58 @@ impl Live {
         if !self.cgroup.pids().is_empty() {
             let _ = self.cgroup.kill_all(Duration::from_secs(5));
         }
-        reap(self.init_pid);
+        reap(&self.init_fd);
+    }
+
+    /// Reaps the init if it has exited; true when it had.
+    pub fn init_exited(&self) -> bool {
+        reap(&self.init_fd)
     }
 }
 
-/// Reaps `pid` if it is our child (we are a subreaper, so a sandbox's init is), without blocking.
-pub fn reap(pid: i32) {
-    for _ in 0..50 {
-        let mut status = 0;
-        // SAFETY: waitpid with a valid out-pointer and WNOHANG.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r != 0 {
-            return; // reaped, or not our child (ECHILD)
-        }
-        std::thread::sleep(Duration::from_millis(1));
+/// Opens a pidfd for `pid`.
+pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+}
+
+/// Sends `sig` through a pidfd (0 only checks the process is alive). False if it is gone.
+pub fn pidfd_signal(fd: &OwnedFd, sig: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
+/// Reaps the process behind `fd` if it has exited and is our child (we are a subreaper, so a
+/// sandbox's init is). Never blocks; true when it had exited.
+pub fn reap(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: siginfo_t is plain old data; zeroed is valid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on a pidfd we own with a valid out-pointer; P_PIDFD is 3.
+    let r = unsafe {
+        libc::waitid(
+            3,
+            fd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG,
+        )
+    };
+    // SAFETY: reading si_pid of a siginfo the kernel filled (0 when nothing exited).
+    r == 0 && unsafe { info.si_pid() } != 0
 }
 
 /// Reads one frame from the control stream.
@@ -330,6 +387,24 @@ impl Budgeted {
 
     pub fn kept(&self) -> u64 {
         self.head.len() as u64
+    }
+
+    /// Bytes the sandbox wrote that are not in the kept text (counted in the bytes it wrote, so
+    /// invalid UTF-8 turned into U+FFFD does not inflate it).
+    pub fn dropped_raw(&self) -> u64 {
+        if self.dropped == 0 {
+            0
+        } else {
+            self.total.saturating_sub(self.kept_text_without_note())
+        }
+    }
+
+    fn kept_text_without_note(&self) -> u64 {
+        let note = format!(
+            "\n[... {} bytes dropped by the output limit ...]\n",
+            self.dropped
+        );
+        (self.head.len() as u64).saturating_sub(note.len() as u64)
     }
 }
 
