@@ -865,12 +865,23 @@ def _serve(channel: _Channel) -> None:
         kind = message.get("type")
         if kind == "execute":
             _execute(message)
+        elif kind == "warm":
+            _warm()
         elif kind == "env":
             # The creator's environment variables come on the sandbox's own channel, never
             # through the zygote, so no other sandbox's memory ever holds them.
             env = message.get("env")
             if isinstance(env, dict):
                 os.environ.update({str(k): str(v) for k, v in env.items()})
+
+
+def _warm() -> None:
+    """Runs a throwaway cell before any client does, so a pooled sandbox has already paid for
+    the pages its first cell touches. Leaves no history and no output."""
+    try:
+        _state.shell.run_cell("pass", store_history=False, silent=True)
+    except BaseException:  # warming must never break the sandbox
+        pass
 
 
 def _exit_driver() -> NoReturn:

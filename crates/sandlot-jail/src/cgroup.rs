@@ -209,6 +209,11 @@ impl Cgroup {
         Ok(())
     }
 
+    /// Changes the limits of an existing group.
+    pub fn set_limits(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        self.apply(limits)
+    }
+
     /// The files a process writes its pid into to join this group.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.hierarchy

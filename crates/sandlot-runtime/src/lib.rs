@@ -58,6 +58,8 @@ pub struct RuntimeConfig {
     pub max_output_bytes: usize,
     /// Most live sandboxes at once.
     pub max_sandboxes: usize,
+    /// Sandboxes kept booted and ready per template, handed out on creation.
+    pub pool_size: usize,
     /// Creations run at most this many at a time; more wait in a queue of at most
     /// `max_pending_creates`, past which creation fails with `capacity_exhausted`.
     pub max_concurrent_creates: usize,
@@ -87,6 +89,7 @@ impl RuntimeConfig {
             max_exec_timeout: 3600.0,
             max_output_bytes: 1 << 20,
             max_sandboxes: 2000,
+            pool_size: 2,
             max_concurrent_creates: 4,
             max_pending_creates: 256,
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
@@ -167,6 +170,8 @@ struct Inner {
     /// Sandboxes being created or waiting to be (counted against capacity).
     creating: AtomicUsize,
     create_slots: tokio::sync::Semaphore,
+    /// Set on shutdown: no more pool refills.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// A byte stream of a file being uploaded.
@@ -214,6 +219,7 @@ impl Runtime {
             default_env: env_root.clone(),
             creating: AtomicUsize::new(0),
             create_slots: tokio::sync::Semaphore::new(config_slots),
+            closing: Default::default(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),
@@ -305,6 +311,8 @@ impl Runtime {
             zygote: tokio::sync::RwLock::new(None),
             zygote_uid,
             env_root,
+            pool: Mutex::new(Vec::new()),
+            refilling: Default::default(),
         });
         let old = self
             .inner
@@ -314,6 +322,7 @@ impl Runtime {
             .insert(name, tmpl.clone());
         if let Some(old) = old {
             let rt = self.clone();
+            rt.drain_pool(&old);
             tokio::spawn(async move {
                 if let Some(z) = old.zygote.write().await.take() {
                     z.kill();
@@ -388,6 +397,8 @@ impl Runtime {
         t.set(TemplateStatus::Ready, None, Some(z.prepare_seconds));
         let z = Arc::new(z);
         *slot = Some(z.clone());
+        drop(slot);
+        self.refill(t);
         Ok(z)
     }
 
@@ -625,6 +636,59 @@ impl Runtime {
         idle: u64,
         lifetime: u64,
     ) -> Result<Sandbox, ApiError> {
+        let live = match self.take_pooled(tmpl, limits) {
+            Some(live) => live,
+            None => self.boot(tmpl, limits).await?,
+        };
+        self.refill(tmpl);
+        let id = live.id.clone();
+        if !req.env.is_empty() {
+            let msg = serde_json::json!({"type": "env", "env": req.env});
+            if let Err(e) = live.send(&msg).await {
+                self.discard(live);
+                return Err(ApiError::new(
+                    ErrorCode::SandboxFailed,
+                    format!("the sandbox died while starting: {e}"),
+                ));
+            }
+        }
+        let now = time::OffsetDateTime::now_utc();
+        let info = Sandbox {
+            id: id.clone(),
+            template: tmpl.spec.name.clone(),
+            template_version: tmpl.version.clone(),
+            state: SandboxState::Running,
+            env: req.env.clone(),
+            metadata: req.metadata.clone(),
+            limits,
+            idle_timeout: idle,
+            max_lifetime: lifetime,
+            created_at: util::rfc3339(now),
+            last_active_at: util::rfc3339(now),
+            expires_at: util::rfc3339(now + Duration::from_secs(lifetime)),
+            ended_reason: None,
+        };
+        if let Err(e) = self.inner.store.insert_sandbox(&info) {
+            self.discard(live);
+            return Err(internal(e));
+        }
+        let entry = Arc::new(Entry {
+            info: Mutex::new(info.clone()),
+            live,
+            last_active: Mutex::new(Instant::now()),
+            created: Instant::now(),
+            waiting: AtomicUsize::new(0),
+        });
+        self.inner
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, entry);
+        Ok(info)
+    }
+
+    /// Boots a sandbox of `tmpl` with `limits`: a uid, a cgroup, a fork of the zygote jailed.
+    async fn boot(&self, tmpl: &Arc<Tmpl>, limits: EffectiveLimits) -> Result<Arc<Live>, ApiError> {
         let id = util::new_id("sb_");
         let uid = self
             .inner
@@ -636,11 +700,7 @@ impl Runtime {
         let cg = match Cgroup::create(
             &self.inner.hierarchy,
             &self.inner.cgroup_base.join(&id),
-            &CgroupLimits {
-                memory_bytes: limits.memory_mb << 20,
-                pids: limits.pids,
-                cpu_millis: limits.cpu_millis,
-            },
+            &cgroup_limits(limits),
         ) {
             Ok(cg) => cg,
             Err(e) => {
@@ -648,49 +708,96 @@ impl Runtime {
                 return Err(internal(e));
             }
         };
-        match self.spawn_in(tmpl, &id, uid, &cg, req, limits).await {
-            Ok(live) => {
-                let now = time::OffsetDateTime::now_utc();
-                let info = Sandbox {
-                    id: id.clone(),
-                    template: tmpl.spec.name.clone(),
-                    template_version: tmpl.version.clone(),
-                    state: SandboxState::Running,
-                    env: req.env.clone(),
-                    metadata: req.metadata.clone(),
-                    limits,
-                    idle_timeout: idle,
-                    max_lifetime: lifetime,
-                    created_at: util::rfc3339(now),
-                    last_active_at: util::rfc3339(now),
-                    expires_at: util::rfc3339(now + Duration::from_secs(lifetime)),
-                    ended_reason: None,
-                };
-                if let Err(e) = self.inner.store.insert_sandbox(&info) {
-                    live.kill();
-                    self.cleanup(&live);
-                    return Err(internal(e));
-                }
-                let entry = Arc::new(Entry {
-                    info: Mutex::new(info.clone()),
-                    live,
-                    last_active: Mutex::new(Instant::now()),
-                    created: Instant::now(),
-                    waiting: AtomicUsize::new(0),
-                });
-                self.inner
-                    .sandboxes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, entry);
-                Ok(info)
-            }
+        match self.spawn_in(tmpl, &id, uid, &cg, limits).await {
+            Ok(live) => Ok(live),
             Err(e) => {
                 let _ = cg.kill_all(Duration::from_secs(5));
                 let _ = cg.remove();
                 self.release_uid(uid);
                 Err(e)
             }
+        }
+    }
+
+    /// A booted, idle sandbox of `tmpl` from its pool, with its cgroup set to `limits`; `None`
+    /// when the pool is empty or the workspace size differs (a tmpfs is sized when mounted).
+    fn take_pooled(&self, tmpl: &Arc<Tmpl>, limits: EffectiveLimits) -> Option<Arc<Live>> {
+        loop {
+            let live = {
+                let mut pool = tmpl.pool.lock().unwrap_or_else(|e| e.into_inner());
+                match pool.first() {
+                    Some(l) if l.limits.disk_mb == limits.disk_mb => pool.remove(0),
+                    _ => return None,
+                }
+            };
+            if live.is_dead() || live.init_exited() {
+                self.discard(live);
+                continue;
+            }
+            if live.limits != limits && live.cgroup.set_limits(&cgroup_limits(limits)).is_err() {
+                self.discard(live);
+                continue;
+            }
+            return Some(live);
+        }
+    }
+
+    /// Tops up `tmpl`'s pool in the background, one boot at a time.
+    fn refill(&self, tmpl: &Arc<Tmpl>) {
+        let want = self.inner.config.pool_size;
+        if want == 0 || tmpl.refilling.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let rt = self.clone();
+        let tmpl = tmpl.clone();
+        tokio::spawn(async move {
+            let limits = match rt.resolve_limits(&tmpl.spec.limits) {
+                Ok(l) => l,
+                Err(_) => rt.inner.config.default_limits,
+            };
+            loop {
+                let have = tmpl.pool.lock().unwrap_or_else(|e| e.into_inner()).len();
+                let current = rt
+                    .template(&tmpl.spec.name)
+                    .map(|t| Arc::ptr_eq(&t, &tmpl))
+                    .unwrap_or(false);
+                if have >= want || !current || rt.inner.closing.load(Ordering::SeqCst) {
+                    break;
+                }
+                match rt.boot(&tmpl, limits).await {
+                    Ok(live) => {
+                        // Touch the pages a first cell needs now, not on the client's time.
+                        let _ = live.send(&serde_json::json!({"type": "warm"})).await;
+                        tmpl.pool
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(live);
+                    }
+                    Err(e) => {
+                        tracing::warn!(template = %tmpl.spec.name, error = %e.message, "could not boot a pooled sandbox");
+                        break;
+                    }
+                }
+            }
+            tmpl.refilling.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Kills a sandbox that never reached a client.
+    fn discard(&self, live: Arc<Live>) {
+        let rt = self.clone();
+        tokio::task::spawn_blocking(move || {
+            live.kill();
+            rt.cleanup(&live);
+        });
+    }
+
+    /// Kills every pooled sandbox of `tmpl`.
+    fn drain_pool(&self, tmpl: &Tmpl) {
+        let pooled: Vec<Arc<Live>> =
+            std::mem::take(&mut *tmpl.pool.lock().unwrap_or_else(|e| e.into_inner()));
+        for live in pooled {
+            self.discard(live);
         }
     }
 
@@ -708,7 +815,6 @@ impl Runtime {
         id: &str,
         uid: u32,
         cg: &Cgroup,
-        req: &CreateSandbox,
         limits: EffectiveLimits,
     ) -> Result<Arc<Live>, ApiError> {
         let failed = |step: &str, e: &dyn std::fmt::Display| {
@@ -829,6 +935,7 @@ impl Runtime {
         let events = sandbox::start_pump(r, out_r, err_r).map_err(|e| failed("pump", &e))?;
         let live = Arc::new(Live {
             id: id.to_string(),
+            limits,
             host_uid: uid,
             cgroup: cg.clone(),
             init_pid,
@@ -842,12 +949,6 @@ impl Runtime {
             dead: Default::default(),
             interrupt: Default::default(),
         });
-        if !req.env.is_empty() {
-            let msg = serde_json::json!({"type": "env", "env": req.env});
-            live.send(&msg)
-                .await
-                .map_err(|e| failed("environment", &e))?;
-        }
         Ok(live)
     }
 
@@ -1255,6 +1356,7 @@ impl Runtime {
 
     /// Kills every sandbox and zygote; called on server shutdown.
     pub async fn shutdown(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
         let entries: Vec<Arc<Entry>> = self
             .inner
             .sandboxes
@@ -1276,11 +1378,29 @@ impl Runtime {
             .cloned()
             .collect();
         for t in tmpls {
+            let pooled: Vec<Arc<Live>> =
+                std::mem::take(&mut *t.pool.lock().unwrap_or_else(|e| e.into_inner()));
+            for live in pooled {
+                let rt = self.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    live.kill();
+                    rt.cleanup(&live);
+                })
+                .await;
+            }
             if let Some(z) = t.zygote.write().await.take() {
                 z.kill();
             }
         }
         self.inner.recorder.flush().await;
+    }
+}
+
+fn cgroup_limits(l: EffectiveLimits) -> CgroupLimits {
+    CgroupLimits {
+        memory_bytes: l.memory_mb << 20,
+        pids: l.pids,
+        cpu_millis: l.cpu_millis,
     }
 }
 

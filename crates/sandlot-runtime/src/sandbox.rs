@@ -30,6 +30,8 @@ pub enum Pumped {
 /// A live sandbox.
 pub struct Live {
     pub id: String,
+    /// The limits it was booted with (the workspace size cannot change later).
+    pub limits: sandlot_types::EffectiveLimits,
     pub host_uid: u32,
     pub cgroup: Cgroup,
     /// Host pids of the sandbox's init (P1) and driver (P2), for logs and `/proc` paths, and

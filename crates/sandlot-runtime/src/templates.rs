@@ -42,6 +42,9 @@ pub struct Tmpl {
     pub zygote_uid: u32,
     /// The Python environment its zygote and sandboxes run in.
     pub env_root: std::path::PathBuf,
+    /// Booted, idle sandboxes waiting to be handed out, and whether a refill is running.
+    pub pool: Mutex<Vec<Arc<crate::sandbox::Live>>>,
+    pub refilling: std::sync::atomic::AtomicBool,
 }
 
 impl Tmpl {
