@@ -1,0 +1,104 @@
+//! The zygote's life: sandboxes outlive it, it comes back when killed (also in the middle of
+//! creations), and a burst of creations larger than the queue is refused cleanly.
+
+mod common;
+
+use common::{descendants, wait_until, TestServer};
+use serde_json::json;
+use std::time::Duration;
+
+/// Host pids of the server's zygotes: processes running `zygote.py` in the host's pid
+/// namespace (sandboxes are forks of a zygote too, but each lives in a pid namespace of its own,
+/// so its `NSpid` line has two entries).
+fn zygotes(server: &TestServer) -> Vec<u32> {
+    descendants(server.pid())
+        .into_iter()
+        .map(|p| p.pid)
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let nspids = status
+                .lines()
+                .find(|l| l.starts_with("NSpid:"))
+                .map(|l| l.split_whitespace().count() - 1)
+                .unwrap_or(0);
+            String::from_utf8_lossy(&cmd).contains("zygote.py") && nspids == 1
+        })
+        .collect()
+}
+
+fn kill9(pid: u32) {
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+#[test]
+fn sandboxes_outlive_a_killed_zygote_and_it_restarts() {
+    let server = TestServer::start();
+    let before = server.create_sandbox();
+    let r = server.execute(&before, "x = 41");
+    assert_eq!(r["end_state"], "ok", "{r}");
+    let z = zygotes(&server);
+    assert_eq!(z.len(), 1, "one zygote for the default template: {z:?}");
+    kill9(z[0]);
+
+    // The sandbox forked before does not depend on it.
+    let r = server.execute(&before, "x + 1");
+    assert_eq!(r["result"]["text/plain"], "42", "{r}");
+
+    // A new zygote comes up (by itself, or on the next creation) and creations work.
+    for _ in 0..5 {
+        let id = server.create_sandbox();
+        let r = server.execute(&id, "import numpy; int(numpy.arange(4).sum())");
+        assert_eq!(r["result"]["text/plain"], "6", "{r}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let now = zygotes(&server);
+            now.len() == 1 && now[0] != z[0]
+        }),
+        "a new zygote replaced the killed one"
+    );
+}
+
+#[test]
+fn zygote_killed_during_a_burst_of_creations() {
+    let server = TestServer::start();
+    let url = server.url().to_string();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let client = reqwest::blocking::Client::new();
+                let resp = client
+                    .post(format!("{url}/v1/sandboxes"))
+                    .json(&json!({}))
+                    .timeout(Duration::from_secs(120))
+                    .send()
+                    .expect("request");
+                (resp.status().as_u16(), resp.text().unwrap_or_default())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    for z in zygotes(&server) {
+        kill9(z);
+    }
+    for t in threads {
+        let (status, body) = t.join().expect("thread");
+        // Each creation either succeeded (a retry on a restarted zygote) or failed cleanly
+        // with a JSON error: never a hang, never a crash.
+        assert!(
+            status == 201 || status == 500 || status == 503,
+            "unexpected {status}: {body}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON body");
+        if status != 201 {
+            assert!(v["error"]["code"].is_string(), "{v}");
+        }
+    }
+    // Afterwards the server is healthy and creates sandboxes again.
+    let id = server.create_sandbox();
+    let r = server.execute(&id, "1 + 1");
+    assert_eq!(r["result"]["text/plain"], "2", "{r}");
+}
