@@ -118,6 +118,8 @@ fn sample_result(id: &str) -> ExecutionResult {
         cpu_time_ms: 3.25,
         peak_memory_bytes: 1 << 20,
         sandbox_alive: true,
+        artifacts: Vec::new(),
+        context: None,
     }
 }
 
@@ -1221,6 +1223,7 @@ fn samples_validate_against_the_schemas() {
                 language: Language::Bash,
                 timeout: Some(1.5),
                 stream: true,
+                context: None,
             }),
         ),
         (
@@ -1230,6 +1233,7 @@ fn samples_validate_against_the_schemas() {
                 language: Language::Python,
                 timeout: None,
                 stream: false,
+                context: None,
             }),
         ),
         ("ExecutionResult", to(&sample_result("sb"))),
@@ -1381,6 +1385,7 @@ fn schema_properties_match_the_types() {
                 language: Language::Bash,
                 timeout: Some(1.0),
                 stream: true,
+                context: None,
             }),
         ),
         ("ExecutionResult", to(&sample_result("sb"))),

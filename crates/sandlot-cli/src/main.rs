@@ -300,6 +300,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         language: args.lang.into(),
         timeout: args.timeout,
         stream: false,
+        context: None,
     };
     let target = match args.url.filter(|u| !u.is_empty()) {
         Some(url) => run::Target::Server(url),

@@ -193,6 +193,7 @@ impl Client {
     ) -> anyhow::Result<ExecutionResult> {
         let req = ExecuteRequest {
             stream: true,
+            context: None,
             ..req
         };
         let resp = self

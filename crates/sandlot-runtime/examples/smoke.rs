@@ -51,6 +51,7 @@ async fn main() -> anyhow::Result<()> {
             language: lang,
             timeout: Some(10.0),
             stream: false,
+            context: None,
         };
         let r = rt.execute(&id, req, None).await.map_err(err)?;
         println!(

@@ -355,6 +355,8 @@ pub async fn run(
         cpu_time_ms: live.cgroup.cpu_time().saturating_sub(cpu0).as_secs_f64() * 1000.0,
         peak_memory_bytes: live.cgroup.peak_memory(),
         sandbox_alive: alive,
+        artifacts: Vec::new(),
+        context: None,
     }
 }
 
@@ -390,5 +392,7 @@ fn dead_result(
         cpu_time_ms: 0.0,
         peak_memory_bytes: live.cgroup.peak_memory(),
         sandbox_alive: false,
+        artifacts: Vec::new(),
+        context: None,
     }
 }

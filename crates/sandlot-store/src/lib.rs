@@ -434,6 +434,8 @@ impl Store {
                         cpu_time_ms: 0.0,
                         peak_memory_bytes: 0,
                         sandbox_alive: false,
+                        artifacts: Vec::new(),
+                        context: None,
                     };
                     write_result(&tx, &result.id, &result)?;
                 }

@@ -100,6 +100,8 @@ fn result_for(rec: &ExecutionRecord) -> ExecutionResult {
         cpu_time_ms: 3.25,
         peak_memory_bytes: 123_456_789,
         sandbox_alive: true,
+        artifacts: Vec::new(),
+        context: None,
     }
 }
 

@@ -114,6 +114,10 @@ pub struct ExecuteRequest {
     /// Stream events as Server-Sent Events instead of one JSON body.
     #[serde(default)]
     pub stream: bool,
+    /// The code context to run in (see `POST /v1/sandboxes/{id}/contexts`); the sandbox's
+    /// default context when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// How an execution ended.
@@ -206,6 +210,37 @@ pub struct ExecutionResult {
     pub peak_memory_bytes: u64,
     /// Whether the sandbox (and its state) survived the execution.
     pub sandbox_alive: bool,
+    /// Files of the workspace the execution created or changed.
+    #[serde(default)]
+    pub artifacts: Vec<Artifact>,
+    /// The context the execution ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// A file an execution created or changed, kept content-addressed in the data dir so it
+/// outlives its sandbox for as long as the retention setting says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Path relative to the workspace.
+    pub path: String,
+    pub size: u64,
+    /// Hex SHA-256 of the content; `GET /v1/artifacts/{sha256}` downloads it.
+    pub sha256: String,
+    pub mime_type: String,
+    /// `created` or `modified`.
+    pub change: String,
+    /// Path of the download URL, relative to the server: `/v1/artifacts/{sha256}`. Empty when
+    /// the file was too large to keep (it is still listed).
+    pub url: String,
+}
+
+/// A code context: an independent Python namespace (and Bash session) inside a sandbox,
+/// sharing its filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    pub id: String,
+    pub created_at: String,
 }
 
 /// An execution as recorded in the store and listed by `GET /v1/sandboxes/{id}/executions`.
