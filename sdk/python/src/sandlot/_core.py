@@ -1,0 +1,303 @@
+"""Pieces shared by the sync and the async client: configuration, request bodies, path
+encoding, response decoding, retry policy and the streaming-execution state machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import errors
+from ._sse import SSEEvent
+from ._version import __version__
+from .models import ExecError, Execution, Limits, Logs, OutputMessage, Result
+
+DEFAULT_URL = "http://127.0.0.1:7878"
+DEFAULT_REQUEST_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_RETRIES = 3
+CHUNK_SIZE = 1024 * 1024
+WORKSPACE = "/workspace"
+
+LimitsArg = Union[Limits, Mapping[str, Any], None]
+
+
+@dataclass
+class ConnectionConfig:
+    """Where the server is and how to talk to it.
+
+    ``url`` falls back to ``$SANDLOT_URL`` then ``http://127.0.0.1:7878``; ``api_key`` to
+    ``$SANDLOT_API_KEY``. ``retries`` is how many times a request whose connection could not be
+    established is tried again (with exponential backoff); nothing else is retried.
+    """
+
+    url: str
+    api_key: Optional[str]
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    backoff: float = 0.25
+
+    @classmethod
+    def resolve(
+        cls,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+    ) -> "ConnectionConfig":
+        url = url or os.environ.get("SANDLOT_URL") or DEFAULT_URL
+        url = url.strip().rstrip("/")
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")]
+        if "://" not in url:
+            url = "http://" + url
+        if api_key is None:
+            api_key = os.environ.get("SANDLOT_API_KEY") or None
+        return cls(
+            url=url,
+            api_key=api_key,
+            request_timeout=DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
+            retries=DEFAULT_RETRIES if retries is None else retries,
+        )
+
+    def headers(self) -> Dict[str, str]:
+        h = {"User-Agent": f"sandlot-python/{__version__}"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.request_timeout, connect=min(DEFAULT_CONNECT_TIMEOUT, self.request_timeout))
+
+    def backoff_delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): exponential with jitter."""
+        base = self.backoff * (2**attempt)
+        return float(min(base, 8.0) * (0.5 + random.random() / 2))
+
+
+# Errors that happen before a request reaches the server: always safe to retry.
+CONNECT_ERRORS: Tuple[Type[BaseException], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+def transport_error(exc: BaseException, method: str, url: str) -> errors.ConnectionError:
+    if isinstance(exc, CONNECT_ERRORS):
+        msg = f"cannot connect to the sandlot server for {method} {url}: {exc}"
+    elif isinstance(exc, httpx.TimeoutException):
+        msg = f"{method} {url} timed out: {exc or type(exc).__name__}"
+        return errors.ConnectionError(msg, code="timeout")
+    else:
+        msg = f"connection to the sandlot server broke during {method} {url}: {exc or type(exc).__name__}"
+    return errors.ConnectionError(msg)
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+def workspace_relative(path: Union[str, "os.PathLike[str]"]) -> str:
+    """``/workspace/a/b`` → ``a/b``; relative paths are kept; other absolute paths are kept as
+    they are for the server to reject."""
+    p = os.fspath(path)
+    if p == WORKSPACE or p == WORKSPACE + "/":
+        return ""
+    if p.startswith(WORKSPACE + "/"):
+        return p[len(WORKSPACE) + 1 :]
+    return p
+
+
+def encode_file_path(path: Union[str, "os.PathLike[str]"]) -> str:
+    """The URL path segment for a workspace path: each segment percent-encoded, and ``.`` and
+    ``..`` encoded so that no HTTP layer resolves them (the server decides what is allowed)."""
+    rel = workspace_relative(path)
+    if rel == "":
+        raise errors.InvalidPath("a file path is required", code="invalid_path")
+    segments = []
+    for seg in rel.split("/"):
+        if seg in (".", ".."):
+            segments.append(seg.replace(".", "%2E"))
+        else:
+            segments.append(quote(seg, safe=""))
+    # a leading "/" (absolute path outside the workspace) becomes "%2F" so it survives routing
+    out = "/".join(segments)
+    if out.startswith("/"):
+        out = "%2F" + out[1:]
+    return out
+
+
+def sandbox_path(sandbox_id: str, *rest: str) -> str:
+    p = "/v1/sandboxes/" + quote(sandbox_id, safe="")
+    for r in rest:
+        p += "/" + r
+    return p
+
+
+# -- bodies ---------------------------------------------------------------------------------
+
+def create_body(
+    template: Optional[str],
+    timeout: Optional[int],
+    env: Optional[Mapping[str, str]],
+    metadata: Optional[Mapping[str, str]],
+    limits: LimitsArg,
+    max_lifetime: Optional[int],
+) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if template is not None:
+        body["template"] = template
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if metadata:
+        body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+    if limits is not None:
+        lim = limits.to_json() if isinstance(limits, Limits) else {k: v for k, v in dict(limits).items() if v is not None}
+        if lim:
+            body["limits"] = lim
+    if timeout is not None:
+        body["idle_timeout"] = int(timeout)
+    if max_lifetime is not None:
+        body["max_lifetime"] = int(max_lifetime)
+    return body
+
+
+def execute_body(
+    code: str, language: str, timeout: Optional[float], stream: bool, context: Optional[str] = None
+) -> Dict[str, Any]:
+    if language not in ("python", "bash"):
+        raise errors.InvalidArgument(f"language must be 'python' or 'bash', not {language!r}", code="invalid_argument")
+    body: Dict[str, Any] = {"code": code, "language": language, "stream": stream}
+    if timeout is not None:
+        body["timeout"] = float(timeout)
+    if context is not None:
+        body["context"] = context
+    return body
+
+
+def execute_timeout(cfg: ConnectionConfig, timeout: Optional[float]) -> httpx.Timeout:
+    """HTTP timeouts for an execute call: the read timeout must outlast the execution."""
+    read = None if timeout is None else float(timeout) + max(30.0, cfg.request_timeout)
+    return httpx.Timeout(cfg.request_timeout, connect=min(DEFAULT_CONNECT_TIMEOUT, cfg.request_timeout), read=read)
+
+
+def transfer_timeout(cfg: ConnectionConfig) -> httpx.Timeout:
+    """HTTP timeouts for file transfers: per chunk, not for the whole body."""
+    t = max(cfg.request_timeout, 120.0)
+    return httpx.Timeout(t, connect=min(DEFAULT_CONNECT_TIMEOUT, cfg.request_timeout))
+
+
+# -- responses ------------------------------------------------------------------------------
+
+def decode_json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError as e:
+        raise errors.ServerError(
+            f"the server sent a response that is not JSON ({resp.status_code}): {resp.text[:200]!r}",
+            code="bad_response",
+            status=resp.status_code,
+        ) from e
+
+
+def is_event_stream(resp: httpx.Response) -> bool:
+    ctype = str(resp.headers.get("content-type", ""))
+    return ctype.split(";")[0].strip().lower() == "text/event-stream"
+
+
+# -- streaming executions -------------------------------------------------------------------
+
+Callback = Callable[[Any], Any]
+
+
+class StreamState:
+    """Turns SSE events of one execution into callback invocations and, at ``done``, the
+    final :class:`Execution`.
+
+    ``handle`` returns the (callback, argument) pairs to invoke for an event, so the sync and
+    async clients can call (or await) them in their own way.
+    """
+
+    def __init__(
+        self,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        on_result: Optional[Callback] = None,
+        on_error: Optional[Callback] = None,
+    ) -> None:
+        self.on_stdout = on_stdout
+        self.on_stderr = on_stderr
+        self.on_result = on_result
+        self.on_error = on_error
+        self.results: List[Result] = []
+        self.logs = Logs()
+        self.error: Optional[ExecError] = None
+        self.final: Optional[Execution] = None
+
+    def handle(self, ev: SSEEvent) -> List[Tuple[Callback, Any]]:
+        calls: List[Tuple[Callback, Any]] = []
+        if ev.event in ("ping", "keepalive", "keep-alive") or ev.data == "":
+            return calls
+        try:
+            data = json.loads(ev.data)
+        except ValueError as e:
+            raise errors.ServerError(f"malformed event {ev.event!r} in the stream: {ev.data[:200]!r}", code="bad_response") from e
+        kind = ev.event
+        if kind == "message" and isinstance(data, dict):
+            kind = str(data.get("type", "message"))
+        if kind == "done":
+            if isinstance(data, dict) and isinstance(data.get("error"), dict) and "code" in data["error"] and "end_state" not in data:
+                raise _stream_api_error(data)
+            self.final = Execution.from_json(data) if isinstance(data, dict) else Execution(raw={})
+            return calls
+        if not isinstance(data, dict):
+            return calls
+        if kind == "error" and isinstance(data.get("error"), dict) and "name" not in data:
+            # an API error reported inside the stream, not an error the code raised
+            raise _stream_api_error(data)
+        if kind == "stdout":
+            text = str(data.get("text", ""))
+            self.logs.stdout.append(text)
+            if self.on_stdout is not None:
+                calls.append((self.on_stdout, OutputMessage(text, error=False)))
+        elif kind == "stderr":
+            text = str(data.get("text", ""))
+            self.logs.stderr.append(text)
+            if self.on_stderr is not None:
+                calls.append((self.on_stderr, OutputMessage(text, error=True)))
+        elif kind in ("display_data", "result"):
+            res = Result(data.get("data") or {}, is_main_result=kind == "result", metadata=data.get("metadata") or {})
+            self.results.append(res)
+            if self.on_result is not None:
+                calls.append((self.on_result, res))
+        elif kind == "error":
+            self.error = ExecError.from_json(data)
+            if self.on_error is not None:
+                calls.append((self.on_error, self.error))
+        return calls
+
+    def finish(self) -> Execution:
+        if self.final is None:
+            raise errors.ConnectionError(
+                "the execution stream ended before its 'done' event; the execution may still be "
+                "running in the sandbox (see executions())",
+                code="stream_incomplete",
+            )
+        return self.final
+
+
+def _stream_api_error(data: Mapping[str, Any]) -> errors.SandlotError:
+    body = json.dumps(data).encode("utf-8")
+    code = str(data["error"].get("code", ""))
+    status = {"sandbox_gone": 410, "sandbox_not_found": 404, "sandbox_busy": 409}.get(code, 500)
+    return errors.error_from_response(status, body)
+
+
+def replay_callbacks(ex: Execution, state: StreamState) -> List[Tuple[Callback, Any]]:
+    """Callbacks for an execution that came back as one JSON body (a server that does not
+    stream): every event, in order, after the fact."""
+    calls: List[Tuple[Callback, Any]] = []
+    for ev in ex.raw.get("outputs") or []:
+        if isinstance(ev, Mapping):
+            calls.extend(state.handle(SSEEvent(event=str(ev.get("type", "message")), data=json.dumps(ev))))
+    return calls

@@ -1,0 +1,258 @@
+"""HTTP plumbing: one httpx client per sandbox handle, typed errors, and retries on connect
+failures only (a request that may have reached the server is never sent again)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import io
+import os
+import time
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    Iterator,
+    Mapping,
+    Optional,
+    Tuple,
+    Union,
+)
+
+import httpx
+
+from . import errors
+from ._core import CHUNK_SIZE, CONNECT_ERRORS, ConnectionConfig, transport_error
+
+BodyFactory = Callable[[], Any]
+
+
+def _raise_for_status_sync(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.read()
+    except httpx.HTTPError:
+        body = b""
+    finally:
+        resp.close()
+    raise errors.error_from_response(resp.status_code, body)
+
+
+async def _raise_for_status_async(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = await resp.aread()
+    except httpx.HTTPError:
+        body = b""
+    finally:
+        await resp.aclose()
+    raise errors.error_from_response(resp.status_code, body)
+
+
+class SyncHTTP:
+    def __init__(self, cfg: ConnectionConfig, transport: Optional[httpx.BaseTransport] = None) -> None:
+        self.cfg = cfg
+        self.client = httpx.Client(base_url=cfg.url, headers=cfg.headers(), timeout=cfg.timeout(), transport=transport)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Optional[Mapping[str, str]] = None,
+        body: Optional[BodyFactory] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[httpx.Timeout] = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        """Send a request and return the response; raise the typed error for a 4xx/5xx.
+
+        ``body`` is a factory giving the request content for each attempt. Only failures to
+        connect are retried. With ``stream=True`` the caller must close the response.
+        """
+        attempt = 0
+        while True:
+            req = self.client.build_request(
+                method,
+                path,
+                json=json,
+                params=params,
+                content=body() if body is not None else None,
+                headers=headers,
+                timeout=timeout if timeout is not None else self.cfg.timeout(),
+            )
+            try:
+                resp = self.client.send(req, stream=stream)
+            except CONNECT_ERRORS as e:
+                if attempt < self.cfg.retries:
+                    time.sleep(self.cfg.backoff_delay(attempt))
+                    attempt += 1
+                    continue
+                raise transport_error(e, method, str(req.url)) from e
+            except httpx.TransportError as e:
+                raise transport_error(e, method, str(req.url)) from e
+            _raise_for_status_sync(resp)
+            return resp
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AsyncHTTP:
+    def __init__(self, cfg: ConnectionConfig, transport: Optional[httpx.AsyncBaseTransport] = None) -> None:
+        self.cfg = cfg
+        self.client = httpx.AsyncClient(base_url=cfg.url, headers=cfg.headers(), timeout=cfg.timeout(), transport=transport)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Optional[Mapping[str, str]] = None,
+        body: Optional[BodyFactory] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[httpx.Timeout] = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        attempt = 0
+        while True:
+            req = self.client.build_request(
+                method,
+                path,
+                json=json,
+                params=params,
+                content=body() if body is not None else None,
+                headers=headers,
+                timeout=timeout if timeout is not None else self.cfg.timeout(),
+            )
+            try:
+                resp = await self.client.send(req, stream=stream)
+            except CONNECT_ERRORS as e:
+                if attempt < self.cfg.retries:
+                    await asyncio.sleep(self.cfg.backoff_delay(attempt))
+                    attempt += 1
+                    continue
+                raise transport_error(e, method, str(req.url)) from e
+            except httpx.TransportError as e:
+                raise transport_error(e, method, str(req.url)) from e
+            await _raise_for_status_async(resp)
+            return resp
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+# -- upload bodies --------------------------------------------------------------------------
+
+Data = Union[bytes, bytearray, memoryview, str, Any]
+
+
+def _file_size_and_start(f: Any) -> Tuple[Optional[int], Optional[int]]:
+    """(bytes left to read, start position) of a binary file-like, each None when unknown."""
+    if isinstance(f, io.TextIOBase):
+        return None, None  # characters, not bytes: size unknown
+    start: Optional[int] = None
+    try:
+        if f.seekable():
+            start = f.tell()
+    except (AttributeError, OSError, ValueError):
+        start = None
+    try:
+        st = os.fstat(f.fileno())
+        import stat as _stat
+
+        if _stat.S_ISREG(st.st_mode) and start is not None:
+            return max(st.st_size - start, 0), start
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+    if start is not None:
+        try:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(start)
+            return max(end - start, 0), start
+        except (AttributeError, OSError, ValueError):
+            pass
+    return None, start
+
+
+def _to_bytes(chunk: Any) -> bytes:
+    if isinstance(chunk, str):
+        return chunk.encode("utf-8")
+    return bytes(chunk)
+
+
+def sync_body(data: Data) -> Tuple[BodyFactory, Dict[str, str]]:
+    """A body factory and headers for uploading ``data`` (bytes, str or a file-like read in
+    chunks, never whole)."""
+    headers = {"Content-Type": "application/octet-stream"}
+    if isinstance(data, str):
+        payload = data.encode("utf-8")
+        return (lambda: payload), headers
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        payload = bytes(data)
+        return (lambda: payload), headers
+    if not hasattr(data, "read"):
+        raise TypeError(f"data must be bytes, str or a file-like object, not {type(data).__name__}")
+    size, start = _file_size_and_start(data)
+    if size is not None:
+        headers["Content-Length"] = str(size)
+
+    def factory() -> Iterator[bytes]:
+        if start is not None:
+            data.seek(start)
+
+        def gen() -> Iterator[bytes]:
+            left = size
+            while left is None or left > 0:
+                n = CHUNK_SIZE if left is None else min(CHUNK_SIZE, left)
+                chunk = data.read(n)
+                if not chunk:
+                    break
+                b = _to_bytes(chunk)
+                if left is not None:
+                    b = b[:left]
+                    left -= len(b)
+                yield b
+
+        return gen()
+
+    return factory, headers
+
+
+def async_body(data: Data) -> Tuple[BodyFactory, Dict[str, str]]:
+    """Like :func:`sync_body` for the async client; also accepts objects with ``async read``."""
+    if isinstance(data, (str, bytes, bytearray, memoryview)):
+        return sync_body(data)
+    if not hasattr(data, "read"):
+        raise TypeError(f"data must be bytes, str or a file-like object, not {type(data).__name__}")
+    headers = {"Content-Type": "application/octet-stream"}
+    if inspect.iscoroutinefunction(data.read):
+
+        def afactory() -> AsyncIterator[bytes]:
+            async def agen() -> AsyncIterator[bytes]:
+                while True:
+                    chunk = await data.read(CHUNK_SIZE)
+                    if not chunk:
+                        break
+                    yield _to_bytes(chunk)
+
+            return agen()
+
+        return afactory, headers
+    factory, headers = sync_body(data)
+
+    def wrapped() -> AsyncIterator[bytes]:
+        it = factory()
+
+        async def agen() -> AsyncIterator[bytes]:
+            for chunk in it:
+                yield chunk
+
+        return agen()
+
+    return wrapped, headers

@@ -1,0 +1,372 @@
+"""The asyncio client: :class:`AsyncSandbox` and its :class:`AsyncFiles`, the same shape as
+the synchronous :class:`~sandlot.Sandbox` with coroutines."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    List,
+    Mapping,
+    Optional,
+    Union,
+)
+
+import httpx
+
+from . import errors
+from ._core import (
+    ConnectionConfig,
+    LimitsArg,
+    StreamState,
+    create_body,
+    decode_json,
+    encode_file_path,
+    execute_body,
+    execute_timeout,
+    is_event_stream,
+    replay_callbacks,
+    sandbox_path,
+    transfer_timeout,
+    transport_error,
+    workspace_relative,
+)
+from ._http import AsyncHTTP, Data, async_body
+from ._sse import SSEDecoder
+from .models import Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .sandbox import (
+    WriteEntries,
+    _check_running,
+    _entry_from_response,
+    iter_local_dir,
+    iter_write_entries,
+)
+
+__all__ = ["AsyncSandbox", "AsyncFiles"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+AnyCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
+
+
+async def _call(cb: AnyCallback, arg: Any) -> None:
+    out = cb(arg)
+    if inspect.isawaitable(out):
+        await out
+
+
+class _Creating:
+    """What :meth:`AsyncSandbox.create` returns: await it for the sandbox, or use it directly
+    as ``async with AsyncSandbox.create() as sb:``."""
+
+    def __init__(self, coro_factory: Callable[[], Awaitable["AsyncSandbox"]]) -> None:
+        self._factory = coro_factory
+        self._sb: Optional[AsyncSandbox] = None
+
+    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
+        return self._factory().__await__()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        self._sb = await self._factory()
+        return self._sb
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._sb is not None:
+            await self._sb.kill()
+
+
+class AsyncSandbox:
+    """A sandbox driven from asyncio::
+
+        async with AsyncSandbox.create() as sb:
+            ex = await sb.run_code("print('hi')", on_stdout=print)
+
+    Create one with ``await AsyncSandbox.create(...)`` (same arguments as
+    :class:`~sandlot.Sandbox`); callbacks of :meth:`run_code` may be plain functions or
+    coroutine functions.
+    """
+
+    files: "AsyncFiles"
+    _http: AsyncHTTP
+    _info: SandboxInfo
+    _closed: bool
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError("use `await AsyncSandbox.create(...)` (or `async with AsyncSandbox.create(...)`)")
+
+    @classmethod
+    def _from(cls, http: AsyncHTTP, info: SandboxInfo) -> "AsyncSandbox":
+        obj = cls.__new__(cls)
+        obj._http = http
+        obj._info = info
+        obj._closed = False
+        obj.files = AsyncFiles(obj)
+        return obj
+
+    @classmethod
+    def create(
+        cls,
+        template: Optional[str] = None,
+        timeout: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limits: LimitsArg = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        max_lifetime: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> _Creating:
+        """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
+
+        async def make() -> "AsyncSandbox":
+            http = AsyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
+            try:
+                resp = await http.request(
+                    "POST", "/v1/sandboxes", json=create_body(template, timeout, env, metadata, limits, max_lifetime)
+                )
+                info = SandboxInfo.from_json(decode_json(resp))
+            except BaseException:
+                await http.aclose()
+                raise
+            return cls._from(http, info)
+
+        return _Creating(make)
+
+    @classmethod
+    async def connect(
+        cls,
+        sandbox_id: str,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        request_timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> "AsyncSandbox":
+        http = AsyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
+        try:
+            info = SandboxInfo.from_json(decode_json(await http.request("GET", sandbox_path(sandbox_id))))
+            _check_running(info)
+        except BaseException:
+            await http.aclose()
+            raise
+        return cls._from(http, info)
+
+    @staticmethod
+    async def list(
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        all: bool = False,  # noqa: A002
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> List[SandboxInfo]:
+        http = AsyncHTTP(ConnectionConfig.resolve(url, api_key), transport)
+        try:
+            doc = decode_json(await http.request("GET", "/v1/sandboxes", params={"all": "true"} if all else None))
+        finally:
+            await http.aclose()
+        return [SandboxInfo.from_json(d) for d in (doc.get("sandboxes") or [])]
+
+    # -- identity and lifecycle -----------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._info.id
+
+    @property
+    def url(self) -> str:
+        return self._http.cfg.url
+
+    async def info(self) -> SandboxInfo:
+        self._info = SandboxInfo.from_json(decode_json(await self._http.request("GET", sandbox_path(self.id))))
+        return self._info
+
+    async def is_running(self) -> bool:
+        try:
+            return (await self.info()).state == "running"
+        except (errors.SandboxNotFound, errors.SandboxGone):
+            return False
+
+    async def kill(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            resp = await self._http.request("DELETE", sandbox_path(self.id))
+            await resp.aclose()
+            deleted = True
+        except (errors.SandboxNotFound, errors.SandboxGone):
+            deleted = False
+        self._closed = True
+        await self._http.aclose()
+        return deleted
+
+    async def close(self, kill: bool = True) -> None:
+        if kill:
+            await self.kill()
+        elif not self._closed:
+            self._closed = True
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, template={self._info.template!r})"
+
+    # -- execution ------------------------------------------------------------------------
+    async def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        on_stdout: Optional[AnyCallback] = None,
+        on_stderr: Optional[AnyCallback] = None,
+        on_result: Optional[AnyCallback] = None,
+        on_error: Optional[AnyCallback] = None,
+        timeout: Optional[float] = None,
+        *,
+        stream: Optional[bool] = None,
+        context: Optional[str] = None,
+    ) -> Execution:
+        """See :meth:`Sandbox.run_code`; callbacks may be coroutine functions."""
+        streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
+        path = sandbox_path(self.id, "execute")
+        body = execute_body(code, language, timeout, streaming, context)
+        http_timeout = execute_timeout(self._http.cfg, timeout)
+        if not streaming:
+            resp = await self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
+            return Execution.from_json(decode_json(resp))
+        state = StreamState(on_stdout, on_stderr, on_result, on_error)
+        resp = await self._http.request(
+            "POST", path, json=body, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
+        )
+        try:
+            if not is_event_stream(resp):
+                await resp.aread()
+                ex = Execution.from_json(decode_json(resp))
+                for cb, arg in replay_callbacks(ex, state):
+                    await _call(cb, arg)
+                return ex
+            dec = SSEDecoder()
+            try:
+                async for line in resp.aiter_lines():
+                    ev = dec.feed(line)
+                    if ev is None:
+                        continue
+                    for cb, arg in state.handle(ev):
+                        await _call(cb, arg)
+                    if state.final is not None:
+                        break
+                else:
+                    ev = dec.flush()
+                    if ev is not None:
+                        for cb, arg in state.handle(ev):
+                            await _call(cb, arg)
+            except httpx.TransportError as e:
+                raise transport_error(e, "POST", path) from e
+        finally:
+            await resp.aclose()
+        return state.finish()
+
+    async def run_bash(self, code: str, **kwargs: Any) -> Execution:
+        return await self.run_code(code, language="bash", **kwargs)
+
+    async def interrupt(self) -> bool:
+        doc = decode_json(await self._http.request("POST", sandbox_path(self.id, "interrupt")))
+        return bool(doc.get("interrupted")) if isinstance(doc, dict) else False
+
+    async def executions(self) -> List[ExecutionRecord]:
+        doc = decode_json(await self._http.request("GET", sandbox_path(self.id, "executions")))
+        return [ExecutionRecord.from_json(d) for d in (doc.get("executions") or [])]
+
+
+class AsyncFiles:
+    """The sandbox's ``/workspace``; see :class:`~sandlot.sandbox.Files`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    def _path(self, path: PathLike) -> str:
+        return sandbox_path(self._sb.id, "files", encode_file_path(path))
+
+    async def write(self, path: PathLike, data: Data) -> FileEntry:
+        """Create or replace ``path`` with bytes, str, or a file-like object (sync or with an
+        ``async read``), streamed in chunks."""
+        factory, headers = async_body(data)
+        resp = await self._sb._http.request(
+            "PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(self._sb._http.cfg)
+        )
+        return _entry_from_response(resp, path)
+
+    async def write_many(self, files: WriteEntries) -> List[FileEntry]:
+        return [await self.write(p, d) for p, d in iter_write_entries(files)]
+
+    async def upload(self, local_path: PathLike, path: Optional[PathLike] = None) -> FileEntry:
+        remote = os.fspath(path) if path is not None else os.path.basename(os.fspath(local_path))
+        with open(local_path, "rb") as f:
+            return await self.write(remote, f)
+
+    async def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
+        return [await self.upload(local, remote) for local, remote in iter_local_dir(local_dir, os.fspath(remote_dir))]
+
+    async def read(self, path: PathLike) -> bytes:
+        resp = await self._sb._http.request("GET", self._path(path), timeout=transfer_timeout(self._sb._http.cfg))
+        return resp.content
+
+    async def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return (await self.read(path)).decode(encoding, errors)
+
+    async def download(self, path: PathLike, local_path: PathLike) -> str:
+        local = os.fspath(local_path)
+        part = local + ".part"
+        resp = await self._sb._http.request(
+            "GET", self._path(path), stream=True, timeout=transfer_timeout(self._sb._http.cfg)
+        )
+        try:
+            with open(part, "wb") as f:
+                async for chunk in resp.aiter_bytes():
+                    f.write(chunk)
+            os.replace(part, local)
+        except httpx.TransportError as e:
+            raise transport_error(e, "GET", self._path(path)) from e
+        finally:
+            await resp.aclose()
+            if os.path.exists(part):
+                os.unlink(part)
+        return local
+
+    async def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
+        params: Dict[str, str] = {}
+        rel = workspace_relative(path)
+        if rel:
+            params["path"] = rel
+        if recursive:
+            params["recursive"] = "true"
+        doc = decode_json(await self._sb._http.request("GET", sandbox_path(self._sb.id, "files"), params=params or None))
+        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
+
+    async def exists(self, path: PathLike) -> bool:
+        rel = workspace_relative(path).strip("/")
+        if rel == "":
+            return True
+        parent, _, name = rel.rpartition("/")
+        try:
+            return any(e.name == name for e in await self.list(parent))
+        except (errors.FileNotFound, errors.NotARegularFile):
+            return False
+
+    async def remove(self, path: PathLike) -> None:
+        resp = await self._sb._http.request("DELETE", self._path(path))
+        await resp.aclose()

@@ -1,0 +1,239 @@
+"""Typed errors of the sandlot SDK.
+
+Every error the server reports arrives as ``{"error": {"code": ..., "message": ...}}`` and is
+raised as the :class:`SandlotError` subclass that matches its ``code``; the HTTP status and the
+server's message are kept on the exception.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models import Execution
+
+__all__ = [
+    "SandlotError",
+    "InvalidRequest",
+    "InvalidArgument",
+    "PayloadTooLarge",
+    "FileTooLarge",
+    "NotFoundError",
+    "SandboxNotFound",
+    "ExecutionNotFound",
+    "TemplateNotFound",
+    "TemplateNotReady",
+    "FileNotFound",
+    "SandboxGone",
+    "InvalidPath",
+    "NotARegularFile",
+    "WorkspaceFull",
+    "SandboxBusy",
+    "CapacityExhausted",
+    "AuthenticationError",
+    "ServerError",
+    "SandboxFailed",
+    "ConnectionError",
+    "ExecutionError",
+    "ExecutionTimeout",
+    "error_from_response",
+]
+
+
+class SandlotError(Exception):
+    """Base class of every error raised by the SDK.
+
+    ``code`` is the server's stable error code (``sandbox_not_found``, ``invalid_path`` ...) or
+    an SDK-side code (``connection_error``, ``execution_error`` ...); ``status`` is the HTTP
+    status when the error came from a response, else ``None``.
+    """
+
+    def __init__(self, message: str, *, code: str = "error", status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+    def __str__(self) -> str:
+        if self.status is not None:
+            return f"{self.code} (HTTP {self.status}): {self.message}"
+        return f"{self.code}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status={self.status!r}, message={self.message!r})"
+
+
+class InvalidRequest(SandlotError):
+    """The request was malformed or a value was rejected (``invalid_request``, ``invalid_argument``)."""
+
+
+class InvalidArgument(InvalidRequest):
+    """A value is out of range or not allowed (``invalid_argument``)."""
+
+
+class PayloadTooLarge(SandlotError):
+    """The body, the code or a file is larger than the server accepts."""
+
+
+class FileTooLarge(PayloadTooLarge):
+    """A file is larger than the server accepts (``file_too_large``)."""
+
+
+class NotFoundError(SandlotError):
+    """Base class of the ``*_not_found`` errors."""
+
+
+class SandboxNotFound(NotFoundError):
+    """No sandbox with that id (``sandbox_not_found``)."""
+
+
+class ExecutionNotFound(NotFoundError):
+    """No execution with that id (``execution_not_found``)."""
+
+
+class TemplateNotFound(NotFoundError):
+    """No template with that name (``template_not_found``)."""
+
+
+class TemplateNotReady(SandlotError):
+    """The template is still building, or its build failed (``template_not_ready``)."""
+
+
+class FileNotFound(NotFoundError):
+    """No such file or directory in the workspace (``file_not_found``)."""
+
+
+class SandboxGone(SandlotError):
+    """The sandbox existed but has ended: deleted, expired or lost (``sandbox_gone``)."""
+
+
+class InvalidPath(SandlotError):
+    """The path is absolute outside /workspace, escapes the workspace or is otherwise forbidden."""
+
+
+class NotARegularFile(SandlotError):
+    """The path names a directory, a symlink or a device (``not_a_regular_file``)."""
+
+
+class WorkspaceFull(SandlotError):
+    """The sandbox's workspace is full (``workspace_full``)."""
+
+
+class SandboxBusy(SandlotError):
+    """Another execution is running in the sandbox and the queue is full (``sandbox_busy``)."""
+
+
+class CapacityExhausted(SandlotError):
+    """The server cannot take more sandboxes right now (``capacity_exhausted``)."""
+
+
+class AuthenticationError(SandlotError):
+    """The API key is missing or wrong (HTTP 401/403)."""
+
+
+class ServerError(SandlotError):
+    """The server failed (``internal``, ``sandbox_failed``, any 5xx without a known code)."""
+
+
+class SandboxFailed(ServerError):
+    """The sandbox died while serving the request (``sandbox_failed``)."""
+
+
+class ConnectionError(SandlotError, builtins.ConnectionError):  # noqa: A001 - public name by design
+    """The server could not be reached, or the connection broke before a full response arrived.
+
+    Also an instance of the built-in :class:`ConnectionError`.
+    """
+
+    def __init__(self, message: str, *, code: str = "connection_error", status: Optional[int] = None) -> None:
+        SandlotError.__init__(self, message, code=code, status=status)
+
+
+class ExecutionError(SandlotError):
+    """Raised by :meth:`Execution.raise_for_error` when an execution did not end ``ok``.
+
+    ``execution`` is the :class:`~sandlot.Execution`; ``name``, ``value`` and ``traceback``
+    describe the error the code raised (empty when it ended for another reason, e.g. a Bash
+    command's non-zero exit status or an out-of-memory kill).
+    """
+
+    def __init__(self, message: str, *, execution: "Execution", code: str = "execution_error") -> None:
+        super().__init__(message, code=code)
+        self.execution = execution
+        err = execution.error
+        self.name: str = err.name if err else ""
+        self.value: str = err.value if err else ""
+        self.traceback: str = err.traceback if err else ""
+        self.end_state: str = execution.end_state
+
+
+class ExecutionTimeout(ExecutionError):
+    """The execution ran past its timeout (end state ``timeout``)."""
+
+    def __init__(self, message: str, *, execution: "Execution") -> None:
+        super().__init__(message, execution=execution, code="execution_timeout")
+
+
+_BY_CODE: Dict[str, Type[SandlotError]] = {
+    "invalid_request": InvalidRequest,
+    "invalid_argument": InvalidArgument,
+    "payload_too_large": PayloadTooLarge,
+    "file_too_large": FileTooLarge,
+    "sandbox_not_found": SandboxNotFound,
+    "execution_not_found": ExecutionNotFound,
+    "template_not_found": TemplateNotFound,
+    "template_not_ready": TemplateNotReady,
+    "file_not_found": FileNotFound,
+    "sandbox_gone": SandboxGone,
+    "invalid_path": InvalidPath,
+    "not_a_regular_file": NotARegularFile,
+    "workspace_full": WorkspaceFull,
+    "sandbox_busy": SandboxBusy,
+    "capacity_exhausted": CapacityExhausted,
+    "sandbox_failed": SandboxFailed,
+    "internal": ServerError,
+    "unauthorized": AuthenticationError,
+    "forbidden": AuthenticationError,
+}
+
+_BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [
+    (401, AuthenticationError, "unauthorized"),
+    (403, AuthenticationError, "forbidden"),
+    (404, NotFoundError, "not_found"),
+    (409, SandboxBusy, "sandbox_busy"),
+    (410, SandboxGone, "sandbox_gone"),
+    (413, PayloadTooLarge, "payload_too_large"),
+    (503, CapacityExhausted, "capacity_exhausted"),
+    (507, WorkspaceFull, "workspace_full"),
+]
+
+
+def error_from_response(status: int, body: bytes) -> SandlotError:
+    """Build the typed error for an HTTP error response with ``status`` and raw ``body``."""
+    code: Optional[str] = None
+    message: Optional[str] = None
+    try:
+        doc = json.loads(body.decode("utf-8")) if body else None
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        err = doc["error"]
+        if isinstance(err.get("code"), str):
+            code = err["code"]
+        if err.get("message") is not None:
+            message = str(err["message"])
+    if message is None:
+        text = body.decode("utf-8", "replace").strip() if body else ""
+        message = text[:2000] or f"HTTP {status}"
+    if code is not None and code in _BY_CODE:
+        return _BY_CODE[code](message, code=code, status=status)
+    for st, cls, default_code in _BY_STATUS:
+        if st == status:
+            return cls(message, code=code or default_code, status=status)
+    if status >= 500:
+        return ServerError(message, code=code or "internal", status=status)
+    if 400 <= status < 500:
+        return InvalidRequest(message, code=code or "invalid_request", status=status)
+    return SandlotError(message, code=code or "unexpected_status", status=status)

@@ -1,0 +1,614 @@
+"""Objects the SDK returns: executions and their results, sandboxes, files.
+
+Each wraps the JSON the server sent (kept in ``raw``) and exposes it as attributes. The shapes
+follow the wire model in ``crates/sandlot-types`` and, where it fits, E2B's code interpreter SDK.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+
+from .errors import ExecutionError, ExecutionTimeout
+
+__all__ = [
+    "OutputMessage",
+    "Result",
+    "Logs",
+    "ExecError",
+    "Truncation",
+    "Execution",
+    "FileEntry",
+    "SandboxInfo",
+    "ExecutionRecord",
+    "Limits",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# MIME type of each named format of a Result.
+_FORMATS: Dict[str, str] = {
+    "text": "text/plain",
+    "html": "text/html",
+    "markdown": "text/markdown",
+    "svg": "image/svg+xml",
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "pdf": "application/pdf",
+    "latex": "text/latex",
+    "json": "application/json",
+    "javascript": "application/javascript",
+}
+_BINARY_FORMATS = ("png", "jpeg", "pdf")
+_EXTENSIONS: Dict[str, str] = {
+    ".png": "png",
+    ".jpg": "jpeg",
+    ".jpeg": "jpeg",
+    ".pdf": "pdf",
+    ".svg": "svg",
+    ".html": "html",
+    ".htm": "html",
+    ".md": "markdown",
+    ".tex": "latex",
+    ".json": "json",
+    ".js": "javascript",
+    ".txt": "text",
+}
+
+
+class OutputMessage(str):
+    """A chunk of stdout or stderr as handed to ``on_stdout`` / ``on_stderr`` callbacks.
+
+    It is the chunk's text (a ``str``); ``line`` is the same text and ``error`` tells whether it
+    came from stderr (both for E2B compatibility).
+    """
+
+    error: bool
+
+    def __new__(cls, text: str, error: bool = False) -> "OutputMessage":
+        obj = super().__new__(cls, text)
+        obj.error = error
+        return obj
+
+    @property
+    def line(self) -> str:
+        return str(self)
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+
+def _mime_text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, list):  # Jupyter allows multi-line strings as lists of lines
+        return "".join(str(v) for v in value)
+    return value if isinstance(value, str) else str(value)
+
+
+class Result:
+    """One rich output of an execution: a ``display()``-ed value, a figure, or the value of the
+    cell's last expression (``is_main_result``).
+
+    ``raw`` is the MIME bundle as sent (``{"text/plain": ..., "image/png": <base64>, ...}``);
+    ``text``, ``html``, ``png`` ... are its entries (images stay base64 strings, as in Jupyter
+    and E2B; use :meth:`png_bytes` / :meth:`save` for the decoded bytes).
+    """
+
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        is_main_result: bool = False,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        self.raw: Dict[str, Any] = dict(data)
+        self.is_main_result = is_main_result
+        self.metadata: Dict[str, Any] = dict(metadata or {})
+
+    # -- formats --------------------------------------------------------------------------
+    @property
+    def text(self) -> Optional[str]:
+        return _mime_text(self.raw.get("text/plain"))
+
+    @property
+    def html(self) -> Optional[str]:
+        return _mime_text(self.raw.get("text/html"))
+
+    @property
+    def markdown(self) -> Optional[str]:
+        return _mime_text(self.raw.get("text/markdown"))
+
+    @property
+    def svg(self) -> Optional[str]:
+        return _mime_text(self.raw.get("image/svg+xml"))
+
+    @property
+    def png(self) -> Optional[str]:
+        """The PNG image, base64-encoded."""
+        return _b64(self.raw.get("image/png"))
+
+    @property
+    def jpeg(self) -> Optional[str]:
+        """The JPEG image, base64-encoded."""
+        return _b64(self.raw.get("image/jpeg"))
+
+    @property
+    def pdf(self) -> Optional[str]:
+        return _b64(self.raw.get("application/pdf"))
+
+    @property
+    def latex(self) -> Optional[str]:
+        return _mime_text(self.raw.get("text/latex"))
+
+    @property
+    def json(self) -> Any:
+        return self.raw.get("application/json")
+
+    @property
+    def javascript(self) -> Optional[str]:
+        return _mime_text(self.raw.get("application/javascript"))
+
+    @property
+    def extra(self) -> Dict[str, Any]:
+        """MIME entries that have no named property."""
+        known = set(_FORMATS.values())
+        return {k: v for k, v in self.raw.items() if k not in known}
+
+    def formats(self) -> List[str]:
+        """Names of the formats present, e.g. ``["text", "html"]``; unnamed MIME types as is."""
+        names = [name for name, mime in _FORMATS.items() if mime in self.raw]
+        names.extend(self.extra.keys())
+        return names
+
+    @property
+    def is_image(self) -> bool:
+        return any(m in self.raw for m in ("image/png", "image/jpeg", "image/svg+xml"))
+
+    # -- decoding -------------------------------------------------------------------------
+    def png_bytes(self) -> Optional[bytes]:
+        png = self.png
+        return base64.b64decode(png) if png is not None else None
+
+    def jpeg_bytes(self) -> Optional[bytes]:
+        jpeg = self.jpeg
+        return base64.b64decode(jpeg) if jpeg is not None else None
+
+    def save_png(self, path: PathLike) -> str:
+        """Write the decoded PNG to ``path``; raises ``ValueError`` if there is no PNG."""
+        return self.save(path, format="png")
+
+    def save(self, path: PathLike, format: Optional[str] = None) -> str:  # noqa: A002
+        """Write one format of this result to ``path`` and return the path.
+
+        The format is ``format`` if given, else the one the file extension names (``.png``,
+        ``.jpg``, ``.svg``, ``.html``, ``.json``, ``.txt`` ...), else the first image format
+        present. PNG, JPEG and PDF are base64-decoded; text formats are written as UTF-8.
+        """
+        path = os.fspath(path)
+        fmt = format
+        if fmt is None:
+            fmt = _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+        if fmt is None:
+            fmt = next((f for f in ("png", "jpeg", "svg", "pdf") if _FORMATS[f] in self.raw), None)
+        if fmt is None or fmt not in _FORMATS:
+            raise ValueError(f"cannot tell which format to save to {path!r}; pass format=")
+        mime = _FORMATS[fmt]
+        if mime not in self.raw:
+            raise ValueError(f"result has no {fmt} output (formats: {', '.join(self.formats())})")
+        value = self.raw[mime]
+        if fmt in _BINARY_FORMATS:
+            payload = base64.b64decode(_b64(value) or "")
+        elif fmt == "json":
+            payload = json.dumps(value, indent=2).encode("utf-8")
+        else:
+            payload = (_mime_text(value) or "").encode("utf-8")
+        with open(path, "wb") as f:
+            f.write(payload)
+        return path
+
+    # -- Jupyter display hooks ------------------------------------------------------------
+    def _repr_html_(self) -> Optional[str]:
+        return self.html
+
+    def _repr_markdown_(self) -> Optional[str]:
+        return self.markdown
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
+
+    def _repr_png_(self) -> Optional[str]:
+        return self.png
+
+    def _repr_jpeg_(self) -> Optional[str]:
+        return self.jpeg
+
+    def _repr_latex_(self) -> Optional[str]:
+        return self.latex
+
+    def _repr_json_(self) -> Any:
+        return self.json
+
+    def __str__(self) -> str:
+        return self.text or ""
+
+    def __repr__(self) -> str:
+        kind = "main result" if self.is_main_result else "display"
+        return f"Result({kind}, formats={self.formats()})"
+
+
+def _b64(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    text = _mime_text(value) or ""
+    return "".join(text.split())  # Jupyter may wrap base64 over lines
+
+
+@dataclass
+class Logs:
+    """stdout and stderr of an execution, as the chunks in which they arrived."""
+
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ExecError:
+    """The error an execution raised (Python exception, or a Bash failure the server reports)."""
+
+    name: str
+    value: str
+    traceback_lines: List[str] = field(default_factory=list)
+
+    @property
+    def traceback(self) -> str:
+        """The traceback as one string (lines joined by newlines)."""
+        return "\n".join(line.rstrip("\n") for line in self.traceback_lines)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecError":
+        tb = d.get("traceback") or []
+        if isinstance(tb, str):
+            tb = tb.splitlines()
+        return cls(name=str(d.get("name", "")), value=str(d.get("value", "")), traceback_lines=[str(x) for x in tb])
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.value}" if self.value else self.name
+
+
+@dataclass
+class Truncation:
+    """Bytes of a text stream kept and dropped under the server's output budget."""
+
+    kept_bytes: int = 0
+    dropped_bytes: int = 0
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "Truncation":
+        d = d or {}
+        return cls(kept_bytes=int(d.get("kept_bytes") or 0), dropped_bytes=int(d.get("dropped_bytes") or 0))
+
+
+class Execution:
+    """The outcome of one ``run_code`` call.
+
+    ``results`` holds the rich outputs (``display()`` values and figures, then the value of the
+    last expression) in the order they were produced; ``logs`` the stdout/stderr chunks;
+    ``error`` the error raised, if any; ``end_state`` one of ``ok``, ``error``, ``timeout``,
+    ``interrupted``, ``oom``, ``killed``. An execution that failed or timed out is returned, not
+    raised: call :meth:`raise_for_error` to turn it into an exception.
+    """
+
+    def __init__(
+        self,
+        *,
+        results: Optional[List[Result]] = None,
+        logs: Optional[Logs] = None,
+        error: Optional[ExecError] = None,
+        raw: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self.results: List[Result] = results if results is not None else []
+        self.logs: Logs = logs if logs is not None else Logs()
+        self.error: Optional[ExecError] = error
+        self.raw: Dict[str, Any] = raw if raw is not None else {}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Execution":
+        """Build an Execution from an ``ExecutionResult`` JSON object."""
+        results: List[Result] = []
+        logs = Logs()
+        error: Optional[ExecError] = None
+        outputs = d.get("outputs")
+        if isinstance(outputs, list):
+            for ev in outputs:
+                if not isinstance(ev, Mapping):
+                    continue
+                kind = ev.get("type")
+                if kind == "stdout":
+                    logs.stdout.append(str(ev.get("text", "")))
+                elif kind == "stderr":
+                    logs.stderr.append(str(ev.get("text", "")))
+                elif kind in ("display_data", "result"):
+                    results.append(
+                        Result(ev.get("data") or {}, is_main_result=kind == "result", metadata=_as_dict(ev.get("metadata")))
+                    )
+                elif kind == "error":
+                    error = ExecError.from_json(ev)
+        else:  # no event list: fall back to the summary fields
+            if d.get("stdout"):
+                logs.stdout.append(str(d["stdout"]))
+            if d.get("stderr"):
+                logs.stderr.append(str(d["stderr"]))
+        if not any(r.is_main_result for r in results) and isinstance(d.get("result"), Mapping):
+            results.append(Result(d["result"], is_main_result=True))
+        if error is None and isinstance(d.get("error"), Mapping):
+            error = ExecError.from_json(d["error"])
+        return cls(results=results, logs=logs, error=error, raw=dict(d))
+
+    # -- summary fields -------------------------------------------------------------------
+    @property
+    def id(self) -> Optional[str]:
+        return self.raw.get("id")
+
+    @property
+    def sandbox_id(self) -> Optional[str]:
+        return self.raw.get("sandbox_id")
+
+    @property
+    def language(self) -> Optional[str]:
+        return self.raw.get("language")
+
+    @property
+    def end_state(self) -> str:
+        return str(self.raw.get("end_state", "ok" if self.error is None else "error"))
+
+    @property
+    def ok(self) -> bool:
+        """True when the execution ran to completion without an error."""
+        return self.end_state == "ok"
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.raw.get("exit_code")
+
+    @property
+    def duration_ms(self) -> Optional[float]:
+        return self.raw.get("duration_ms")
+
+    @property
+    def cpu_time_ms(self) -> Optional[float]:
+        return self.raw.get("cpu_time_ms")
+
+    @property
+    def peak_memory_bytes(self) -> Optional[int]:
+        return self.raw.get("peak_memory_bytes")
+
+    @property
+    def started_at(self) -> Optional[str]:
+        return self.raw.get("started_at")
+
+    @property
+    def sandbox_alive(self) -> bool:
+        return bool(self.raw.get("sandbox_alive", True))
+
+    @property
+    def artifacts(self) -> List[Any]:
+        """Files the execution produced, when the server reports them; else ``[]``."""
+        arts = self.raw.get("artifacts")
+        return list(arts) if isinstance(arts, list) else []
+
+    @property
+    def stdout(self) -> str:
+        """All of stdout (after the server's output budget)."""
+        if "stdout" in self.raw:
+            return str(self.raw["stdout"])
+        return "".join(self.logs.stdout)
+
+    @property
+    def stderr(self) -> str:
+        if "stderr" in self.raw:
+            return str(self.raw["stderr"])
+        return "".join(self.logs.stderr)
+
+    @property
+    def stdout_truncation(self) -> Truncation:
+        return Truncation.from_json(self.raw.get("stdout_truncation"))
+
+    @property
+    def stderr_truncation(self) -> Truncation:
+        return Truncation.from_json(self.raw.get("stderr_truncation"))
+
+    @property
+    def main_result(self) -> Optional[Result]:
+        for r in self.results:
+            if r.is_main_result:
+                return r
+        return None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the last expression's value, if the cell had one."""
+        main = self.main_result
+        return main.text if main is not None else None
+
+    def images(self) -> Iterator[Result]:
+        """The results that carry a PNG or JPEG image, in order."""
+        return (r for r in self.results if r.png is not None or r.jpeg is not None)
+
+    def raise_for_error(self) -> "Execution":
+        """Raise :class:`ExecutionTimeout` or :class:`ExecutionError` unless the execution
+        ended ``ok``; return ``self`` otherwise (so it chains)."""
+        state = self.end_state
+        if state == "ok":
+            return self
+        if state == "timeout":
+            raise ExecutionTimeout("execution timed out" + _alive_note(self), execution=self)
+        if self.error is not None:
+            msg = str(self.error)
+            if state != "error":
+                msg = f"{msg} (end state {state})"
+            raise ExecutionError(msg, execution=self)
+        if state == "error" and self.exit_code is not None:
+            raise ExecutionError(f"command exited with status {self.exit_code}", execution=self)
+        raise ExecutionError(f"execution ended {state}" + _alive_note(self), execution=self)
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.raw)
+
+    def __repr__(self) -> str:
+        parts = [f"end_state={self.end_state!r}", f"results={len(self.results)}"]
+        if self.logs.stdout:
+            parts.append(f"stdout={len(self.stdout)} chars")
+        if self.logs.stderr:
+            parts.append(f"stderr={len(self.stderr)} chars")
+        if self.error is not None:
+            parts.append(f"error={str(self.error)!r}")
+        return f"Execution({', '.join(parts)})"
+
+
+def _alive_note(ex: Execution) -> str:
+    return "" if ex.sandbox_alive else "; the sandbox did not survive"
+
+
+def _as_dict(value: Any) -> Dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+@dataclass
+class FileEntry:
+    """One entry of a workspace listing, or the file a write created."""
+
+    path: str
+    name: str
+    kind: str
+    size: int
+    modified: int
+    mode: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+    @property
+    def type(self) -> str:  # E2B spelling
+        return self.kind
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileEntry":
+        path = str(d.get("path", ""))
+        return cls(
+            path=path,
+            name=str(d.get("name") or path.rsplit("/", 1)[-1]),
+            kind=str(d.get("kind", "file")),
+            size=int(d.get("size") or 0),
+            modified=int(d.get("modified") or 0),
+            mode=int(d.get("mode") or 0),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as the server reports it."""
+
+    id: str
+    template: str
+    state: str
+    template_version: str = ""
+    env: Dict[str, str] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)
+    limits: Dict[str, int] = field(default_factory=dict)
+    idle_timeout: Optional[int] = None
+    max_lifetime: Optional[int] = None
+    created_at: Optional[str] = None
+    last_active_at: Optional[str] = None
+    expires_at: Optional[str] = None
+    ended_reason: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def sandbox_id(self) -> str:  # E2B spelling
+        return self.id
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        return cls(
+            id=str(d.get("id", "")),
+            template=str(d.get("template", "")),
+            state=str(d.get("state", "")),
+            template_version=str(d.get("template_version", "")),
+            env=dict(d.get("env") or {}),
+            metadata=dict(d.get("metadata") or {}),
+            limits=dict(d.get("limits") or {}),
+            idle_timeout=d.get("idle_timeout"),
+            max_lifetime=d.get("max_lifetime"),
+            created_at=d.get("created_at"),
+            last_active_at=d.get("last_active_at"),
+            expires_at=d.get("expires_at"),
+            ended_reason=d.get("ended_reason"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ExecutionRecord:
+    """An execution as recorded by the server (``GET /v1/sandboxes/{id}/executions``).
+
+    ``execution`` is ``None`` while the execution is still running.
+    """
+
+    id: str
+    sandbox_id: str
+    code: str
+    language: str
+    started_at: Optional[str]
+    execution: Optional[Execution]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def running(self) -> bool:
+        return self.execution is None
+
+    @property
+    def end_state(self) -> Optional[str]:
+        return self.execution.end_state if self.execution is not None else None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecutionRecord":
+        res = d.get("result")
+        return cls(
+            id=str(d.get("id", "")),
+            sandbox_id=str(d.get("sandbox_id", "")),
+            code=str(d.get("code", "")),
+            language=str(d.get("language", "python")),
+            started_at=d.get("started_at"),
+            execution=Execution.from_json(res) if isinstance(res, Mapping) else None,
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Limits:
+    """Resource limits to ask for; ``None`` leaves the server's default. The server clamps to
+    its maxima, and :attr:`SandboxInfo.limits` has the effective values."""
+
+    memory_mb: Optional[int] = None
+    cpu_millis: Optional[int] = None
+    pids: Optional[int] = None
+    disk_mb: Optional[int] = None
+
+    def to_json(self) -> Dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -1,0 +1,423 @@
+"""The synchronous client: :class:`Sandbox` and its :class:`Files`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+import httpx
+
+from . import errors
+from ._core import (
+    ConnectionConfig,
+    LimitsArg,
+    StreamState,
+    create_body,
+    decode_json,
+    encode_file_path,
+    execute_body,
+    execute_timeout,
+    is_event_stream,
+    replay_callbacks,
+    sandbox_path,
+    transfer_timeout,
+    transport_error,
+    workspace_relative,
+)
+from ._http import Data, SyncHTTP, sync_body
+from ._sse import SSEDecoder
+from .models import Execution, ExecutionRecord, FileEntry, SandboxInfo
+
+__all__ = ["Sandbox", "Files"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+WriteEntries = Union[Mapping[str, Data], Iterable[Any]]
+
+
+class Sandbox:
+    """A sandbox on a sandlot server: a Python (IPython) and Bash session with its own
+    ``/workspace``, state kept between calls.
+
+    Constructing it creates the sandbox::
+
+        with Sandbox() as sb:                 # deleted when the block ends
+            sb.run_code("x = 41")
+            print(sb.run_code("x + 1").text)  # "42"
+
+    ``timeout`` is the idle timeout in seconds (the server deletes the sandbox after that long
+    without an execution or file operation); ``limits`` is a :class:`~sandlot.Limits` or a dict
+    with ``memory_mb``, ``cpu_millis``, ``pids``, ``disk_mb``. ``url`` and ``api_key`` default
+    to ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
+    """
+
+    files: "Files"
+    _http: SyncHTTP
+    _info: SandboxInfo
+    _closed: bool
+
+    def __init__(
+        self,
+        template: Optional[str] = None,
+        timeout: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limits: LimitsArg = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        max_lifetime: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> None:
+        cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
+        http = SyncHTTP(cfg, transport)
+        try:
+            resp = http.request(
+                "POST", "/v1/sandboxes", json=create_body(template, timeout, env, metadata, limits, max_lifetime)
+            )
+            info = SandboxInfo.from_json(decode_json(resp))
+        except BaseException:
+            http.close()
+            raise
+        self._setup(http, info)
+
+    def _setup(self, http: SyncHTTP, info: SandboxInfo) -> None:
+        self._http = http
+        self._info = info
+        self._closed = False
+        self.files = Files(self)
+
+    # -- constructors ---------------------------------------------------------------------
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> "Sandbox":
+        """Same as ``Sandbox(...)``."""
+        return cls(*args, **kwargs)
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        request_timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> "Sandbox":
+        """A handle to an existing sandbox. Raises :class:`~sandlot.SandboxNotFound` for an
+        unknown id and :class:`~sandlot.SandboxGone` for one that has ended."""
+        http = SyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
+        try:
+            info = SandboxInfo.from_json(decode_json(http.request("GET", sandbox_path(sandbox_id))))
+            _check_running(info)
+        except BaseException:
+            http.close()
+            raise
+        obj = cls.__new__(cls)
+        obj._setup(http, info)
+        return obj
+
+    @staticmethod
+    def list(
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        all: bool = False,  # noqa: A002 - mirrors the ?all= query parameter
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> List[SandboxInfo]:
+        """The server's sandboxes: running ones, or every recorded one with ``all=True``."""
+        http = SyncHTTP(ConnectionConfig.resolve(url, api_key), transport)
+        try:
+            params = {"all": "true"} if all else None
+            doc = decode_json(http.request("GET", "/v1/sandboxes", params=params))
+        finally:
+            http.close()
+        return [SandboxInfo.from_json(d) for d in (doc.get("sandboxes") or [])]
+
+    @staticmethod
+    def health(url: Optional[str] = None, api_key: Optional[str] = None, *, transport: Optional[httpx.BaseTransport] = None) -> Dict[str, Any]:
+        """``GET /v1/health`` as a dict."""
+        http = SyncHTTP(ConnectionConfig.resolve(url, api_key), transport)
+        try:
+            resp = http.request("GET", "/v1/health")
+            try:
+                doc = resp.json()
+            except ValueError:
+                doc = {"status": resp.text}
+        finally:
+            http.close()
+        return doc if isinstance(doc, dict) else {"status": doc}
+
+    # -- identity and lifecycle -----------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def sandbox_id(self) -> str:  # E2B spelling
+        return self._info.id
+
+    @property
+    def url(self) -> str:
+        return self._http.cfg.url
+
+    def info(self) -> SandboxInfo:
+        """The sandbox as the server reports it now."""
+        self._info = SandboxInfo.from_json(decode_json(self._http.request("GET", sandbox_path(self.id))))
+        return self._info
+
+    def is_running(self) -> bool:
+        try:
+            return self.info().state == "running"
+        except (errors.SandboxNotFound, errors.SandboxGone):
+            return False
+
+    def kill(self) -> bool:
+        """Delete the sandbox (its processes and workspace) and release the connection.
+        Returns False if it was already gone."""
+        if self._closed:
+            return False
+        try:
+            self._http.request("DELETE", sandbox_path(self.id)).close()
+            deleted = True
+        except (errors.SandboxNotFound, errors.SandboxGone):
+            deleted = False
+        self._closed = True
+        self._http.close()
+        return deleted
+
+    def close(self, kill: bool = True) -> None:
+        """Release the connection; with ``kill=True`` (the default) delete the sandbox first.
+        ``close(kill=False)`` leaves it running for :meth:`connect`."""
+        if kill:
+            self.kill()
+        elif not self._closed:
+            self._closed = True
+            self._http.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, template={self._info.template!r})"
+
+    # -- execution ------------------------------------------------------------------------
+    def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        on_stdout: Optional[Callable[[Any], Any]] = None,
+        on_stderr: Optional[Callable[[Any], Any]] = None,
+        on_result: Optional[Callable[[Any], Any]] = None,
+        on_error: Optional[Callable[[Any], Any]] = None,
+        timeout: Optional[float] = None,
+        *,
+        stream: Optional[bool] = None,
+        context: Optional[str] = None,
+    ) -> Execution:
+        """Run ``code`` in the sandbox's session and return the :class:`~sandlot.Execution`.
+
+        With any callback the output is streamed and each callback is called as its output
+        arrives: ``on_stdout``/``on_stderr`` with each chunk (an :class:`~sandlot.OutputMessage`,
+        a ``str``), ``on_result`` with each :class:`~sandlot.Result`, ``on_error`` with the
+        :class:`~sandlot.ExecError`. ``timeout`` (seconds) is enforced by the server; a timed-out
+        execution is returned with ``end_state == "timeout"`` (see
+        :meth:`Execution.raise_for_error`). ``context`` names a code context of the sandbox (an
+        independent namespace); the default context when ``None``. The request is never re-sent
+        once it may have reached the server.
+        """
+        streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
+        path = sandbox_path(self.id, "execute")
+        body = execute_body(code, language, timeout, streaming, context)
+        http_timeout = execute_timeout(self._http.cfg, timeout)
+        if not streaming:
+            resp = self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
+            return Execution.from_json(decode_json(resp))
+        state = StreamState(on_stdout, on_stderr, on_result, on_error)
+        resp = self._http.request(
+            "POST", path, json=body, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
+        )
+        try:
+            if not is_event_stream(resp):
+                resp.read()
+                ex = Execution.from_json(decode_json(resp))
+                for cb, arg in replay_callbacks(ex, state):
+                    cb(arg)
+                return ex
+            dec = SSEDecoder()
+            try:
+                for line in resp.iter_lines():
+                    ev = dec.feed(line)
+                    if ev is None:
+                        continue
+                    for cb, arg in state.handle(ev):
+                        cb(arg)
+                    if state.final is not None:
+                        break
+                else:
+                    ev = dec.flush()
+                    if ev is not None:
+                        for cb, arg in state.handle(ev):
+                            cb(arg)
+            except httpx.TransportError as e:
+                raise transport_error(e, "POST", path) from e
+        finally:
+            resp.close()
+        return state.finish()
+
+    def run_bash(self, code: str, **kwargs: Any) -> Execution:
+        """``run_code(code, language="bash", ...)``: runs in the sandbox's Bash session."""
+        return self.run_code(code, language="bash", **kwargs)
+
+    def interrupt(self) -> bool:
+        """Interrupt the running execution (``KeyboardInterrupt`` in Python, ``SIGINT`` in
+        Bash); the session's state survives. Returns whether something was running."""
+        doc = decode_json(self._http.request("POST", sandbox_path(self.id, "interrupt")))
+        return bool(doc.get("interrupted")) if isinstance(doc, dict) else False
+
+    def executions(self) -> List[ExecutionRecord]:
+        """Every execution of this sandbox, oldest first, as the server recorded it."""
+        doc = decode_json(self._http.request("GET", sandbox_path(self.id, "executions")))
+        return [ExecutionRecord.from_json(d) for d in (doc.get("executions") or [])]
+
+
+def _check_running(info: SandboxInfo) -> None:
+    if info.state and info.state != "running":
+        why = f" ({info.ended_reason})" if info.ended_reason else ""
+        raise errors.SandboxGone(f"sandbox {info.id} is {info.state}{why}", code="sandbox_gone")
+
+
+def iter_write_entries(files: WriteEntries) -> List[Tuple[str, Data]]:
+    """Normalise ``write_many`` input: a dict path → data, or an iterable of ``(path, data)``
+    tuples, ``{"path": ..., "data": ...}`` dicts or objects with ``.path`` and ``.data``."""
+    out: List[Tuple[str, Data]] = []
+    if isinstance(files, Mapping):
+        return [(os.fspath(p), d) for p, d in files.items()]
+    for item in files:
+        if isinstance(item, tuple) and len(item) == 2:
+            out.append((os.fspath(item[0]), item[1]))
+        elif isinstance(item, Mapping):
+            out.append((os.fspath(item["path"]), item["data"]))
+        elif hasattr(item, "path") and hasattr(item, "data"):
+            out.append((os.fspath(item.path), item.data))
+        else:
+            raise TypeError(f"cannot tell path and data of {item!r}")
+    return out
+
+
+def iter_local_dir(local_dir: PathLike, remote_dir: str) -> List[Tuple[str, str]]:
+    """(local file, remote path) for every regular file under ``local_dir``, sorted."""
+    base = os.fspath(local_dir)
+    if not os.path.isdir(base):
+        raise NotADirectoryError(base)
+    remote = workspace_relative(remote_dir).strip("/") if remote_dir else ""
+    pairs: List[Tuple[str, str]] = []
+    for root, dirs, names in os.walk(base):
+        dirs.sort()
+        for name in sorted(names):
+            local = os.path.join(root, name)
+            if not os.path.isfile(local):
+                continue
+            rel = os.path.relpath(local, base).replace(os.sep, "/")
+            pairs.append((local, f"{remote}/{rel}" if remote else rel))
+    return pairs
+
+
+class Files:
+    """The sandbox's ``/workspace``. Paths are relative to it; an absolute path must start with
+    ``/workspace/``."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def _path(self, path: PathLike) -> str:
+        return sandbox_path(self._sb.id, "files", encode_file_path(path))
+
+    def write(self, path: PathLike, data: Data) -> FileEntry:
+        """Create or replace the file at ``path`` (parent directories included) with ``data``:
+        bytes, str (UTF-8), or a binary file-like object, streamed in chunks."""
+        factory, headers = sync_body(data)
+        resp = self._sb._http.request(
+            "PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(self._sb._http.cfg)
+        )
+        return _entry_from_response(resp, path)
+
+    def write_many(self, files: WriteEntries) -> List[FileEntry]:
+        """Write several files: a dict path → data, or ``(path, data)`` pairs."""
+        return [self.write(p, d) for p, d in iter_write_entries(files)]
+
+    def upload(self, local_path: PathLike, path: Optional[PathLike] = None) -> FileEntry:
+        """Stream the local file ``local_path`` to ``path`` (default: its base name)."""
+        remote = os.fspath(path) if path is not None else os.path.basename(os.fspath(local_path))
+        with open(local_path, "rb") as f:
+            return self.write(remote, f)
+
+    def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
+        """Upload every file under ``local_dir`` into ``remote_dir``, keeping the layout."""
+        return [self.upload(local, remote) for local, remote in iter_local_dir(local_dir, os.fspath(remote_dir))]
+
+    def read(self, path: PathLike) -> bytes:
+        """The file's bytes."""
+        resp = self._sb._http.request("GET", self._path(path), timeout=transfer_timeout(self._sb._http.cfg))
+        return resp.content
+
+    def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.read(path).decode(encoding, errors)
+
+    def download(self, path: PathLike, local_path: PathLike) -> str:
+        """Stream the file at ``path`` to ``local_path`` (written to ``<local_path>.part``
+        first, then renamed). Returns ``local_path``."""
+        local = os.fspath(local_path)
+        part = local + ".part"
+        resp = self._sb._http.request("GET", self._path(path), stream=True, timeout=transfer_timeout(self._sb._http.cfg))
+        try:
+            with open(part, "wb") as f:
+                for chunk in resp.iter_bytes():
+                    f.write(chunk)
+            os.replace(part, local)
+        except httpx.TransportError as e:
+            raise transport_error(e, "GET", self._path(path)) from e
+        finally:
+            resp.close()
+            if os.path.exists(part):
+                os.unlink(part)
+        return local
+
+    def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
+        """Entries of the directory ``path`` (the workspace root by default)."""
+        params: Dict[str, str] = {}
+        rel = workspace_relative(path)
+        if rel:
+            params["path"] = rel
+        if recursive:
+            params["recursive"] = "true"
+        doc = decode_json(self._sb._http.request("GET", sandbox_path(self._sb.id, "files"), params=params or None))
+        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
+
+    def exists(self, path: PathLike) -> bool:
+        """Whether ``path`` exists (file or directory)."""
+        rel = workspace_relative(path).strip("/")
+        if rel == "":
+            return True
+        parent, _, name = rel.rpartition("/")
+        try:
+            return any(e.name == name for e in self.list(parent))
+        except (errors.FileNotFound, errors.NotARegularFile):
+            return False
+
+    def remove(self, path: PathLike) -> None:
+        """Delete the file or directory at ``path``."""
+        self._sb._http.request("DELETE", self._path(path)).close()
+
+
+def _entry_from_response(resp: httpx.Response, path: PathLike) -> FileEntry:
+    if resp.content:
+        doc = decode_json(resp)
+        if isinstance(doc, dict):
+            return FileEntry.from_json(doc)
+    rel = workspace_relative(path)
+    return FileEntry(path=rel, name=rel.rsplit("/", 1)[-1], kind="file", size=0, modified=0, mode=0)

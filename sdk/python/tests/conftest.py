@@ -1,0 +1,143 @@
+"""Shared fixtures.
+
+Offline tests (test_offline.py) need nothing but the package. Live tests (marked ``live``)
+run against a real ``sandlot serve`` that the session-scoped ``sandlot_url`` fixture starts:
+
+* binary: ``$SANDLOT_BIN`` (default ``<repo>/target/debug/sandlot``); when it does not exist,
+  the live tests are skipped with that reason. Any other failure (the server does not start,
+  misbehaves) fails them.
+* ``sandlot serve --listen 127.0.0.1:0 --data-dir <tmp> --env-dir <$SANDLOT_TEST_ENV_DIR or
+  <repo>/target/sandlot-envs>``; the address is read from the stdout line
+  ``sandlot listening on http://ADDR``, waiting up to 10 minutes (the first start provisions
+  the Python environment).
+* ``$SANDLOT_TEST_URL`` instead points the live tests at a server that is already running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SDK = Path(__file__).resolve().parents[1]
+STARTUP_TIMEOUT = 600.0
+LISTEN_RE = re.compile(r"sandlot listening on (http://\S+)")
+
+
+def _bin() -> Path:
+    return Path(os.environ.get("SANDLOT_BIN") or REPO / "target" / "debug" / "sandlot")
+
+
+def _die_with_parent() -> None:
+    """In the server's child process: get SIGTERM if the test process dies (Linux), so a killed
+    test run does not leave a server behind."""
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort only
+        pass
+
+
+def _tail(path: Path, n: int = 60) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+@pytest.fixture(scope="session")
+def sandlot_url() -> Iterator[str]:
+    """Base URL of a running sandlot server (started for the session unless given)."""
+    given = os.environ.get("SANDLOT_TEST_URL")
+    if given:
+        yield given.rstrip("/")
+        return
+    binary = _bin()
+    if not binary.exists():
+        pytest.skip(f"live tests need the sandlot binary: {binary} does not exist (build it with `cargo build`, or set SANDLOT_BIN)")
+    env_dir = os.environ.get("SANDLOT_TEST_ENV_DIR") or str(REPO / "target" / "sandlot-envs")
+    tmp = Path(tempfile.mkdtemp(prefix="sandlot-sdk-test-"))
+    data_dir = tmp / "data"
+    data_dir.mkdir()
+    stdout_log = tmp / "stdout.log"
+    stderr_log = tmp / "stderr.log"
+    cmd = [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--env-dir", env_dir]
+    env = dict(os.environ)
+    env.pop("SANDLOT_API_KEY", None)  # the test server runs without auth
+    errf = open(stderr_log, "wb")
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=errf,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    assert proc.stdout is not None
+    found: List[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        # Keep reading stdout for the whole session so the server never blocks on a full pipe.
+        assert proc.stdout is not None
+        with open(stdout_log, "wb") as out:
+            for raw in iter(proc.stdout.readline, b""):
+                out.write(raw)
+                out.flush()
+                if not found:
+                    m = LISTEN_RE.search(raw.decode("utf-8", "replace"))
+                    if m:
+                        found.append(m.group(1))
+                        ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, name="sandlot-stdout", daemon=True).start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not ready.wait(timeout=1.0):
+        if time.monotonic() > deadline:
+            break
+    try:
+        if not found:
+            rc = proc.poll()
+            why = f"exited with status {rc}" if rc is not None else f"printed no listening line within {STARTUP_TIMEOUT:.0f} s"
+            pytest.fail(
+                f"`{' '.join(cmd)}` {why}\n--- stdout ---\n{_tail(stdout_log)}\n--- stderr ---\n{_tail(stderr_log)}",
+                pytrace=False,
+            )
+        os.environ["SANDLOT_URL"] = found[0]
+        yield found[0]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+        errf.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        if found and os.environ.get("SANDLOT_URL") == found[0]:
+            del os.environ["SANDLOT_URL"]
+        sys.stderr.write(f"\nsandlot server logs: {tmp}\n")
+
+
+@pytest.fixture
+def sandbox(sandlot_url: str):
+    from sandlot import Sandbox
+
+    with Sandbox(url=sandlot_url, metadata={"test": "sdk"}) as sb:
+        yield sb

@@ -1,0 +1,875 @@
+"""Tests that need no server: parsing of ExecutionResult JSON and SSE streams, errors, paths,
+configuration, the client's requests (through an in-memory fake of the API), retries, and the
+agent tool helpers. Fixtures in tests/fixtures follow crates/sandlot-types exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import importlib.util
+import io
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+import httpx
+import pytest
+
+import sandlot
+from sandlot import (
+    AsyncSandbox,
+    Execution,
+    ExecutionError,
+    ExecutionRecord,
+    ExecutionTimeout,
+    FileEntry,
+    Limits,
+    Result,
+    Sandbox,
+    SandboxInfo,
+)
+from sandlot import errors as E
+from sandlot._core import (
+    ConnectionConfig,
+    StreamState,
+    encode_file_path,
+    workspace_relative,
+)
+from sandlot._sse import SSEDecoder, SSEEvent, iter_sse
+from sandlot.tools import (
+    AsyncToolDispatcher,
+    ToolDispatcher,
+    format_execution,
+    run_bash_tool,
+    run_python_tool,
+)
+
+from ._fake import FakeSandlot, api_error, fixture
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv("SANDLOT_URL", raising=False)
+    monkeypatch.delenv("SANDLOT_API_KEY", raising=False)
+
+
+def fake_sandbox(fake: FakeSandlot, **kw) -> Sandbox:
+    return Sandbox(url="http://sandlot.test", transport=httpx.MockTransport(fake), **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_execution_results_in_order():
+    ex = Execution.from_json(fixture("exec_dataframe_plots.json"))
+    assert [r.formats() for r in ex.results] == [["text", "html"], ["text", "png"], ["text", "png"], ["text"]]
+    assert [r.is_main_result for r in ex.results] == [False, False, False, True]
+    table = ex.results[0]
+    assert "<table" in table.html and table.text.startswith("   a  b")
+    for r in ex.results[1:3]:
+        raw = r.png_bytes()
+        assert raw[:8] == PNG_MAGIC and len(raw) > 1000
+        assert r.png == r.raw["image/png"] and r.is_image
+    assert ex.text == "6" and ex.main_result is ex.results[3]
+    assert ex.logs.stdout == ["rows: 3\n", "done printing\n"] and ex.logs.stderr == []
+    assert ex.stdout == "rows: 3\ndone printing\n"
+    assert ex.end_state == "ok" and ex.ok and ex.error is None
+    assert ex.exit_code is None and ex.duration_ms == 812.4 and ex.cpu_time_ms == 640.2
+    assert ex.peak_memory_bytes == 187695104 and ex.sandbox_alive
+    assert ex.artifacts == [] and ex.raw["id"] == "exe_01" and ex.id == "exe_01"
+    assert len(list(ex.images())) == 2
+    assert ex.raise_for_error() is ex
+    assert "end_state='ok'" in repr(ex)
+
+
+def test_execution_artifacts_kept_when_present():
+    doc = fixture("exec_bash.json")
+    doc["artifacts"] = [{"path": "out.csv", "size": 10}]
+    assert Execution.from_json(doc).artifacts == [{"path": "out.csv", "size": 10}]
+
+
+def test_result_save(tmp_path):
+    ex = Execution.from_json(fixture("exec_dataframe_plots.json"))
+    fig = ex.results[1]
+    p = fig.save_png(tmp_path / "fig.png")
+    assert Path(p).read_bytes() == fig.png_bytes()
+    assert Path(fig.save(tmp_path / "fig2.png")).read_bytes()[:8] == PNG_MAGIC
+    assert Path(fig.save(tmp_path / "noext")).read_bytes()[:8] == PNG_MAGIC  # first image format
+    assert Path(ex.results[0].save(tmp_path / "t.html")).read_text() == ex.results[0].html
+    with pytest.raises(ValueError):
+        ex.results[0].save_png(tmp_path / "x.png")
+    with pytest.raises(ValueError):
+        ex.results[3].save(tmp_path / "x.unknownext")
+
+
+def test_result_formats_and_reprs():
+    r = Result(
+        {
+            "text/plain": "x",
+            "text/markdown": "**x**",
+            "application/json": {"a": 1},
+            "text/latex": "$x$",
+            "image/svg+xml": "<svg/>",
+            "application/javascript": "1",
+            "application/vnd.custom+json": {},
+        },
+        is_main_result=True,
+    )
+    assert r.formats() == ["text", "markdown", "svg", "latex", "json", "javascript", "application/vnd.custom+json"]
+    assert r.json == {"a": 1} and r.markdown == "**x**" and r.latex == "$x$" and r.svg == "<svg/>"
+    assert r.extra == {"application/vnd.custom+json": {}}
+    assert r._repr_markdown_() == "**x**" and str(r) == "x" and r.png is None and r.jpeg_bytes() is None
+    # Jupyter may split strings into lists of lines
+    assert Result({"text/plain": ["a\n", "b"]}).text == "a\nb"
+
+
+def test_execution_error():
+    ex = Execution.from_json(fixture("exec_error.json"))
+    assert ex.end_state == "error" and not ex.ok
+    assert ex.error.name == "ZeroDivisionError" and ex.error.value == "division by zero"
+    assert isinstance(ex.error.traceback, str) and "return 1/0" in ex.error.traceback
+    assert isinstance(ex.error.traceback_lines, list) and len(ex.error.traceback_lines) == 5
+    assert ex.logs.stdout == ["before\n"] and ex.results == []
+    with pytest.raises(ExecutionError) as info:
+        ex.raise_for_error()
+    assert info.value.name == "ZeroDivisionError" and info.value.execution is ex
+    assert "division by zero" in str(info.value) and not isinstance(info.value, ExecutionTimeout)
+    assert isinstance(info.value, sandlot.SandlotError)
+
+
+def test_execution_timeout_and_bash():
+    ex = Execution.from_json(fixture("exec_timeout.json"))
+    with pytest.raises(ExecutionTimeout) as info:
+        ex.raise_for_error()
+    assert isinstance(info.value, ExecutionError) and info.value.end_state == "timeout"
+    bash = Execution.from_json(fixture("exec_bash.json"))
+    assert bash.language == "bash" and bash.exit_code == 2 and bash.error is None
+    assert bash.logs.stderr == ["ls: cannot access 'missing': No such file or directory\n"]
+    with pytest.raises(ExecutionError, match="status 2"):
+        bash.raise_for_error()
+
+
+def test_execution_without_outputs_falls_back_to_summary_fields():
+    ex = Execution.from_json(
+        {"end_state": "ok", "stdout": "hi\n", "stderr": "", "result": {"text/plain": "3"}, "error": None}
+    )
+    assert ex.logs.stdout == ["hi\n"] and ex.text == "3" and ex.results[0].is_main_result
+
+
+def test_records_and_infos():
+    recs = [ExecutionRecord.from_json(d) for d in fixture("executions.json")["executions"]]
+    assert recs[0].execution.error.name == "ZeroDivisionError" and recs[0].end_state == "error"
+    assert recs[1].running and recs[1].execution is None and recs[1].code.startswith("import time")
+    info = SandboxInfo.from_json(fixture("sandbox.json"))
+    assert info.running and info.limits["memory_mb"] == 1024 and info.metadata == {"user": "alice"}
+    entries = [FileEntry.from_json(d) for d in fixture("files_list.json")["entries"]]
+    assert entries[0].is_dir and entries[1].is_file and entries[1].path == "data/a.csv" and entries[1].size == 12
+    assert Limits(memory_mb=512).to_json() == {"memory_mb": 512}
+
+
+# ---------------------------------------------------------------------------------------------
+# SSE
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sse_decoder_rules():
+    text = (
+        ": comment\r\n"
+        "event: stdout\r\n"
+        "data: {\"type\":\"stdout\",\r\n"
+        "data:\"text\":\"a\"}\r\n"
+        "\r\n"
+        "retry: 1000\n"
+        "id: 7\n"
+        "data: plain\n"
+        "\n"
+        "event: done\n"
+        "data: {}"
+    )
+    evs = list(iter_sse(text.splitlines(keepends=True)))
+    assert evs[0] == SSEEvent(event="stdout", data='{"type":"stdout",\n"text":"a"}')
+    assert evs[1].event == "message" and evs[1].data == "plain" and evs[1].id == "7"
+    assert evs[2].event == "done" and evs[2].data == "{}"  # flushed at end of stream
+    d = SSEDecoder()
+    assert d.feed("data:x") is None and d.feed("").data == "x"  # no space after the colon
+    assert d.feed("") is None  # a blank line with nothing pending dispatches nothing
+
+
+def test_stream_state_replays_transcript_in_order():
+    seen: List[Any] = []
+    state = StreamState(
+        on_stdout=lambda m: seen.append(("out", str(m), m.error)),
+        on_stderr=lambda m: seen.append(("err", str(m))),
+        on_result=lambda r: seen.append(("res", r.is_main_result, tuple(r.formats()))),
+        on_error=lambda e: seen.append(("error", e.name)),
+    )
+    for ev in iter_sse(fixture("stream_dataframe_plots.sse").splitlines()):
+        for cb, arg in state.handle(ev):
+            cb(arg)
+    assert seen == [
+        ("res", False, ("text", "html")),
+        ("res", False, ("text", "png")),
+        ("res", False, ("text", "png")),
+        ("out", "rows: 3\n", False),
+        ("out", "done printing\n", False),
+        ("res", True, ("text",)),
+    ]
+    ex = state.finish()
+    assert ex.text == "6" and len(ex.results) == 4
+    assert [r.raw for r in ex.results] == [r.raw for r in state.results]
+
+
+def test_stream_state_errors():
+    st = StreamState()
+    with pytest.raises(E.ConnectionError) as info:
+        st.finish()
+    assert info.value.code == "stream_incomplete"
+    with pytest.raises(E.SandboxGone):
+        st.handle(SSEEvent("error", json.dumps({"error": {"code": "sandbox_gone", "message": "gone"}})))
+    with pytest.raises(E.ServerError):
+        st.handle(SSEEvent("stdout", "{not json"))
+    got = []
+    st2 = StreamState(on_error=got.append)
+    for cb, arg in st2.handle(SSEEvent("error", json.dumps({"type": "error", "name": "ValueError", "value": "v", "traceback": ["t"]}))):
+        cb(arg)
+    assert got[0].name == "ValueError" and st2.error.traceback == "t"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors, paths, configuration
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "status,code,cls",
+    [
+        (400, "invalid_request", E.InvalidRequest),
+        (422, "invalid_argument", E.InvalidArgument),
+        (413, "payload_too_large", E.PayloadTooLarge),
+        (404, "sandbox_not_found", E.SandboxNotFound),
+        (410, "sandbox_gone", E.SandboxGone),
+        (404, "execution_not_found", E.ExecutionNotFound),
+        (404, "template_not_found", E.TemplateNotFound),
+        (409, "template_not_ready", E.TemplateNotReady),
+        (400, "invalid_path", E.InvalidPath),
+        (404, "file_not_found", E.FileNotFound),
+        (400, "not_a_regular_file", E.NotARegularFile),
+        (413, "file_too_large", E.FileTooLarge),
+        (507, "workspace_full", E.WorkspaceFull),
+        (409, "sandbox_busy", E.SandboxBusy),
+        (503, "capacity_exhausted", E.CapacityExhausted),
+        (500, "sandbox_failed", E.SandboxFailed),
+        (500, "internal", E.ServerError),
+    ],
+)
+def test_error_codes_map_to_classes(status, code, cls):
+    body = json.dumps({"error": {"code": code, "message": "msg here"}}).encode()
+    err = E.error_from_response(status, body)
+    assert type(err) is cls and err.code == code and err.status == status and err.message == "msg here"
+    assert isinstance(err, sandlot.SandlotError) and code in str(err)
+
+
+def test_error_fallbacks():
+    assert isinstance(E.error_from_response(502, b"<html>bad gateway</html>"), E.ServerError)
+    err = E.error_from_response(401, b"")
+    assert isinstance(err, E.AuthenticationError) and err.message == "HTTP 401"
+    assert isinstance(E.error_from_response(404, b'{"error":{"code":"new_code","message":"m"}}'), E.NotFoundError)
+    assert isinstance(E.error_from_response(418, b"teapot"), E.InvalidRequest)
+    assert E.SandboxNotFound.__mro__[1] is E.NotFoundError
+    assert issubclass(E.FileTooLarge, E.PayloadTooLarge) and issubclass(E.SandboxFailed, E.ServerError)
+    assert issubclass(sandlot.ConnectionError, builtins.ConnectionError)
+
+
+def test_paths():
+    assert workspace_relative("/workspace/a/b.txt") == "a/b.txt"
+    assert workspace_relative("/workspace") == "" and workspace_relative("a") == "a"
+    assert encode_file_path("dir with space/ü#?.txt") == "dir%20with%20space/%C3%BC%23%3F.txt"
+    assert encode_file_path("/workspace/x/y") == "x/y"
+    assert encode_file_path("../escape") == "%2E%2E/escape"
+    assert encode_file_path("a/./b") == "a/%2E/b"
+    assert encode_file_path("/etc/passwd") == "%2Fetc/passwd"
+    with pytest.raises(E.InvalidPath):
+        encode_file_path("")
+    # httpx must not resolve the encoded dot segments
+    url = httpx.URL("http://h/v1/sandboxes/s/files/" + encode_file_path("../x"))
+    assert url.raw_path == b"/v1/sandboxes/s/files/%2E%2E/x"
+
+
+def test_config(monkeypatch):
+    cfg = ConnectionConfig.resolve()
+    assert cfg.url == "http://127.0.0.1:7878" and cfg.api_key is None and "Authorization" not in cfg.headers()
+    monkeypatch.setenv("SANDLOT_URL", "http://10.1.2.3:9000/v1/")
+    monkeypatch.setenv("SANDLOT_API_KEY", "k3y")
+    cfg = ConnectionConfig.resolve()
+    assert cfg.url == "http://10.1.2.3:9000" and cfg.headers()["Authorization"] == "Bearer k3y"
+    cfg = ConnectionConfig.resolve("127.0.0.1:1234", "other")
+    assert cfg.url == "http://127.0.0.1:1234" and cfg.api_key == "other"
+    assert all(0 < cfg.backoff_delay(i) <= 8 for i in range(10))
+
+
+# ---------------------------------------------------------------------------------------------
+# The sync client against the in-memory API
+# ---------------------------------------------------------------------------------------------
+
+
+def test_create_sends_body_and_auth():
+    fake = FakeSandlot()
+    sb = fake_sandbox(fake, api_key="secret", template="default", timeout=120, env={"A": 1},
+                      metadata={"m": "v"}, limits={"memory_mb": 256, "pids": None}, max_lifetime=3600)
+    req = fake.requests[0]
+    assert req["method"] == "POST" and req["path"] == "/v1/sandboxes"
+    assert json.loads(req["body"]) == {
+        "template": "default", "env": {"A": "1"}, "metadata": {"m": "v"},
+        "limits": {"memory_mb": 256}, "idle_timeout": 120, "max_lifetime": 3600,
+    }
+    assert req["headers"]["authorization"] == "Bearer secret"
+    assert req["headers"]["user-agent"].startswith("sandlot-python/")
+    assert sb.id.startswith("sbx_fake") and sb.sandbox_id == sb.id
+    assert sb.info().metadata == {"m": "v"} and sb.is_running()
+    sb.kill()
+
+
+def test_minimal_create_body_and_context_manager():
+    fake = FakeSandlot()
+    with fake_sandbox(fake) as sb:
+        assert json.loads(fake.requests[0]["body"]) == {}
+        sid = sb.id
+    assert fake.requests[-1]["method"] == "DELETE" and fake.sandboxes[sid]["state"] == "deleted"
+    assert sb.kill() is False  # idempotent
+
+
+def test_run_code_json():
+    fake = FakeSandlot()
+    with fake_sandbox(fake) as sb:
+        ex = sb.run_code("df", timeout=5)
+        req = fake.requests[-1]
+        assert req["path"] == f"/v1/sandboxes/{sb.id}/execute"
+        assert json.loads(req["body"]) == {"code": "df", "language": "python", "stream": False, "timeout": 5.0}
+        assert req["headers"]["accept"] == "application/json"
+        assert ex.text == "6" and len(ex.results) == 4
+        fake.execute_result = fixture("exec_bash.json")
+        bx = sb.run_bash("ls missing")
+        assert json.loads(fake.requests[-1]["body"])["language"] == "bash" and bx.exit_code == 2
+        with pytest.raises(E.InvalidArgument):
+            sb.run_code("x", language="ruby")
+        sb.run_code("x", context="ctx_1")
+        assert json.loads(fake.requests[-1]["body"])["context"] == "ctx_1"
+
+
+def test_run_code_streams_with_callbacks():
+    fake = FakeSandlot()
+    got: Dict[str, list] = {"out": [], "err": [], "res": [], "error": []}
+    with fake_sandbox(fake) as sb:
+        ex = sb.run_code("cell", on_stdout=got["out"].append, on_result=got["res"].append)
+        req = fake.requests[-1]
+        assert json.loads(req["body"])["stream"] is True and req["headers"]["accept"] == "text/event-stream"
+        assert got["out"] == ["rows: 3\n", "done printing\n"] and got["out"][0].line == "rows: 3\n"
+        assert [r.is_main_result for r in got["res"]] == [False, False, False, True]
+        assert ex.text == "6" and ex.logs.stdout == got["out"]
+        # errors arrive through on_error
+        fake.execute_result = fixture("exec_error.json")
+        ex = sb.run_code("1/0", on_error=got["error"].append, on_stderr=got["err"].append)
+        assert got["error"][0].name == "ZeroDivisionError" and ex.end_state == "error"
+        # stream=True without callbacks also streams
+        sb.run_code("x", stream=True)
+        assert json.loads(fake.requests[-1]["body"])["stream"] is True
+
+
+def test_stream_request_answered_with_json_replays_callbacks():
+    fake = FakeSandlot()
+    fake.ignore_stream = True
+    out = []
+    with fake_sandbox(fake) as sb:
+        ex = sb.run_code("cell", on_stdout=out.append)
+    assert out == ["rows: 3\n", "done printing\n"] and ex.text == "6"
+
+
+def test_stream_cut_before_done_raises():
+    fake = FakeSandlot()
+    fake.sse_override = 'event: stdout\ndata: {"type":"stdout","text":"partial"}\n\n'
+    out = []
+    with fake_sandbox(fake) as sb:
+        with pytest.raises(E.ConnectionError) as info:
+            sb.run_code("cell", on_stdout=out.append)
+    assert out == ["partial"] and info.value.code == "stream_incomplete"
+
+
+def test_callback_exception_propagates():
+    fake = FakeSandlot()
+
+    def boom(_):
+        raise RuntimeError("callback failed")
+
+    with fake_sandbox(fake) as sb:
+        with pytest.raises(RuntimeError, match="callback failed"):
+            sb.run_code("cell", on_stdout=boom)
+
+
+def test_typed_errors_from_the_api():
+    fake = FakeSandlot()
+    transport = httpx.MockTransport(fake)
+    with pytest.raises(E.SandboxNotFound) as info:
+        Sandbox.connect("sbx_nope", url="http://sandlot.test", transport=transport)
+    assert info.value.status == 404 and info.value.code == "sandbox_not_found" and "sbx_nope" in info.value.message
+    sb = fake_sandbox(fake)
+    sid = sb.id
+    again = Sandbox.connect(sid, url="http://sandlot.test", transport=transport)
+    assert again.id == sid
+    with pytest.raises(E.InvalidPath):
+        sb.files.read("../outside")
+    with pytest.raises(E.InvalidPath):
+        sb.files.write("/etc/passwd", b"x")
+    with pytest.raises(E.FileNotFound):
+        sb.files.read("missing.txt")
+    assert sb.kill() is True
+    with pytest.raises(E.SandboxGone) as info:
+        sb_run = Sandbox.connect(sid, url="http://sandlot.test", transport=transport)  # noqa: F841
+    assert info.value.code == "sandbox_gone"
+    fake.sandboxes[sid]["state"] = "running"
+    sb2 = Sandbox.connect(sid, url="http://sandlot.test", transport=transport)
+    fake.sandboxes[sid]["state"] = "deleted"
+    with pytest.raises(E.SandboxGone):
+        sb2.run_code("1")
+    with pytest.raises(E.SandboxGone):
+        sb2.run_code("1", on_stdout=print)
+
+
+def test_list_health_interrupt_executions():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    a, b = fake_sandbox(fake), fake_sandbox(fake)
+    b.kill()
+    assert [s.id for s in Sandbox.list(url="http://sandlot.test", transport=t)] == [a.id]
+    assert {s.id for s in Sandbox.list(url="http://sandlot.test", all=True, transport=t)} == {a.id, b.id}
+    assert fake.requests[-1]["path"] == "/v1/sandboxes?all=true"
+    assert Sandbox.health(url="http://sandlot.test", transport=t) == {"status": "ok"}
+    assert a.interrupt() is False
+    recs = a.executions()
+    assert len(recs) == 2 and recs[0].execution.end_state == "error"
+    a.close()
+    assert fake.sandboxes[a.id]["state"] == "deleted"
+
+
+def test_close_without_kill_leaves_sandbox_running():
+    fake = FakeSandlot()
+    sb = fake_sandbox(fake)
+    sb.close(kill=False)
+    assert fake.sandboxes[sb.id]["state"] == "running"
+
+
+def test_files_roundtrip_through_fake(tmp_path):
+    fake = FakeSandlot()
+    with fake_sandbox(fake) as sb:
+        e = sb.files.write("notes/a b.txt", "héllo")
+        assert e.path == "notes/a b.txt" and e.size == len("héllo".encode())
+        assert fake.requests[-1]["path"].endswith("/files/notes/a%20b.txt")
+        assert fake.requests[-1]["headers"]["content-type"] == "application/octet-stream"
+        assert sb.files.read("/workspace/notes/a b.txt") == "héllo".encode()
+        assert sb.files.read_text("notes/a b.txt") == "héllo"
+        # a file-like object is streamed with its length
+        bio = io.BytesIO(b"0123456789" * 1000)
+        bio.seek(10)
+        sb.files.write("f.bin", bio)
+        req = fake.requests[-1]
+        assert req["headers"]["content-length"] == str(9990) and req["body"] == (b"0123456789" * 1000)[10:]
+        # an object with only read() (no seek, no fileno) is sent chunked
+        class Reader:
+            def __init__(self):
+                self.parts = [b"ab", b"cd", b""]
+
+            def read(self, n):
+                return self.parts.pop(0)
+
+        sb.files.write("r.bin", Reader())
+        assert fake.requests[-1]["headers"].get("transfer-encoding") == "chunked"
+        assert sb.files.read("r.bin") == b"abcd"
+        # list, exists, remove
+        assert [x.path for x in sb.files.list()] == ["f.bin", "r.bin"]
+        assert [x.path for x in sb.files.list("notes")] == ["notes/a b.txt"]
+        assert fake.requests[-1]["path"].endswith("/files?path=notes")
+        assert len(sb.files.list(recursive=True)) == 3
+        assert "recursive=true" in fake.requests[-1]["path"]
+        assert sb.files.exists("notes/a b.txt") and not sb.files.exists("notes/zzz")
+        sb.files.remove("r.bin")
+        with pytest.raises(E.FileNotFound):
+            sb.files.read("r.bin")
+        # upload / download / upload_dir / write_many
+        local = tmp_path / "local.bin"
+        local.write_bytes(os.urandom(300_000))
+        sb.files.upload(local, "up/local.bin")
+        assert sb.files.upload(local).path == "local.bin"
+        out = tmp_path / "down.bin"
+        assert sb.files.download("up/local.bin", out) == str(out)
+        assert out.read_bytes() == local.read_bytes() and not (tmp_path / "down.bin.part").exists()
+        with pytest.raises(E.FileNotFound):
+            sb.files.download("nope.bin", tmp_path / "nope.bin")
+        assert not (tmp_path / "nope.bin").exists() and not (tmp_path / "nope.bin.part").exists()
+        tree = tmp_path / "tree"
+        (tree / "sub").mkdir(parents=True)
+        (tree / "x.txt").write_text("x")
+        (tree / "sub" / "y.txt").write_text("y")
+        assert [e.path for e in sb.files.upload_dir(tree, "proj")] == ["proj/x.txt", "proj/sub/y.txt"]
+        assert sb.files.read("proj/sub/y.txt") == b"y"
+        got = sb.files.write_many([("m/1", b"1"), {"path": "m/2", "data": "2"}, SimpleNamespace(path="m/3", data=b"3")])
+        assert [e.path for e in got] == ["m/1", "m/2", "m/3"]
+        assert [e.path for e in sb.files.write_many({"m/4": "4"})] == ["m/4"]
+        with pytest.raises(TypeError):
+            sb.files.write("bad", 12345)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retries: only connect failures are retried
+# ---------------------------------------------------------------------------------------------
+
+
+class Flaky(httpx.BaseTransport):
+    def __init__(self, fail: int, exc: type, fake: FakeSandlot):
+        self.fail, self.exc, self.calls = fail, exc, 0
+        self.inner = httpx.MockTransport(fake)
+
+    def handle_request(self, request):
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise self.exc("simulated", request=request)
+        return self.inner.handle_request(request)
+
+
+def _quick(cfg_kwargs=None):
+    return dict(url="http://sandlot.test", retries=3, **(cfg_kwargs or {}))
+
+
+def test_connect_errors_are_retried(monkeypatch):
+    monkeypatch.setattr(ConnectionConfig, "backoff_delay", lambda self, attempt: 0.0)
+    fake = FakeSandlot()
+    t = Flaky(2, httpx.ConnectError, fake)
+    sb = Sandbox(transport=t, **_quick())
+    assert t.calls == 3 and sb.id
+    t2 = Flaky(100, httpx.ConnectError, fake)
+    with pytest.raises(sandlot.ConnectionError) as info:
+        Sandbox(transport=t2, **_quick())
+    assert t2.calls == 4 and isinstance(info.value, builtins.ConnectionError)
+    assert info.value.code == "connection_error"
+
+
+def test_execute_is_never_resent_after_it_was_sent(monkeypatch):
+    monkeypatch.setattr(ConnectionConfig, "backoff_delay", lambda self, attempt: 0.0)
+    fake = FakeSandlot()
+    sb = fake_sandbox(fake)
+    calls = []
+
+    def hook(request):
+        if request.url.path.endswith("/execute"):
+            calls.append(1)
+            raise httpx.ReadError("connection reset", request=request)
+        return None
+
+    fake.hook = hook
+    with pytest.raises(sandlot.ConnectionError):
+        sb.run_code("x = 1")
+    with pytest.raises(sandlot.ConnectionError):
+        sb.run_code("x = 1", on_stdout=print)
+    assert len(calls) == 2  # one attempt each
+
+
+def test_http_errors_are_not_retried(monkeypatch):
+    monkeypatch.setattr(ConnectionConfig, "backoff_delay", lambda self, attempt: 0.0)
+    fake = FakeSandlot()
+    sb = fake_sandbox(fake)
+    n = len(fake.requests)
+    fake.hook = lambda request: api_error(500, "internal", "boom")
+    with pytest.raises(E.ServerError):
+        sb.run_code("x")
+    fake.hook = lambda request: api_error(503, "capacity_exhausted", "full")
+    with pytest.raises(E.CapacityExhausted):
+        sb.info()
+    assert len(fake.requests) == n + 2
+
+
+def test_unreachable_server_raises_connection_error(monkeypatch):
+    monkeypatch.setattr(ConnectionConfig, "backoff_delay", lambda self, attempt: 0.0)
+    with pytest.raises(sandlot.ConnectionError):
+        Sandbox(url="http://127.0.0.1:1", retries=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental streaming over a real socket (a scripted SSE server on 127.0.0.1)
+# ---------------------------------------------------------------------------------------------
+
+
+class _SlowSSE(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        res = fixture("exec_dataframe_plots.json")
+        first = {"type": "stdout", "text": "first\n"}
+        self.wfile.write(f"event: stdout\ndata: {json.dumps(first)}\n\n".encode())
+        self.wfile.flush()
+        time.sleep(1.0)
+        self.wfile.write(f"event: done\ndata: {json.dumps(res)}\n\n".encode())
+        self.wfile.flush()
+
+
+def test_callbacks_fire_before_the_call_returns():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowSSE)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sb = Sandbox.__new__(Sandbox)
+        from sandlot._http import SyncHTTP
+
+        sb._setup(SyncHTTP(ConnectionConfig.resolve(f"http://127.0.0.1:{srv.server_port}")), SandboxInfo("sbx_x", "default", "running"))
+        stamps = []
+        ex = sb.run_code("x", on_stdout=lambda m: stamps.append((time.monotonic(), str(m))))
+        returned = time.monotonic()
+        assert stamps and stamps[0][1] == "first\n"
+        assert returned - stamps[0][0] >= 0.5
+        assert ex.text == "6"
+        sb.close(kill=False)
+    finally:
+        srv.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# Async client
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_async_sandbox_flow(tmp_path):
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    seen = []
+
+    async def on_result(r):
+        await asyncio.sleep(0)
+        seen.append(r.is_main_result)
+
+    async with AsyncSandbox.create(url="http://sandlot.test", transport=t, metadata={"a": "b"}) as sb:
+        assert (await sb.info()).metadata == {"a": "b"}
+        ex = await sb.run_code("cell", on_stdout=lambda m: seen.append(str(m)), on_result=on_result)
+        assert ex.text == "6" and seen == [False, False, False, "rows: 3\n", "done printing\n", True]
+        ex = await sb.run_code("cell")
+        assert len(ex.results) == 4
+        await sb.files.write("a.txt", "A")
+
+        class AReader:
+            def __init__(self):
+                self.parts = [b"x" * 10, b"y", b""]
+
+            async def read(self, n):
+                return self.parts.pop(0)
+
+        await sb.files.write("b.bin", AReader())
+        await sb.files.write("c.bin", io.BytesIO(b"ccc"))
+        assert await sb.files.read("b.bin") == b"x" * 10 + b"y"
+        assert await sb.files.read_text("a.txt") == "A" and await sb.files.read("c.bin") == b"ccc"
+        await sb.files.download("a.txt", tmp_path / "a.txt")
+        assert (tmp_path / "a.txt").read_text() == "A"
+        assert [e.path for e in await sb.files.list()] == ["a.txt", "b.bin", "c.bin"]
+        await sb.files.remove("a.txt")
+        assert not await sb.files.exists("a.txt")
+        assert await sb.interrupt() is False and len(await sb.executions()) == 2
+        other = await AsyncSandbox.connect(sb.id, url="http://sandlot.test", transport=t)
+        assert other.id == sb.id
+        await other.close(kill=False)
+        sid = sb.id
+    assert fake.sandboxes[sid]["state"] == "deleted"
+    sb2 = await AsyncSandbox.create(url="http://sandlot.test", transport=t)
+    assert [s.id for s in await AsyncSandbox.list(url="http://sandlot.test", transport=t)] == [sb2.id]
+    async with sb2:
+        pass
+    assert fake.sandboxes[sb2.id]["state"] == "deleted"
+    with pytest.raises(E.SandboxNotFound):
+        await AsyncSandbox.connect("sbx_nope", url="http://sandlot.test", transport=t)
+    with pytest.raises(TypeError):
+        AsyncSandbox()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------------------------
+
+
+def test_tool_declarations():
+    o = run_python_tool("openai")
+    assert o["type"] == "function" and o["function"]["name"] == "run_python"
+    assert o["function"]["parameters"]["required"] == ["code"]
+    a = run_python_tool("anthropic")
+    assert set(a) == {"name", "description", "input_schema"} and a["input_schema"]["properties"]["code"]["type"] == "string"
+    j = run_bash_tool("json_schema", name="sh")
+    assert j["name"] == "sh" and "parameters" in j and "Bash" in j["description"]
+    with pytest.raises(ValueError):
+        run_python_tool("gemini")
+    d = ToolDispatcher(object())
+    assert [t["function"]["name"] for t in d.tools()] == ["run_python", "run_bash"]
+
+
+class ScriptedSandbox:
+    """Returns recorded executions; records what it was asked to run."""
+
+    def __init__(self, *names: str):
+        self.queue = [Execution.from_json(fixture(n)) for n in names]
+        self.calls: List[Dict[str, Any]] = []
+
+    def run_code(self, code, language="python", timeout=None, **kw):
+        self.calls.append({"code": code, "language": language, "timeout": timeout})
+        item = self.queue.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def test_openai_tool_call_with_images():
+    sb = ScriptedSandbox("exec_dataframe_plots.json")
+    d = ToolDispatcher(sb, timeout=30)
+    msg = d.handle_openai_tool_call(
+        {"id": "call_1", "type": "function", "function": {"name": "run_python", "arguments": json.dumps({"code": "df"})}}
+    )
+    assert sb.calls == [{"code": "df", "language": "python", "timeout": 30}]
+    assert msg["role"] == "tool" and msg["tool_call_id"] == "call_1"
+    text = msg["content"]
+    assert isinstance(text, str)
+    assert "[stdout]\nrows: 3\ndone printing" in text
+    assert "[display]\n   a  b" in text
+    assert "[image 1: PNG image, 40x30 px" in text and "[image 2: PNG image, 48x32 px" in text
+    assert "not visible" in text and "[result]\n6" in text and "base64" not in text
+    assert text.index("[stdout]") < text.index("[image 1") < text.index("[result]")
+    assert len(d.last_images) == 2 and d.last_images[0].to_bytes()[:8] == PNG_MAGIC
+    im = d.openai_image_message(d.last_images)
+    assert im["role"] == "user" and im["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+    assert d.openai_image_message([]) is None and d.last_output.is_error is False
+
+
+def test_openai_sdk_style_objects_and_bad_calls():
+    sb = ScriptedSandbox("exec_bash.json")
+    d = ToolDispatcher(sb)
+    call = SimpleNamespace(id="c2", function=SimpleNamespace(name="run_bash", arguments='{"code": "ls missing"}'))
+    msg = d.handle_openai_tool_call(call)
+    assert sb.calls[0]["language"] == "bash"
+    assert "[stderr]\nls: cannot access" in msg["content"] and "[exit code: 2]" in msg["content"]
+    assert d.last_output.is_error
+    bad = d.handle_openai_tool_call({"id": "c3", "function": {"name": "run_python", "arguments": "{not json"}})
+    assert "not valid JSON" in bad["content"] and bad["tool_call_id"] == "c3"
+    unknown = d.handle_openai_tool_call({"id": "c4", "function": {"name": "rm_rf", "arguments": "{}"}})
+    assert "unknown tool 'rm_rf'" in unknown["content"]
+    empty = d.handle_openai_tool_call({"id": "c5", "function": {"name": "run_python", "arguments": "{}"}})
+    assert "'code' argument is required" in empty["content"]
+    assert len(sb.calls) == 1  # none of the bad calls ran anything
+
+
+def test_anthropic_tool_use_with_images_and_errors():
+    sb = ScriptedSandbox("exec_dataframe_plots.json", "exec_error.json")
+    d = ToolDispatcher(sb)
+    block = d.handle_anthropic_tool_use({"type": "tool_use", "id": "toolu_1", "name": "run_python", "input": {"code": "df"}})
+    assert block["type"] == "tool_result" and block["tool_use_id"] == "toolu_1" and "is_error" not in block
+    content = block["content"]
+    assert content[0]["type"] == "text" and "[result]\n6" in content[0]["text"] and "attached" in content[0]["text"]
+    imgs = [c for c in content if c["type"] == "image"]
+    assert len(imgs) == 2
+    for c in imgs:
+        assert c["source"]["type"] == "base64" and c["source"]["media_type"] == "image/png"
+        assert base64.b64decode(c["source"]["data"])[:8] == PNG_MAGIC
+    err = d.handle_anthropic_tool_use(SimpleNamespace(id="toolu_2", name="run_python", input={"code": "1/0"}))
+    assert err["is_error"] is True
+    text = err["content"][0]["text"]
+    assert "[error]" in text and "return 1/0" in text and "ZeroDivisionError: division by zero" in text
+    assert "[stdout]\nbefore" in text
+
+
+def test_tool_output_budget_and_end_states():
+    ex = Execution.from_json(fixture("exec_truncated.json"))
+    out = format_execution(ex, max_output_chars=2000)
+    assert len(out.text) < 2600
+    assert "line 00000" in out.text and "line 00299" in out.text  # head and tail kept
+    assert "characters (" in out.text and "of stdout dropped" in out.text
+    assert "the server dropped 1048576 more bytes of stdout" in out.text
+    t = format_execution(Execution.from_json(fixture("exec_timeout.json")), timeout=5)
+    assert "timed out after 5 s and was interrupted" in t.text and t.is_error
+    dead = fixture("exec_timeout.json")
+    dead["sandbox_alive"] = False
+    assert "state was lost" in format_execution(Execution.from_json(dead)).text
+    empty = Execution.from_json({"end_state": "ok", "outputs": [], "stdout": "", "stderr": ""})
+    assert format_execution(empty).text == "[no output]"
+    many = fixture("exec_dataframe_plots.json")
+    out = format_execution(Execution.from_json(many), max_images=1)
+    assert len(out.images) == 1 and "[1 more image(s) not included]" in out.text
+
+
+def test_dispatcher_reports_rejected_code_and_raises_infrastructure_errors():
+    sb = ScriptedSandbox()
+    sb.queue = [E.PayloadTooLarge("code too big", code="payload_too_large", status=413), E.SandboxGone("gone", code="sandbox_gone", status=410)]
+    d = ToolDispatcher(sb)
+    msg = d.handle_openai_tool_call({"id": "c", "function": {"name": "run_python", "arguments": '{"code": "x"}'}})
+    assert "payload_too_large" in msg["content"] and d.last_output.is_error
+    with pytest.raises(E.SandboxGone):
+        d.handle_openai_tool_call({"id": "c", "function": {"name": "run_python", "arguments": '{"code": "x"}'}})
+
+
+async def test_async_dispatcher():
+    class AsyncScripted(ScriptedSandbox):
+        async def run_code(self, code, language="python", timeout=None, **kw):
+            return ScriptedSandbox.run_code(self, code, language, timeout)
+
+    d = AsyncToolDispatcher(AsyncScripted("exec_dataframe_plots.json", "exec_error.json"))
+    msg = await d.handle_openai_tool_call({"id": "c", "function": {"name": "run_python", "arguments": '{"code": "x"}'}})
+    assert "[result]\n6" in msg["content"]
+    blk = await d.handle_anthropic_tool_use({"id": "t", "name": "run_python", "input": {"code": "1/0"}})
+    assert blk["is_error"] and "ZeroDivisionError" in blk["content"][0]["text"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent loop example, with a scripted chat endpoint and recorded executions
+# ---------------------------------------------------------------------------------------------
+
+
+def load_agent_loop():
+    spec = importlib.util.spec_from_file_location("agent_loop", REPO / "examples" / "agent_loop.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_agent_loop_offline():
+    mod = load_agent_loop()
+    bodies: List[Dict[str, Any]] = []
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/chat/completions"
+        assert request.headers["authorization"] == "Bearer sk-test"
+        body = json.loads(request.content)
+        bodies.append(body)
+        if len(bodies) == 1:
+            assert body["tools"][0]["function"]["name"] == "run_python"
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_a", "type": "function", "function": {"name": "run_python", "arguments": '{"code": "df"}'}}],
+            }
+        else:
+            tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
+            assert tool_msgs[0]["tool_call_id"] == "call_a" and "[result]\n6" in tool_msgs[0]["content"]
+            assert body["messages"][-1]["role"] == "user" and body["messages"][-1]["content"][1]["type"] == "image_url"
+            msg = {"role": "assistant", "content": "The sum is 6."}
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})
+
+    sb = ScriptedSandbox("exec_dataframe_plots.json")
+    client = httpx.Client(transport=httpx.MockTransport(chat))
+    answer = mod.run_agent("sum column a", sandbox=sb, base_url="http://llm.test/v1", api_key="sk-test",
+                           vision=True, http_client=client)
+    assert answer == "The sum is 6." and len(bodies) == 2 and sb.calls[0]["code"] == "df"
+    assert bodies[1]["messages"][2]["tool_calls"][0]["id"] == "call_a"
