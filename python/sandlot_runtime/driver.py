@@ -66,6 +66,10 @@ BINARY_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "applicat
 TEXT_MIME_TYPES = frozenset({"image/svg+xml", "application/javascript"})
 # How deep _jsonable follows nested containers before it settles for repr().
 MAX_JSON_DEPTH = 64
+# The code context that exists from the start and that an execute without "context" runs in.
+DEFAULT_CONTEXT = "default"
+# How long a restarted or deleted context's bash session gets to exit on EOF before it is killed.
+BASH_STOP_GRACE = 0.5
 
 
 class _State:
@@ -95,7 +99,14 @@ class _State:
         self.stdout: io.TextIOWrapper | None = None
         self.stderr: io.TextIOWrapper | None = None
         self.saved_fds: dict[int, int] = {}
-        self.bash: _BashSession | None = None
+        self.bash: _BashSession | None = None  # the active context's session
+        # Code contexts by id (see _Context); the active one's namespace is in the shell.
+        self.contexts: dict[str, _Context] = {}
+        self.active_context = DEFAULT_CONTEXT
+        # What every fresh namespace starts with: the names the template's setup code bound,
+        # and the compiler flags after it.
+        self.setup_names: dict = {}
+        self.base_compile_flags = 0
         self.libc_fflush = None
         self.pid = 0  # the driver's own pid, set by main()
         # The zygote's sys.stdout/sys.stderr, kept referenced so they are never flushed (on
@@ -624,6 +635,7 @@ def prepare(setup_code: str | None = None) -> None:
     _state.libc_fflush = _load_libc_fflush()
     if setup_code:
         _run_setup(shell, setup_code)
+    _init_contexts(shell)
     _flush_output()  # a buffer left here would be copied into every sandbox
     gc.collect()
     gc.freeze()  # the heap so far never moves again: children share it copy-on-write
@@ -823,6 +835,305 @@ def _run_bash(code: str) -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Code contexts: independent namespaces (and Bash sessions) in one shell and one process
+# ---------------------------------------------------------------------------------------------
+
+
+class _Context:
+    """One code context. The active context's state lives in the shell (and its Bash session in
+    _state.bash); the others' is parked here. A context whose user_ns is None has never been
+    active: its namespace is built the first time it is installed."""
+
+    def __init__(self) -> None:
+        self.user_module = None
+        self.user_ns: dict | None = None
+        self.user_ns_hidden: dict = {}
+        self.execution_count = 1
+        self.unders = ("", "", "")  # the displayhook's _, __, ___
+        self.inputs = ("", "", "", "")  # the history manager's _i00, _i, _ii, _iii
+        self.input_hist_parsed = [""]
+        self.input_hist_raw = [""]
+        self.output_hist: dict = {}
+        self.output_hist_reprs: dict = {}
+        self.dir_hist: list = []
+        self.compile_flags = _state.base_compile_flags
+        self.bash: _BashSession | None = None
+
+
+def _init_contexts(shell: _Shell) -> None:
+    """Records what a fresh namespace starts with and makes the shell's state "default"."""
+    hidden = shell.user_ns_hidden
+    _state.setup_names = {
+        name: value for name, value in shell.user_ns.items()
+        if name not in hidden and name not in ("_", "__", "___")
+        and not (name.startswith("__") and name.endswith("__"))
+    }
+    _state.base_compile_flags = shell.compile.flags
+    _state.contexts = {DEFAULT_CONTEXT: _Context()}
+    _state.active_context = DEFAULT_CONTEXT
+
+
+def _park(ctx: _Context) -> None:
+    """Moves the shell's (active) state into ctx."""
+    shell = _state.shell
+    history = shell.history_manager
+    dh = shell.displayhook
+    ctx.user_module, ctx.user_ns = shell.user_module, shell.user_ns
+    ctx.user_ns_hidden = shell.user_ns_hidden
+    ctx.execution_count = shell.execution_count
+    ctx.unders = (dh._, dh.__, dh.___)  # (no name mangling outside a class body)
+    ctx.inputs = (history._i00, history._i, history._ii, history._iii)
+    # The history containers are referenced by every namespace (In, Out, _ih, _oh, _dh) and
+    # traitlets would copy a replacement: their contents move, the objects stay.
+    ctx.input_hist_parsed = list(history.input_hist_parsed)
+    ctx.input_hist_raw = list(history.input_hist_raw)
+    ctx.output_hist = dict(history.output_hist)
+    ctx.output_hist_reprs = dict(history.output_hist_reprs)
+    ctx.dir_hist = list(history.dir_hist)
+    ctx.compile_flags = shell.compile.flags
+    ctx.bash = _state.bash
+
+
+def _install(ctx: _Context) -> None:
+    """Puts ctx's state into the shell, building a fresh namespace if it has none yet."""
+    shell = _state.shell
+    history = shell.history_manager
+    dh = shell.displayhook
+    history.input_hist_parsed[:] = ctx.input_hist_parsed
+    history.input_hist_raw[:] = ctx.input_hist_raw
+    history.output_hist.clear()
+    history.output_hist.update(ctx.output_hist)
+    history.output_hist_reprs.clear()
+    history.output_hist_reprs.update(ctx.output_hist_reprs)
+    history.dir_hist[:] = ctx.dir_hist or [_cwd()]
+    history._i00, history._i, history._ii, history._iii = ctx.inputs
+    dh._, dh.__, dh.___ = ctx.unders
+    shell.execution_count = ctx.execution_count
+    shell.compile.flags = ctx.compile_flags
+    shell.last_execution_result = None
+    shell.last_execution_succeeded = True
+    fresh = ctx.user_ns is None
+    if fresh:
+        ctx.user_module, ctx.user_ns = shell.prepare_user_module()
+        ctx.user_ns_hidden = {}
+    shell.user_module, shell.user_ns = ctx.user_module, ctx.user_ns
+    shell.user_ns_hidden = ctx.user_ns_hidden
+    shell.ns_table["user_global"] = shell.user_module.__dict__
+    shell.ns_table["user_local"] = shell.user_ns
+    sys.modules["__main__"] = shell.user_module  # pickle finds the context's classes
+    if fresh:
+        shell.init_user_ns()
+        for name, value in _state.setup_names.items():
+            shell.user_ns.setdefault(name, value)
+    _state.bash = ctx.bash
+    # Parked state lives in ctx alone from now on.
+    ctx.input_hist_parsed, ctx.input_hist_raw = [""], [""]
+    ctx.output_hist, ctx.output_hist_reprs, ctx.dir_hist = {}, {}, []
+    ctx.bash = None
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # removed by user code
+        return "/"
+
+
+def _enter_context(name: object) -> str | None:
+    """Makes the named context (default when None) active; the error text if there is none."""
+    if name is None:
+        name = DEFAULT_CONTEXT
+    if not isinstance(name, str) or name not in _state.contexts:
+        return f"no context {_safe_str(name)!r} in this sandbox"
+    _switch_context(name)
+    return None
+
+
+def _switch_context(name: str) -> None:
+    if name == _state.active_context:
+        return
+    _park(_state.contexts[_state.active_context])
+    _install(_state.contexts[name])
+    _state.active_context = name
+
+
+def _stop_bash(session: _BashSession | None) -> None:
+    """Ends a context's Bash session: EOF first, then SIGKILL to its process group."""
+    if session is None or session._proc is None:
+        return
+    proc = session._proc
+    session.close()
+    try:
+        proc.wait(timeout=BASH_STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.close(session._status_r)
+    except OSError:
+        pass
+    session._proc = None
+
+
+def _discard_context(ctx: _Context) -> None:
+    """Drops a context's state: its Bash session ends, its objects are released."""
+    _stop_bash(ctx.bash)
+    ctx.bash = None
+    ctx.user_module = ctx.user_ns = None
+    ctx.output_hist = {}
+    gc.collect()
+
+
+def _context_op(kind: str, message: dict) -> None:
+    """Creates, restarts or deletes a context; always answers with one context_done."""
+    name = message.get("context")
+    error = None
+    try:
+        if not isinstance(name, str) or not name:
+            error = "context must be a non-empty string"
+        elif kind == "context_create":
+            if name in _state.contexts:
+                error = f"context {name!r} already exists"
+            else:
+                _state.contexts[name] = _Context()
+        elif name not in _state.contexts:
+            error = f"no context {name!r}"
+        elif kind == "context_restart":
+            old, fresh = _state.contexts[name], _Context()
+            _state.contexts[name] = fresh
+            if name == _state.active_context:
+                old.bash, _state.bash = _state.bash, None
+                _install(fresh)  # replaces the shell's namespace and history
+            _discard_context(old)
+        elif name == DEFAULT_CONTEXT:
+            error = "the default context cannot be deleted"
+        else:
+            _switch_context(DEFAULT_CONTEXT)
+            _discard_context(_state.contexts.pop(name))
+    except Exception as exc:  # a driver bug: report it, keep the sandbox
+        _write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
+        error = f"{type(exc).__name__}: {_safe_str(exc)}"
+    reply = {"type": "context_done", "context": name if isinstance(name, str) else None,
+             "ok": error is None}
+    if error is not None:
+        reply["error"] = error
+    _state.channel.send(reply, wait_until_read=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workspace changes: which regular files a cell created or modified (the server keeps them as
+# artifacts, reading them itself through fd-relative paths; see ARCHITECTURE.md)
+# ---------------------------------------------------------------------------------------------
+
+# The workspace the driver watches; tests without a jail point it elsewhere.
+WORKSPACE = os.environ.get("SANDLOT_WORKSPACE") or "/workspace"
+# Most directory entries a snapshot visits; past it a cell's changes are not reported.
+MAX_SNAPSHOT_ENTRIES = 20_000
+# Most changes one done frame lists.
+MAX_CHANGES = 200
+# A file modified this close to a snapshot may be modified again within the same timestamp
+# tick without its stat changing ("racy" in git's terms); small ones are checksummed too.
+RACY_NS = 50_000_000
+RACY_MAX_BYTES = 4 << 20
+RACY_TOTAL_BYTES = 16 << 20
+
+
+def _checksum(path: str) -> int | None:
+    import zlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        crc = 0
+        while chunk := os.read(fd, 1 << 20):
+            crc = zlib.crc32(chunk, crc)
+        return crc
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _snapshot(root: str = "", racy: bool = False) -> dict | None:
+    """Regular files under the workspace, not following symlinks: relative path → (size,
+    mtime_ns, inode, checksum or None). With `racy`, files modified within RACY_NS of now are
+    checksummed while small enough. None when the workspace holds more than
+    MAX_SNAPSHOT_ENTRIES entries or cannot be read."""
+    root = root or WORKSPACE
+    files: dict = {}
+    seen = 0
+    racy_budget = RACY_TOTAL_BYTES if racy else 0
+    now = time.time_ns()
+    pending = [(root, "")]
+    try:
+        while pending:
+            path, rel = pending.pop()
+            try:
+                it = os.scandir(path)
+            except OSError:
+                continue  # unreadable or vanished directory: its files are not reported
+            with it:
+                for entry in it:
+                    seen += 1
+                    if seen > MAX_SNAPSHOT_ENTRIES:
+                        return None
+                    name = rel + entry.name
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append((entry.path, name + "/"))
+                        elif entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            crc = None
+                            if (st.st_size <= min(racy_budget, RACY_MAX_BYTES)
+                                    and now - st.st_mtime_ns < RACY_NS):
+                                racy_budget -= st.st_size
+                                crc = _checksum(entry.path)
+                            files[name] = (st.st_size, st.st_mtime_ns, st.st_ino, crc)
+                    except OSError:
+                        continue
+    except OSError:
+        return None
+    return files
+
+
+def _safe_snapshot(racy: bool = False) -> dict | None:
+    try:
+        return _snapshot(racy=racy)
+    except Exception:  # a driver bug must not cost the cell its done frame
+        return None
+
+
+def _changes(before: dict | None, after: dict | None) -> dict:
+    """The fields the done frame gets: `changes`, and `changes_truncated` when incomplete."""
+    if before is None or after is None:
+        return {"changes": [], "changes_truncated": True}
+    changes = []
+    for name in sorted(after):
+        size, mtime, ino, _crc = after[name]
+        old = before.get(name)
+        if old is None:
+            kind = "created"
+        elif old[:3] != (size, mtime, ino):
+            kind = "modified"
+        elif old[3] is not None and _checksum(os.path.join(WORKSPACE, name)) != old[3]:
+            kind = "modified"
+        else:
+            continue
+        if len(changes) >= MAX_CHANGES:
+            return {"changes": changes, "changes_truncated": True}
+        changes.append({"path": _clean_str(name), "size": size, "change": kind})
+    return {"changes": changes}
+
+
+# ---------------------------------------------------------------------------------------------
 # The protocol loop
 # ---------------------------------------------------------------------------------------------
 
@@ -833,12 +1144,15 @@ def _execute(message: dict) -> None:
     _state.interrupted = False
     _state.deferred_interrupt = False
     status, exit_code = "error", None
+    before = _safe_snapshot(racy=True)
     try:
         _restore_output()
         code, language = message.get("code"), message.get("language") or "python"
         if not isinstance(code, str):
             _emit({"type": "error", "name": "ValueError", "value": "code must be a string",
                    "traceback": []})
+        elif (problem := _enter_context(message.get("context"))) is not None:
+            _emit({"type": "error", "name": "ValueError", "value": problem, "traceback": []})
         elif language == "python":
             status = _run_python(code)
         elif language == "bash":
@@ -852,8 +1166,9 @@ def _execute(message: dict) -> None:
         _write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
     if os.getpid() != _state.pid:
         os._exit(0)  # a child that user code forked (os.fork()) and that fell out of the cell
+    changes = _changes(before, None if before is None else _safe_snapshot())
     _state.channel.send({"type": "done", "id": _state.exec_id, "status": status,
-                         "exit_code": exit_code}, wait_until_read=False)
+                         "exit_code": exit_code, **changes}, wait_until_read=False)
     _state.exec_id = None
 
 
@@ -871,6 +1186,8 @@ def _serve(channel: _Channel) -> None:
             _execute(message)
         elif kind == "warm":
             _warm()
+        elif kind in ("context_create", "context_restart", "context_delete"):
+            _context_op(kind, message)
         elif kind == "env":
             # The creator's environment variables come on the sandbox's own channel, never
             # through the zygote, so no other sandbox's memory ever holds them.
@@ -902,6 +1219,9 @@ def _exit_driver() -> NoReturn:
     _flush_output()
     if _state.bash is not None:
         _state.bash.close()  # bash reads EOF and exits
+    for ctx in _state.contexts.values():
+        if ctx.bash is not None:
+            ctx.bash.close()
     os._exit(0)
 
 

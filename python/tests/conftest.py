@@ -258,6 +258,7 @@ def _start_driver(base: Path, script: str | None = None, **extra_env) -> DriverP
     workdir, home = base / "workspace", base / "home"
     workdir.mkdir()
     home.mkdir()
+    extra_env = {"SANDLOT_WORKSPACE": str(workdir), **extra_env}  # changes are reported there
     driver = DriverProcess(workdir, home, extra_env, script)
     driver.workdir, driver.home = workdir, home
     return driver

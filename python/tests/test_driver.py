@@ -500,3 +500,76 @@ def test_python_and_bash_cells_interleave(shared):
     assert shared.run("echo from-bash", language="bash").stdout == "from-bash\n"
     assert shared.run("print('from-python')").stdout == "from-python\n"
     assert shared.run("echo again", language="bash").stdout == "again\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Workspace changes in the done frame
+# ---------------------------------------------------------------------------------------------
+
+
+def test_done_lists_created_and_modified_files(driver):
+    first = driver.run(code("""
+        import os
+        os.makedirs("out", exist_ok=True)
+        with open("out/report.csv", "w") as f:
+            f.write("a,b\\n1,2\\n")
+        with open("keep.txt", "w") as f:
+            f.write("x")
+    """))
+    assert first.status == "ok", first.stderr
+    assert first.done["changes"] == [
+        {"path": "keep.txt", "size": 1, "change": "created"},
+        {"path": "out/report.csv", "size": 8, "change": "created"},
+    ]
+    assert "changes_truncated" not in first.done
+    # Same size, right after the last write: caught by the checksum of racy files.
+    second = driver.run("open('keep.txt', 'w').write('y')")
+    assert second.done["changes"] == [{"path": "keep.txt", "size": 1, "change": "modified"}]
+    assert driver.run("x = 1").done["changes"] == []
+    third = driver.run("echo hi >> keep.txt; rm out/report.csv", language="bash")
+    assert third.done["changes"] == [{"path": "keep.txt", "size": 4, "change": "modified"}]
+
+
+def test_changes_skip_symlinks_fifos_and_directories(driver):
+    done = driver.run(code("""
+        import os
+        os.symlink("/etc/passwd", "link")
+        os.mkfifo("pipe")
+        os.makedirs("empty/dir")
+        os.link("link", "hard", follow_symlinks=False)
+    """)).done
+    assert done["status"] == "ok"
+    assert done["changes"] == []
+
+
+def test_changes_are_capped(driver):
+    done = driver.run("for i in range(250): open(f'f{i:03}', 'w').close()").done
+    assert len(done["changes"]) == 200
+    assert done["changes_truncated"] is True
+    assert done["changes"][0] == {"path": "f000", "size": 0, "change": "created"}
+
+
+def test_a_huge_workspace_skips_change_detection(driver):
+    from sandlot_runtime import driver as module
+
+    n = module.MAX_SNAPSHOT_ENTRIES + 1
+    for i in range(n):
+        (driver.workdir / f"{i}").touch()
+    done = driver.run("open('new.txt', 'w').close()").done
+    assert done["status"] == "ok"
+    assert done["changes"] == []
+    assert done["changes_truncated"] is True
+
+
+def test_snapshot_of_an_empty_workspace_is_cheap(tmp_path, monkeypatch):
+    from sandlot_runtime import driver as module
+
+    monkeypatch.setattr(module, "WORKSPACE", str(tmp_path))
+    rounds = 200
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            module._changes(module._safe_snapshot(racy=True), module._safe_snapshot())
+        best = min(best, (time.perf_counter() - started) / rounds)
+    assert best < 0.0001, f"{best * 1e6:.1f} us per cell"

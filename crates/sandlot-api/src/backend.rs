@@ -4,7 +4,7 @@
 
 use sandlot_runtime::{ByteStream, Runtime};
 use sandlot_types::{
-    ApiError, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
+    ApiError, Context, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
     OutputEvent, Sandbox, Template, TemplateSpec,
 };
 use std::future::Future;
@@ -55,6 +55,11 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// An artifact's size, MIME type and content, by its SHA-256.
+    fn open_artifact(
+        &self,
+        sha256: &str,
+    ) -> impl Future<Output = Result<(u64, String, tokio::fs::File), ApiError>> + Send;
     /// Registers a template and starts building it; returns at once (status `building`).
     fn create_template(
         &self,
@@ -62,6 +67,21 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Template, ApiError>> + Send;
     fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send;
     fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send;
+    fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send;
+    fn list_contexts(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Vec<Context>, ApiError>> + Send;
+    fn restart_context(
+        &self,
+        id: &str,
+        ctx: &str,
+    ) -> impl Future<Output = Result<Context, ApiError>> + Send;
+    fn delete_context(
+        &self,
+        id: &str,
+        ctx: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
 impl Backend for Runtime {
@@ -141,6 +161,13 @@ impl Backend for Runtime {
         Runtime::delete_file(self, id, path)
     }
 
+    fn open_artifact(
+        &self,
+        sha256: &str,
+    ) -> impl Future<Output = Result<(u64, String, tokio::fs::File), ApiError>> + Send {
+        Runtime::open_artifact(self, sha256)
+    }
+
     fn create_template(
         &self,
         spec: TemplateSpec,
@@ -154,5 +181,32 @@ impl Backend for Runtime {
 
     fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send {
         Runtime::get_template(self, name)
+    }
+
+    fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send {
+        Runtime::create_context(self, id)
+    }
+
+    fn list_contexts(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Vec<Context>, ApiError>> + Send {
+        Runtime::list_contexts(self, id)
+    }
+
+    fn restart_context(
+        &self,
+        id: &str,
+        ctx: &str,
+    ) -> impl Future<Output = Result<Context, ApiError>> + Send {
+        Runtime::restart_context(self, id, ctx)
+    }
+
+    fn delete_context(
+        &self,
+        id: &str,
+        ctx: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_context(self, id, ctx)
     }
 }

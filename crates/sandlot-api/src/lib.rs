@@ -5,7 +5,9 @@
 //! [`router`] builds the whole application without a socket, so tests can call it directly;
 //! `sandlot serve` binds it to a listener.
 
+mod artifacts;
 mod backend;
+mod contexts;
 mod error;
 mod execute;
 mod extract;
@@ -15,6 +17,7 @@ mod templates;
 #[cfg(test)]
 mod tests;
 
+pub use contexts::ContextList;
 pub use error::{status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
 pub use files::FileList;
@@ -154,6 +157,7 @@ where
 pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     use Verb::*;
     const FILE: &str = "/v1/sandboxes/{id}/files/{*path}";
+    const CONTEXTS: &str = "/v1/sandboxes/{id}/contexts";
     vec![
         route(Get, "/v1/health", health),
         route(Get, "/v1/openapi.json", openapi),
@@ -168,10 +172,23 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
             execute::interrupt::<B>,
         ),
         route(Get, "/v1/sandboxes/{id}/executions", execute::list::<B>),
+        route(Post, CONTEXTS, contexts::create::<B>),
+        route(Get, CONTEXTS, contexts::list::<B>),
+        route(
+            Post,
+            "/v1/sandboxes/{id}/contexts/{ctx}/restart",
+            contexts::restart::<B>,
+        ),
+        route(
+            Delete,
+            "/v1/sandboxes/{id}/contexts/{ctx}",
+            contexts::delete::<B>,
+        ),
         route(Get, "/v1/sandboxes/{id}/files", files::list::<B>),
         route(Put, FILE, files::put::<B>),
         route(Get, FILE, files::get::<B>),
         route(Delete, FILE, files::delete::<B>),
+        route(Get, "/v1/artifacts/{sha256}", artifacts::get::<B>),
         route(Post, "/v1/templates", templates::create::<B>),
         route(Get, "/v1/templates", templates::list::<B>),
         route(Get, "/v1/templates/{name}", templates::get::<B>),

@@ -118,8 +118,21 @@ fn sample_result(id: &str) -> ExecutionResult {
         cpu_time_ms: 3.25,
         peak_memory_bytes: 1 << 20,
         sandbox_alive: true,
-        artifacts: Vec::new(),
-        context: None,
+        artifacts: vec![sample_artifact()],
+        context: Some("default".into()),
+    }
+}
+
+const ARTIFACT_SHA: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
+
+fn sample_artifact() -> sandlot_types::Artifact {
+    sandlot_types::Artifact {
+        path: "out/report.csv".into(),
+        size: DOWNLOAD.len() as u64,
+        sha256: ARTIFACT_SHA.into(),
+        mime_type: "text/csv".into(),
+        change: "created".into(),
+        url: format!("/v1/artifacts/{ARTIFACT_SHA}"),
     }
 }
 
@@ -327,6 +340,20 @@ impl Backend for Fake {
         Ok(())
     }
 
+    async fn open_artifact(
+        &self,
+        sha256: &str,
+    ) -> Result<(u64, String, tokio::fs::File), ApiError> {
+        if sha256.len() != 64 {
+            return Err(ApiError::new(ErrorCode::InvalidArgument, "not a sha256"));
+        }
+        if sha256 != ARTIFACT_SHA {
+            return Err(ApiError::new(ErrorCode::FileNotFound, "no artifact"));
+        }
+        let (size, file) = self.read_file("sb", "artifact").await?;
+        Ok((size, "text/csv".into(), file))
+    }
+
     async fn create_template(&self, spec: TemplateSpec) -> Result<Template, ApiError> {
         self.record(format!("create_template {}", spec.name));
         if spec.name == "default" {
@@ -359,6 +386,53 @@ impl Backend for Fake {
             _ => Ok(sample_template(name, TemplateStatus::Ready)),
         }
     }
+
+    async fn create_context(&self, id: &str) -> Result<sandlot_types::Context, ApiError> {
+        check_id(id)?;
+        self.record(format!("create_context {id}"));
+        Ok(sample_context("ctx_1"))
+    }
+
+    async fn list_contexts(&self, id: &str) -> Result<Vec<sandlot_types::Context>, ApiError> {
+        check_id(id)?;
+        Ok(vec![sample_context("default"), sample_context("ctx_1")])
+    }
+
+    async fn restart_context(
+        &self,
+        id: &str,
+        ctx: &str,
+    ) -> Result<sandlot_types::Context, ApiError> {
+        check_id(id)?;
+        check_context(id, ctx)?;
+        self.record(format!("restart_context {id} {ctx}"));
+        Ok(sample_context(ctx))
+    }
+
+    async fn delete_context(&self, id: &str, ctx: &str) -> Result<(), ApiError> {
+        check_id(id)?;
+        check_context(id, ctx)?;
+        self.record(format!("delete_context {id} {ctx}"));
+        Ok(())
+    }
+}
+
+fn sample_context(id: &str) -> sandlot_types::Context {
+    sandlot_types::Context {
+        id: id.to_owned(),
+        created_at: "2025-01-01T00:00:03Z".into(),
+    }
+}
+
+/// The fake's contexts: `nope` does not exist.
+fn check_context(id: &str, ctx: &str) -> Result<(), ApiError> {
+    if ctx == "nope" {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("no context \"nope\" in sandbox {id}"),
+        ));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -528,6 +602,48 @@ async fn interrupt_and_execution_list() {
     let body = body_json(resp).await;
     assert_eq!(body["executions"].as_array().unwrap().len(), 2);
     assert_eq!(body["executions"][1]["result"], Value::Null);
+}
+
+#[tokio::test]
+async fn context_routes() {
+    let (app, fake) = app();
+    let resp = send(&app, empty_req(Method::POST, "/v1/sandboxes/sb/contexts")).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    assert_eq!(body_json(resp).await["id"], "ctx_1");
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/contexts")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = body_json(resp).await;
+    assert_eq!(body["contexts"][0]["id"], "default");
+    assert_eq!(body["contexts"].as_array().unwrap().len(), 2);
+    let uri = "/v1/sandboxes/sb/contexts/ctx_1/restart";
+    let resp = send(&app, empty_req(Method::POST, uri)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(body_json(resp).await["id"], "ctx_1");
+    let uri = "/v1/sandboxes/sb/contexts/ctx_1";
+    let resp = send(&app, empty_req(Method::DELETE, uri)).await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        fake.calls(),
+        [
+            "create_context sb",
+            "restart_context sb ctx_1",
+            "delete_context sb ctx_1"
+        ]
+    );
+    // Errors: an unknown context, an unknown or ended sandbox, a wrong method.
+    let uri = "/v1/sandboxes/sb/contexts/nope";
+    let resp = send(&app, empty_req(Method::DELETE, uri)).await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+    let uri = "/v1/sandboxes/sb/contexts/nope/restart";
+    let resp = send(&app, empty_req(Method::POST, uri)).await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+    let uri = "/v1/sandboxes/missing/contexts";
+    let resp = send(&app, empty_req(Method::POST, uri)).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "sandbox_not_found").await;
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/gone/contexts")).await;
+    expect_error(resp, StatusCode::GONE, "sandbox_gone").await;
+    let resp = send(&app, empty_req(Method::PUT, "/v1/sandboxes/sb/contexts")).await;
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
 
 #[tokio::test]
@@ -1069,6 +1185,26 @@ async fn download_streams_raw_bytes() {
 }
 
 #[tokio::test]
+async fn artifact_download_streams_with_its_type() {
+    let (app, _) = app();
+    let uri = format!("/v1/artifacts/{ARTIFACT_SHA}");
+    let resp = send(&app, empty_req(Method::GET, &uri)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/csv");
+    assert_eq!(
+        resp.headers()[header::CONTENT_LENGTH],
+        DOWNLOAD.len().to_string().as_str()
+    );
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], DOWNLOAD);
+    let resp = send(&app, empty_req(Method::GET, "/v1/artifacts/nope")).await;
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+    let missing = format!("/v1/artifacts/{}", "0".repeat(64));
+    let resp = send(&app, empty_req(Method::GET, &missing)).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "file_not_found").await;
+}
+
+#[tokio::test]
 async fn list_and_delete_files() {
     let (app, fake) = app();
     let resp = send(
@@ -1223,7 +1359,7 @@ fn samples_validate_against_the_schemas() {
                 language: Language::Bash,
                 timeout: Some(1.5),
                 stream: true,
-                context: None,
+                context: Some("ctx_1".into()),
             }),
         ),
         (
@@ -1269,6 +1405,13 @@ fn samples_validate_against_the_schemas() {
         (
             "InterruptResponse",
             to(&crate::InterruptResponse { interrupted: false }),
+        ),
+        ("Context", to(&sample_context("ctx_1"))),
+        (
+            "ContextList",
+            to(&crate::ContextList {
+                contexts: vec![sample_context("default")],
+            }),
         ),
         (
             "Health",
@@ -1385,10 +1528,11 @@ fn schema_properties_match_the_types() {
                 language: Language::Bash,
                 timeout: Some(1.0),
                 stream: true,
-                context: None,
+                context: Some("ctx_1".into()),
             }),
         ),
         ("ExecutionResult", to(&sample_result("sb"))),
+        ("Artifact", to(&sample_artifact())),
         ("ExecutionRecord", to(&sample_records("sb")[0])),
         ("ExecError", to(&sample_error())),
         ("Truncation", to(&Truncation::default())),
@@ -1397,6 +1541,8 @@ fn schema_properties_match_the_types() {
             "InterruptResponse",
             to(&crate::InterruptResponse { interrupted: true }),
         ),
+        ("Context", to(&sample_context("ctx_1"))),
+        ("ContextList", to(&crate::ContextList { contexts: vec![] })),
         ("TemplateSpec", to(&sample_spec("s"))),
         (
             "Template",

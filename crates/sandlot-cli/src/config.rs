@@ -21,6 +21,8 @@ pub const MAX_CONCURRENT_CREATES: &str = "SANDLOT_MAX_CONCURRENT_CREATES";
 /// Creations that may wait for a slot before more fail with `capacity_exhausted`
 /// (`--max-pending-creates`).
 pub const MAX_PENDING_CREATES: &str = "SANDLOT_MAX_PENDING_CREATES";
+/// Booted sandboxes kept ready per template (`--pool-size`); 0 turns the pool off.
+pub const POOL_SIZE: &str = "SANDLOT_POOL_SIZE";
 /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `sandlot_runtime=debug`).
 pub const LOG: &str = "SANDLOT_LOG";
 /// The Python the environment is built from; read by `sandlot-env` (which owns the name).
@@ -40,6 +42,7 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7878";
 pub const DEFAULT_MAX_SANDBOXES: &str = "2000";
 pub const DEFAULT_MAX_CONCURRENT_CREATES: &str = "4";
 pub const DEFAULT_MAX_PENDING_CREATES: &str = "256";
+pub const DEFAULT_POOL_SIZE: &str = "2";
 /// Log filter of `sandlot serve` when [`LOG`] is unset.
 pub const DEFAULT_SERVE_LOG: &str = "info";
 /// Log filter of the other commands when [`LOG`] is unset: quiet, their output is the point.
@@ -89,6 +92,11 @@ pub const VARS: &[Var] = &[
         help: "bound of that queue; past it creation fails at once with capacity_exhausted",
     },
     Var {
+        name: POOL_SIZE,
+        default: DEFAULT_POOL_SIZE,
+        help: "sandboxes kept booted and ready per template, handed out on creation (0: none)",
+    },
+    Var {
         name: LOG,
         default: "info for serve, warn otherwise",
         help: "log filter, e.g. debug or sandlot_runtime=debug",
@@ -113,6 +121,7 @@ pub const SERVE_VARS: &[&str] = &[
     MAX_SANDBOXES,
     MAX_CONCURRENT_CREATES,
     MAX_PENDING_CREATES,
+    POOL_SIZE,
 ];
 /// The variables `sandlot env` reads.
 pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];
@@ -142,6 +151,7 @@ pub struct Capacity {
     pub max_sandboxes: Option<usize>,
     pub max_concurrent_creates: Option<usize>,
     pub max_pending_creates: Option<usize>,
+    pub pool_size: Option<usize>,
 }
 
 impl Capacity {
@@ -155,6 +165,9 @@ impl Capacity {
         }
         if let Some(v) = self.max_pending_creates {
             cfg.max_pending_creates = v;
+        }
+        if let Some(v) = self.pool_size {
+            cfg.pool_size = v;
         }
     }
 }
@@ -241,11 +254,13 @@ mod tests {
             DEFAULT_MAX_PENDING_CREATES,
             cfg.max_pending_creates.to_string()
         );
+        assert_eq!(DEFAULT_POOL_SIZE, cfg.pool_size.to_string());
         let mut changed = cfg.clone();
         Capacity {
             max_sandboxes: Some(3),
             max_concurrent_creates: None,
             max_pending_creates: Some(7),
+            pool_size: None,
         }
         .apply(&mut changed);
         assert_eq!(

@@ -139,6 +139,9 @@ struct ServeArgs {
     /// Creations that may wait in that queue; past it creation fails with capacity_exhausted [default: 256]
     #[arg(long, value_name = "N", env = config::MAX_PENDING_CREATES, value_parser = at_least_one)]
     max_pending_creates: Option<usize>,
+    /// Sandboxes kept booted and ready per template, handed out on creation; 0 turns it off [default: 2]
+    #[arg(long, value_name = "N", env = config::POOL_SIZE)]
+    pool_size: Option<usize>,
 }
 
 impl ServeArgs {
@@ -147,6 +150,7 @@ impl ServeArgs {
             max_sandboxes: self.max_sandboxes,
             max_concurrent_creates: self.max_concurrent_creates,
             max_pending_creates: self.max_pending_creates,
+            pool_size: self.pool_size,
         }
     }
 }

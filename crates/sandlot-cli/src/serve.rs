@@ -41,6 +41,7 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         max_sandboxes = rt_cfg.max_sandboxes,
         max_concurrent_creates = rt_cfg.max_concurrent_creates,
         max_pending_creates = rt_cfg.max_pending_creates,
+        pool_size = rt_cfg.pool_size,
         "serving"
     );
     // After the log line, so whoever reads the announcement finds the settings logged.

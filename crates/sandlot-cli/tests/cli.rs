@@ -325,3 +325,59 @@ fn run_in_process() {
     );
     assert_eq!(code, 1);
 }
+
+#[test]
+fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
+    let server = Serve::start(&[
+        ("SANDLOT_POOL_SIZE", "0"),
+        ("SANDLOT_MAX_CONCURRENT_CREATES", "1"),
+        ("SANDLOT_MAX_PENDING_CREATES", "2"),
+    ]);
+    assert!(
+        server.stderr().contains("pool_size=0"),
+        "{}",
+        server.stderr()
+    );
+    let url = server.url.clone();
+    let burst: Vec<_> = (0..10)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let resp = reqwest::blocking::Client::new()
+                    .post(format!("{url}/v1/sandboxes"))
+                    .json(&serde_json::json!({}))
+                    .timeout(std::time::Duration::from_secs(120))
+                    .send()
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let body: Value = resp.json().unwrap();
+                (status, body, started.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<_> = burst.into_iter().map(|t| t.join().unwrap()).collect();
+    let created = results.iter().filter(|r| r.0 == 201).count();
+    let refused: Vec<_> = results.iter().filter(|r| r.0 == 503).collect();
+    assert_eq!(created + refused.len(), 10, "{results:?}");
+    assert!(
+        created >= 2,
+        "the queue admits up to its bound: {results:?}"
+    );
+    assert!(
+        !refused.is_empty(),
+        "a burst of 10 over a queue of 2 is refused in part"
+    );
+    for (_, body, took) in refused {
+        assert_eq!(body["error"]["code"], "capacity_exhausted", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("queued"),
+            "{body}"
+        );
+        // Refused at once, not after waiting in line.
+        assert!(*took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+}

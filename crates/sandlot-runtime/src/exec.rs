@@ -1,13 +1,15 @@
 //! One execution: send the cell, collect the ordered events under the output budget, enforce
 //! the timeout from outside (interrupt, then kill), and classify how it ended.
 
+use crate::artifacts;
 use crate::sandbox::{Budgeted, Live, Pumped};
 use crate::util::now_rfc3339;
 use sandlot_types::{
-    EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation,
+    Artifact, EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -197,6 +199,7 @@ pub async fn run(
     timeout: f64,
     budget: usize,
     sink: Option<mpsc::UnboundedSender<OutputEvent>>,
+    artifact_store: &Arc<artifacts::Store>,
 ) -> ExecutionResult {
     let started_at = now_rfc3339();
     let t0 = Instant::now();
@@ -222,9 +225,11 @@ pub async fn run(
     *live.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(exec_id.to_string());
     let msg = serde_json::json!({
         "type": "execute", "id": exec_id, "code": req.code, "language": req.language,
+        "context": context_of(req),
     });
     let mut timed_out = false;
     let mut user_interrupt = false;
+    let mut changes = Vec::new();
     let outcome = if let Err(e) = live.send(&msg).await {
         Outcome::Died(format!("sending the cell failed: {e}"))
     } else {
@@ -241,6 +246,7 @@ pub async fn run(
                         if v.get("type").and_then(|t| t.as_str()) == Some("done") {
                             let status = v.get("status").and_then(|s| s.as_str()).unwrap_or("error").to_string();
                             let exit_code = v.get("exit_code").and_then(|x| x.as_i64()).map(|x| x as i32);
+                            changes = artifacts::parse_changes(&v);
                             break Outcome::Done { status, exit_code };
                         }
                         c.frame(&v);
@@ -331,6 +337,11 @@ pub async fn run(
             traceback: vec![],
         });
     }
+    let artifacts = if alive && !changes.is_empty() {
+        collect_artifacts(live, artifact_store, changes).await
+    } else {
+        Vec::new()
+    };
     ExecutionResult {
         id: exec_id.to_string(),
         sandbox_id: live.id.clone(),
@@ -355,9 +366,29 @@ pub async fn run(
         cpu_time_ms: live.cgroup.cpu_time().saturating_sub(cpu0).as_secs_f64() * 1000.0,
         peak_memory_bytes: live.cgroup.peak_memory(),
         sandbox_alive: alive,
-        artifacts: Vec::new(),
-        context: None,
+        artifacts,
+        context: Some(context_of(req).to_string()),
     }
+}
+
+/// Copies the files the driver reported changed into the artifact store, reading them through
+/// the workspace fd (never by host path).
+async fn collect_artifacts(
+    live: &Live,
+    store: &Arc<artifacts::Store>,
+    changes: Vec<artifacts::Change>,
+) -> Vec<Artifact> {
+    let ws = match live.workspace() {
+        Ok(ws) => ws,
+        Err(e) => {
+            tracing::warn!(sandbox = %live.id, error = %e.message, "no workspace for artifacts");
+            return Vec::new();
+        }
+    };
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.collect(&ws, &changes))
+        .await
+        .unwrap_or_default()
 }
 
 fn dead_result(
@@ -393,6 +424,13 @@ fn dead_result(
         peak_memory_bytes: live.cgroup.peak_memory(),
         sandbox_alive: false,
         artifacts: Vec::new(),
-        context: None,
+        context: Some(context_of(req).to_string()),
     }
+}
+
+/// The context an execution runs in: the one it names, or the sandbox's default.
+fn context_of(req: &ExecuteRequest) -> &str {
+    req.context
+        .as_deref()
+        .unwrap_or(crate::contexts::DEFAULT_CONTEXT)
 }

@@ -3,7 +3,9 @@
 //! control channel, enforces timeouts and expiry from outside, moves files in and out through
 //! fd-relative paths, and records everything in the store.
 
+pub mod artifacts;
 pub mod assets;
+mod contexts;
 mod exec;
 pub mod files;
 mod recorder;
@@ -75,6 +77,10 @@ pub struct RuntimeConfig {
     pub max_limits: EffectiveLimits,
     pub default_idle_timeout: u64,
     pub default_max_lifetime: u64,
+    /// Largest file kept as an artifact; larger ones are listed without content.
+    pub max_artifact_bytes: u64,
+    /// Artifacts not stored again for this long are deleted.
+    pub artifact_retention_secs: u64,
 }
 
 impl RuntimeConfig {
@@ -109,6 +115,8 @@ impl RuntimeConfig {
             },
             default_idle_timeout: 20 * 60,
             default_max_lifetime: 24 * 3600,
+            max_artifact_bytes: 256 << 20,
+            artifact_retention_secs: 7 * 24 * 3600,
         }
     }
 }
@@ -172,6 +180,8 @@ struct Inner {
     create_slots: tokio::sync::Semaphore,
     /// Set on shutdown: no more pool refills.
     closing: std::sync::atomic::AtomicBool,
+    /// Files executions created or changed, content-addressed under `<data-dir>/artifacts/`.
+    artifacts: Arc<artifacts::Store>,
 }
 
 /// A byte stream of a file being uploaded.
@@ -205,6 +215,11 @@ impl Runtime {
         let env_root = std::fs::canonicalize(&config.python_env)?;
         let config_slots = config.max_concurrent_creates.max(1);
         let store = Arc::new(store);
+        let artifact_store = Arc::new(artifacts::Store::open(
+            data_dir.join("artifacts"),
+            config.max_artifact_bytes,
+            Duration::from_secs(config.artifact_retention_secs),
+        )?);
         let runtime_inner = Inner {
             config,
             recorder: recorder::Recorder::start(store.clone()),
@@ -220,6 +235,7 @@ impl Runtime {
             creating: AtomicUsize::new(0),
             create_slots: tokio::sync::Semaphore::new(config_slots),
             closing: Default::default(),
+            artifacts: artifact_store,
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),
@@ -948,6 +964,7 @@ impl Runtime {
             running: Mutex::new(None),
             dead: Default::default(),
             interrupt: Default::default(),
+            contexts: Mutex::new(vec![contexts::default_context()]),
         });
         Ok(live)
     }
@@ -1099,6 +1116,8 @@ impl Runtime {
         if e.live.is_dead() {
             return Err(self.gone_or_missing(id));
         }
+        // Checked under the lock: a context deleted by a request queued ahead is gone.
+        e.live.check_context(req.context.as_deref())?;
         self.touch(&e);
         let exec_id = util::new_id("ex_");
         let record = ExecutionRecord {
@@ -1117,6 +1136,7 @@ impl Runtime {
             timeout,
             cfg.max_output_bytes,
             events,
+            &self.inner.artifacts,
         )
         .await;
         self.inner.recorder.finished(&exec_id, &result);
@@ -1287,6 +1307,20 @@ impl Runtime {
         .map_err(internal)?
     }
 
+    /// Opens a stored artifact by its SHA-256: its size, MIME type and a reader. Artifacts
+    /// outlive their sandboxes (until their retention passes).
+    pub async fn open_artifact(
+        &self,
+        sha256: &str,
+    ) -> Result<(u64, String, tokio::fs::File), ApiError> {
+        let store = self.inner.artifacts.clone();
+        let sha = sha256.to_string();
+        let (size, mime, f) = tokio::task::spawn_blocking(move || store.open_artifact(&sha))
+            .await
+            .map_err(internal)??;
+        Ok((size, mime, tokio::fs::File::from_std(f)))
+    }
+
     /// Removes a file or (recursively) a directory of the workspace.
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), ApiError> {
         let e = self.entry(id)?;
@@ -1300,6 +1334,10 @@ impl Runtime {
 
     /// Expires idle and old sandboxes, notices dead ones, restarts a dead zygote.
     async fn housekeeping(&self) {
+        if self.inner.artifacts.sweep_due() {
+            let store = self.inner.artifacts.clone();
+            tokio::task::spawn_blocking(move || store.sweep());
+        }
         let entries: Vec<Arc<Entry>> = self
             .inner
             .sandboxes
@@ -1391,6 +1429,20 @@ impl Runtime {
             if let Some(z) = t.zygote.write().await.take() {
                 z.kill();
             }
+            let zcg = self
+                .inner
+                .cgroup_base
+                .join(format!("zygote-{}", t.spec.name));
+            let _ = Cgroup::open(&self.inner.hierarchy, &zcg).remove();
+        }
+        // Sandbox groups are removed in the background; give them a moment, then remove
+        // this server's own group (it only goes when empty).
+        let base = Cgroup::open(&self.inner.hierarchy, &self.inner.cgroup_base);
+        for _ in 0..50 {
+            if base.remove().is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.inner.recorder.flush().await;
     }

@@ -52,6 +52,8 @@ pub struct Live {
     pub dead: AtomicBool,
     /// Signalled by `POST /interrupt`; the running execution interrupts the driver.
     pub interrupt: tokio::sync::Notify,
+    /// The sandbox's code contexts, oldest first; `default` exists from boot.
+    pub contexts: StdMutex<Vec<sandlot_types::Context>>,
 }
 
 impl Live {

@@ -1,0 +1,49 @@
+//! Code context routes: create, list, restart, delete.
+
+use crate::backend::Backend;
+use crate::error::HttpError;
+use crate::extract::ApiPath;
+use crate::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandlot_types::Context;
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/sandboxes/{id}/contexts` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ContextList {
+    pub contexts: Vec<Context>,
+}
+
+pub(crate) async fn create<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, HttpError> {
+    let ctx = st.backend.create_context(&id).await?;
+    Ok((StatusCode::CREATED, Json(ctx)).into_response())
+}
+
+pub(crate) async fn list<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ContextList>, HttpError> {
+    let contexts = st.backend.list_contexts(&id).await?;
+    Ok(Json(ContextList { contexts }))
+}
+
+pub(crate) async fn restart<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((id, ctx)): ApiPath<(String, String)>,
+) -> Result<Json<Context>, HttpError> {
+    Ok(Json(st.backend.restart_context(&id, &ctx).await?))
+}
+
+pub(crate) async fn delete<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((id, ctx)): ApiPath<(String, String)>,
+) -> Result<StatusCode, HttpError> {
+    st.backend.delete_context(&id, &ctx).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
