@@ -198,6 +198,14 @@ impl Runtime {
     /// Starts the runtime: cleans up what a previous server run left behind (marking its
     /// sandboxes lost), installs the Python side, and starts the default template's zygote.
     pub async fn start(config: RuntimeConfig, store: Store) -> anyhow::Result<Self> {
+        if !nix::unistd::geteuid().is_root() {
+            anyhow::bail!(
+                "sandlot needs root for its jail: a host uid per sandbox (uid maps for other uids), \
+                 cgroup limits and the zygote's private base root all need it, and a rootless mode \
+                 is not built yet. Run it as root (e.g. with sudo); `sandlot doctor` shows which \
+                 layers this machine supports"
+            );
+        }
         // SAFETY: prctl with integer arguments. Sandbox inits reparent to us when the zygote's
         // child that forked them exits, so we can reap them.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
