@@ -221,6 +221,7 @@ impl Runtime {
         std::fs::create_dir_all(&staging)?;
         std::fs::create_dir_all(data_dir.join("templates"))?;
         let env_root = std::fs::canonicalize(&config.python_env)?;
+        check_env_visible(&env_root)?;
         let config_slots = config.max_concurrent_creates.max(1);
         let store = Arc::new(store);
         let artifact_store = Arc::new(artifacts::Store::open(
@@ -1454,6 +1455,25 @@ impl Runtime {
         }
         self.inner.recorder.flush().await;
     }
+}
+
+/// Paths every sandbox (or zygote) mounts something of its own over: a Python environment
+/// there would be hidden from the code that needs it.
+const SHADOWED: &[&str] = &["/tmp", "/var/tmp", "/workspace", "/dev", "/proc", "/opt/sandlot", "/etc"];
+
+/// The environment is bound into sandboxes at its own path (scripts in it name that path), so
+/// it must not lie where a sandbox mounts its own directories.
+fn check_env_visible(env_root: &Path) -> anyhow::Result<()> {
+    for p in SHADOWED {
+        if env_root.starts_with(p) {
+            anyhow::bail!(
+                "the Python environment {} lies under {p}, which every sandbox replaces with its own; \
+                 choose an environments directory elsewhere (--env-dir or SANDLOT_ENV_DIR)",
+                env_root.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn cgroup_limits(l: EffectiveLimits) -> CgroupLimits {
