@@ -39,6 +39,16 @@ class FakeSandlot:
         self.ignore_stream = False
         self.hook: Optional[Callable[[httpx.Request], Optional[httpx.Response]]] = None
         self.counter = 0
+        # sha256 -> bytes served by GET /v1/artifacts/{sha256} (they outlive sandboxes)
+        self.artifacts: Dict[str, bytes] = {}
+        # sandbox id -> its contexts, oldest first
+        self.contexts: Dict[str, List[Dict[str, Any]]] = {}
+        # name -> Template JSON; a template turns ready (or failed, when its setup contains
+        # "raise") after `template_polls` GETs
+        self.templates: Dict[str, Dict[str, Any]] = {}
+        self.removed_contexts: List[str] = []
+        self.template_polls = 2
+        self._polls: Dict[str, int] = {}
 
     # the MockTransport handler (sync and async transports accept the same callable)
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -58,6 +68,15 @@ class FakeSandlot:
         m = request.method
         if parts[:2] == ["v1", "health"]:
             return httpx.Response(200, json={"status": "ok"})
+        if parts[:2] == ["v1", "artifacts"] and len(parts) == 3 and m == "GET":
+            sha = parts[2]
+            if len(sha) != 64:
+                return api_error(400, "invalid_argument", "not a sha256")
+            if sha not in self.artifacts:
+                return api_error(404, "file_not_found", f"no artifact {sha}")
+            return httpx.Response(200, content=self.artifacts[sha], headers={"content-type": "text/csv"})
+        if parts[:2] == ["v1", "templates"]:
+            return self.templates_route(request, body, parts[2:])
         if parts[:2] != ["v1", "sandboxes"]:
             return api_error(404, "invalid_request", "no such route")
         if len(parts) == 2:
@@ -71,6 +90,7 @@ class FakeSandlot:
                     sb["idle_timeout"] = req["idle_timeout"]
                 self.sandboxes[sid] = sb
                 self.files[sid] = {}
+                self.contexts[sid] = [{"id": "default", "created_at": sb["created_at"]}]
                 return httpx.Response(201, json=sb)
             allowed = request.url.params.get("all") == "true"
             return httpx.Response(200, json={"sandboxes": [s for s in self.sandboxes.values() if allowed or s["state"] == "running"]})
@@ -91,7 +111,10 @@ class FakeSandlot:
             return api_error(410, "sandbox_gone", f"sandbox {sid} was deleted")
         if rest == ["execute"] and m == "POST":
             req = json.loads(body)
-            res = dict(self.execute_result, sandbox_id=sid, language=req.get("language", "python"))
+            ctx = req.get("context") or "default"
+            if ctx in self.removed_contexts:  # other unknown ids are let through
+                return api_error(400, "invalid_argument", f"no context {ctx}")
+            res = dict(self.execute_result, sandbox_id=sid, language=req.get("language", "python"), context=ctx)
             wants_stream = req.get("stream") or "text/event-stream" in request.headers.get("accept", "")
             if wants_stream and not self.ignore_stream:
                 text = self.sse_override if self.sse_override is not None else sse_transcript(res)
@@ -103,7 +126,56 @@ class FakeSandlot:
             return httpx.Response(200, json=fixture("executions.json"))
         if rest and rest[0] == "files":
             return self.files_route(sid, request, rest[1:])
+        if rest and rest[0] == "contexts":
+            return self.contexts_route(sid, m, [unquote(r) for r in rest[1:]])
         return api_error(404, "invalid_request", "no such route")
+
+    def contexts_route(self, sid: str, m: str, rest: List[str]) -> httpx.Response:
+        ctxs = self.contexts[sid]
+        if not rest:
+            if m == "POST":
+                self.counter += 1
+                ctx = {"id": f"ctx_fake{self.counter:04d}", "created_at": "2025-11-22T03:31:00Z"}
+                ctxs.append(ctx)
+                return httpx.Response(201, json=ctx)
+            return httpx.Response(200, json={"contexts": ctxs})
+        found = next((c for c in ctxs if c["id"] == rest[0]), None)
+        if found is None:
+            return api_error(400, "invalid_argument", f"no context {rest[0]}")
+        if rest[1:] == ["restart"] and m == "POST":
+            return httpx.Response(200, json=found)
+        if len(rest) == 1 and m == "DELETE":
+            if found["id"] == "default":
+                return api_error(400, "invalid_argument", "the default context cannot be deleted")
+            ctxs.remove(found)
+            self.removed_contexts.append(found["id"])
+            return httpx.Response(204)
+        return api_error(405, "invalid_request", "method not allowed")
+
+    def templates_route(self, request: httpx.Request, body: bytes, rest: List[str]) -> httpx.Response:
+        m = request.method
+        if not rest:
+            if m == "POST":
+                spec = json.loads(body)
+                spec.setdefault("packages", [])
+                spec.setdefault("imports", [])
+                spec.setdefault("limits", {})
+                tpl = {"name": spec["name"], "version": "v" + str(len(body)), "status": "building", "spec": spec, "created_at": "2025-11-22T03:40:00Z"}
+                self.templates[spec["name"]] = tpl
+                self._polls[spec["name"]] = 0
+                return httpx.Response(202, json=tpl)
+            return httpx.Response(200, json={"templates": [self.templates[k] for k in sorted(self.templates)]})
+        name = unquote(rest[0])
+        tpl = self.templates.get(name)
+        if tpl is None:
+            return api_error(404, "template_not_found", f"no template {name}")
+        self._polls[name] = self._polls.get(name, 0) + 1
+        if tpl["status"] == "building" and self._polls[name] >= self.template_polls:
+            if "raise" in (tpl["spec"].get("setup") or ""):
+                tpl.update(status="failed", error="setup raised RuntimeError: boom")
+            else:
+                tpl.update(status="ready", prepare_seconds=0.25)
+        return httpx.Response(200, json=tpl)
 
     def files_route(self, sid: str, request: httpx.Request, rest: List[str]) -> httpx.Response:
         store = self.files[sid]

@@ -398,3 +398,107 @@ def test_agent_loop_example(sandlot_url):
     assert proc.stdout.strip() == "FINAL: the mean is 6.5"
     assert len(ScriptedChat.requests) == 2 and ScriptedChat.problems == []
     assert "mean is 6.5" in proc.stderr  # the loop logs tool output
+
+
+# ---------------------------------------------------------------------------------------------
+# Code contexts, artifacts, templates
+# ---------------------------------------------------------------------------------------------
+
+
+def test_contexts_are_isolated_namespaces(sandbox):
+    assert sandbox.run_code("secret = 'default-only'").ok
+    ctx = sandbox.contexts.create()
+    assert isinstance(ctx, sandlot.Context) and ctx.id.startswith("ctx_") and ctx.created_at
+    assert [c.id for c in sandbox.contexts.list()] == ["default", ctx.id]
+    ex = sandbox.run_code("'secret' in dir()", context=ctx)
+    assert ex.text == "False" and ex.context == ctx.id, ex.raw
+    missing = sandbox.run_code("secret", context=ctx.id)
+    assert missing.error is not None and missing.error.name == "NameError"
+    assert sandbox.run_code("mine = 7", context=ctx).ok
+    assert sandbox.run_code("'mine' in dir()").text == "False"
+    assert sandbox.run_code("secret").text == "'default-only'"
+    # files are shared between contexts
+    sandbox.run_code("open('/workspace/shared.txt', 'w').write('hi')", context=ctx)
+    assert sandbox.run_code("open('/workspace/shared.txt').read()").text == "'hi'"
+    assert sandbox.contexts.restart(ctx).id == ctx.id
+    assert sandbox.run_code("'mine' in dir()", context=ctx).text == "False"
+    sandbox.contexts.remove(ctx)
+    assert [c.id for c in sandbox.contexts.list()] == ["default"]
+    with pytest.raises(sandlot.InvalidArgument):
+        sandbox.run_code("1", context=ctx)
+    with pytest.raises(sandlot.InvalidArgument):
+        sandbox.contexts.remove("default")
+
+
+def test_artifacts_outlive_the_sandbox(sandlot_url, tmp_path):
+    content = "name,score\nada,3\nbob,5\n"
+    sb = Sandbox(url=sandlot_url)
+    try:
+        ex = sb.run_code(
+            "import csv\n"
+            "with open('/workspace/scores.csv', 'w', newline='') as f:\n"
+            "    w = csv.writer(f, lineterminator='\\n')\n"
+            "    w.writerows([['name', 'score'], ['ada', 3], ['bob', 5]])\n"
+        )
+        assert ex.ok, ex.raw
+        assert len(ex.artifacts) == 1, ex.raw.get("artifacts")
+        art = ex.artifacts[0]
+        assert isinstance(art, sandlot.Artifact)
+        assert (art.path, art.size, art.change) == ("scores.csv", len(content), "created")
+        assert art.sha256 == hashlib.sha256(content.encode()).hexdigest() and art.url.endswith(art.sha256)
+        assert art.mime_type.startswith("text/csv"), art.mime_type
+        assert art.read() == content.encode()
+        # an unchanged file is not reported again; a modified one is
+        assert sb.run_code("1 + 1").artifacts == []
+        mod = sb.run_code("open('/workspace/scores.csv', 'a').write('cy,1\\n')", on_stdout=lambda m: None)
+        assert [(a.path, a.change) for a in mod.artifacts] == [("scores.csv", "modified")]
+        assert mod.artifacts[0].read() == (content + "cy,1\n").encode()
+    finally:
+        assert sb.kill() is True
+    assert art.read() == content.encode()
+    dest = tmp_path / "scores.csv"
+    assert art.download(dest) == str(dest) and dest.read_text() == content
+    with pytest.raises(sandlot.FileNotFound):
+        sandlot.Artifact.from_json(dict(art.to_json(), sha256="0" * 64), client=art._client).read()
+
+
+async def test_async_contexts_and_artifacts(sandlot_url, tmp_path):
+    async with AsyncSandbox.create(url=sandlot_url) as sb:
+        await sb.run_code("v = 1")
+        ctx = await sb.contexts.create()
+        assert (await sb.run_code("'v' in dir()", context=ctx)).text == "False"
+        ex = await sb.run_code("open('/workspace/a.txt', 'w').write('async artifact')", context=ctx)
+        (art,) = ex.artifacts
+        await sb.contexts.remove(ctx)
+    assert await art.aread() == b"async artifact"
+    await art.adownload(tmp_path / "a.txt")
+    assert (tmp_path / "a.txt").read_bytes() == b"async artifact"
+
+
+def test_template_setup_code(sandlot_url):
+    name = f"sdk-answer-{os.getpid()}-{int(time.time())}"
+    with sandlot.Templates(url=sandlot_url) as templates:
+        tpl = templates.create(name=name, description="x is 41", setup="x = 41")
+        assert tpl.name == name and tpl.status in ("building", "ready")
+        ready = templates.wait_ready(name, timeout=600, poll_interval=0.5)
+        assert ready.is_ready and ready.spec["setup"] == "x = 41" and ready.version
+        assert name in {t.name for t in templates.list()}
+        assert "default" in {t.name for t in templates.list()}
+        with pytest.raises(sandlot.TemplateNotFound):
+            templates.get("sdk-no-such-template")
+    with Sandbox(url=sandlot_url, template=name) as sb:
+        assert sb.info().template == name
+        assert sb.run_code("x + 1").text == "42"
+        ctx = sb.contexts.create()  # a new context starts with the setup's names too
+        assert sb.run_code("x + 1", context=ctx).text == "42"
+
+
+def test_template_build_failure_is_typed(sandlot_url):
+    name = f"sdk-broken-{os.getpid()}-{int(time.time())}"
+    with sandlot.Templates(url=sandlot_url) as templates:
+        templates.create({"name": name, "setup": "raise RuntimeError('setup boom')"})
+        with pytest.raises(sandlot.TemplateBuildFailed) as info:
+            templates.wait_ready(name, timeout=600, poll_interval=0.5)
+    assert info.value.template == name and "boom" in info.value.error, info.value.error
+    with pytest.raises(sandlot.TemplateNotReady):
+        Sandbox(url=sandlot_url, template=name)

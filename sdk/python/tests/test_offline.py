@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import hashlib
 import importlib.util
 import io
 import json
@@ -23,7 +24,10 @@ import pytest
 
 import sandlot
 from sandlot import (
+    Artifact,
     AsyncSandbox,
+    AsyncTemplates,
+    Context,
     Execution,
     ExecutionError,
     ExecutionRecord,
@@ -33,6 +37,8 @@ from sandlot import (
     Result,
     Sandbox,
     SandboxInfo,
+    Template,
+    Templates,
 )
 from sandlot import errors as E
 from sandlot._core import (
@@ -93,10 +99,28 @@ def test_execution_results_in_order():
     assert "end_state='ok'" in repr(ex)
 
 
-def test_execution_artifacts_kept_when_present():
+def test_execution_artifacts_parsed():
+    ex = Execution.from_json(fixture("exec_artifacts.json"))
+    assert ex.context == "ctx_5d2c8e1f0a9b4c3d" and "artifacts=2" in repr(ex)
+    csv, big = ex.artifacts
+    assert isinstance(csv, Artifact) and csv.available and csv.name == "scores.csv"
+    data = (Path(__file__).parent / "fixtures" / "artifact_scores.csv").read_bytes()
+    assert (csv.path, csv.size, csv.mime_type, csv.change) == ("out/scores.csv", len(data), "text/csv", "created")
+    assert csv.sha256 == hashlib.sha256(data).hexdigest() and csv.url == "/v1/artifacts/" + csv.sha256
+    assert csv.to_json() == fixture("exec_artifacts.json")["artifacts"][0]
+    assert Artifact.from_json(csv.to_json()) == csv
+    assert (big.path, big.change, big.sha256, big.url, big.available) == ("model.bin", "modified", "", "", False)
+    with pytest.raises(E.FileTooLarge):
+        big.read()
+    with pytest.raises(RuntimeError, match="not bound"):
+        csv.read()  # parsed without a client
+    # partial or missing artifact JSON degrades gracefully
     doc = fixture("exec_bash.json")
-    doc["artifacts"] = [{"path": "out.csv", "size": 10}]
-    assert Execution.from_json(doc).artifacts == [{"path": "out.csv", "size": 10}]
+    doc["artifacts"] = [{"path": "out.csv", "size": 10}, "junk"]
+    (a,) = Execution.from_json(doc).artifacts
+    assert (a.path, a.size, a.sha256, a.mime_type) == ("out.csv", 10, "", "application/octet-stream")
+    del doc["artifacts"]
+    assert Execution.from_json(doc).artifacts == []
 
 
 def test_result_save(tmp_path):
@@ -643,6 +667,170 @@ def test_callbacks_fire_before_the_call_returns():
         sb.close(kill=False)
     finally:
         srv.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts, artifacts, templates
+# ---------------------------------------------------------------------------------------------
+
+
+def test_contexts_and_template_fixtures_parse():
+    ctxs = [Context.from_json(d) for d in fixture("contexts.json")["contexts"]]
+    assert [c.id for c in ctxs] == ["default", "ctx_5d2c8e1f0a9b4c3d"] and str(ctxs[1]) == "ctx_5d2c8e1f0a9b4c3d"
+    assert ctxs[0].created_at == "2025-11-22T03:29:58Z"
+    building = Template.from_json(fixture("template_building.json"))
+    assert building.is_building and not building.is_ready and building.prepare_seconds is None and building.error is None
+    assert building.spec["setup"] == "x = 41" and building.version == "9c1e5b0a7d3f"
+    ready = Template.from_json(fixture("template_ready.json"))
+    assert ready.is_ready and ready.prepare_seconds == 0.42 and ready.raise_for_failure() is ready
+    failed = Template.from_json(fixture("template_failed.json"))
+    assert failed.is_failed and "NameError" in (failed.error or "")
+    with pytest.raises(E.TemplateBuildFailed) as info:
+        failed.raise_for_failure()
+    assert info.value.template == "broken" and info.value.error == failed.error and "NameError" in str(info.value)
+    names = [Template.from_json(d).name for d in fixture("templates_list.json")["templates"]]
+    assert names == ["answer", "default"]
+
+
+def test_contexts_through_fake():
+    fake = FakeSandlot()
+    with fake_sandbox(fake) as sb:
+        assert [c.id for c in sb.contexts.list()] == ["default"]
+        ctx = sb.contexts.create()
+        assert isinstance(ctx, Context) and ctx.id.startswith("ctx_")
+        assert sb.run_code("x", context=ctx).context == ctx.id
+        assert json.loads(fake.requests[-1]["body"])["context"] == ctx.id
+        assert sb.run_code("x", context=ctx.id, on_stdout=lambda m: None).context == ctx.id
+        assert "context" not in json.loads(sb_body(fake, lambda: sb.run_code("x")))
+        assert sb.contexts.restart(ctx).id == ctx.id
+        assert fake.requests[-1]["path"].endswith(f"/contexts/{ctx.id}/restart")
+        assert sb.contexts.restart("default").id == "default"
+        with pytest.raises(E.InvalidArgument):
+            sb.contexts.remove("default")
+        sb.contexts.remove(ctx)
+        assert fake.requests[-1]["method"] == "DELETE"
+        assert [c.id for c in sb.contexts.list()] == ["default"]
+        with pytest.raises(E.InvalidArgument):
+            sb.run_code("x", context=ctx)
+        with pytest.raises(E.InvalidArgument):
+            sb.contexts.restart("")
+        with pytest.raises(TypeError):
+            sb.run_code("x", context=3)  # type: ignore[arg-type]
+
+
+def sb_body(fake: FakeSandlot, call) -> bytes:
+    call()
+    return fake.requests[-1]["body"]
+
+
+def test_artifacts_read_and_download_through_fake(tmp_path):
+    fake = FakeSandlot()
+    data = (Path(__file__).parent / "fixtures" / "artifact_scores.csv").read_bytes()
+    fake.execute_result = fixture("exec_artifacts.json")
+    fake.artifacts[hashlib.sha256(data).hexdigest()] = data
+    sb = fake_sandbox(fake)
+    ex = sb.run_code("write files")
+    streamed = sb.run_code("write files", on_stdout=lambda m: None)
+    rec = sb.executions()  # records parse too (fixture without artifacts)
+    assert rec
+    art = ex.artifacts[0]
+    assert art.read() == data and art.read_text() == data.decode()
+    assert fake.requests[-1]["path"] == "/v1/artifacts/" + art.sha256 and fake.requests[-1]["method"] == "GET"
+    assert streamed.artifacts[0].read() == data
+    assert sb.kill() is True
+    # artifacts outlive the sandbox and its closed connection
+    assert art.read() == data
+    dest = tmp_path / "scores.csv"
+    assert art.download(dest) == str(dest) and dest.read_bytes() == data
+    assert not (tmp_path / "scores.csv.part").exists()
+    gone = Artifact.from_json(dict(art.to_json(), sha256="0" * 64), client=sb._http)
+    with pytest.raises(E.FileNotFound):
+        gone.read()
+    with pytest.raises(E.FileNotFound):
+        gone.download(tmp_path / "gone.csv")
+    assert not (tmp_path / "gone.csv").exists() and not (tmp_path / "gone.csv.part").exists()
+    with pytest.raises(RuntimeError, match="Sandbox"):
+        asyncio.run(art.aread())
+    bad = Artifact.from_json(dict(art.to_json(), sha256="xyz"), client=sb._http)
+    with pytest.raises(E.InvalidArgument):
+        bad.read()
+
+
+async def test_async_contexts_and_artifacts(tmp_path):
+    fake = FakeSandlot()
+    data = b"a,b\n1,2\n"
+    doc = fixture("exec_artifacts.json")
+    doc["artifacts"][0].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    fake.execute_result = doc
+    fake.artifacts[hashlib.sha256(data).hexdigest()] = data
+    t = httpx.MockTransport(fake)
+    async with AsyncSandbox.create(url="http://sandlot.test", transport=t) as sb:
+        ctx = await sb.contexts.create()
+        assert [c.id for c in await sb.contexts.list()] == ["default", ctx.id]
+        ex = await sb.run_code("x", context=ctx)
+        assert ex.context == ctx.id
+        assert (await sb.contexts.restart(ctx)).id == ctx.id
+        await sb.contexts.remove(ctx.id)
+        assert [c.id for c in await sb.contexts.list()] == ["default"]
+        art = ex.artifacts[0]
+        assert await art.aread() == data
+        with pytest.raises(RuntimeError, match="aread"):
+            art.read()
+    assert await art.aread() == data  # after the sandbox is gone
+    assert await art.adownload(tmp_path / "x.csv") == str(tmp_path / "x.csv")
+    assert (tmp_path / "x.csv").read_bytes() == data
+
+
+def test_templates_through_fake(monkeypatch):
+    fake = FakeSandlot()
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    with Templates(url="http://sandlot.test", transport=httpx.MockTransport(fake)) as templates:
+        tpl = templates.create(name="answer", setup="x = 41", imports=["math"], description=None, limits=Limits(memory_mb=512))
+        assert tpl.is_building and tpl.name == "answer"
+        sent = json.loads(fake.requests[-1]["body"])
+        assert sent == {"name": "answer", "setup": "x = 41", "imports": ["math"], "limits": {"memory_mb": 512}}
+        assert fake.requests[-1]["path"] == "/v1/templates"
+        ready = templates.wait_ready("answer", timeout=5, poll_interval=0)
+        assert ready.is_ready and ready.prepare_seconds == 0.25
+        templates.create({"name": "broken", "setup": "raise RuntimeError('boom')", "packages": ["x==1"]})
+        assert json.loads(fake.requests[-1]["body"])["packages"] == ["x==1"]
+        with pytest.raises(E.TemplateBuildFailed) as info:
+            templates.wait_ready("broken", poll_interval=0)
+        assert info.value.error == "setup raised RuntimeError: boom" and info.value.template == "broken"
+        assert [t.name for t in templates.list()] == ["answer", "broken"]
+        assert templates.get("answer").is_ready
+        with pytest.raises(E.TemplateNotFound):
+            templates.get("nope")
+        with pytest.raises(E.TemplateNotFound):
+            templates.wait_ready("nope")
+        fake.template_polls = 10**9
+        templates.create(name="slow")
+        with pytest.raises(E.TemplateBuildTimeout) as tinfo:
+            templates.wait_ready("slow", timeout=0, poll_interval=0)
+        assert isinstance(tinfo.value, TimeoutError) and isinstance(tinfo.value, E.TemplateNotReady)
+        with pytest.raises(E.InvalidArgument):
+            templates.create(setup="x = 1")  # no name
+        with pytest.raises(TypeError):
+            templates.create(name="t", packages="numpy==2.0.0")
+        # keywords win over the dict
+        templates.create({"name": "a", "setup": "1"}, setup="2")
+        assert json.loads(fake.requests[-1]["body"]) == {"name": "a", "setup": "2"}
+    # a sandbox from a template: the name goes in the create body
+    with fake_sandbox(fake, template="answer") as sb:
+        assert sb.info().template == "answer"
+
+
+async def test_async_templates():
+    fake = FakeSandlot()
+    fake.template_polls = 1
+    async with AsyncTemplates(url="http://sandlot.test", transport=httpx.MockTransport(fake)) as templates:
+        assert (await templates.create(name="answer", setup="x = 41")).is_building
+        assert (await templates.wait_ready("answer", poll_interval=0)).is_ready
+        assert [t.name for t in await templates.list()] == ["answer"]
+        assert (await templates.get("answer")).spec["setup"] == "x = 41"
+        await templates.create(name="bad", setup="raise X")
+        with pytest.raises(E.TemplateBuildFailed):
+            await templates.wait_ready("bad", poll_interval=0)
 
 
 # ---------------------------------------------------------------------------------------------

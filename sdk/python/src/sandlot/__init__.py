@@ -11,7 +11,7 @@
 
 from ._core import ConnectionConfig
 from ._version import __version__
-from .async_sandbox import AsyncFiles, AsyncSandbox
+from .async_sandbox import AsyncContexts, AsyncFiles, AsyncSandbox
 from .errors import (
     AuthenticationError,
     CapacityExhausted,
@@ -33,11 +33,15 @@ from .errors import (
     SandboxNotFound,
     SandlotError,
     ServerError,
+    TemplateBuildFailed,
+    TemplateBuildTimeout,
     TemplateNotFound,
     TemplateNotReady,
     WorkspaceFull,
 )
 from .models import (
+    Artifact,
+    Context,
     ExecError,
     Execution,
     ExecutionRecord,
@@ -47,9 +51,11 @@ from .models import (
     OutputMessage,
     Result,
     SandboxInfo,
+    Template,
     Truncation,
 )
-from .sandbox import Files, Sandbox
+from .sandbox import Contexts, Files, Sandbox
+from .templates import AsyncTemplates, Templates
 
 __all__ = [
     "__version__",
@@ -57,7 +63,14 @@ __all__ = [
     "AsyncSandbox",
     "Files",
     "AsyncFiles",
+    "Contexts",
+    "AsyncContexts",
+    "Templates",
+    "AsyncTemplates",
     "ConnectionConfig",
+    "Artifact",
+    "Context",
+    "Template",
     "Execution",
     "ExecError",
     "ExecutionRecord",
@@ -78,6 +91,8 @@ __all__ = [
     "ExecutionNotFound",
     "TemplateNotFound",
     "TemplateNotReady",
+    "TemplateBuildFailed",
+    "TemplateBuildTimeout",
     "FileNotFound",
     "SandboxGone",
     "InvalidPath",

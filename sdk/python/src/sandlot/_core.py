@@ -7,7 +7,18 @@ import json
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+)
 from urllib.parse import quote
 
 import httpx
@@ -15,7 +26,10 @@ import httpx
 from . import errors
 from ._sse import SSEEvent
 from ._version import __version__
-from .models import ExecError, Execution, Limits, Logs, OutputMessage, Result
+from .models import Context, ExecError, Execution, Limits, Logs, OutputMessage, Result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._http import AsyncHTTP, SyncHTTP
 
 DEFAULT_URL = "http://127.0.0.1:7878"
 DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -25,6 +39,7 @@ CHUNK_SIZE = 1024 * 1024
 WORKSPACE = "/workspace"
 
 LimitsArg = Union[Limits, Mapping[str, Any], None]
+ContextArg = Union[Context, str, None]
 
 
 @dataclass
@@ -127,6 +142,51 @@ def encode_file_path(path: Union[str, "os.PathLike[str]"]) -> str:
     return out
 
 
+def context_id(context: ContextArg) -> Optional[str]:
+    """The id of a :class:`~sandlot.Context` or a context id given as a string."""
+    if context is None:
+        return None
+    if isinstance(context, Context):
+        return context.id
+    if isinstance(context, str):
+        return context
+    raise TypeError(f"context must be a Context or a context id (str), not {type(context).__name__}")
+
+
+def template_path(name: Optional[str] = None) -> str:
+    return "/v1/templates" if name is None else "/v1/templates/" + quote(name, safe="")
+
+
+def _limits_json(limits: LimitsArg) -> Dict[str, Any]:
+    if limits is None:
+        return {}
+    return limits.to_json() if isinstance(limits, Limits) else {k: v for k, v in dict(limits).items() if v is not None}
+
+
+def template_body(spec: Optional[Mapping[str, Any]], fields: Mapping[str, Any]) -> Dict[str, Any]:
+    """A TemplateSpec from a dict and/or keyword fields (the keywords win); ``None`` values are
+    left out and ``limits`` may be a :class:`~sandlot.Limits`."""
+    merged: Dict[str, Any] = dict(spec or {})
+    merged.update(fields)
+    body: Dict[str, Any] = {}
+    for key, value in merged.items():
+        if value is None:
+            continue
+        if key == "limits":
+            lim = _limits_json(value)
+            if lim:
+                body["limits"] = lim
+        elif key in ("packages", "imports"):
+            if isinstance(value, str):
+                raise TypeError(f"{key} must be a list of strings, not a string")
+            body[key] = [str(v) for v in value]
+        else:
+            body[key] = value
+    if not isinstance(body.get("name"), str) or not body["name"]:
+        raise errors.InvalidArgument("a template spec needs a name", code="invalid_argument")
+    return body
+
+
 def sandbox_path(sandbox_id: str, *rest: str) -> str:
     p = "/v1/sandboxes/" + quote(sandbox_id, safe="")
     for r in rest:
@@ -151,10 +211,9 @@ def create_body(
         body["env"] = {str(k): str(v) for k, v in env.items()}
     if metadata:
         body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
-    if limits is not None:
-        lim = limits.to_json() if isinstance(limits, Limits) else {k: v for k, v in dict(limits).items() if v is not None}
-        if lim:
-            body["limits"] = lim
+    lim = _limits_json(limits)
+    if lim:
+        body["limits"] = lim
     if timeout is not None:
         body["idle_timeout"] = int(timeout)
     if max_lifetime is not None:
@@ -163,15 +222,16 @@ def create_body(
 
 
 def execute_body(
-    code: str, language: str, timeout: Optional[float], stream: bool, context: Optional[str] = None
+    code: str, language: str, timeout: Optional[float], stream: bool, context: ContextArg = None
 ) -> Dict[str, Any]:
     if language not in ("python", "bash"):
         raise errors.InvalidArgument(f"language must be 'python' or 'bash', not {language!r}", code="invalid_argument")
     body: Dict[str, Any] = {"code": code, "language": language, "stream": stream}
     if timeout is not None:
         body["timeout"] = float(timeout)
-    if context is not None:
-        body["context"] = context
+    ctx = context_id(context)
+    if ctx is not None:
+        body["context"] = ctx
     return body
 
 
@@ -224,7 +284,10 @@ class StreamState:
         on_stderr: Optional[Callback] = None,
         on_result: Optional[Callback] = None,
         on_error: Optional[Callback] = None,
+        *,
+        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
     ) -> None:
+        self.client = client
         self.on_stdout = on_stdout
         self.on_stderr = on_stderr
         self.on_result = on_result
@@ -248,7 +311,7 @@ class StreamState:
         if kind == "done":
             if isinstance(data, dict) and isinstance(data.get("error"), dict) and "code" in data["error"] and "end_state" not in data:
                 raise _stream_api_error(data)
-            self.final = Execution.from_json(data) if isinstance(data, dict) else Execution(raw={})
+            self.final = Execution.from_json(data, client=self.client) if isinstance(data, dict) else Execution(raw={}, client=self.client)
             return calls
         if not isinstance(data, dict):
             return calls

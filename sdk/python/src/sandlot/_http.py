@@ -4,6 +4,7 @@ failures only (a request that may have reached the server is never sent again)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import io
 import os
@@ -55,6 +56,7 @@ async def _raise_for_status_async(resp: httpx.Response) -> None:
 class SyncHTTP:
     def __init__(self, cfg: ConnectionConfig, transport: Optional[httpx.BaseTransport] = None) -> None:
         self.cfg = cfg
+        self._transport = transport
         self.client = httpx.Client(base_url=cfg.url, headers=cfg.headers(), timeout=cfg.timeout(), transport=transport)
 
     def request(
@@ -101,10 +103,25 @@ class SyncHTTP:
     def close(self) -> None:
         self.client.close()
 
+    @contextlib.contextmanager
+    def open(self) -> Iterator["SyncHTTP"]:
+        """This connection while it is open; once closed (the sandbox was killed), a fresh one
+        to the same server for the duration of the block. Artifacts use it: they outlive the
+        sandbox that produced them."""
+        if not self.client.is_closed:
+            yield self
+            return
+        fresh = SyncHTTP(self.cfg, self._transport)
+        try:
+            yield fresh
+        finally:
+            fresh.close()
+
 
 class AsyncHTTP:
     def __init__(self, cfg: ConnectionConfig, transport: Optional[httpx.AsyncBaseTransport] = None) -> None:
         self.cfg = cfg
+        self._transport = transport
         self.client = httpx.AsyncClient(base_url=cfg.url, headers=cfg.headers(), timeout=cfg.timeout(), transport=transport)
 
     async def request(
@@ -145,6 +162,18 @@ class AsyncHTTP:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator["AsyncHTTP"]:
+        """See :meth:`SyncHTTP.open`."""
+        if not self.client.is_closed:
+            yield self
+            return
+        fresh = AsyncHTTP(self.cfg, self._transport)
+        try:
+            yield fresh
+        finally:
+            await fresh.aclose()
 
 
 # -- upload bodies --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import httpx
 from . import errors
 from ._core import (
     ConnectionConfig,
+    ContextArg,
     LimitsArg,
     StreamState,
     create_body,
@@ -38,16 +39,17 @@ from ._core import (
 )
 from ._http import AsyncHTTP, Data, async_body
 from ._sse import SSEDecoder
-from .models import Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
 from .sandbox import (
     WriteEntries,
     _check_running,
+    _context_path,
     _entry_from_response,
     iter_local_dir,
     iter_write_entries,
 )
 
-__all__ = ["AsyncSandbox", "AsyncFiles"]
+__all__ = ["AsyncSandbox", "AsyncFiles", "AsyncContexts"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 AnyCallback = Callable[[Any], Union[Any, Awaitable[Any]]]
@@ -91,6 +93,7 @@ class AsyncSandbox:
     """
 
     files: "AsyncFiles"
+    contexts: "AsyncContexts"
     _http: AsyncHTTP
     _info: SandboxInfo
     _closed: bool
@@ -105,6 +108,7 @@ class AsyncSandbox:
         obj._info = info
         obj._closed = False
         obj.files = AsyncFiles(obj)
+        obj.contexts = AsyncContexts(obj)
         return obj
 
     @classmethod
@@ -238,7 +242,7 @@ class AsyncSandbox:
         timeout: Optional[float] = None,
         *,
         stream: Optional[bool] = None,
-        context: Optional[str] = None,
+        context: ContextArg = None,
     ) -> Execution:
         """See :meth:`Sandbox.run_code`; callbacks may be coroutine functions."""
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
@@ -247,15 +251,15 @@ class AsyncSandbox:
         http_timeout = execute_timeout(self._http.cfg, timeout)
         if not streaming:
             resp = await self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
-            return Execution.from_json(decode_json(resp))
-        state = StreamState(on_stdout, on_stderr, on_result, on_error)
+            return Execution.from_json(decode_json(resp), client=self._http)
+        state = StreamState(on_stdout, on_stderr, on_result, on_error, client=self._http)
         resp = await self._http.request(
             "POST", path, json=body, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
         )
         try:
             if not is_event_stream(resp):
                 await resp.aread()
-                ex = Execution.from_json(decode_json(resp))
+                ex = Execution.from_json(decode_json(resp), client=self._http)
                 for cb, arg in replay_callbacks(ex, state):
                     await _call(cb, arg)
                 return ex
@@ -289,7 +293,29 @@ class AsyncSandbox:
 
     async def executions(self) -> List[ExecutionRecord]:
         doc = decode_json(await self._http.request("GET", sandbox_path(self.id, "executions")))
-        return [ExecutionRecord.from_json(d) for d in (doc.get("executions") or [])]
+        return [ExecutionRecord.from_json(d, client=self._http) for d in (doc.get("executions") or [])]
+
+
+class AsyncContexts:
+    """The sandbox's code contexts; see :class:`~sandlot.sandbox.Contexts`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    async def create(self) -> Context:
+        return Context.from_json(decode_json(await self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"))))
+
+    async def list(self) -> List[Context]:
+        doc = decode_json(await self._sb._http.request("GET", sandbox_path(self._sb.id, "contexts")))
+        return [Context.from_json(d) for d in (doc.get("contexts") or [])]
+
+    async def restart(self, context: ContextArg) -> Context:
+        resp = await self._sb._http.request("POST", _context_path(self._sb.id, context, "restart"))
+        return Context.from_json(decode_json(resp))
+
+    async def remove(self, context: ContextArg) -> None:
+        resp = await self._sb._http.request("DELETE", _context_path(self._sb.id, context))
+        await resp.aclose()
 
 
 class AsyncFiles:

@@ -25,6 +25,8 @@ __all__ = [
     "ExecutionNotFound",
     "TemplateNotFound",
     "TemplateNotReady",
+    "TemplateBuildFailed",
+    "TemplateBuildTimeout",
     "FileNotFound",
     "SandboxGone",
     "InvalidPath",
@@ -99,6 +101,30 @@ class TemplateNotFound(NotFoundError):
 
 class TemplateNotReady(SandlotError):
     """The template is still building, or its build failed (``template_not_ready``)."""
+
+
+class TemplateBuildFailed(SandlotError):
+    """A template's build failed (status ``failed``), raised by ``Templates.wait_ready``.
+
+    ``template`` is its name and ``error`` the server's reason (an unknown package, a setup
+    script that raised, threads left running).
+    """
+
+    def __init__(self, message: str, *, template: str, error: str, code: str = "template_build_failed") -> None:
+        super().__init__(message, code=code)
+        self.template = template
+        self.error = error
+
+
+class TemplateBuildTimeout(TemplateNotReady, builtins.TimeoutError):
+    """``Templates.wait_ready`` gave up while the template was still building.
+
+    Also an instance of the built-in :class:`TimeoutError`.
+    """
+
+    def __init__(self, message: str, *, template: str) -> None:
+        SandlotError.__init__(self, message, code="template_build_timeout")
+        self.template = template
 
 
 class FileNotFound(NotFoundError):

@@ -10,9 +10,17 @@ import base64
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Union
 
-from .errors import ExecutionError, ExecutionTimeout
+from .errors import (
+    ExecutionError,
+    ExecutionTimeout,
+    InvalidArgument,
+    TemplateBuildFailed,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._http import AsyncHTTP, SyncHTTP
 
 __all__ = [
     "OutputMessage",
@@ -25,6 +33,9 @@ __all__ = [
     "SandboxInfo",
     "ExecutionRecord",
     "Limits",
+    "Artifact",
+    "Context",
+    "Template",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -310,15 +321,19 @@ class Execution:
         logs: Optional[Logs] = None,
         error: Optional[ExecError] = None,
         raw: Optional[Dict[str, Any]] = None,
+        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
     ) -> None:
         self.results: List[Result] = results if results is not None else []
         self.logs: Logs = logs if logs is not None else Logs()
         self.error: Optional[ExecError] = error
         self.raw: Dict[str, Any] = raw if raw is not None else {}
+        self._client = client
+        self._artifacts: Optional[List[Artifact]] = None
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Execution":
-        """Build an Execution from an ``ExecutionResult`` JSON object."""
+    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "Execution":
+        """Build an Execution from an ``ExecutionResult`` JSON object. ``client`` is the
+        connection its :attr:`artifacts` download through (set by the sandbox that ran it)."""
         results: List[Result] = []
         logs = Logs()
         error: Optional[ExecError] = None
@@ -347,7 +362,7 @@ class Execution:
             results.append(Result(d["result"], is_main_result=True))
         if error is None and isinstance(d.get("error"), Mapping):
             error = ExecError.from_json(d["error"])
-        return cls(results=results, logs=logs, error=error, raw=dict(d))
+        return cls(results=results, logs=logs, error=error, raw=dict(d), client=client)
 
     # -- summary fields -------------------------------------------------------------------
     @property
@@ -396,10 +411,21 @@ class Execution:
         return bool(self.raw.get("sandbox_alive", True))
 
     @property
-    def artifacts(self) -> List[Any]:
-        """Files the execution produced, when the server reports them; else ``[]``."""
-        arts = self.raw.get("artifacts")
-        return list(arts) if isinstance(arts, list) else []
+    def context(self) -> Optional[str]:
+        """The code context the execution ran in (``default`` unless one was named)."""
+        return self.raw.get("context")
+
+    @property
+    def artifacts(self) -> List["Artifact"]:
+        """Workspace files the execution created or changed, as :class:`Artifact` objects
+        (``[]`` when there were none). Their bytes stay downloadable from the server after the
+        sandbox is gone, for as long as its retention says."""
+        if self._artifacts is None:
+            arts = self.raw.get("artifacts")
+            self._artifacts = [
+                Artifact.from_json(a, client=self._client) for a in (arts if isinstance(arts, list) else []) if isinstance(a, Mapping)
+            ]
+        return list(self._artifacts)
 
     @property
     def stdout(self) -> str:
@@ -467,6 +493,9 @@ class Execution:
             parts.append(f"stderr={len(self.stderr)} chars")
         if self.error is not None:
             parts.append(f"error={str(self.error)!r}")
+        arts = self.raw.get("artifacts")
+        if isinstance(arts, list) and arts:
+            parts.append(f"artifacts={len(arts)}")
         return f"Execution({', '.join(parts)})"
 
 
@@ -587,7 +616,7 @@ class ExecutionRecord:
         return self.execution.end_state if self.execution is not None else None
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ExecutionRecord":
+    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "ExecutionRecord":
         res = d.get("result")
         return cls(
             id=str(d.get("id", "")),
@@ -595,7 +624,7 @@ class ExecutionRecord:
             code=str(d.get("code", "")),
             language=str(d.get("language", "python")),
             started_at=d.get("started_at"),
-            execution=Execution.from_json(res) if isinstance(res, Mapping) else None,
+            execution=Execution.from_json(res, client=client) if isinstance(res, Mapping) else None,
             raw=dict(d),
         )
 
@@ -612,3 +641,271 @@ class Limits:
 
     def to_json(self) -> Dict[str, int]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# -- artifacts ------------------------------------------------------------------------------
+
+def artifact_path(sha256: str) -> str:
+    """``/v1/artifacts/<sha256>``; the hash must be 64 hex digits."""
+    sha = sha256.strip().lower()
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise InvalidArgument(f"not a SHA-256 hex digest: {sha256!r}", code="invalid_argument")
+    return "/v1/artifacts/" + sha
+
+
+class Artifact:
+    """A workspace file an execution created or changed (:attr:`Execution.artifacts`).
+
+    The server keeps its bytes content-addressed, so they stay downloadable after the sandbox
+    is gone (until the server's retention passes): :meth:`read` / :meth:`download` for an
+    execution of a :class:`~sandlot.Sandbox`, ``await`` :meth:`aread` / :meth:`adownload` for
+    one of an :class:`~sandlot.AsyncSandbox`. Files larger than the server keeps are listed
+    with an empty ``sha256`` and ``url`` (:attr:`available` is False) and cannot be read.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        size: int,
+        sha256: str,
+        mime_type: str,
+        change: str,
+        url: str,
+        *,
+        raw: Optional[Dict[str, Any]] = None,
+        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
+    ) -> None:
+        self.path = path
+        self.size = size
+        self.sha256 = sha256
+        self.mime_type = mime_type
+        self.change = change
+        self.url = url
+        self.raw: Dict[str, Any] = raw if raw is not None else {}
+        self._client = client
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "Artifact":
+        return cls(
+            path=str(d.get("path", "")),
+            size=int(d.get("size") or 0),
+            sha256=str(d.get("sha256") or ""),
+            mime_type=str(d.get("mime_type") or "application/octet-stream"),
+            change=str(d.get("change") or ""),
+            url=str(d.get("url") or ""),
+            raw=dict(d),
+            client=client,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def available(self) -> bool:
+        """Whether the server kept the bytes (False for files larger than it keeps)."""
+        return bool(self.sha256)
+
+    def _request_path(self) -> str:
+        if not self.available:
+            from .errors import FileTooLarge
+
+            raise FileTooLarge(
+                f"artifact {self.path!r} ({self.size} bytes) was too large for the server to keep; "
+                "read it from the sandbox's files while the sandbox runs",
+                code="artifact_not_kept",
+            )
+        return artifact_path(self.sha256)
+
+    def _sync_client(self) -> "SyncHTTP":
+        from ._http import SyncHTTP
+
+        if isinstance(self._client, SyncHTTP):
+            return self._client
+        if self._client is None:
+            raise RuntimeError("this artifact is not bound to a server connection (parse it with a sandbox's client)")
+        raise RuntimeError("this artifact came from an AsyncSandbox: use `await artifact.aread()` / `adownload()`")
+
+    def _async_client(self) -> "AsyncHTTP":
+        from ._http import AsyncHTTP
+
+        if isinstance(self._client, AsyncHTTP):
+            return self._client
+        if self._client is None:
+            raise RuntimeError("this artifact is not bound to a server connection (parse it with a sandbox's client)")
+        raise RuntimeError("this artifact came from a Sandbox: use `artifact.read()` / `download()`")
+
+    def read(self) -> bytes:
+        """The artifact's bytes, from ``GET /v1/artifacts/{sha256}``."""
+        from ._core import transfer_timeout
+
+        path = self._request_path()
+        with self._sync_client().open() as http:
+            return http.request("GET", path, timeout=transfer_timeout(http.cfg)).content
+
+    def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.read().decode(encoding, errors)
+
+    def download(self, local_path: PathLike) -> str:
+        """Stream the artifact to ``local_path`` (through ``<local_path>.part``, renamed at the
+        end). Returns ``local_path``."""
+        import httpx
+
+        from ._core import transfer_timeout, transport_error
+
+        path = self._request_path()
+        local = os.fspath(local_path)
+        part = local + ".part"
+        with self._sync_client().open() as http:
+            resp = http.request("GET", path, stream=True, timeout=transfer_timeout(http.cfg))
+            try:
+                with open(part, "wb") as f:
+                    for chunk in resp.iter_bytes():
+                        f.write(chunk)
+                os.replace(part, local)
+            except httpx.TransportError as e:
+                raise transport_error(e, "GET", path) from e
+            finally:
+                resp.close()
+                if os.path.exists(part):
+                    os.unlink(part)
+        return local
+
+    async def aread(self) -> bytes:
+        """:meth:`read` for an artifact of an :class:`~sandlot.AsyncSandbox`."""
+        from ._core import transfer_timeout
+
+        path = self._request_path()
+        async with self._async_client().open() as http:
+            resp = await http.request("GET", path, timeout=transfer_timeout(http.cfg))
+            return resp.content
+
+    async def adownload(self, local_path: PathLike) -> str:
+        """:meth:`download` for an artifact of an :class:`~sandlot.AsyncSandbox`."""
+        import httpx
+
+        from ._core import transfer_timeout, transport_error
+
+        path = self._request_path()
+        local = os.fspath(local_path)
+        part = local + ".part"
+        async with self._async_client().open() as http:
+            resp = await http.request("GET", path, stream=True, timeout=transfer_timeout(http.cfg))
+            try:
+                with open(part, "wb") as f:
+                    async for chunk in resp.aiter_bytes():
+                        f.write(chunk)
+                os.replace(part, local)
+            except httpx.TransportError as e:
+                raise transport_error(e, "GET", path) from e
+            finally:
+                await resp.aclose()
+                if os.path.exists(part):
+                    os.unlink(part)
+        return local
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.raw) if self.raw else {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "mime_type": self.mime_type,
+            "change": self.change,
+            "url": self.url,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Artifact):
+            return NotImplemented
+        return (self.path, self.size, self.sha256, self.mime_type, self.change, self.url) == (
+            other.path,
+            other.size,
+            other.sha256,
+            other.mime_type,
+            other.change,
+            other.url,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.sha256))
+
+    def __repr__(self) -> str:
+        return f"Artifact(path={self.path!r}, size={self.size}, change={self.change!r}, mime_type={self.mime_type!r})"
+
+
+# -- code contexts --------------------------------------------------------------------------
+
+@dataclass
+class Context:
+    """A code context of a sandbox: an independent Python namespace (own variables, imports,
+    execution counter) with its own Bash session, sharing the sandbox's files. Pass it (or its
+    ``id``) as ``run_code(..., context=ctx)``; every sandbox has the context ``default``."""
+
+    id: str
+    created_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Context":
+        return cls(id=str(d.get("id", "")), created_at=d.get("created_at"), raw=dict(d))
+
+    def __str__(self) -> str:
+        return self.id
+
+
+# -- templates ------------------------------------------------------------------------------
+
+@dataclass
+class Template:
+    """A template as the server reports it (``GET /v1/templates/{name}``).
+
+    ``status`` is ``building``, ``ready`` or ``failed`` (then ``error`` says why); ``spec`` is
+    the TemplateSpec it was created with; ``version`` the content hash recorded with every
+    sandbox made from it; ``prepare_seconds`` how long its setup took, once ready.
+    """
+
+    name: str
+    status: str
+    version: str = ""
+    error: Optional[str] = None
+    spec: Dict[str, Any] = field(default_factory=dict)
+    created_at: Optional[str] = None
+    prepare_seconds: Optional[float] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.status == "ready"
+
+    @property
+    def is_failed(self) -> bool:
+        return self.status == "failed"
+
+    @property
+    def is_building(self) -> bool:
+        return self.status == "building"
+
+    def raise_for_failure(self) -> "Template":
+        """Raise :class:`~sandlot.TemplateBuildFailed` if the build failed; else return self."""
+        if self.is_failed:
+            raise TemplateBuildFailed(
+                f"template {self.name!r} failed to build: {self.error or 'no reason given'}",
+                template=self.name,
+                error=self.error or "",
+            )
+        return self
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Template":
+        ps = d.get("prepare_seconds")
+        err = d.get("error")
+        return cls(
+            name=str(d.get("name", "")),
+            status=str(d.get("status", "")),
+            version=str(d.get("version") or ""),
+            error=str(err) if err else None,
+            spec=_as_dict(d.get("spec")),
+            created_at=d.get("created_at"),
+            prepare_seconds=float(ps) if isinstance(ps, (int, float)) else None,
+            raw=dict(d),
+        )

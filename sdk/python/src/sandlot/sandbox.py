@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from urllib.parse import quote
 
 import httpx
 
 from . import errors
 from ._core import (
     ConnectionConfig,
+    ContextArg,
     LimitsArg,
     StreamState,
+    context_id,
     create_body,
     decode_json,
     encode_file_path,
@@ -26,9 +29,9 @@ from ._core import (
 )
 from ._http import Data, SyncHTTP, sync_body
 from ._sse import SSEDecoder
-from .models import Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
 
-__all__ = ["Sandbox", "Files"]
+__all__ = ["Sandbox", "Files", "Contexts"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 WriteEntries = Union[Mapping[str, Data], Iterable[Any]]
@@ -51,6 +54,7 @@ class Sandbox:
     """
 
     files: "Files"
+    contexts: "Contexts"
     _http: SyncHTTP
     _info: SandboxInfo
     _closed: bool
@@ -87,6 +91,7 @@ class Sandbox:
         self._info = info
         self._closed = False
         self.files = Files(self)
+        self.contexts = Contexts(self)
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod
@@ -217,7 +222,7 @@ class Sandbox:
         timeout: Optional[float] = None,
         *,
         stream: Optional[bool] = None,
-        context: Optional[str] = None,
+        context: ContextArg = None,
     ) -> Execution:
         """Run ``code`` in the sandbox's session and return the :class:`~sandlot.Execution`.
 
@@ -226,8 +231,9 @@ class Sandbox:
         a ``str``), ``on_result`` with each :class:`~sandlot.Result`, ``on_error`` with the
         :class:`~sandlot.ExecError`. ``timeout`` (seconds) is enforced by the server; a timed-out
         execution is returned with ``end_state == "timeout"`` (see
-        :meth:`Execution.raise_for_error`). ``context`` names a code context of the sandbox (an
-        independent namespace); the default context when ``None``. The request is never re-sent
+        :meth:`Execution.raise_for_error`). ``context`` is a code context of the sandbox (an
+        independent namespace, see :attr:`contexts`): a :class:`~sandlot.Context` or its id;
+        the ``default`` context when ``None``. The request is never re-sent
         once it may have reached the server.
         """
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
@@ -236,15 +242,15 @@ class Sandbox:
         http_timeout = execute_timeout(self._http.cfg, timeout)
         if not streaming:
             resp = self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
-            return Execution.from_json(decode_json(resp))
-        state = StreamState(on_stdout, on_stderr, on_result, on_error)
+            return Execution.from_json(decode_json(resp), client=self._http)
+        state = StreamState(on_stdout, on_stderr, on_result, on_error, client=self._http)
         resp = self._http.request(
             "POST", path, json=body, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
         )
         try:
             if not is_event_stream(resp):
                 resp.read()
-                ex = Execution.from_json(decode_json(resp))
+                ex = Execution.from_json(decode_json(resp), client=self._http)
                 for cb, arg in replay_callbacks(ex, state):
                     cb(arg)
                 return ex
@@ -282,7 +288,7 @@ class Sandbox:
     def executions(self) -> List[ExecutionRecord]:
         """Every execution of this sandbox, oldest first, as the server recorded it."""
         doc = decode_json(self._http.request("GET", sandbox_path(self.id, "executions")))
-        return [ExecutionRecord.from_json(d) for d in (doc.get("executions") or [])]
+        return [ExecutionRecord.from_json(d, client=self._http) for d in (doc.get("executions") or [])]
 
 
 def _check_running(info: SandboxInfo) -> None:
@@ -325,6 +331,39 @@ def iter_local_dir(local_dir: PathLike, remote_dir: str) -> List[Tuple[str, str]
             rel = os.path.relpath(local, base).replace(os.sep, "/")
             pairs.append((local, f"{remote}/{rel}" if remote else rel))
     return pairs
+
+
+def _context_path(sandbox_id: str, context: ContextArg, *rest: str) -> str:
+    ctx = context_id(context)
+    if not ctx:
+        raise errors.InvalidArgument("a context (or its id) is required", code="invalid_argument")
+    return sandbox_path(sandbox_id, "contexts", quote(ctx, safe=""), *rest)
+
+
+class Contexts:
+    """The sandbox's code contexts (``sb.contexts``): independent Python namespaces, each with
+    its own Bash session, sharing the sandbox's files. Run code in one with
+    ``sb.run_code(code, context=ctx)``."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def create(self) -> Context:
+        """A new, empty context (it starts with the names the template's setup bound)."""
+        return Context.from_json(decode_json(self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"))))
+
+    def list(self) -> List[Context]:
+        """Every context of the sandbox, oldest first (``default`` included)."""
+        doc = decode_json(self._sb._http.request("GET", sandbox_path(self._sb.id, "contexts")))
+        return [Context.from_json(d) for d in (doc.get("contexts") or [])]
+
+    def restart(self, context: ContextArg) -> Context:
+        """Give the context a fresh namespace and Bash session (files are untouched)."""
+        return Context.from_json(decode_json(self._sb._http.request("POST", _context_path(self._sb.id, context, "restart"))))
+
+    def remove(self, context: ContextArg) -> None:
+        """Delete the context (``default`` cannot be deleted)."""
+        self._sb._http.request("DELETE", _context_path(self._sb.id, context)).close()
 
 
 class Files:
