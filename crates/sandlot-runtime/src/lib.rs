@@ -1459,7 +1459,15 @@ impl Runtime {
 
 /// Paths every sandbox (or zygote) mounts something of its own over: a Python environment
 /// there would be hidden from the code that needs it.
-const SHADOWED: &[&str] = &["/tmp", "/var/tmp", "/workspace", "/dev", "/proc", "/opt/sandlot", "/etc"];
+const SHADOWED: &[&str] = &[
+    "/tmp",
+    "/var/tmp",
+    "/workspace",
+    "/dev",
+    "/proc",
+    "/opt/sandlot",
+    "/etc",
+];
 
 /// The environment is bound into sandboxes at its own path (scripts in it name that path), so
 /// it must not lie where a sandbox mounts its own directories.
