@@ -1347,14 +1347,7 @@ impl Runtime {
             let store = self.inner.artifacts.clone();
             tokio::task::spawn_blocking(move || store.sweep());
         }
-        let entries: Vec<Arc<Entry>> = self
-            .inner
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let entries = self.all_entries();
         for e in entries {
             let (idle, lifetime) = {
                 let i = e.info.lock().unwrap_or_else(|e| e.into_inner());
@@ -1383,14 +1376,7 @@ impl Runtime {
                     .await;
             }
         }
-        let tmpls: Vec<Arc<Tmpl>> = self
-            .inner
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let tmpls = self.all_templates();
         for t in tmpls {
             let dead = matches!(t.zygote.read().await.as_ref(), Some(z) if !z.alive());
             if dead {
@@ -1401,29 +1387,33 @@ impl Runtime {
         }
     }
 
-    /// Kills every sandbox and zygote; called on server shutdown.
-    pub async fn shutdown(&self) {
-        self.inner.closing.store(true, Ordering::SeqCst);
-        let entries: Vec<Arc<Entry>> = self
+    fn all_templates(&self) -> Vec<Arc<Tmpl>> {
+        let map = self
+            .inner
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.values().cloned().collect()
+    }
+
+    fn all_entries(&self) -> Vec<Arc<Entry>> {
+        let map = self
             .inner
             .sandboxes
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+            .unwrap_or_else(|e| e.into_inner());
+        map.values().cloned().collect()
+    }
+
+    /// Kills every sandbox and zygote; called on server shutdown.
+    pub async fn shutdown(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        let entries = self.all_entries();
         for e in entries {
             self.end(&e, SandboxState::Lost, "the server shut down")
                 .await;
         }
-        let tmpls: Vec<Arc<Tmpl>> = self
-            .inner
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let tmpls = self.all_templates();
         for t in tmpls {
             let pooled: Vec<Arc<Live>> =
                 std::mem::take(&mut *t.pool.lock().unwrap_or_else(|e| e.into_inner()));
