@@ -108,7 +108,9 @@ fn host_files_and_secrets() {
         ),
         py(
             "list /root and its ssh key",
-            "report(listdir=op(os.listdir, '/root'), key=op(lambda: open('/root/.ssh/id_rsa').read()))",
+            // /root may exist only as the path down to the Python environment when that lives
+            // under root's home (the default data dir): nothing of the host's /root is there.
+            "def root_view():\n    try:\n        names = os.listdir('/root')\n    except OSError as e:\n        return _errno.errorcode[e.errno]\n    env = os.environ.get('VIRTUAL_ENV', '')\n    only_env = all(env.startswith('/root/' + n + '/') for n in names)\n    return 'ONLY_ENV_PATH' if only_env else names\nv = root_view()\nreport(listdir='ENOENT' if v in ('ENOENT', 'ONLY_ENV_PATH') else v, key=op(lambda: open('/root/.ssh/id_rsa').read()))",
             json!({"listdir": "ENOENT", "key": "ENOENT"}),
         ),
         py(
