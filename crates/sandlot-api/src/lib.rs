@@ -226,12 +226,14 @@ async fn log_request(req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let start = Instant::now();
     let resp = next.run(req).await;
-    tracing::info!(
-        %method,
-        %path,
-        status = resp.status().as_u16(),
-        latency_ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
-        "request"
-    );
+    let status = resp.status().as_u16();
+    let latency_ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+    // Agents send thousands of requests a second; successes are logged at debug, failures at
+    // info, so the default log shows what went wrong without costing the hot path a write.
+    if status >= 400 {
+        tracing::info!(%method, %path, status, latency_ms, "request");
+    } else {
+        tracing::debug!(%method, %path, status, latency_ms, "request");
+    }
     resp
 }
