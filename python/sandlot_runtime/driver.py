@@ -453,13 +453,35 @@ class _DisplayHook(DisplayHook):
         self._is_active = False  # the default writes a separator to stdout
 
 
+# Builtin scalars have no rich representation in IPython: only text/plain ever comes out.
+_PLAIN_ONLY_TYPES = (int, float, complex, bool, str, bytes, type(None))
+
+
 class _DisplayFormatter(DisplayFormatter):
     """Counts formatting depth (tracebacks inside are formatter failures, not the cell's error)
     and guarantees a text/plain when a repr raised."""
 
+    def _plain_only(self, obj, include, exclude):
+        """For a builtin scalar, the plain formatter alone, unless someone registered a printer
+        for its type: the other eleven formatters would each find nothing, at about 10 us each."""
+        kind = type(obj)
+        if include is not None or exclude is not None or kind not in _PLAIN_ONLY_TYPES:
+            return None
+        others = [f for mime, f in self.formatters.items() if mime != "text/plain"]
+        others += [self.ipython_display_formatter, self.mimebundle_formatter]
+        key = (kind.__module__, kind.__name__)
+        for f in others:
+            if kind in getattr(f, "type_printers", {}) or key in getattr(f, "deferred_printers", {}):
+                return None
+        text = self.formatters["text/plain"](obj)
+        return None if text is None else ({"text/plain": text}, {})
+
     def format(self, obj, include=None, exclude=None):
         _state.formatting += 1
         try:
+            fast = self._plain_only(obj, include, exclude)
+            if fast is not None:
+                return fast
             data, metadata = super().format(obj, include=include, exclude=exclude)
         finally:
             _state.formatting -= 1

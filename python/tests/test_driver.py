@@ -130,6 +130,20 @@ def test_last_expression_is_the_result(shared):
     assert execution.done["exit_code"] is None
 
 
+def test_scalar_results_respect_printers_users_register(driver):
+    # Builtin scalars skip the rich formatters, unless a printer was registered for the type.
+    assert driver.run("'x' * 3").result["data"] == {"text/plain": "'xxx'"}
+    assert driver.run("None").result is None
+    execution = driver.run(
+        "f = get_ipython().display_formatter.formatters['text/html']\n"
+        "f.for_type(int, lambda n: f'<b>{n}</b>')\n"
+        "20 + 22")
+    assert execution.result["data"] == {"text/plain": "42", "text/html": "<b>42</b>"}
+    execution = driver.run("get_ipython().display_formatter.formatters['text/plain'].for_type("
+                           "float, lambda x, p, cycle: p.text('about %.0f' % x))\n2.4")
+    assert execution.result["data"] == {"text/plain": "about 2"}
+
+
 def test_no_result_for_statements_or_a_trailing_semicolon(shared):
     assert shared.run("b = 1").result is None
     assert shared.run("b + 1;").result is None
