@@ -21,13 +21,14 @@ pub fn probe() -> Vec<Check> {
     let mut out = vec![Check {
         name: "root",
         ok: root,
-        required: false,
+        required: true,
         detail: if root {
-            "running as root: cgroup limits and a host uid per sandbox are available".into()
+            "running as root: a host uid per sandbox, cgroup limits and the zygote's base root are available".into()
         } else {
-            "not root: sandboxes would share your uid and get no cgroup limits".into()
+            "not root: sandlot serve needs root for its jail (a rootless mode is not built yet)"
+                .into()
         },
-        fix: (!root).then(|| "run `sandlot serve` as root (or via sudo) for the full jail".into()),
+        fix: (!root).then(|| "run `sandlot serve` as root (or via sudo)".into()),
     }];
     let ns = [
         ("user namespace", libc::CLONE_NEWUSER),
