@@ -119,6 +119,7 @@ def sandlot_url() -> Iterator[str]:
                 pytrace=False,
             )
         os.environ["SANDLOT_URL"] = found[0]
+        os.environ["SANDLOT_TEST_SERVER_PID"] = str(proc.pid)
         yield found[0]
     finally:
         if proc.poll() is None:

@@ -199,6 +199,8 @@ def test_100mb_upload_download_streamed(sandlot_url, tmp_path):
             h.update(chunk)
             out.write(chunk)
     want = h.hexdigest()
+    server_pid = os.environ.get("SANDLOT_TEST_SERVER_PID")
+    peak_before = _peak_rss(server_pid)
     with Sandbox(url=sandlot_url, limits={"disk_mb": 1024, "memory_mb": 2048}) as sb:
         entry = sb.files.upload(src, "big/big.bin")
         assert entry.size == size
@@ -218,6 +220,21 @@ def test_100mb_upload_download_streamed(sandlot_url, tmp_path):
         for b in iter(lambda: f.read(1 << 20), b""):
             got.update(b)
     assert dst.stat().st_size == size and got.hexdigest() == want
+    if peak_before is not None:
+        # The server streams both ways: its peak resident memory must not grow by the file.
+        grown = _peak_rss(server_pid) - peak_before
+        assert grown < 32 * 1024 * 1024, f"server peak RSS grew by {grown} bytes"
+
+
+def _peak_rss(pid):
+    """Peak resident memory (VmHWM) of the test server, when the test started it."""
+    if not pid:
+        return None
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return None
 
 
 def test_typed_errors(sandlot_url, sandbox):
