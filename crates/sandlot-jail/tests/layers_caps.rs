@@ -4,33 +4,10 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
+mod common;
+
+use common::{errno, in_child, SETUP_FAILED};
 use sandlot_jail::caps;
-
-const SETUP_FAILED: i32 = 250;
-
-/// Runs `f` in a forked child and returns its exit code (`1000 + signal` if it was killed).
-fn in_child(f: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: the child only runs `f` (test code designed for a forked child) and `_exit`s.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(249);
-        // SAFETY: terminating the forked child without running the parent's atexit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        1000 + libc::WTERMSIG(status)
-    }
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -13,54 +13,16 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+mod common;
+
+use common::{errno, errno_of, in_child, wait_code, SETUP_FAILED};
 use sandlot_jail::seccomp::{self, ArgCondition};
 use seccompiler::BpfProgram;
 
 // ---------------------------------------------------------------------------------------------
 // fork helpers
 
-const SETUP_FAILED: i32 = 250;
 const UNEXPECTED_SUCCESS: i32 = 251;
-
-/// Runs `f` in a forked child and returns its exit code (`1000 + signal` if it was killed).
-fn in_child(f: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: the child only runs `f` (test code designed for a forked child) and `_exit`s.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(249);
-        // SAFETY: terminating the forked child without running the parent's atexit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    wait_code(pid)
-}
-
-fn wait_code(pid: libc::pid_t) -> i32 {
-    let mut status = 0;
-    // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert_eq!(r, pid, "waitpid");
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        1000 + libc::WTERMSIG(status)
-    } else {
-        999
-    }
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// 0 if `rc` is not -1, else errno.
-fn errno_of(rc: libc::c_long) -> i32 {
-    if rc == -1 {
-        errno()
-    } else {
-        0
-    }
-}
 
 fn program() -> &'static BpfProgram {
     static P: OnceLock<BpfProgram> = OnceLock::new();
