@@ -217,9 +217,11 @@ pub async fn run(
     let mut events = live.events.lock().await;
     // Output that arrived between executions (background processes) and frames of an earlier,
     // abandoned execution do not belong to this one.
+    let mut closed = None;
     while let Ok(stale) = events.try_recv() {
         if let Pumped::Closed(why) = stale {
-            return dead_result(live, exec_id, req, started_at, t0, why);
+            closed = Some(why);
+            break;
         }
     }
     *live.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(exec_id.to_string());
@@ -230,7 +232,9 @@ pub async fn run(
     let mut timed_out = false;
     let mut user_interrupt = false;
     let mut changes = Vec::new();
-    let outcome = if let Err(e) = live.send(&msg).await {
+    let outcome = if let Some(why) = closed {
+        Outcome::Died(why)
+    } else if let Err(e) = live.send(&msg).await {
         Outcome::Died(format!("sending the cell failed: {e}"))
     } else {
         let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout);
@@ -389,43 +393,6 @@ async fn collect_artifacts(
     tokio::task::spawn_blocking(move || store.collect(&ws, &changes))
         .await
         .unwrap_or_default()
-}
-
-fn dead_result(
-    live: &Live,
-    exec_id: &str,
-    req: &ExecuteRequest,
-    started_at: String,
-    t0: Instant,
-    why: String,
-) -> ExecutionResult {
-    live.kill();
-    let e = ExecError {
-        name: "SandboxDied".into(),
-        value: why,
-        traceback: vec![],
-    };
-    ExecutionResult {
-        id: exec_id.to_string(),
-        sandbox_id: live.id.clone(),
-        language: req.language,
-        end_state: EndState::Killed,
-        stdout: String::new(),
-        stderr: String::new(),
-        result: None,
-        error: Some(e.clone()),
-        exit_code: None,
-        outputs: vec![OutputEvent::Error(e)],
-        stdout_truncation: Truncation::default(),
-        stderr_truncation: Truncation::default(),
-        started_at,
-        duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
-        cpu_time_ms: 0.0,
-        peak_memory_bytes: live.cgroup.peak_memory(),
-        sandbox_alive: false,
-        artifacts: Vec::new(),
-        context: Some(context_of(req).to_string()),
-    }
 }
 
 /// The context an execution runs in: the one it names, or the sandbox's default.

@@ -27,7 +27,7 @@ use sandlot_types::{
 };
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -809,21 +809,19 @@ impl Runtime {
     }
 
     /// Kills a sandbox that never reached a client.
-    fn discard(&self, live: Arc<Live>) {
+    fn discard(&self, live: Arc<Live>) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         tokio::task::spawn_blocking(move || {
             live.kill();
             rt.cleanup(&live);
-        });
+        })
     }
 
-    /// Kills every pooled sandbox of `tmpl`.
-    fn drain_pool(&self, tmpl: &Tmpl) {
+    /// Kills every pooled sandbox of `tmpl`; the handles finish when each is gone.
+    fn drain_pool(&self, tmpl: &Tmpl) -> Vec<tokio::task::JoinHandle<()>> {
         let pooled: Vec<Arc<Live>> =
             std::mem::take(&mut *tmpl.pool.lock().unwrap_or_else(|e| e.into_inner()));
-        for live in pooled {
-            self.discard(live);
-        }
+        pooled.into_iter().map(|live| self.discard(live)).collect()
     }
 
     fn release_uid(&self, uid: u32) {
@@ -1415,15 +1413,8 @@ impl Runtime {
         }
         let tmpls = self.all_templates();
         for t in tmpls {
-            let pooled: Vec<Arc<Live>> =
-                std::mem::take(&mut *t.pool.lock().unwrap_or_else(|e| e.into_inner()));
-            for live in pooled {
-                let rt = self.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    live.kill();
-                    rt.cleanup(&live);
-                })
-                .await;
+            for gone in self.drain_pool(&t) {
+                let _ = gone.await;
             }
             if let Some(z) = t.zygote.write().await.take() {
                 z.kill();
@@ -1697,6 +1688,3 @@ pub fn zygote_launch_main(config_json: &str) -> anyhow::Error {
         Err(e) => anyhow::anyhow!("zygote launch failed: {e}"),
     }
 }
-
-#[allow(dead_code)]
-fn _assert_send(_: &OwnedFd) {}

@@ -323,6 +323,8 @@ pub struct Budgeted {
     tail: std::collections::VecDeque<u8>,
     pub dropped: u64,
     pub total: u64,
+    /// Length of the drop note `finish` put into `head`, so it is not counted as output kept.
+    note_len: usize,
 }
 
 impl Budgeted {
@@ -334,6 +336,7 @@ impl Budgeted {
             tail: Default::default(),
             dropped: 0,
             total: 0,
+            note_len: 0,
         }
     }
 
@@ -378,10 +381,12 @@ impl Budgeted {
             let text = String::from_utf8_lossy(&bytes);
             let text = text.trim_start_matches('\u{FFFD}');
             if self.dropped > 0 {
-                closing.push_str(&format!(
+                let note = format!(
                     "\n[... {} bytes dropped by the output limit ...]\n",
                     self.dropped
-                ));
+                );
+                self.note_len = note.len();
+                closing.push_str(&note);
             }
             closing.push_str(text);
             self.head.push_str(&closing);
@@ -399,16 +404,9 @@ impl Budgeted {
         if self.dropped == 0 {
             0
         } else {
-            self.total.saturating_sub(self.kept_text_without_note())
+            let kept_output = self.head.len().saturating_sub(self.note_len) as u64;
+            self.total.saturating_sub(kept_output)
         }
-    }
-
-    fn kept_text_without_note(&self) -> u64 {
-        let note = format!(
-            "\n[... {} bytes dropped by the output limit ...]\n",
-            self.dropped
-        );
-        (self.head.len() as u64).saturating_sub(note.len() as u64)
     }
 }
 
