@@ -8,8 +8,9 @@ use serde_json::json;
 use std::time::Duration;
 
 /// Host pids of the server's zygotes: processes running `zygote.py` in the host's pid
-/// namespace (sandboxes are forks of a zygote too, but each lives in a pid namespace of its own,
-/// so its `NSpid` line has two entries).
+/// namespace whose parent is the server. (Sandboxes are forks of a zygote too: each lives in a
+/// pid namespace of its own, so its `NSpid` line has two entries, except for a moment while the
+/// zygote's fresh child has not unshared yet; that child's parent is the zygote.)
 fn zygotes(server: &TestServer) -> Vec<u32> {
     descendants(server.pid())
         .into_iter()
@@ -22,7 +23,13 @@ fn zygotes(server: &TestServer) -> Vec<u32> {
                 .find(|l| l.starts_with("NSpid:"))
                 .map(|l| l.split_whitespace().count() - 1)
                 .unwrap_or(0);
-            String::from_utf8_lossy(&cmd).contains("zygote.py") && nspids == 1
+            let ppid = status
+                .lines()
+                .find(|l| l.starts_with("PPid:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok());
+            String::from_utf8_lossy(&cmd).contains("zygote.py")
+                && nspids == 1
+                && ppid == Some(server.pid())
         })
         .collect()
 }
