@@ -9,6 +9,7 @@ pub mod child;
 pub mod config;
 pub mod error;
 pub mod ffi;
+pub mod frame;
 pub mod idmap;
 pub mod landlock;
 pub mod mounts;
