@@ -1,1 +1,18 @@
-"""Python that runs inside sandlot's jail: the zygote and the cell driver."""
+"""Python that runs inside sandlot's jail: the zygote and the cell driver.
+
+``zygote.py`` is the zygote's program; it imports ``driver`` before it forks, and with it every
+other module, lowest floor first:
+
+- ``state``: the driver's one mutable state, shared by everything below
+- ``jsonsafe``: any object coerced to JSON that json.dumps and serde_json accept; MIME bundles
+- ``capture``: fds 1 and 2 and sys.stdout/sys.stderr, unbuffered, restored after each cell
+- ``protocol``: the control stream's frames, the ordering of output and events, ``emit``
+- ``display``: IPython's display system turned into display_data and result events
+- ``shell``: the IPython shell, its tracebacks, warm-up and the template's setup code
+- ``python_cells``: running a Python cell; SIGINT
+- ``bash_session``: running a Bash cell in a persistent bash per context
+- ``contexts``: code contexts, parked and installed in the one shell
+- ``changes``: which workspace files a cell created or modified
+- ``serve``: the protocol loop that dispatches the server's messages
+- ``driver``: the entry points, ``prepare()`` in the zygote and ``main(ctrl_fd)`` in a sandbox
+"""

@@ -19,6 +19,11 @@ import time
 ZYGOTE_FD = 3
 MAX_MSG = 1 << 20
 
+# Exit statuses of a forked child, one meaning each; the Rust side names them in
+# crates/sandlot-jail/src/exit.rs (which also has 113 and 114, the init's own failures).
+EXIT_JAIL_FAILED = 111  # the jail could not be entered (sandlot_child_enter reported the step)
+EXIT_DRIVER_FAILED = 112  # the confined driver raised out of driver.main
+
 
 def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
@@ -85,7 +90,7 @@ def _child(lib, jail, env, fds):
     try:
         rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2])
         if rc != 0:
-            os._exit(111)
+            os._exit(EXIT_JAIL_FAILED)
         # Only the confined driver gets here; fds 0-3 are in place, everything else is closed.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
@@ -97,7 +102,7 @@ def _child(lib, jail, env, fds):
         try:
             os.write(2, f"sandlot: driver failed: {exc!r}\n".encode())
         finally:
-            os._exit(112)
+            os._exit(EXIT_DRIVER_FAILED)
     os._exit(0)
 
 

@@ -2,7 +2,10 @@
 //! its own tests can drive every route, error path and stream with a scripted backend instead
 //! of real sandboxes; [`sandlot_runtime::Runtime`] is the only implementation outside tests.
 
-use sandlot_runtime::{ByteStream, Runtime};
+use crate::error::api_error;
+use futures::FutureExt;
+use sandlot_runtime::archive::ArchiveSummary;
+use sandlot_runtime::{ByteStream, Runtime, RuntimeError};
 use sandlot_types::{
     ApiError, Context, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
     OutputEvent, Sandbox, Template, TemplateSpec,
@@ -10,7 +13,9 @@ use sandlot_types::{
 use std::future::Future;
 use tokio::sync::mpsc;
 
-/// The runtime operations the API serves, with the signatures of [`Runtime`]'s methods.
+/// The runtime operations the API serves, with the signatures of [`Runtime`]'s methods except
+/// that failures arrive as [`ApiError`]s: the runtime's errors are mapped to their stable codes
+/// on the way in (`crate::error::code_of`), so a scripted backend can fail with any code.
 pub(crate) trait Backend: Clone + Send + Sync + 'static {
     fn create_sandbox(
         &self,
@@ -55,6 +60,26 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// Extracts a tar (or gzip tar) body into a directory of the workspace.
+    fn extract_archive(
+        &self,
+        id: &str,
+        path: &str,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<ArchiveSummary, ApiError>> + Send {
+        let _ = (id, path, body);
+        async { Err(not_served()) }
+    }
+    /// A tar (gzip-compressed if asked) of a directory of the workspace, as a byte stream.
+    fn archive_dir(
+        &self,
+        id: &str,
+        path: &str,
+        gzip: bool,
+    ) -> impl Future<Output = Result<ByteStream, ApiError>> + Send {
+        let _ = (id, path, gzip);
+        async { Err(not_served()) }
+    }
     /// An artifact's size, MIME type and content, by its SHA-256.
     fn open_artifact(
         &self,
@@ -84,27 +109,40 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
+/// What a backend without archives answers (the scripted test backend).
+fn not_served() -> ApiError {
+    ApiError::new(
+        sandlot_types::ErrorCode::Internal,
+        "this backend does not serve archives",
+    )
+}
+
+/// A runtime result with its failure mapped to the API's error.
+fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
+    r.map_err(api_error)
+}
+
 impl Backend for Runtime {
     fn create_sandbox(
         &self,
         req: CreateSandbox,
     ) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
-        Runtime::create_sandbox(self, req)
+        Runtime::create_sandbox(self, req).map(api)
     }
 
     fn list_sandboxes(
         &self,
         include_ended: bool,
     ) -> impl Future<Output = Result<Vec<Sandbox>, ApiError>> + Send {
-        Runtime::list_sandboxes(self, include_ended)
+        Runtime::list_sandboxes(self, include_ended).map(api)
     }
 
     fn get_sandbox(&self, id: &str) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
-        Runtime::get_sandbox(self, id)
+        Runtime::get_sandbox(self, id).map(api)
     }
 
     fn delete_sandbox(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Runtime::delete_sandbox(self, id)
+        Runtime::delete_sandbox(self, id).map(api)
     }
 
     fn execute(
@@ -113,18 +151,18 @@ impl Backend for Runtime {
         req: ExecuteRequest,
         events: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> impl Future<Output = Result<ExecutionResult, ApiError>> + Send {
-        Runtime::execute(self, id, req, events)
+        Runtime::execute(self, id, req, events).map(api)
     }
 
     fn interrupt(&self, id: &str) -> impl Future<Output = Result<bool, ApiError>> + Send {
-        Runtime::interrupt(self, id)
+        Runtime::interrupt(self, id).map(api)
     }
 
     fn list_executions(
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Vec<ExecutionRecord>, ApiError>> + Send {
-        Runtime::list_executions(self, id)
+        Runtime::list_executions(self, id).map(api)
     }
 
     fn write_file(
@@ -133,7 +171,7 @@ impl Backend for Runtime {
         path: &str,
         body: ByteStream,
     ) -> impl Future<Output = Result<FileEntry, ApiError>> + Send {
-        Runtime::write_file(self, id, path, body)
+        Runtime::write_file(self, id, path, body).map(api)
     }
 
     fn read_file(
@@ -141,7 +179,7 @@ impl Backend for Runtime {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(u64, tokio::fs::File), ApiError>> + Send {
-        Runtime::read_file(self, id, path)
+        Runtime::read_file(self, id, path).map(api)
     }
 
     fn list_files(
@@ -150,7 +188,7 @@ impl Backend for Runtime {
         path: &str,
         recursive: bool,
     ) -> impl Future<Output = Result<Vec<FileEntry>, ApiError>> + Send {
-        Runtime::list_files(self, id, path, recursive)
+        Runtime::list_files(self, id, path, recursive).map(api)
     }
 
     fn delete_file(
@@ -158,21 +196,39 @@ impl Backend for Runtime {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Runtime::delete_file(self, id, path)
+        Runtime::delete_file(self, id, path).map(api)
+    }
+
+    fn extract_archive(
+        &self,
+        id: &str,
+        path: &str,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<ArchiveSummary, ApiError>> + Send {
+        Runtime::extract_archive(self, id, path, body).map(api)
+    }
+
+    fn archive_dir(
+        &self,
+        id: &str,
+        path: &str,
+        gzip: bool,
+    ) -> impl Future<Output = Result<ByteStream, ApiError>> + Send {
+        Runtime::archive_dir(self, id, path, gzip).map(api)
     }
 
     fn open_artifact(
         &self,
         sha256: &str,
     ) -> impl Future<Output = Result<(u64, String, tokio::fs::File), ApiError>> + Send {
-        Runtime::open_artifact(self, sha256)
+        Runtime::open_artifact(self, sha256).map(api)
     }
 
     fn create_template(
         &self,
         spec: TemplateSpec,
     ) -> impl Future<Output = Result<Template, ApiError>> + Send {
-        Runtime::create_template(self, spec)
+        Runtime::create_template(self, spec).map(api)
     }
 
     fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send {
@@ -180,18 +236,18 @@ impl Backend for Runtime {
     }
 
     fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send {
-        Runtime::get_template(self, name)
+        Runtime::get_template(self, name).map(api)
     }
 
     fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send {
-        Runtime::create_context(self, id)
+        Runtime::create_context(self, id).map(api)
     }
 
     fn list_contexts(
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Vec<Context>, ApiError>> + Send {
-        Runtime::list_contexts(self, id)
+        Runtime::list_contexts(self, id).map(api)
     }
 
     fn restart_context(
@@ -199,7 +255,7 @@ impl Backend for Runtime {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<Context, ApiError>> + Send {
-        Runtime::restart_context(self, id, ctx)
+        Runtime::restart_context(self, id, ctx).map(api)
     }
 
     fn delete_context(
@@ -207,6 +263,6 @@ impl Backend for Runtime {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Runtime::delete_context(self, id, ctx)
+        Runtime::delete_context(self, id, ctx).map(api)
     }
 }

@@ -1,10 +1,12 @@
 //! Errors as HTTP responses. Every failure leaves the server as
-//! `{"error": {"code": "...", "message": "..."}}`; the HTTP status of each stable code is decided
-//! in one place, [`status_of`].
+//! `{"error": {"code": "...", "message": "..."}}`. This is the one place that decides the
+//! stable code of each runtime failure ([`code_of`]) and the HTTP status of each code
+//! ([`status_of`]).
 
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use sandlot_runtime::{FileError, RuntimeError};
 use sandlot_types::{ApiError, ErrorCode};
 use std::any::Any;
 
@@ -39,6 +41,114 @@ impl From<ApiError> for HttpError {
     }
 }
 
+impl From<RuntimeError> for HttpError {
+    fn from(e: RuntimeError) -> Self {
+        Self(api_error(e))
+    }
+}
+
+/// A runtime failure as the API reports it: its stable code, and its message.
+pub fn api_error(e: RuntimeError) -> ApiError {
+    ApiError::new(code_of(&e), e.to_string())
+}
+
+/// The stable code of every runtime failure.
+pub fn code_of(e: &RuntimeError) -> ErrorCode {
+    use ErrorCode as C;
+    use RuntimeError as R;
+    match e {
+        R::File(f) => file_code(f),
+
+        R::InvalidTemplate(_)
+        | R::DefaultTemplateReadOnly
+        | R::NotPositive { .. }
+        | R::AboveMax { .. }
+        | R::OverOneYear { .. }
+        | R::TooManyEnvVars
+        | R::InvalidEnvName { .. }
+        | R::InvalidEnvValue { .. }
+        | R::MetadataTooLarge
+        | R::BadTimeout { .. }
+        | R::NoContext { .. }
+        | R::TooManyContexts { .. }
+        | R::DefaultContextPermanent
+        | R::ContextRefused { .. }
+        | R::BadArtifactName => C::InvalidArgument,
+        R::UploadRead { .. } => C::InvalidRequest,
+        R::CodeTooLarge { .. } => C::PayloadTooLarge,
+        R::UploadTooLarge { .. } => C::FileTooLarge,
+        R::QuotaExceeded { .. } => C::QuotaExceeded,
+        R::InvalidArchive { .. } => C::InvalidArchive,
+        R::InsufficientStorage => C::InsufficientStorage,
+
+        R::SandboxNotFound { .. } => C::SandboxNotFound,
+        R::SandboxGone { .. } => C::SandboxGone,
+        R::TemplateNotFound { .. } => C::TemplateNotFound,
+        R::ArtifactNotFound { .. } => C::FileNotFound,
+
+        R::TemplateBuilding { .. }
+        | R::TemplateFailed { .. }
+        | R::TemplateNoEnvironment
+        | R::ZygoteStart { .. } => C::TemplateNotReady,
+        R::SandboxBusy { .. } => C::SandboxBusy,
+        R::AtCapacity { .. } | R::CreateQueueFull { .. } | R::NoFreeUid => C::CapacityExhausted,
+
+        R::Create { .. }
+        | R::SandboxInFailedState { .. }
+        | R::JailFailed { .. }
+        | R::DiedStarting { .. }
+        | R::ContextNoAnswer { .. }
+        | R::DiedInContextRequest { .. } => C::SandboxFailed,
+
+        R::NotRoot
+        | R::DetectCgroups { .. }
+        | R::DataDir { .. }
+        | R::PythonEnv { .. }
+        | R::EnvShadowed { .. }
+        | R::Assets(_)
+        | R::Store { .. }
+        | R::SaveTemplate { .. }
+        | R::NoFreeZygoteUid
+        | R::NoEnvsDir
+        | R::Environment(_)
+        | R::AdmissionClosed
+        | R::SandboxCgroup { .. }
+        | R::Workspace { .. }
+        | R::OpenWorkspaces { .. }
+        | R::Artifacts { .. }
+        | R::Task { .. }
+        | R::Encode { .. } => C::Internal,
+    }
+}
+
+/// The stable code of a failed file operation.
+fn file_code(e: &FileError) -> ErrorCode {
+    use ErrorCode as C;
+    use FileError as F;
+    match e {
+        F::PathHasNul
+        | F::PathTooLong
+        | F::OutsideWorkspace(_)
+        | F::DotDot(_)
+        | F::ComponentTooLong
+        | F::NamesWorkspace
+        | F::RemoveWorkspace
+        | F::LeavesWorkspace(_)
+        | F::NameTooLong(_)
+        | F::NotADirectory(_) => C::InvalidPath,
+        F::ReadWorkspace
+        | F::Symlink(_)
+        | F::IsDirectory(_)
+        | F::NotRegular { .. }
+        | F::Fifo(_) => C::NotARegularFile,
+        F::NotFound(_) | F::ParentNotDirectory(_) => C::FileNotFound,
+        F::TooLarge(_) | F::WriteTooLarge => C::FileTooLarge,
+        F::WorkspaceFull => C::WorkspaceFull,
+        F::SandboxGone | F::ProcessesGone | F::NoWorkspace => C::SandboxFailed,
+        F::Os { .. } | F::Write(_) => C::Internal,
+    }
+}
+
 /// The HTTP status every stable error code stands for.
 pub fn status_of(code: ErrorCode) -> StatusCode {
     match code {
@@ -57,7 +167,10 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::WorkspaceFull => StatusCode::INSUFFICIENT_STORAGE,
         ErrorCode::SandboxBusy => StatusCode::CONFLICT,
         ErrorCode::CapacityExhausted => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::SandboxFailed => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::SandboxFailed => StatusCode::CONFLICT,
+        ErrorCode::QuotaExceeded => StatusCode::INSUFFICIENT_STORAGE,
+        ErrorCode::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+        ErrorCode::InvalidArchive => StatusCode::BAD_REQUEST,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -138,4 +251,132 @@ pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
         ErrorCode::Internal.as_str(),
         INTERNAL_MESSAGE,
     )
+}
+
+#[cfg(test)]
+mod mapping_tests {
+    use super::*;
+
+    /// Runtime failures keep the code and the message they had when the runtime returned
+    /// `ApiError` itself.
+    #[test]
+    fn runtime_errors_keep_their_codes_and_messages() {
+        let cases: Vec<(RuntimeError, ErrorCode, &str)> = vec![
+            (
+                RuntimeError::SandboxNotFound { id: "sb_x".into() },
+                ErrorCode::SandboxNotFound,
+                "no sandbox with id \"sb_x\"",
+            ),
+            (
+                RuntimeError::SandboxGone {
+                    id: "sb_x".into(),
+                    state: "deleted",
+                    reason: "deleted by request".into(),
+                },
+                ErrorCode::SandboxGone,
+                "sandbox sb_x is deleted: deleted by request",
+            ),
+            (
+                RuntimeError::TemplateBuilding { name: "t".into() },
+                ErrorCode::TemplateNotReady,
+                "template \"t\" is still building",
+            ),
+            (
+                RuntimeError::AboveMax {
+                    field: "limits.pids",
+                    value: 9,
+                    max: 8,
+                },
+                ErrorCode::InvalidArgument,
+                "limits.pids = 9 is above the server's maximum of 8",
+            ),
+            (
+                RuntimeError::CreateQueueFull {
+                    queued: 3,
+                    limit: 3,
+                },
+                ErrorCode::CapacityExhausted,
+                "3 sandbox creations are already queued (the limit is 3); retry shortly",
+            ),
+            (
+                RuntimeError::NoFreeUid,
+                ErrorCode::CapacityExhausted,
+                "no free sandbox uid",
+            ),
+            (
+                RuntimeError::Create {
+                    step: "verify",
+                    source: sandlot_runtime::error::CreateFailure::NotOurs(7),
+                },
+                ErrorCode::SandboxFailed,
+                "creating the sandbox failed at verify: process 7 does not belong to the sandbox",
+            ),
+            (
+                RuntimeError::CodeTooLarge { size: 2, limit: 1 },
+                ErrorCode::PayloadTooLarge,
+                "code is 2 bytes; the limit is 1",
+            ),
+            (
+                RuntimeError::SandboxBusy { waiting: 16 },
+                ErrorCode::SandboxBusy,
+                "16 executions are already waiting on this sandbox",
+            ),
+            (
+                RuntimeError::UploadTooLarge { limit: 5 },
+                ErrorCode::FileTooLarge,
+                "the upload is larger than the limit of 5 bytes",
+            ),
+            (
+                FileError::DotDot("../x".into()).into(),
+                ErrorCode::InvalidPath,
+                "path \"../x\" contains '..'",
+            ),
+            (
+                FileError::NotRegular {
+                    path: "d".into(),
+                    kind: "dir",
+                }
+                .into(),
+                ErrorCode::NotARegularFile,
+                "d: is a dir, not a regular file",
+            ),
+            (
+                FileError::WorkspaceFull.into(),
+                ErrorCode::WorkspaceFull,
+                "the workspace is full",
+            ),
+            (
+                FileError::ProcessesGone.into(),
+                ErrorCode::SandboxFailed,
+                "the sandbox's processes are gone",
+            ),
+            (
+                RuntimeError::ArtifactNotFound { sha: "ab".into() },
+                ErrorCode::FileNotFound,
+                "no artifact ab (never stored, or past its retention)",
+            ),
+            (
+                RuntimeError::QuotaExceeded { disk_mb: 64 },
+                ErrorCode::QuotaExceeded,
+                "the sandbox's disk quota is full (disk_mb = 64); the partial file was removed",
+            ),
+            (
+                RuntimeError::InsufficientStorage,
+                ErrorCode::InsufficientStorage,
+                "the server's disk is too full for a new workspace; retry later or free disk space",
+            ),
+            (
+                RuntimeError::SandboxInFailedState {
+                    id: "sb_x".into(),
+                    reason: "looping".into(),
+                },
+                ErrorCode::SandboxFailed,
+                "sandbox sb_x has failed: looping",
+            ),
+        ];
+        for (err, code, message) in cases {
+            let api = api_error(err);
+            assert_eq!((api.code, api.message.as_str()), (code, message));
+        }
+    }
 }

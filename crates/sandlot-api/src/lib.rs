@@ -5,6 +5,7 @@
 //! [`router`] builds the whole application without a socket, so tests can call it directly;
 //! `sandlot serve` binds it to a listener.
 
+mod archive;
 mod artifacts;
 mod backend;
 mod contexts;
@@ -18,7 +19,7 @@ mod templates;
 mod tests;
 
 pub use contexts::ContextList;
-pub use error::{status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
+pub use error::{api_error, code_of, status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
 pub use files::FileList;
 pub use sandboxes::SandboxList;
@@ -158,6 +159,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     use Verb::*;
     const FILE: &str = "/v1/sandboxes/{id}/files/{*path}";
     const CONTEXTS: &str = "/v1/sandboxes/{id}/contexts";
+    const ARCHIVE: &str = "/v1/sandboxes/{id}/archive";
     vec![
         route(Get, "/v1/health", health),
         route(Get, "/v1/openapi.json", openapi),
@@ -188,6 +190,8 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Put, FILE, files::put::<B>),
         route(Get, FILE, files::get::<B>),
         route(Delete, FILE, files::delete::<B>),
+        route(Put, ARCHIVE, archive::put::<B>),
+        route(Get, ARCHIVE, archive::get::<B>),
         route(Get, "/v1/artifacts/{sha256}", artifacts::get::<B>),
         route(Post, "/v1/templates", templates::create::<B>),
         route(Get, "/v1/templates", templates::list::<B>),

@@ -1,12 +1,15 @@
 //! `sandlot doctor`: which kernel features this host has, which isolation layers sandboxes get,
-//! and what to do about each one missing.
+//! which backend sandboxes' workspaces on disk use and why, and what to do about each one
+//! missing.
 
 use sandlot_jail::probe::Check;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Runs the probe, prints the report; returns whether every required layer is available.
 pub fn doctor(json: bool) -> anyhow::Result<bool> {
-    let checks = sandlot_jail::probe::probe();
+    let mut checks = sandlot_jail::probe::probe();
+    checks.push(workspace_check(&Disk::detect(data_dir().as_deref())));
     let ready = ready(&checks);
     let mut out = std::io::stdout().lock();
     if json {
@@ -61,9 +64,168 @@ fn report(checks: &[Check]) -> String {
     s
 }
 
+/// What decides the workspace backend on this host (mirrors `sandlot-workspace`'s choice:
+/// an existing image wins, then Btrfs when the kernel has it and `mkfs.btrfs` is installed,
+/// else one ext4 loop image per sandbox).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    pub kernel_btrfs: bool,
+    pub mkfs_btrfs: Option<PathBuf>,
+    pub loop_devices: bool,
+    /// The backend an existing data dir already uses, if any.
+    pub existing: Option<&'static str>,
+}
+
+impl Disk {
+    /// Looks at this host (and at `data_dir`'s workspaces, when given).
+    pub fn detect(data_dir: Option<&Path>) -> Disk {
+        let kernel_btrfs = std::fs::read_to_string("/proc/filesystems")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.split_whitespace().last() == Some("btrfs"))
+            })
+            .unwrap_or(false);
+        let existing = data_dir.and_then(|d| {
+            let disk = d.join("disk");
+            if disk.join("workspaces.btrfs").exists() {
+                Some("btrfs")
+            } else if std::fs::read_dir(disk.join("images")).is_ok_and(|mut e| e.next().is_some()) {
+                Some("loop-image")
+            } else {
+                None
+            }
+        });
+        Disk {
+            kernel_btrfs,
+            mkfs_btrfs: find_program("mkfs.btrfs"),
+            loop_devices: Path::new("/dev/loop-control").exists(),
+            existing,
+        }
+    }
+}
+
+/// `data_dir` as `serve` would use it: `SANDLOT_DATA_DIR`, else the default.
+fn data_dir() -> Option<PathBuf> {
+    std::env::var_os(crate::config::DATA_DIR)
+        .map(PathBuf::from)
+        .or_else(|| {
+            crate::config::default_data_dir(
+                std::env::var_os(crate::config::XDG_DATA_HOME),
+                std::env::var_os(crate::config::HOME),
+            )
+            .ok()
+        })
+}
+
+/// A program on `PATH` or in the sbin directories a service's `PATH` often lacks.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The workspace backend a server would use here, and why, as one check.
+pub fn workspace_check(d: &Disk) -> Check {
+    const NAME: &str = "disk workspaces";
+    let btrfs = "btrfs: a Btrfs subvolume per sandbox with a qgroup byte limit, on a loop-mounted \
+                 image in <data-dir>/disk";
+    let loop_image = "loop-image: one ext4 loop image per sandbox in <data-dir>/disk";
+    let (ok, detail, fix) = match d.existing {
+        Some("btrfs") if d.kernel_btrfs => (
+            true,
+            format!("{btrfs} (the data dir already has a Btrfs image)"),
+            None,
+        ),
+        Some("btrfs") => (
+            false,
+            "the data dir has a Btrfs workspace image but the kernel has no btrfs".into(),
+            Some("load the btrfs module (modprobe btrfs)".into()),
+        ),
+        Some(_) => (
+            d.loop_devices,
+            format!("{loop_image} (the data dir already has loop-image workspaces)"),
+            None,
+        ),
+        None => match (d.kernel_btrfs, &d.mkfs_btrfs, d.loop_devices) {
+            (true, Some(mkfs), true) => (
+                true,
+                format!("{btrfs} (the kernel has btrfs and {} is installed)", mkfs.display()),
+                None,
+            ),
+            (false, _, true) => (
+                true,
+                format!("{loop_image} (the kernel has no btrfs; no byte-exact quota sharing, no snapshots)"),
+                Some("load the btrfs module (modprobe btrfs) for Btrfs workspaces".into()),
+            ),
+            (true, None, true) => (
+                true,
+                format!("{loop_image} (mkfs.btrfs is not installed)"),
+                Some(
+                    "install btrfs-progs (apt-get install btrfs-progs; `sandlot serve` does it \
+                     itself as root on Debian) for Btrfs workspaces"
+                        .into(),
+                ),
+            ),
+            (_, _, false) => (
+                false,
+                "no loop devices (/dev/loop-control is missing): workspaces cannot be made".into(),
+                Some("load the loop module (modprobe loop) or give the container loop devices".into()),
+            ),
+        },
+    };
+    Check {
+        name: NAME,
+        ok,
+        required: true,
+        detail,
+        fix,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workspace_backend_says_which_and_why() {
+        let host = Disk {
+            kernel_btrfs: true,
+            mkfs_btrfs: Some("/usr/sbin/mkfs.btrfs".into()),
+            loop_devices: true,
+            existing: None,
+        };
+        let c = workspace_check(&host);
+        assert!(c.ok && c.detail.starts_with("btrfs:"), "{c:?}");
+        let no_progs = workspace_check(&Disk {
+            mkfs_btrfs: None,
+            ..host.clone()
+        });
+        assert!(
+            no_progs.ok && no_progs.detail.starts_with("loop-image:"),
+            "{no_progs:?}"
+        );
+        assert!(no_progs.detail.contains("mkfs.btrfs is not installed"));
+        assert!(no_progs.fix.unwrap().contains("btrfs-progs"));
+        let no_loop = workspace_check(&Disk {
+            loop_devices: false,
+            ..host.clone()
+        });
+        assert!(!no_loop.ok && no_loop.required, "{no_loop:?}");
+        let kept = workspace_check(&Disk {
+            mkfs_btrfs: None,
+            existing: Some("btrfs"),
+            ..host
+        });
+        assert!(
+            kept.ok && kept.detail.contains("already has a Btrfs image"),
+            "{kept:?}"
+        );
+    }
 
     fn check(name: &'static str, ok: bool, required: bool) -> Check {
         Check {

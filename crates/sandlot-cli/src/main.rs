@@ -235,7 +235,7 @@ fn main() -> ExitCode {
     if argv.get(1).map(String::as_str) == Some("__zygote-launch") {
         let err = sandlot_runtime::zygote_launch_main(argv.get(2).map_or("", String::as_str));
         eprintln!("sandlot: {err:#}");
-        return ExitCode::from(111);
+        return ExitCode::from(sandlot_jail::exit::JAIL_FAILED);
     }
     let cli = Cli::parse();
     let result = match cli.command {

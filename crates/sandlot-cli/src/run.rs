@@ -94,7 +94,11 @@ async fn run_embedded(
         .with_context(|| format!("could not create a run dir in {}", dirs.data_dir.display()))?;
     let (rt, _) = setup::start_runtime(state.path(), &dirs.env_dir, Default::default()).await?;
     let outcome = async {
-        let sandbox = rt.create_sandbox(CreateSandbox::default()).await?;
+        // Runtime failures read as the API reports them: stable code, then message.
+        let sandbox = rt
+            .create_sandbox(CreateSandbox::default())
+            .await
+            .map_err(sandlot_api::api_error)?;
         let outcome = unless_cancelled(execute_embedded(&rt, &sandbox.id, req, printer)).await;
         if let Err(e) = rt.delete_sandbox(&sandbox.id).await {
             tracing::warn!(error = %e, "could not delete the sandbox");
@@ -123,7 +127,7 @@ async fn execute_embedded(
                 while let Ok(ev) = rx.try_recv() {
                     printer.event(&ev)?;
                 }
-                return Ok(result?);
+                return Ok(result.map_err(sandlot_api::api_error)?);
             }
         }
     }

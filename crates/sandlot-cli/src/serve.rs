@@ -1,4 +1,7 @@
-//! `sandlot serve`: the HTTP server.
+//! `sandlot serve`: the HTTP server. Before the runtime starts it makes sure the tools disk
+//! workspaces need are there: on a Debian host, as root, it installs `btrfs-progs` when the
+//! kernel has Btrfs but `mkfs.btrfs` is missing; elsewhere it says what to install and the
+//! workspaces fall back to loop images (`sandlot doctor` shows which backend and why).
 
 use crate::config::{Capacity, Dirs};
 use crate::setup;
@@ -15,6 +18,10 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow::Result<()> {
+    let disk = crate::doctor::Disk::detect(Some(&dirs.data_dir));
+    tokio::task::spawn_blocking(move || ensure_btrfs_progs(&disk))
+        .await
+        .context("the btrfs-progs check failed")?;
     let (rt, rt_cfg) = setup::start_runtime(&dirs.data_dir, &dirs.env_dir, capacity).await?;
     // Installed before the announcement, so a signal sent as soon as it is read shuts down
     // gracefully rather than by the default action.
@@ -42,6 +49,7 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         max_concurrent_creates = rt_cfg.max_concurrent_creates,
         max_pending_creates = rt_cfg.max_pending_creates,
         pool_size = rt_cfg.pool_size,
+        workspaces = %rt.workspace_backend(),
         "serving"
     );
     // After the log line, so whoever reads the announcement finds the settings logged.
@@ -62,6 +70,62 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Installs `btrfs-progs` when the kernel has Btrfs, `mkfs.btrfs` is missing and a new data dir
+/// would use it: as root on Debian with `apt-get`, with a progress line on stderr; otherwise it
+/// says what to install. Either way the server starts (on loop-image workspaces if need be).
+fn ensure_btrfs_progs(disk: &crate::doctor::Disk) {
+    if !disk.kernel_btrfs || disk.mkfs_btrfs.is_some() || disk.existing.is_some() {
+        return;
+    }
+    // The effective uid, the second field of `Uid:`.
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    });
+    let debian = std::path::Path::new("/etc/debian_version").exists();
+    let apt = crate::doctor::find_program("apt-get");
+    let Some(apt) = apt.filter(|_| root && debian) else {
+        eprintln!(
+            "sandlot: mkfs.btrfs is missing, so sandbox workspaces use one ext4 loop image each; \
+             install btrfs-progs (e.g. `apt-get install btrfs-progs`) for Btrfs workspaces"
+        );
+        return;
+    };
+    eprintln!(
+        "sandlot: installing btrfs-progs for disk workspaces (apt-get install btrfs-progs)..."
+    );
+    let install = || {
+        std::process::Command::new(&apt)
+            .args(["install", "-y", "--no-install-recommends", "btrfs-progs"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    // A fresh host may have no package lists yet: fetch them once and retry.
+    let installed = install()
+        || (std::process::Command::new(&apt)
+            .arg("update")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            && install());
+    if installed && crate::doctor::find_program("mkfs.btrfs").is_some() {
+        eprintln!("sandlot: btrfs-progs installed; sandbox workspaces use Btrfs");
+    } else {
+        eprintln!(
+            "sandlot: installing btrfs-progs failed; sandbox workspaces use one ext4 loop image \
+             each (install btrfs-progs by hand for Btrfs workspaces)"
+        );
+    }
 }
 
 /// The one line on stdout, which scripts and tests wait for (and parse when the port was 0).

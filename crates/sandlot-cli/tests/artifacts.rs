@@ -151,10 +151,10 @@ fn symlinks_fifos_and_lies_never_reach_the_store() {
     let r = server.execute(
         &id,
         "import sys\n\
-         d = sys.modules['sandlot_runtime.driver']\n\
+         d = sys.modules['sandlot_runtime.serve']\n\
          names = ['passwd', 'fifo', 'd', '/etc/passwd', '../../../../etc/passwd',\n\
                   '/proc/self/root/etc/passwd', 'missing', 'real.txt']\n\
-         d._changes = lambda before, after: {'changes': [\n\
+         d.changes_between = lambda before, after: {'changes': [\n\
              {'path': n, 'size': 1, 'change': 'created'} for n in names]}",
     );
     assert_ok(&r);

@@ -7,8 +7,13 @@
 //! seconds), running a table of cases and custom checks through [`kit::Report`], which runs every
 //! case and lists all that failed. Run with `--nocapture` to see each case's outcome.
 //!
-//! Cases named `FINDING: …` assert the secure or documented outcome the system does not deliver
-//! yet; they are expected to fail until the finding is fixed.
+//! Cases named `FINDING: …` (and the `finding_*` tests) are regression tests for holes this suite
+//! once found and that have since been fixed: each asserts the secure or documented outcome, and
+//! all of them pass.
+//!
+//! Outcomes that depend on the kernel (a file one kernel lacks) accept each refusal a stock kernel
+//! gives, through [`kit::any_of`]; time limits allow [`kit::SLACK`] past the deadline the server
+//! enforces: the suite checks that limits hold, not how fast.
 //!
 //! Syscall numbers are x86_64's.
 
@@ -18,11 +23,11 @@ mod kit;
 
 use common::{alive, wait_until, TestServer};
 use kit::{
-    attack_line, bash, brief, ensure, environ_of, exec, expect_eq, health, procs_with_uid, py,
-    sandbox_host_uid, token, HostCanary, Lang, Neighbour, Report, PRELUDE,
+    any_of, attack_line, bash, brief, ensure, environ_of, exec, expect_eq, health, procs_with_uid,
+    py, sandbox_host_uid, token, HostCanary, Lang, Neighbour, Report, PRELUDE, SLACK,
 };
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -59,6 +64,37 @@ const ALLOWED_ENV: &[&str] = &[
 fn create_with_limits(server: &TestServer, limits: Value) -> String {
     let sb = server.create_sandbox_with(&json!({ "limits": limits }));
     sb["id"].as_str().unwrap().to_owned()
+}
+
+/// The errno a sandbox may get for a kernel file that is refused to it: ENOENT where this kernel
+/// lacks the file (no module support, no sysrq), EACCES/EPERM/EROFS where it has it (root-owned,
+/// and /proc/sys is not the sandbox's to write).
+const REFUSED_KERNEL_FILE: &[&str] = &["ENOENT", "EACCES", "EPERM", "EROFS"];
+
+/// Every entry under `dir`, by path relative to `dir`: its kind and, for a file, its bytes (for
+/// a symlink, its target).
+fn tree_contents(dir: &std::path::Path) -> BTreeMap<std::path::PathBuf, (&'static str, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let entry = if meta.is_dir() {
+                stack.push(path.clone());
+                ("dir", Vec::new())
+            } else if meta.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                ("symlink", target.into_os_string().into_encoded_bytes())
+            } else if meta.is_file() {
+                ("file", std::fs::read(&path).unwrap())
+            } else {
+                ("other", Vec::new())
+            };
+            out.insert(path.strip_prefix(dir).unwrap().to_path_buf(), entry);
+        }
+    }
+    out
 }
 
 /// Python that lists the visible pids and checks they form one tree rooted at pid 1 (the
@@ -222,10 +258,19 @@ fn writes_outside_workspace() {
     let canary = HostCanary::new();
     let neighbour = Neighbour::new(&server);
     let id = server.create_sandbox();
-    let driver_py = server
-        .data_dir()
-        .join("lib/python/sandlot_runtime/driver.py");
-    let driver_before = std::fs::read(&driver_py).ok();
+    // The server's lib dir as installed, checked after the attacks. It must hold the driver the
+    // "write /opt/sandlot" case aims at: should it move, this fails here instead of comparing
+    // one missing file with another.
+    let lib_dir = server.data_dir().join("lib");
+    let lib_before = tree_contents(&lib_dir);
+    let driver_py = std::path::Path::new("python/sandlot_runtime/driver.py");
+    assert!(
+        lib_before.contains_key(driver_py),
+        "no {} in the server's lib dir {}: {:?}",
+        driver_py.display(),
+        lib_dir.display(),
+        lib_before.keys().collect::<Vec<_>>()
+    );
     let mut rep = Report::new("writes");
 
     let w = "def w(p, mode='w'):\n    with open(p, mode) as f:\n        f.write('pwned')\n";
@@ -276,8 +321,9 @@ fn writes_outside_workspace() {
                 "{w}report(hostname=op(w, '/proc/sys/kernel/hostname'), core_pattern=op(w, '/proc/sys/kernel/core_pattern'), \
                  modprobe=op(w, '/proc/sys/kernel/modprobe'), ns_max=op(w, '/proc/sys/user/max_user_namespaces'))"
             ),
-            // This kernel has no module support: no kernel/modprobe.
-            json!({"hostname": "EACCES", "core_pattern": "EACCES", "modprobe": "ENOENT", "ns_max": "EACCES"}),
+            // kernel/modprobe exists only on kernels with module support.
+            json!({"hostname": "EACCES", "core_pattern": "EACCES", "modprobe": any_of(REFUSED_KERNEL_FILE),
+                   "ns_max": "EACCES"}),
         ),
         py(
             "write /sys",
@@ -327,13 +373,16 @@ fn writes_outside_workspace() {
     rep.table(&server, &id, &cases);
 
     rep.check("host: lib dir and env dir unchanged", || {
-        expect_eq(
-            "driver.py on the host",
-            std::fs::read(&driver_py).ok(),
-            driver_before.clone(),
-        )?;
-        ensure(!server.data_dir().join("lib/pwned").exists(), || {
-            "lib/pwned exists on the host".into()
+        let lib_after = tree_contents(&lib_dir);
+        let changed: Vec<_> = lib_before
+            .keys()
+            .chain(lib_after.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|p| lib_before.get(*p) != lib_after.get(*p))
+            .collect();
+        ensure(changed.is_empty(), || {
+            format!("files of the lib dir changed, appeared or went: {changed:?}")
         })?;
         for e in std::fs::read_dir(common::env_dir()).unwrap().flatten() {
             let p = e.path().join("pwned");
@@ -393,8 +442,10 @@ fn devices_and_proc() {
             "def w(p):\n    with open(p, 'w') as f: f.write('1')\n\
              report(**{p: op(w, '/proc/sys/' + p) for p in ['kernel/hostname', 'net/ipv4/ip_forward', 'vm/drop_caches', \
              'kernel/sysrq', 'vm/overcommit_memory', 'fs/suid_dumpable']})",
+            // kernel/sysrq exists only on kernels built with magic SysRq.
             json!({"kernel/hostname": "EACCES", "net/ipv4/ip_forward": "EACCES", "vm/drop_caches": "EACCES",
-                   "kernel/sysrq": "ENOENT", "vm/overcommit_memory": "EACCES", "fs/suid_dumpable": "EACCES"}),
+                   "kernel/sysrq": any_of(REFUSED_KERNEL_FILE), "vm/overcommit_memory": "EACCES",
+                   "fs/suid_dumpable": "EACCES"}),
         ),
         bash(
             "bash: echo into /proc/sys and /proc/sysrq-trigger",
@@ -405,8 +456,8 @@ fn devices_and_proc() {
         py(
             "/proc/sysrq-trigger",
             "def w(p):\n    with open(p, 'w') as f: f.write('b')\nreport(sysrq=op(w, '/proc/sysrq-trigger'))",
-            // This kernel has no /proc/sysrq-trigger at all (not on the host either).
-            json!({"sysrq": "ENOENT"}),
+            // /proc/sysrq-trigger exists only on kernels built with magic SysRq.
+            json!({"sysrq": any_of(REFUSED_KERNEL_FILE)}),
         ),
         py(
             "lower /proc/self/oom_score_adj",
@@ -988,6 +1039,12 @@ report(ipc=[shmid >= 0, msqid >= 0, semid >= 0], mq=mq_err,
     });
     let a_uid = sandbox_host_uid(&server, &a);
     let a_pids: Vec<u32> = procs_with_uid(a_uid).iter().map(|p| p.pid).collect();
+    // Pids up to 1000 could be B's own, so only higher ones are probed: there must be some, or
+    // the probe below compares two empty lists.
+    assert!(
+        a_pids.iter().any(|p| *p > 1000),
+        "no host pid above 1000 runs as A's uid {a_uid}: {a_pids:?}"
+    );
     let cases = vec![
         py(
             "guess A's files at the same paths",
@@ -1129,14 +1186,10 @@ fn fork_bomb() {
         },
     );
     rep.check("deleting the bombed sandbox kills every process", || {
-        let t0 = Instant::now();
         let d = server.delete(&format!("/v1/sandboxes/{id}"));
         expect_eq("delete status", d.status, 204)?;
-        ensure(t0.elapsed() < Duration::from_secs(15), || {
-            format!("delete took {:?}", t0.elapsed())
-        })?;
         ensure(
-            wait_until(Duration::from_secs(10), || procs_with_uid(uid).is_empty()),
+            wait_until(Duration::from_secs(30), || procs_with_uid(uid).is_empty()),
             || format!("processes of uid {uid} remain: {:?}", procs_with_uid(uid)),
         )
     });
@@ -1328,12 +1381,15 @@ import shutil
 // =============================================================================================
 // Output floods.
 
-fn flood_checks(r: &Value, took: Duration, total: u64, stream: &str) -> Result<(), String> {
+/// A flood ended `ok` (within its execution timeout, which bounds how long it may take) and
+/// was cut to the budget.
+fn flood_checks(r: &Value, total: u64, stream: &str) -> Result<(), String> {
     expect_eq("end_state", r["end_state"].as_str(), Some("ok"))
         .map_err(|e| format!("{e}: {}", brief(r)))?;
     let t = &r[format!("{stream}_truncation")];
     let dropped = t["dropped_bytes"].as_u64().unwrap_or(0);
-    // Exact for valid text; invalid UTF-8 is counted after replacement (see the FINDING test).
+    // Exact for valid text. Invalid UTF-8 is kept as U+FFFD, three bytes of text for each byte
+    // written, so there only the bound holds.
     if stream == "stdout" {
         expect_eq("dropped bytes", dropped, total - OUTPUT_BUDGET)?;
     } else {
@@ -1344,9 +1400,6 @@ fn flood_checks(r: &Value, took: Duration, total: u64, stream: &str) -> Result<(
     let kept_text = r[stream].as_str().unwrap_or("").len() as u64;
     ensure(kept_text <= OUTPUT_BUDGET + 256, || {
         format!("{kept_text} bytes of {stream} returned")
-    })?;
-    ensure(took < Duration::from_secs(60), || {
-        format!("the flood took {took:?}")
     })
 }
 
@@ -1358,7 +1411,6 @@ fn output_flood() {
     let total: u64 = 200 << 20;
     let mut rep = Report::new("output flood");
     rep.check("200 MiB to stdout from Python", || {
-        let t0 = Instant::now();
         let r = exec(
             &server,
             &id,
@@ -1366,10 +1418,9 @@ fn output_flood() {
             "import os\nc = b'x' * (1 << 20)\nfor _ in range(200):\n    os.write(1, c)",
             120.0,
         )?;
-        flood_checks(&r, t0.elapsed(), total, "stdout")
+        flood_checks(&r, total, "stdout")
     });
     rep.check("200 MiB to stdout from bash", || {
-        let t0 = Instant::now();
         let r = exec(
             &server,
             &id,
@@ -1377,10 +1428,9 @@ fn output_flood() {
             "head -c 209715200 /dev/zero | tr '\\0' y",
             120.0,
         )?;
-        flood_checks(&r, t0.elapsed(), total, "stdout")
+        flood_checks(&r, total, "stdout")
     });
     rep.check("200 MiB of invalid UTF-8 to stderr", || {
-        let t0 = Instant::now();
         let r = exec(
             &server,
             &id,
@@ -1388,7 +1438,7 @@ fn output_flood() {
             "import os\nc = b'\\xff\\xfe' * (1 << 19)\nfor _ in range(200):\n    os.write(2, c)",
             120.0,
         )?;
-        flood_checks(&r, t0.elapsed(), total, "stderr")
+        flood_checks(&r, total, "stderr")
     });
     rep.check("a background process flooding between executions", || {
         let r = exec(
@@ -1404,11 +1454,8 @@ fn output_flood() {
             || brief(&r),
         )?;
         std::thread::sleep(Duration::from_secs(2));
-        let t0 = Instant::now();
+        // Not held up by the background flood: it ends `ok` within its own 60 s timeout.
         let r = exec(&server, &id, Lang::Py, "print('after')", 60.0)?;
-        ensure(t0.elapsed() < Duration::from_secs(30), || {
-            format!("took {:?}", t0.elapsed())
-        })?;
         ensure(
             r["stdout"].as_str().unwrap_or("").len() as u64 <= OUTPUT_BUDGET + 256,
             || "unbounded stdout".into(),
@@ -1420,13 +1467,12 @@ fn output_flood() {
     rep.finish();
 }
 
-/// FINDING (not a security hole; wrong metadata the agent relies on):
-/// - `stdout_truncation.kept_bytes` is always 0, even for short untruncated output: the runtime
-///   moves the kept text out of the budget before it reads its length (`ExecutionResult {
-///   stdout: take(&mut c.stdout.head), .., stdout_truncation: Truncation { kept_bytes:
-///   c.stdout.kept(), .. } }` in `sandlot-runtime/src/exec.rs`; fields are evaluated in order).
-/// - `dropped_bytes` counts bytes after lossy UTF-8 decoding: each invalid byte the program
-///   wrote counts as the three bytes of U+FFFD, so 20 MiB of 0xff reports about 60 MiB dropped.
+/// Fixed finding (not a security hole; metadata the agent relies on), kept as a regression test:
+/// - `stdout_truncation.kept_bytes` was always 0, even for short untruncated output: the runtime
+///   moved the kept text out of the budget before it read its length.
+/// - `dropped_bytes` counted bytes after lossy UTF-8 decoding: each invalid byte the program
+///   wrote counted as the three bytes of U+FFFD, so 20 MiB of 0xff reported about 60 MiB dropped.
+///   It now counts the bytes the program wrote.
 #[test]
 fn finding_output_truncation_reports_kept_bytes() {
     let server = TestServer::start();
@@ -1476,6 +1522,10 @@ fn finding_output_truncation_reports_kept_bytes() {
 
 #[test]
 fn timeouts() {
+    // The server's grace between the interrupt at the timeout and the kill (`GRACE` in the
+    // runtime's exec.rs; keep the two equal).
+    const KILL_GRACE: Duration = Duration::from_secs(1);
+    let secs = Duration::from_secs;
     let server = TestServer::start();
     let neighbour = Neighbour::new(&server);
     let mut rep = Report::new("timeouts");
@@ -1496,7 +1546,7 @@ fn timeouts() {
             r["error"]["name"].as_str(),
             Some("KeyboardInterrupt"),
         )?;
-        ensure(took < Duration::from_secs(5), || format!("took {took:?}"))?;
+        ensure(took < secs(2) + SLACK, || format!("took {took:?}"))?;
         let r = exec(&server, &id, Lang::Py, "kept", 30.0)?;
         expect_eq(
             "state after",
@@ -1508,14 +1558,14 @@ fn timeouts() {
         let (r, took) = timed(&id, Lang::Py, "import time\ntime.sleep(1000)", 1.0)?;
         expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
         expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
-        ensure(took < Duration::from_secs(4), || format!("took {took:?}"))
+        ensure(took < secs(1) + SLACK, || format!("took {took:?}"))
     });
     rep.check("sleep past the timeout (bash)", || {
         let (r, took) = timed(&id, Lang::Bash, "sleep 1000", 1.0)?;
         expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
         expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(true))?;
         expect_eq("exit_code", r["exit_code"].as_i64(), Some(130))?;
-        ensure(took < Duration::from_secs(4), || format!("took {took:?}"))?;
+        ensure(took < secs(1) + SLACK, || format!("took {took:?}"))?;
         let r = exec(&server, &id, Lang::Bash, "echo alive", 30.0)?;
         expect_eq("bash after", r["stdout"].as_str(), Some("alive\n"))
     });
@@ -1524,7 +1574,8 @@ fn timeouts() {
         let (r, took) = timed(&id, Lang::Py, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", 1.0)?;
         expect_eq("end_state", r["end_state"].as_str(), Some("timeout")).map_err(|e| format!("{e}: {}", brief(&r)))?;
         expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
-        ensure(took >= Duration::from_secs(3) && took < Duration::from_secs(12), || format!("took {took:?}"))?;
+        // Killed only after the grace period, and then without waiting for the spin to end.
+        ensure(took >= KILL_GRACE && took < secs(1) + KILL_GRACE + SLACK, || format!("took {took:?}"))?;
         let again = server.execute_with(&id, &json!({ "code": "1" }));
         expect_eq("execute after", (again.status, again.code()), (410, "sandbox_gone"))
     });
@@ -1541,7 +1592,9 @@ fn timeouts() {
             expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))
                 .map_err(|e| format!("{e}: {}", brief(&r)))?;
             expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
-            ensure(took < Duration::from_secs(12), || format!("took {took:?}"))
+            ensure(took < secs(1) + KILL_GRACE + SLACK, || {
+                format!("took {took:?}")
+            })
         },
     );
     rep.check(
@@ -1551,7 +1604,9 @@ fn timeouts() {
             let (r, took) = timed(&id, Lang::Bash, "trap '' INT\nsleep 1000", 1.0)?;
             expect_eq("end_state", r["end_state"].as_str(), Some("timeout"))?;
             expect_eq("sandbox_alive", r["sandbox_alive"].as_bool(), Some(false))?;
-            ensure(took < Duration::from_secs(12), || format!("took {took:?}"))
+            ensure(took < secs(1) + KILL_GRACE + SLACK, || {
+                format!("took {took:?}")
+            })
         },
     );
     rep.check("neighbour intact", || neighbour.intact(&server));
@@ -1639,7 +1694,7 @@ fn orphans_die_with_sandbox() {
                     }
                 }
                 ensure(
-                    wait_until(Duration::from_secs(10), || {
+                    wait_until(Duration::from_secs(30), || {
                         before.iter().all(|p| !alive(*p))
                     }),
                     || {
@@ -1723,10 +1778,11 @@ fn server_confusion() {
             30.0,
         )?;
         expect_eq("setup", r["end_state"].as_str(), Some("ok"))?;
+        // Blocked, either call would hang until the client's 120 s request timeout.
         let t0 = Instant::now();
         let get = server.get(&format!("/v1/sandboxes/{id}/files/fifo2"));
         let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files/fifo2"), "pwned");
-        ensure(t0.elapsed() < Duration::from_secs(10), || {
+        ensure(t0.elapsed() < Duration::from_secs(30), || {
             format!("took {:?}", t0.elapsed())
         })?;
         expect_eq("GET", (get.status, get.code()), (400, "not_a_regular_file"))?;
@@ -1746,7 +1802,7 @@ fn server_confusion() {
             let t0 = Instant::now();
             let get = server.get(&format!("/v1/sandboxes/{id}/files/fifo"));
             let put = server.put_bytes(&format!("/v1/sandboxes/{id}/files/fifo"), "pwned");
-            ensure(t0.elapsed() < Duration::from_secs(10), || {
+            ensure(t0.elapsed() < Duration::from_secs(30), || {
                 format!("took {:?}", t0.elapsed())
             })?;
             expect_eq("GET", (get.status, get.code()), (400, "not_a_regular_file"))?;
@@ -1759,16 +1815,20 @@ fn server_confusion() {
 }
 
 // =============================================================================================
-// Findings: holes these tests demonstrate. Each asserts the secure outcome and fails until the
-// hole is fixed.
+// Fixed findings: holes this suite once demonstrated. Each asserts the secure outcome and guards
+// against the hole coming back.
 
-/// FINDING (cross-sandbox secret leak): every sandbox is a fork of the zygote, and the zygote
-/// parsed the `spawn` message of every earlier sandbox, whose `env` carries the variables a
-/// client passed at creation (API keys, tokens). Those strings stay in the zygote's heap and are
-/// copied into every later sandbox, which can read its own memory.
+/// Fixed finding (cross-sandbox secret leak): every sandbox is a fork of the zygote, and the
+/// zygote used to parse the `spawn` message of every earlier sandbox, whose `env` carried the
+/// variables a client passed at creation (API keys, tokens). Those strings stayed in the
+/// zygote's heap and were copied into every later sandbox, which can read its own memory. The
+/// creator's variables now go on the sandbox's own channel, never through the zygote.
 #[test]
 fn finding_zygote_heap_leaks_other_sandboxes_env() {
-    let server = TestServer::start();
+    // No warm pool: each sandbox is forked from the zygote when it is created, so B below is a
+    // fork of the zygote as it was after A's creation. (With a pool, B could be a sandbox booted
+    // before A was even asked for, and the test would pass whatever the zygote keeps.)
+    let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "0")]);
     let secret_hex = token();
     let a = server.create_sandbox_with(
         &json!({ "env": { "TENANT_API_KEY": format!("tenant-secret-{secret_hex}") } }),
@@ -1779,7 +1839,13 @@ fn finding_zygote_heap_leaks_other_sandboxes_env() {
         "import os\nos.environ['TENANT_API_KEY'].startswith('tenant-secret-')",
     );
     assert_eq!(r["result"]["text/plain"], "True", "{}", brief(&r));
-    let b = server.create_sandbox();
+    // B gets a secret of its own the same way: the positive control of the scan below, which
+    // must find it in B's memory (else the scan is broken and finding nothing proves nothing).
+    let own_hex = token();
+    let b = server.create_sandbox_with(
+        &json!({ "env": { "TENANT_API_KEY": format!("tenant-secret-{own_hex}") } }),
+    );
+    let b = b["id"].as_str().unwrap().to_owned();
     let mut rep = Report::new("zygote heap");
     rep.check("FINDING: B's memory holds no trace of A's environment", || {
         // The marker is split so that B's own code never holds it in one piece; what follows
@@ -1800,6 +1866,9 @@ fn finding_zygote_heap_leaks_other_sandboxes_env() {
         let v = attack_line(&r).ok_or_else(|| brief(&r))?;
         let found: Vec<String> =
             v["found"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect();
+        ensure(found.iter().any(|f| f.starts_with(&own_hex)), || {
+            format!("the scan did not find B's own TENANT_API_KEY (tenant-secret-{own_hex}) in B's memory: found {found:?}")
+        })?;
         ensure(!found.iter().any(|f| f.starts_with(&secret_hex)), || {
             format!("sandbox B read sandbox A's TENANT_API_KEY (tenant-secret-{secret_hex}) from its own memory")
         })
@@ -1821,13 +1890,12 @@ fn init_host_pid(uid: u32) -> Option<u32> {
     })
 }
 
-/// FINDING (the root server SIGKILLs an unrelated host process): when a driver dies during an
-/// execution, `exec::run` calls `Live::kill`, which reaps the sandbox's init; then
-/// `Runtime::end` calls `Live::kill` again, whose `kill(init_pid, SIGKILL)` now targets a pid
-/// that is free for reuse (the housekeeping path, `init_exited` then `end`, does the same). With
-/// `pid_max` at 32768 a sandbox can cycle the pid counter to just below its init's pid before
-/// it kills its own driver; here the test stands in for that with `ns_last_pid` and plays the
-/// victim: a host `sleep` that gets the freed pid.
+/// Fixed finding (the root server SIGKILLed an unrelated host process): when a driver died during
+/// an execution, the server reaped the sandbox's init and then sent `kill(init_pid, SIGKILL)`
+/// again, to a pid by then free for reuse. With `pid_max` at 32768 a sandbox can cycle the pid
+/// counter to just below its init's pid before it kills its own driver; here the test stands in
+/// for that with `ns_last_pid` and plays the victim: a host `sleep` that gets the freed pid.
+/// Signals now go through pidfds, which never name another process.
 #[test]
 fn finding_server_kills_a_recycled_init_pid() {
     let server = TestServer::start();
@@ -1882,11 +1950,11 @@ fn finding_server_kills_a_recycled_init_pid() {
     rep.finish();
 }
 
-/// FINDING (server memory and disk DoS): display data, results and errors are frames on the
-/// control stream, and they bypass the per-execution output budget that bounds stdout and
-/// stderr. Any sandbox can send frames of up to 64 MiB each, as many as it likes: the server
-/// holds them all in memory (several copies while it serializes the response), returns them,
-/// and writes them into the SQLite store on the host's disk.
+/// Fixed finding (server memory and disk DoS): display data, results and errors are frames on
+/// the control stream, and they used to bypass the per-execution output budget that bounds
+/// stdout and stderr: any sandbox could send frames of up to 64 MiB each, as many as it liked,
+/// and the server held them all in memory, returned them, and wrote them into the SQLite store
+/// on the host's disk. They now have a budget of their own.
 #[test]
 fn finding_rich_outputs_bypass_the_output_budget() {
     let server = TestServer::start();

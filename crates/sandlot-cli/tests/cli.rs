@@ -339,11 +339,11 @@ fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
         server.stderr()
     );
     let url = server.url.clone();
+    let started = std::time::Instant::now();
     let burst: Vec<_> = (0..10)
         .map(|_| {
             let url = url.clone();
             std::thread::spawn(move || {
-                let started = std::time::Instant::now();
                 let resp = reqwest::blocking::Client::new()
                     .post(format!("{url}/v1/sandboxes"))
                     .json(&serde_json::json!({}))
@@ -352,6 +352,7 @@ fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
                     .unwrap();
                 let status = resp.status().as_u16();
                 let body: Value = resp.json().unwrap();
+                // When the answer was in, on one clock for the whole burst.
                 (status, body, started.elapsed())
             })
         })
@@ -368,7 +369,16 @@ fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
         !refused.is_empty(),
         "a burst of 10 over a queue of 2 is refused in part"
     );
-    for (_, body, took) in refused {
+    // Refused at once, not after waiting in line: each refusal is in before the last admitted
+    // creation is done (a refusal that waited for its turn would come after it). An order of
+    // events, not a time limit, so a busy machine does not change the verdict.
+    let last_created = results
+        .iter()
+        .filter(|r| r.0 == 201)
+        .map(|r| r.2)
+        .max()
+        .expect("created >= 2");
+    for (_, body, answered) in refused {
         assert_eq!(body["error"]["code"], "capacity_exhausted", "{body}");
         assert!(
             body["error"]["message"]
@@ -377,7 +387,9 @@ fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
                 .contains("queued"),
             "{body}"
         );
-        // Refused at once, not after waiting in line.
-        assert!(*took < std::time::Duration::from_secs(5), "{took:?}");
+        assert!(
+            *answered < last_created,
+            "refused at {answered:?}, after the last creation ended at {last_created:?}"
+        );
     }
 }

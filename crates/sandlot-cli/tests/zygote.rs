@@ -3,19 +3,20 @@
 
 mod common;
 
-use common::{descendants, wait_until, TestServer};
+use common::{alive, descendants, wait_until, Proc, TestServer};
 use serde_json::json;
 use std::time::Duration;
 
-/// Host pids of the server's zygotes: processes running `zygote.py` in the host's pid
-/// namespace whose parent is the server. (Sandboxes are forks of a zygote too: each lives in a
-/// pid namespace of its own, so its `NSpid` line has two entries, except for a moment while the
-/// zygote's fresh child has not unshared yet; that child's parent is the zygote.)
-fn zygotes(server: &TestServer) -> Vec<u32> {
+/// The server's zygotes: processes running `zygote.py` in the host's pid namespace whose parent
+/// is the server, each with its start time, so a later process that reuses the pid is not taken
+/// for it. (Sandboxes are forks of a zygote too: each lives in a pid namespace of its own, so its
+/// `NSpid` line has two entries, except for a moment while the zygote's fresh child has not
+/// unshared yet; that child's parent is the zygote.)
+fn zygotes(server: &TestServer) -> Vec<Proc> {
     descendants(server.pid())
         .into_iter()
-        .map(|p| p.pid)
-        .filter(|pid| {
+        .filter(|p| {
+            let pid = p.pid;
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let nspids = status
@@ -34,9 +35,31 @@ fn zygotes(server: &TestServer) -> Vec<u32> {
         .collect()
 }
 
-fn kill9(pid: u32) {
+/// SIGKILLs a zygote and waits until it is gone, so a test never goes on believing it killed
+/// one that still runs.
+fn kill9(zygote: Proc) {
+    sigkill(zygote);
+    wait_gone(zygote);
+}
+
+fn sigkill(zygote: Proc) {
     // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let rc = unsafe { libc::kill(zygote.pid as i32, libc::SIGKILL) };
+    assert_eq!(
+        rc,
+        0,
+        "kill {}: {}",
+        zygote.pid,
+        std::io::Error::last_os_error()
+    );
+}
+
+fn wait_gone(zygote: Proc) {
+    assert!(
+        wait_until(Duration::from_secs(30), || !alive(zygote)),
+        "zygote {} survived SIGKILL",
+        zygote.pid
+    );
 }
 
 #[test]
@@ -71,6 +94,12 @@ fn sandboxes_outlive_a_killed_zygote_and_it_restarts() {
 #[test]
 fn zygote_killed_during_a_burst_of_creations() {
     let server = TestServer::start();
+    // The zygote is up before the burst: killing it below is what the test is about, so an
+    // empty list there must fail rather than pass as "survived a kill" that never happened.
+    assert!(
+        wait_until(Duration::from_secs(30), || !zygotes(&server).is_empty()),
+        "no zygote before the burst"
+    );
     let url = server.url().to_string();
     let threads: Vec<_> = (0..8)
         .map(|_| {
@@ -88,8 +117,16 @@ fn zygote_killed_during_a_burst_of_creations() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(20));
-    for z in zygotes(&server) {
-        kill9(z);
+    let killed = zygotes(&server);
+    assert!(!killed.is_empty(), "no zygote to kill during the burst");
+    for z in &killed {
+        sigkill(*z);
+    }
+    // The kill landed while creations were still under way (else it tested a plain restart).
+    let in_flight = threads.iter().filter(|t| !t.is_finished()).count();
+    assert!(in_flight > 0, "the whole burst was over before the kill");
+    for z in &killed {
+        wait_gone(*z);
     }
     for t in threads {
         let (status, body) = t.join().expect("thread");

@@ -3,6 +3,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::pins::EXTRA_GROUP_NAMES;
+
 /// How to get a usable base interpreter; appended to every "no base python" error.
 pub(crate) const BASE_PYTHON_FIX: &str =
     "install Debian's Python with `apt-get install python3 python3-venv`, \
@@ -59,7 +61,7 @@ pub enum EnvError {
     #[error(
         "invalid requirement {requirement:?}: expected a pinned `name==version` \
          (or an extra group: {groups})",
-        groups = crate::spec::EXTRA_GROUP_NAMES.join(", ")
+        groups = EXTRA_GROUP_NAMES.join(", ")
     )]
     InvalidRequirement {
         /// The offending entry.
@@ -67,7 +69,7 @@ pub enum EnvError {
     },
 
     /// `EnvSpec::try_with_extras` got a name that is neither a group nor a pinned requirement.
-    #[error("unknown extra group {name:?} (known: {groups})", groups = crate::spec::EXTRA_GROUP_NAMES.join(", "))]
+    #[error("unknown extra group {name:?} (known: {groups})", groups = EXTRA_GROUP_NAMES.join(", "))]
     UnknownExtra {
         /// The name asked for.
         name: String,

@@ -18,16 +18,21 @@
 //! ```
 //!
 //! Everything is world-readable (children run with umask 022): sandboxes run as other uids.
+//!
+//! The modules stand in floors, each using only the floors below it: `pins` (the pinned
+//! packages, plain data) and `progress`; `error`; `lock` and `python`; `spec`; `build`.
 
 mod build;
 mod error;
 mod lock;
+mod pins;
 mod progress;
 mod python;
 mod spec;
 
 pub use build::{ensure, PythonEnv, DESCRIPTION_FILE, MARKER_FILE};
 pub use error::EnvError;
+pub use pins::{extra_group, DEFAULT_PACKAGES, EXTRA_GROUPS};
 pub use progress::Progress;
 pub use python::{find_base_python, BASE_PYTHON_VAR, DEFAULT_BASE_PYTHON, MIN_PYTHON};
-pub use spec::{extra_group, EnvSpec, DEFAULT_PACKAGES, EXTRA_GROUPS};
+pub use spec::EnvSpec;

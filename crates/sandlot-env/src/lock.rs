@@ -69,7 +69,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn second_locker_waits() {
@@ -89,10 +89,15 @@ mod tests {
                 );
             })
         };
-        std::thread::sleep(Duration::from_millis(200));
+        // Release only once the second locker has reported that it waits: a fixed sleep would
+        // let a busy machine release before the second thread even tried.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !waited.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the second locker never waited");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         released.store(true, Ordering::SeqCst);
         drop(first);
         t.join().unwrap();
-        assert!(waited.load(Ordering::SeqCst));
     }
 }

@@ -6,28 +6,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::EnvError;
+use crate::pins::{extra_group, DEFAULT_PACKAGES};
 use crate::python;
-
-/// The packages every sandbox environment has, pinned to versions that install as binary
-/// wheels on CPython 3.10–3.13 x86_64 (checked on Debian 12's CPython 3.11.2).
-pub const DEFAULT_PACKAGES: &[&str] = &[
-    "ipython==8.39.0",
-    "numpy==2.2.6",
-    "pandas==2.3.3",
-    "matplotlib==3.10.9",
-    "matplotlib-inline==0.2.2",
-    "cloudpickle==3.1.2",
-];
-
-/// Optional groups for [`EnvSpec::with_extras`]: name and pinned packages.
-pub const EXTRA_GROUPS: &[(&str, &[&str])] = &[
-    // The benchmark peer: a stock Jupyter kernel driven through jupyter_client.
-    ("bench", &["ipykernel==6.31.0", "jupyter_client==8.10.0"]),
-    ("test", &["pytest==9.2.0"]),
-];
-
-/// The names of [`EXTRA_GROUPS`], for messages.
-pub(crate) const EXTRA_GROUP_NAMES: &[&str] = &["bench", "test"];
 
 /// Salt of the content hash; bump it when the layout of a built environment changes.
 const HASH_FORMAT: &str = "sandlot-env/1";
@@ -120,14 +100,6 @@ impl EnvSpec {
         }
         self.packages.push(requirement.to_string());
     }
-}
-
-/// The packages of an extra group.
-pub fn extra_group(name: &str) -> Option<&'static [&'static str]> {
-    EXTRA_GROUPS
-        .iter()
-        .find(|(group, _)| *group == name)
-        .map(|(_, packages)| *packages)
 }
 
 /// The hash of a base-interpreter identity and a package list (order and name spelling do not
@@ -252,6 +224,7 @@ pub(crate) fn normalize_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pins::EXTRA_GROUPS;
 
     fn pkgs(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -380,11 +353,5 @@ mod tests {
             spec.try_with_extras(&["benchh"]),
             Err(EnvError::UnknownExtra { name }) if name == "benchh"
         ));
-    }
-
-    #[test]
-    fn group_names_match_groups() {
-        let names: Vec<&str> = EXTRA_GROUPS.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, EXTRA_GROUP_NAMES);
     }
 }

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sandlot_env::{ensure, find_base_python, EnvError, EnvSpec, Progress, MARKER_FILE};
 
@@ -61,12 +61,12 @@ fn provisions_then_takes_the_fast_path() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.starts_with("1.16.0 "), "{stdout}");
 
+    // The second call takes the fast path: it finds the marker and builds nothing (no second
+    // build in the log). How fast that path is belongs to the benchmark, not to this test.
     let started = Instant::now();
     let again = ensure(dir.path(), &spec, Progress::Plain).expect("fast path");
-    let took = started.elapsed();
+    eprintln!("fast path took {:?}", started.elapsed());
     assert_eq!(again, env);
-    assert!(took < Duration::from_secs(1), "fast path took {took:?}");
-    eprintln!("fast path took {took:?}");
     assert_eq!(builds_in_log(dir.path(), &env.spec_hash), 1);
 }
 

@@ -1,4 +1,6 @@
-//! Capabilities and `no_new_privs`: the first layer applied in the sandbox's last child.
+//! Capabilities and `no_new_privs`, the one code path that drops them: for the sandbox's init
+//! and driver ([`drop_all`]) and for the zygote launcher ([`drop_bounding_and_ambient`] before
+//! its uid change, [`clear_sets`] after).
 //!
 //! [`drop_all`] empties every capability set of the calling thread: ambient, bounding (so no
 //! `execve` of a setuid/file-capability binary, or of anything as uid 0, can bring a capability
@@ -82,6 +84,15 @@ fn read_cap_last_cap() -> Option<u32> {
 /// Dropping from the bounding set needs `CAP_SETPCAP`; capabilities already absent from it are
 /// skipped, so calling this twice is fine.
 pub fn drop_all() -> Result<(), CapsError> {
+    drop_bounding_and_ambient()?;
+    clear_sets()
+}
+
+/// The first half of [`drop_all`]: clears the ambient set and empties the bounding set, leaving
+/// permitted and effective as they are. The zygote launcher calls it while still root, because
+/// it needs `CAP_SETUID`/`CAP_SETGID` afterwards to change its uid (which then clears permitted
+/// and effective), and emptying the bounding set needs `CAP_SETPCAP`, gone after that change.
+pub fn drop_bounding_and_ambient() -> Result<(), CapsError> {
     // SAFETY: integer-only prctl; unused arguments are zero as the kernel requires.
     let rc = unsafe {
         libc::prctl(
@@ -122,7 +133,12 @@ pub fn drop_all() -> Result<(), CapsError> {
             });
         }
     }
+    Ok(())
+}
 
+/// The second half of [`drop_all`]: clears the inheritable, permitted and effective sets in one
+/// `capset` (always allowed: a process may give up what it holds).
+pub fn clear_sets() -> Result<(), CapsError> {
     let mut header = CapUserHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,

@@ -6,14 +6,20 @@
 //!                             ─ "U" → server writes uid/gid maps, joins the cgroup ─ "G" ←
 //!                             setresuid(1000), unshare(cgroup), tmpfs mounts, hostname, lo up
 //!                             fork P1, report its pid, exit
-//! P1 (pid 1 of the sandbox)   mount /proc, fork P2; drop capabilities, seccomp; reap orphans
-//! P2 (the driver)             Landlock, rlimits, chdir, umask, capabilities dropped,
-//!                             no_new_privs, seccomp allowlist last → return to Python
+//! P1 (pid 1 of the sandbox)   mount /proc, fork P2; stdout/stderr to /dev/null, capabilities
+//!                             dropped, seccomp, control stream closed; reap orphans
+//! P2 (the driver)             parent death signal, control stream close-on-exec; Landlock,
+//!                             rlimits, chdir, umask, capabilities dropped, no_new_privs,
+//!                             seccomp allowlist last → return to Python
 //! ```
+//!
+//! Every step's return value is checked; a failed step is reported as a `jail_error` frame
+//! naming it, and the process exits with a status of [`crate::exit`].
 
 use crate::config::{JailConfig, INSIDE_GID, INSIDE_UID};
 use crate::error::{JailError, Step};
-use crate::{mounts, net, rlimits, rootfs};
+use crate::{exit, frame, mounts, net, rlimits, rootfs};
+use nix::errno::Errno;
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{signal, SigHandler, Signal};
 use nix::unistd::{fork, sethostname, setresgid, setresuid, setsid, ForkResult, Gid, Uid};
@@ -85,13 +91,11 @@ pub fn enter(
             let res = write_frame(CTRL_FD, msg.as_bytes());
             drop(ready_w);
             drop(ready_r);
-            // SAFETY: _exit never returns and runs no destructors, as a forked child should.
-            unsafe { libc::_exit(if res.is_ok() { 0 } else { 1 }) }
+            exit::exit_now(if res.is_ok() { 0 } else { exit::JAIL_FAILED })
         }
         ForkResult::Child => {
             drop(ready_w);
-            let mut b = [0u8; 1];
-            let _ = nix::unistd::read(&ready_r, &mut b);
+            await_init_reported(&ready_r)?;
             drop(ready_r);
         }
     }
@@ -100,29 +104,47 @@ pub fn enter(
     // SAFETY: still single-threaded.
     match unsafe { fork() }.step("fork driver")? {
         ForkResult::Parent { child } => {
-            // Only the driver holds the control stream and the output pipes, so the server
-            // sees them close when the driver dies.
-            // SAFETY: closing fds this process no longer uses; 0-2 get /dev/null.
-            unsafe {
-                libc::close(CTRL_FD);
-                libc::dup2(0, 1);
-                libc::dup2(0, 2);
-            }
-            let status = init_confine(cfg).map_or(112, |()| reap_until(child));
+            let status = match init_confine(cfg) {
+                Ok(()) => reap_until(child),
+                Err(err) => {
+                    // Best effort: the control stream is still open unless closing it failed.
+                    report_error(&err);
+                    i32::from(exit::INIT_CONFINE_FAILED)
+                }
+            };
             // SAFETY: _exit is the correct way to leave a forked init.
             unsafe { libc::_exit(status) }
         }
         ForkResult::Child => {}
     }
     // P2: the driver.
-    // SAFETY: prctl and fcntl with integer arguments only. The control stream must not leak
-    // into the processes user code starts.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        libc::fcntl(CTRL_FD, libc::F_SETFD, libc::FD_CLOEXEC);
-    }
+    // SAFETY: integer-only prctl.
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })
+        .step("set parent death signal")?;
+    // The control stream must not leak into the processes user code starts.
+    // SAFETY: integer-only fcntl on the control stream's fd.
+    Errno::result(unsafe { libc::fcntl(CTRL_FD, libc::F_SETFD, libc::FD_CLOEXEC) })
+        .step("control stream close-on-exec")?;
     driver_confine(cfg)?;
     Ok(Role::Driver)
+}
+
+/// P1 waits for P0 to have reported the init's pid: P0 closes its end of the pipe, never
+/// writing, so the init frame is the first the server reads from the sandbox.
+fn await_init_reported(ready: &std::os::fd::OwnedFd) -> Result<(), JailError> {
+    let mut b = [0u8; 1];
+    loop {
+        match nix::unistd::read(ready, &mut b) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {
+                return Err(JailError::Protocol(
+                    "unexpected byte on the init's ready pipe".into(),
+                ))
+            }
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e).step("wait for init report"),
+        }
+    }
 }
 
 /// Moves the three inherited fds to 1, 2 and 3, opens /dev/null as 0, and closes every other fd.
@@ -158,12 +180,11 @@ fn setup_fds(ctrl: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), JailError>
             source: nix::Error::last(),
         });
     }
-    // SAFETY: dup2 and close on fds we own.
-    unsafe {
-        if null != 0 {
-            libc::dup2(null, 0);
-            libc::close(null);
-        }
+    if null != 0 {
+        // SAFETY: dup2 onto fd 0, then close of the fd we opened above.
+        Errno::result(unsafe { libc::dup2(null, 0) }).step("dup2 /dev/null to stdin")?;
+        // SAFETY: as above; `null` is ours and closed exactly once.
+        Errno::result(unsafe { libc::close(null) }).step("close /dev/null")?;
     }
     // SAFETY: close_range closes every fd from 4 up; nothing above 3 is needed any more.
     if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) } != 0 {
@@ -193,11 +214,10 @@ fn fd3() -> std::os::fd::BorrowedFd<'static> {
     unsafe { std::os::fd::BorrowedFd::borrow_raw(CTRL_FD) }
 }
 
-/// Writes one frame (4-byte little-endian length, then the bytes) on `fd`.
+/// Writes one frame ([`frame::encode`]) on `fd`, in one buffer so that a small frame is one
+/// `write`.
 pub fn write_frame(fd: RawFd, payload: &[u8]) -> Result<(), JailError> {
-    let mut buf = Vec::with_capacity(payload.len() + 4);
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(payload);
+    let buf = frame::encode(payload);
     let mut off = 0;
     // SAFETY: the caller owns `fd` for the duration of the call.
     let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
@@ -207,13 +227,22 @@ pub fn write_frame(fd: RawFd, payload: &[u8]) -> Result<(), JailError> {
     Ok(())
 }
 
-/// Confines the init: it keeps no capability and may make only the syscalls of the allowlist.
+/// Confines the init: its stdout and stderr go to /dev/null, it keeps no capability, may make
+/// only the syscalls of the allowlist, and lets go of the control stream last (so a failure
+/// before can still be reported on it). Only the driver holds the control stream and the output
+/// pipes, so the server sees them close when the driver dies.
 fn init_confine(cfg: &JailConfig) -> Result<(), JailError> {
+    // SAFETY: dup2 of fd 0 (/dev/null, from setup_fds) onto 1 and 2.
+    Errno::result(unsafe { libc::dup2(0, 1) }).step("init: stdout to /dev/null")?;
+    // SAFETY: as above.
+    Errno::result(unsafe { libc::dup2(0, 2) }).step("init: stderr to /dev/null")?;
     crate::caps::drop_all()?;
     crate::caps::set_no_new_privs()?;
     if cfg.seccomp {
         install_seccomp()?;
     }
+    // SAFETY: closing the control stream, which this process no longer uses.
+    Errno::result(unsafe { libc::close(CTRL_FD) }).step("init: close control stream")?;
     Ok(())
 }
 
@@ -231,7 +260,7 @@ fn reap_until(driver: nix::unistd::Pid) -> i32 {
             return 128 + libc::WTERMSIG(status);
         }
         if pid < 0 && nix::Error::last() != nix::Error::EINTR {
-            return 113;
+            return i32::from(exit::INIT_WAIT_FAILED);
         }
     }
 }

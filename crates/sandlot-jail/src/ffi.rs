@@ -1,12 +1,12 @@
 //! The C ABI the Python zygote calls through `ctypes` in each forked child.
 
-use crate::child;
 use crate::config::JailConfig;
+use crate::{child, exit};
 use std::os::raw::{c_char, c_int};
 
 /// Enters the jail described by the JSON at `cfg`/`len`. Returns 0 in the fully confined driver
 /// process; never returns in the sandbox's other processes; on failure reports the error on the
-/// control stream and exits the process with status 111.
+/// control stream and exits the process with status [`exit::JAIL_FAILED`].
 ///
 /// # Safety
 /// `cfg` must point to `len` readable bytes. Must be called in a freshly forked child of a
@@ -28,8 +28,7 @@ pub unsafe extern "C" fn sandlot_child_enter(
         Ok(child::Role::Driver) => 0,
         Err(err) => {
             child::report_error(&err);
-            // SAFETY: leaving the forked child without running the parent's atexit handlers.
-            unsafe { libc::_exit(111) }
+            exit::exit_now(exit::JAIL_FAILED)
         }
     }
 }

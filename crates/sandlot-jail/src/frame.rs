@@ -83,10 +83,7 @@ mod tests {
     #[test]
     fn oversized_length_is_refused_before_reading_the_payload() {
         let header = ((MAX_FRAME + 1) as u32).to_le_bytes();
-        assert_eq!(
-            decode(&header),
-            Err(FrameError::TooLarge(MAX_FRAME + 1))
-        );
+        assert_eq!(decode(&header), Err(FrameError::TooLarge(MAX_FRAME + 1)));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 const USR_ALIASES: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// Host `/etc` entries code commonly needs; everything else of `/etc` stays hidden.
-const ETC_ENTRIES: &[&str] = &[
+pub const ETC_ENTRIES: &[&str] = &[
     "alternatives",
     "bash.bashrc",
     "ca-certificates",
@@ -42,7 +42,7 @@ const ETC_ENTRIES: &[&str] = &[
 ];
 
 /// Device nodes bound from the host into the minimal `/dev`.
-const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 const NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 

@@ -12,7 +12,8 @@
 //! - `socket` is allowed for `AF_UNIX`, `AF_INET`, `AF_INET6`; every other family (netlink,
 //!   packet, vsock, alg, ...) fails with `EAFNOSUPPORT`, the answer of a kernel built without that
 //!   family, so libraries take their usual fallback paths. `socketpair` likewise, `AF_UNIX` only.
-//! - `ioctl` is allowed except `TIOCSTI`, `TIOCLINUX` and `TIOCSETD` (`EPERM`).
+//! - `ioctl` is allowed except `TIOCSTI`, `TIOCLINUX`, `TIOCSETD` and the four Btrfs calls that
+//!   create a subvolume (`EPERM`).
 //! - `personality` is allowed only for `PER_LINUX` (0) and the query `0xffffffff`.
 //! - `mknod`/`mknodat` are allowed only for FIFOs (`mkfifo`); device nodes get `EPERM`.
 //!
@@ -314,6 +315,11 @@ pub fn symbol_value(name: &str) -> Option<u64> {
         "TIOCSTI" => ioctl_value(libc::TIOCSTI),
         "TIOCLINUX" => ioctl_value(libc::TIOCLINUX),
         "TIOCSETD" => ioctl_value(libc::TIOCSETD),
+        // _IOW(0x94, nr, struct btrfs_ioctl_vol_args{,_v2}); linux/btrfs.h.
+        "BTRFS_IOC_SNAP_CREATE" => 0x5000_9401,
+        "BTRFS_IOC_SUBVOL_CREATE" => 0x5000_940e,
+        "BTRFS_IOC_SNAP_CREATE_V2" => 0x5000_9417,
+        "BTRFS_IOC_SUBVOL_CREATE_V2" => 0x5000_9418,
         "CLONE_NEWNS" => libc::CLONE_NEWNS as u64,
         "CLONE_NEWUSER" => libc::CLONE_NEWUSER as u64,
         "CLONE_NEWPID" => libc::CLONE_NEWPID as u64,

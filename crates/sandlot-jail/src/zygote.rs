@@ -5,7 +5,7 @@
 
 use crate::config::ZygoteConfig;
 use crate::error::{JailError, PathStep, Step};
-use crate::rootfs;
+use crate::{caps, rootfs};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
 use std::convert::Infallible;
@@ -20,7 +20,8 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
     }
     unshare(CloneFlags::CLONE_NEWNS).step("unshare mount namespace")?;
     rootfs::enter_base_root(cfg)?;
-    drop_bounding_and_ambient()?;
+    // Emptying the bounding set needs CAP_SETPCAP, which the uid change below takes away.
+    caps::drop_bounding_and_ambient()?;
     setgroups(&[]).step("setgroups")?;
     setresgid(
         Gid::from_raw(cfg.gid),
@@ -35,51 +36,15 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
         Uid::from_raw(cfg.uid),
     )
     .step("setresuid")?;
-    crate::caps::set_no_new_privs()?;
+    // Leaves no set non-empty: inheritable survives a uid change.
+    caps::clear_sets()?;
+    caps::set_no_new_privs()?;
     // No PR_SET_PDEATHSIG: it fires when the parent *thread* exits, and the server launches
     // zygotes from worker threads that come and go. The zygote exits instead when its control
     // socket reaches end of file, which happens when the server dies.
     crate::rlimits::set(libc::RLIMIT_NOFILE, cfg.nofile)?;
     crate::rlimits::set(libc::RLIMIT_CORE, 0)?;
     exec(cfg)
-}
-
-fn drop_bounding_and_ambient() -> Result<(), JailError> {
-    // SAFETY: prctl with integer arguments only.
-    if unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    } != 0
-    {
-        return Err(JailError::Sys {
-            step: "clear ambient capabilities",
-            source: nix::Error::last(),
-        });
-    }
-    for cap in 0..=last_cap() {
-        // SAFETY: prctl with integer arguments only. EINVAL for caps this kernel lacks.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if rc != 0 && nix::Error::last() != nix::Error::EINVAL {
-            return Err(JailError::Sys {
-                step: "drop bounding set",
-                source: nix::Error::last(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The highest capability number the running kernel knows.
-pub fn last_cap() -> u32 {
-    fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
 }
 
 fn exec(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {

@@ -1,18 +1,14 @@
 //! Real enforcement tests of the capabilities layer (`sandlot_jail::caps`). The tests run as
-//! root: each case forks a child of root, drops everything and checks what is left.
+//! root: each case forks a child of root, drops everything and checks what is left; the last
+//! one checks the init and the driver of a real sandbox with every layer on.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
 mod common;
 
-use common::{errno, in_child, SETUP_FAILED};
+use common::{errno, in_child, is_root, skip, SETUP_FAILED};
 use sandlot_jail::caps;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 #[test]
 fn snapshot_parses_proc_status() {
@@ -42,7 +38,7 @@ fn last_cap_matches_proc() {
 #[test]
 fn drop_all_leaves_nothing_and_chown_is_eperm() {
     if !is_root() {
-        eprintln!("not root: skipped");
+        skip("not root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -114,7 +110,7 @@ fn drop_all_is_idempotent() {
 #[test]
 fn capabilities_do_not_come_back_on_exec_as_root() {
     if !is_root() {
-        eprintln!("not root: skipped");
+        skip("not root");
         return;
     }
     // uid 0 normally regains the bounding set on execve; with it emptied nothing comes back.
@@ -199,23 +195,64 @@ fn setuid_id_as_nobody(id_copy: &std::path::Path, nnp: bool) -> String {
 #[test]
 fn no_new_privs_blocks_setuid_gain() {
     if !is_root() {
-        eprintln!("not root: skipped");
+        skip("not root");
         return;
     }
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let id_copy = dir.path().join("id");
-    std::fs::copy("/usr/bin/id", &id_copy).unwrap();
-    std::fs::set_permissions(&id_copy, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    // Control: without no_new_privs the setuid bit works (unless the filesystem is nosuid).
-    let control = setuid_id_as_nobody(&id_copy, false);
-    if control != "0" {
-        eprintln!(
-            "setuid does not work in {:?} ({control}): skipped",
-            dir.path()
-        );
+    // Control: without no_new_privs the setuid bit works. A tmpfs /tmp is often nosuid, so the
+    // target dir is tried as well.
+    let mut tried = Vec::new();
+    for parent in [std::env::temp_dir(), env!("CARGO_TARGET_TMPDIR").into()] {
+        let dir = tempfile::tempdir_in(&parent).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let id_copy = dir.path().join("id");
+        std::fs::copy("/usr/bin/id", &id_copy).unwrap();
+        std::fs::set_permissions(&id_copy, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let control = setuid_id_as_nobody(&id_copy, false);
+        if control == "0" {
+            assert_eq!(setuid_id_as_nobody(&id_copy, true), "65534");
+            return;
+        }
+        tried.push(format!("{parent:?}: {control}"));
+    }
+    skip(&format!("setuid does not work in {tried:?}"));
+}
+
+#[test]
+fn sandbox_init_and_driver_keep_no_capability_under_seccomp() {
+    if !is_root() {
+        skip("not root: a sandbox needs a base root and id maps");
         return;
     }
-    assert_eq!(setuid_id_as_nobody(&id_copy, true), "65534");
+    let cfg = sandlot_jail::JailConfig {
+        landlock: true,
+        seccomp: true,
+        ..common::sandbox::test_config()
+    };
+    // The real sequence with every layer on. The init (pid 1) confines itself after forking
+    // the driver, concurrently with the driver's own steps, so its state is polled for.
+    let got = common::sandbox::in_sandbox(&cfg, || {
+        let of = |pid: &str| {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|t| caps::CapsSnapshot::parse(&t))
+                .unwrap_or_default();
+            serde_json::json!({
+                "all dropped": s.all_dropped(),
+                "no_new_privs": s.no_new_privs,
+                "seccomp": s.seccomp,
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut init = of("1");
+        while init["seccomp"] != 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            init = of("1");
+        }
+        serde_json::json!({"init": init, "driver": of("self")})
+    });
+    let confined = serde_json::json!({"all dropped": true, "no_new_privs": true, "seccomp": 2});
+    assert_eq!(
+        got,
+        serde_json::json!({"init": confined, "driver": confined})
+    );
 }

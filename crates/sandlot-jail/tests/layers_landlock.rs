@@ -9,7 +9,7 @@ use std::path::Path;
 
 mod common;
 
-use common::{errno, errno_of, in_child, wait_code, SETUP_FAILED};
+use common::{errno, errno_of, in_child, skip, wait_code, SETUP_FAILED};
 use sandlot_jail::landlock::{self, LandlockOptions, LandlockStatus};
 
 const UNEXPECTED_STATUS: i32 = 251;
@@ -165,7 +165,7 @@ fn exec_from_read_exec_paths_works_and_missing_paths_are_skipped() {
 #[test]
 fn signals_outside_the_domain_are_eperm() {
     if landlock::kernel_abi() < 6 {
-        eprintln!("Landlock ABI < 6: signal scoping not available, skipped");
+        skip("Landlock ABI < 6: signal scoping not available");
         return;
     }
     // A process outside the sandbox's Landlock domain.
@@ -251,7 +251,7 @@ fn connect_errno(addr: &libc::sockaddr_un, len: libc::socklen_t) -> i32 {
 #[test]
 fn abstract_unix_sockets_outside_the_domain_are_eperm() {
     if landlock::kernel_abi() < 6 {
-        eprintln!("Landlock ABI < 6: abstract socket scoping not available, skipped");
+        skip("Landlock ABI < 6: abstract socket scoping not available");
         return;
     }
     // SAFETY: getpid has no preconditions.
@@ -294,7 +294,7 @@ fn tcp_connect_errno(port: u16) -> i32 {
 #[test]
 fn tcp_restriction_only_when_asked() {
     if landlock::kernel_abi() < 4 {
-        eprintln!("Landlock ABI < 4: TCP restriction not available, skipped");
+        skip("Landlock ABI < 4: TCP restriction not available");
         return;
     }
     let (_listener, port) = tcp_listener();

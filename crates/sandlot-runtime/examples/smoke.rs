@@ -4,17 +4,14 @@
 
 use sandlot_runtime::{Runtime, RuntimeConfig};
 use sandlot_types::{CreateSandbox, ExecuteRequest, Language};
+use std::error::Error;
 use std::time::Instant;
 
-fn err(e: sandlot_types::ApiError) -> anyhow::Error {
-    anyhow::anyhow!("{e}")
-}
-
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__zygote-launch") {
-        return Err(sandlot_runtime::zygote_launch_main(&args[2]));
+        return Err(sandlot_runtime::zygote_launch_main(&args[2]).into());
     }
     tracing_subscriber::fmt()
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
@@ -30,17 +27,14 @@ async fn main() -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
-        let s = rt
-            .create_sandbox(CreateSandbox::default())
-            .await
-            .map_err(err)?;
+        let s = rt.create_sandbox(CreateSandbox::default()).await?;
         println!("created {} in {:?}", s.id, t.elapsed());
         ids.push(s.id);
     }
     let id = ids.pop().expect("one sandbox");
     for old in ids {
         let t = Instant::now();
-        rt.delete_sandbox(&old).await.map_err(err)?;
+        rt.delete_sandbox(&old).await?;
         println!("deleted in {:?}", t.elapsed());
     }
     let code = args.get(3).cloned().unwrap_or_else(|| "print(1)".into());
@@ -53,14 +47,14 @@ async fn main() -> anyhow::Result<()> {
             stream: false,
             context: None,
         };
-        let r = rt.execute(&id, req, None).await.map_err(err)?;
+        let r = rt.execute(&id, req, None).await?;
         println!(
             "{lang:?} in {:?}: {}",
             t.elapsed(),
             serde_json::to_string_pretty(&r)?
         );
     }
-    rt.delete_sandbox(&id).await.map_err(err)?;
+    rt.delete_sandbox(&id).await?;
     rt.shutdown().await;
     Ok(())
 }

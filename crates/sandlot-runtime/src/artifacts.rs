@@ -7,9 +7,13 @@
 //! workspace fd with [`files::open_file`] (never by host path, never through a symlink, regular
 //! files only), so a lying driver can at worst name files of its own workspace. The mtime of
 //! `<sha256>` is when the content was last stored; files older than the retention are swept.
+//! The runtime serves stored artifacts by hash (`impl Runtime` at the end).
 
+use crate::error::RuntimeError;
 use crate::files;
-use sandlot_types::{ApiError, Artifact, ErrorCode};
+use crate::util::{blocking, lock};
+use crate::Runtime;
+use sandlot_types::Artifact;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -79,8 +83,8 @@ pub struct Store {
     last_sweep: Mutex<Option<Instant>>,
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::Internal, format!("artifact store: {e}"))
+fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    move |source| RuntimeError::Artifacts { op, source }
 }
 
 impl Store {
@@ -111,14 +115,14 @@ impl Store {
                 Ok(Some(a)) => out.push(a),
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(path = %c.path, error = %e.message, "artifact not stored")
+                    tracing::warn!(path = %c.path, error = %e, "artifact not stored")
                 }
             }
         }
         out
     }
 
-    fn store_one(&self, ws: &OwnedFd, c: &Change) -> Result<Option<Artifact>, ApiError> {
+    fn store_one(&self, ws: &OwnedFd, c: &Change) -> Result<Option<Artifact>, RuntimeError> {
         let Ok(parts) = files::normalize(&c.path) else {
             return Ok(None);
         };
@@ -151,11 +155,11 @@ impl Store {
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
-                return Err(internal(e));
+                return Err(io("copy")(e));
             }
         };
         self.publish(&tmp, &sha, &path, &mime_type, copied_size)
-            .map_err(internal)?;
+            .map_err(io("publish"))?;
         Ok(Some(Artifact {
             url: format!("/v1/artifacts/{sha}"),
             path,
@@ -206,7 +210,7 @@ impl Store {
     ) -> std::io::Result<()> {
         let target = self.dir.join(sha);
         let meta = self.dir.join(format!("{sha}.json"));
-        let _guard = self.publish.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = lock(&self.publish);
         let existing = std::fs::OpenOptions::new().write(true).open(&target);
         match existing {
             Ok(f) => {
@@ -227,24 +231,20 @@ impl Store {
     }
 
     /// Opens a stored artifact: its size, MIME type and the file. Blocking.
-    pub fn open_artifact(&self, sha: &str) -> Result<(u64, String, std::fs::File), ApiError> {
+    pub fn open_artifact(&self, sha: &str) -> Result<(u64, String, std::fs::File), RuntimeError> {
         if !valid_sha256(sha) {
-            return Err(ApiError::new(
-                ErrorCode::InvalidArgument,
-                "an artifact is named by its SHA-256: 64 lowercase hex digits",
-            ));
+            return Err(RuntimeError::BadArtifactName);
         }
         let file = match std::fs::File::open(self.dir.join(sha)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ApiError::new(
-                    ErrorCode::FileNotFound,
-                    format!("no artifact {sha} (never stored, or past its retention)"),
-                ))
+                return Err(RuntimeError::ArtifactNotFound {
+                    sha: sha.to_string(),
+                })
             }
-            Err(e) => return Err(internal(e)),
+            Err(e) => return Err(io("open")(e)),
         };
-        let size = file.metadata().map_err(internal)?.len();
+        let size = file.metadata().map_err(io("stat"))?.len();
         let mime = std::fs::read(self.dir.join(format!("{sha}.json")))
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -255,7 +255,7 @@ impl Store {
 
     /// Whether a retention sweep is due (every few minutes; the first call says yes).
     pub fn sweep_due(&self) -> bool {
-        let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = lock(&self.last_sweep);
         if last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
             return false;
         }
@@ -283,7 +283,7 @@ impl Store {
                     let _ = std::fs::remove_file(&path);
                 }
             } else if valid_sha256(&name) {
-                let _guard = self.publish.lock().unwrap_or_else(|e| e.into_inner());
+                let _guard = lock(&self.publish);
                 if age(&path).is_some_and(|a| a > self.retention) {
                     let _ = std::fs::remove_file(self.dir.join(format!("{name}.json")));
                     if std::fs::remove_file(&path).is_ok() {
@@ -303,6 +303,21 @@ impl Store {
             tracing::info!(deleted, "artifacts past their retention deleted");
         }
         deleted
+    }
+}
+
+impl Runtime {
+    /// Opens a stored artifact by its SHA-256: its size, MIME type and a reader. Artifacts
+    /// outlive their sandboxes (until their retention passes).
+    pub async fn open_artifact(
+        &self,
+        sha256: &str,
+    ) -> Result<(u64, String, tokio::fs::File), RuntimeError> {
+        let store = self.inner.artifacts.clone();
+        let sha = sha256.to_string();
+        let (size, mime, f) =
+            blocking("opening an artifact", move || store.open_artifact(&sha)).await??;
+        Ok((size, mime, tokio::fs::File::from_std(f)))
     }
 }
 
@@ -388,14 +403,14 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}"); // the bytes and the metadata, once
-        assert_eq!(
-            store.open_artifact(&"0".repeat(64)).unwrap_err().code,
-            ErrorCode::FileNotFound
-        );
-        assert_eq!(
-            store.open_artifact("nope").unwrap_err().code,
-            ErrorCode::InvalidArgument
-        );
+        assert!(matches!(
+            store.open_artifact(&"0".repeat(64)),
+            Err(RuntimeError::ArtifactNotFound { .. })
+        ));
+        assert!(matches!(
+            store.open_artifact("nope"),
+            Err(RuntimeError::BadArtifactName)
+        ));
 
         assert!(store.sweep_due());
         assert!(!store.sweep_due());

@@ -21,6 +21,50 @@ const PY_FILES: &[(&str, &str)] = &[
         "python/sandlot_runtime/driver.py",
         include_str!("../../../python/sandlot_runtime/driver.py"),
     ),
+    (
+        "python/sandlot_runtime/state.py",
+        include_str!("../../../python/sandlot_runtime/state.py"),
+    ),
+    (
+        "python/sandlot_runtime/jsonsafe.py",
+        include_str!("../../../python/sandlot_runtime/jsonsafe.py"),
+    ),
+    (
+        "python/sandlot_runtime/capture.py",
+        include_str!("../../../python/sandlot_runtime/capture.py"),
+    ),
+    (
+        "python/sandlot_runtime/protocol.py",
+        include_str!("../../../python/sandlot_runtime/protocol.py"),
+    ),
+    (
+        "python/sandlot_runtime/display.py",
+        include_str!("../../../python/sandlot_runtime/display.py"),
+    ),
+    (
+        "python/sandlot_runtime/shell.py",
+        include_str!("../../../python/sandlot_runtime/shell.py"),
+    ),
+    (
+        "python/sandlot_runtime/python_cells.py",
+        include_str!("../../../python/sandlot_runtime/python_cells.py"),
+    ),
+    (
+        "python/sandlot_runtime/bash_session.py",
+        include_str!("../../../python/sandlot_runtime/bash_session.py"),
+    ),
+    (
+        "python/sandlot_runtime/contexts.py",
+        include_str!("../../../python/sandlot_runtime/contexts.py"),
+    ),
+    (
+        "python/sandlot_runtime/changes.py",
+        include_str!("../../../python/sandlot_runtime/changes.py"),
+    ),
+    (
+        "python/sandlot_runtime/serve.py",
+        include_str!("../../../python/sandlot_runtime/serve.py"),
+    ),
 ];
 
 /// The file name of the jail's shared library.

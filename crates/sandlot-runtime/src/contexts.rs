@@ -7,10 +7,12 @@
 //! "context_delete", "context": "<id>"}`; the driver answers `{"type": "context_done",
 //! "context": "<id>", "ok": bool, "error": "..."}`.
 
+use crate::error::RuntimeError;
+use crate::restart::Turn;
 use crate::sandbox::{Live, Pumped};
-use crate::util::{new_id, now_rfc3339};
+use crate::util::{lock, new_id, now_rfc3339};
 use crate::{Entry, Runtime};
-use sandlot_types::{ApiError, Context, ErrorCode, SandboxState};
+use sandlot_types::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,23 +30,20 @@ pub(crate) fn default_context() -> Context {
     }
 }
 
-fn no_context(sandbox: &str, ctx: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::InvalidArgument,
-        format!("no context {ctx:?} in sandbox {sandbox}"),
-    )
+fn no_context(sandbox: &str, ctx: &str) -> RuntimeError {
+    RuntimeError::NoContext {
+        sandbox: sandbox.to_string(),
+        context: ctx.to_string(),
+    }
 }
 
 impl Live {
     fn context_list(&self) -> Vec<Context> {
-        self.contexts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.contexts).clone()
     }
 
     /// The context an execution asked for (the default one when `None`), if the sandbox has it.
-    pub(crate) fn check_context(&self, ctx: Option<&str>) -> Result<String, ApiError> {
+    pub(crate) fn check_context(&self, ctx: Option<&str>) -> Result<String, RuntimeError> {
         let ctx = ctx.unwrap_or(DEFAULT_CONTEXT);
         if self.context_list().iter().any(|c| c.id == ctx) {
             Ok(ctx.to_string())
@@ -67,7 +66,7 @@ enum Failure {
 /// Sends one context request and waits for its `context_done`. Must be called with the
 /// sandbox's execution lock held. Output and frames arriving meanwhile belong to no execution
 /// and are discarded.
-async fn ask_driver(live: &Live, kind: &str, ctx: &str) -> Result<(), Failure> {
+async fn ask_driver(live: &Live, kind: &'static str, ctx: &str) -> Result<(), Failure> {
     let mut events = live.events.lock().await;
     while let Ok(stale) = events.try_recv() {
         if let Pumped::Closed(why) = stale {
@@ -101,124 +100,110 @@ async fn ask_driver(live: &Live, kind: &str, ctx: &str) -> Result<(), Failure> {
 
 impl Runtime {
     /// Takes the sandbox's execution lock and runs one context request through the driver;
-    /// `check` runs under the lock, before the request is sent.
+    /// `check` runs under the lock, before the request is sent. Processes found dead are
+    /// restarted in place first; processes that die during the request restart after it.
+    /// Returns the processes that answered, with the turn still held so the caller updates
+    /// their list of contexts before the next request.
     async fn context_request(
         &self,
         e: &Arc<Entry>,
-        kind: &str,
+        kind: &'static str,
         ctx: &str,
-        check: impl FnOnce(&[Context]) -> Result<(), ApiError>,
-    ) -> Result<(), ApiError> {
-        let guard = e.live.exec_lock.lock().await;
-        if e.live.is_dead() {
-            return Err(self.gone_or_missing(&e.live.id));
-        }
-        check(&e.live.context_list())?;
+        check: impl FnOnce(&[Context]) -> Result<(), RuntimeError>,
+    ) -> Result<(Turn, Arc<Live>), RuntimeError> {
+        let turn = self.turn(e).await;
+        let (turn, live, _) = self.ready_live(e, turn).await?;
+        check(&live.context_list())?;
         self.touch(e);
-        let answer = ask_driver(&e.live, kind, ctx).await;
-        drop(guard);
+        let answer = ask_driver(&live, kind, ctx).await;
         match answer {
-            Ok(()) => Ok(()),
-            Err(Failure::Refused(why)) => Err(ApiError::new(
-                ErrorCode::InvalidArgument,
-                format!("the sandbox refused {kind} for {ctx:?}: {why}"),
-            )),
-            Err(Failure::NoAnswer) => Err(ApiError::new(
-                ErrorCode::SandboxFailed,
-                format!(
-                    "the sandbox did not answer {kind} within {} s",
-                    ANSWER_TIMEOUT.as_secs()
-                ),
-            )),
+            Ok(()) => Ok((turn, live)),
+            Err(Failure::Refused(reason)) => Err(RuntimeError::ContextRefused {
+                kind,
+                context: ctx.to_string(),
+                reason,
+            }),
+            Err(Failure::NoAnswer) => Err(RuntimeError::ContextNoAnswer {
+                kind,
+                secs: ANSWER_TIMEOUT.as_secs(),
+            }),
             Err(Failure::Died(why)) => {
-                tracing::warn!(sandbox = %e.live.id, %why, "sandbox died during a context request");
-                self.end(
-                    e,
-                    SandboxState::Lost,
-                    "the sandbox's processes died during a context request",
-                )
-                .await;
-                Err(ApiError::new(
-                    ErrorCode::SandboxFailed,
-                    format!("the sandbox's processes died ({why}); its state is lost"),
-                ))
+                tracing::warn!(sandbox = %e.id, %why, "sandbox died during a context request");
+                live.signal_kill();
+                self.restart_after(e, turn, crate::restart::reason::CRASHED);
+                Err(RuntimeError::DiedInContextRequest { why })
             }
         }
     }
 
     /// Creates a new, empty code context (id `ctx_...`) in a sandbox.
-    pub async fn create_context(&self, id: &str) -> Result<Context, ApiError> {
+    pub async fn create_context(&self, id: &str) -> Result<Context, RuntimeError> {
         let e = self.entry(id)?;
         let ctx = Context {
             id: new_id("ctx_"),
             created_at: now_rfc3339(),
         };
-        self.context_request(&e, "context_create", &ctx.id, |list| {
-            if list.len() >= MAX_CONTEXTS {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidArgument,
-                    format!(
-                        "sandbox {id} already has {MAX_CONTEXTS} contexts, the most it may have"
-                    ),
-                ));
-            }
-            Ok(())
-        })
-        .await?;
-        e.live
-            .contexts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(ctx.clone());
+        let (turn, live) = self
+            .context_request(&e, "context_create", &ctx.id, |list| {
+                if list.len() >= MAX_CONTEXTS {
+                    return Err(RuntimeError::TooManyContexts {
+                        sandbox: id.to_string(),
+                        max: MAX_CONTEXTS,
+                    });
+                }
+                Ok(())
+            })
+            .await?;
+        lock(&live.contexts).push(ctx.clone());
+        drop(turn);
         Ok(ctx)
     }
 
     /// The sandbox's contexts, oldest first (`default` is always there).
-    pub async fn list_contexts(&self, id: &str) -> Result<Vec<Context>, ApiError> {
+    pub async fn list_contexts(&self, id: &str) -> Result<Vec<Context>, RuntimeError> {
         let e = self.entry(id)?;
-        Ok(e.live.context_list())
+        Ok(match e.live() {
+            Some(live) if !live.is_dead() => live.context_list(),
+            // Stopped, failed or restarting: a restart brings only the default context back.
+            _ => vec![default_context()],
+        })
     }
 
     /// Gives a context a fresh namespace and a new Bash session; other contexts keep theirs.
-    pub async fn restart_context(&self, id: &str, ctx: &str) -> Result<Context, ApiError> {
+    pub async fn restart_context(&self, id: &str, ctx: &str) -> Result<Context, RuntimeError> {
         let e = self.entry(id)?;
-        self.context_request(&e, "context_restart", ctx, |list| {
-            if list.iter().any(|c| c.id == ctx) {
-                Ok(())
-            } else {
-                Err(no_context(id, ctx))
-            }
-        })
-        .await?;
-        e.live
-            .context_list()
+        let (_turn, live) = self
+            .context_request(&e, "context_restart", ctx, |list| {
+                if list.iter().any(|c| c.id == ctx) {
+                    Ok(())
+                } else {
+                    Err(no_context(id, ctx))
+                }
+            })
+            .await?;
+        live.context_list()
             .into_iter()
             .find(|c| c.id == ctx)
             .ok_or_else(|| no_context(id, ctx))
     }
 
     /// Removes a context (its namespace and Bash session); `default` cannot be removed.
-    pub async fn delete_context(&self, id: &str, ctx: &str) -> Result<(), ApiError> {
+    pub async fn delete_context(&self, id: &str, ctx: &str) -> Result<(), RuntimeError> {
         let e = self.entry(id)?;
         if ctx == DEFAULT_CONTEXT {
-            return Err(ApiError::new(
-                ErrorCode::InvalidArgument,
-                "the default context cannot be deleted (restart it instead)",
-            ));
+            return Err(RuntimeError::DefaultContextPermanent);
         }
-        self.context_request(&e, "context_delete", ctx, |list| {
-            if list.iter().any(|c| c.id == ctx) {
-                Ok(())
-            } else {
-                Err(no_context(id, ctx))
-            }
-        })
-        .await?;
-        e.live
-            .contexts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|c| c.id != ctx);
+        let (turn, live) = self
+            .context_request(&e, "context_delete", ctx, |list| {
+                if list.iter().any(|c| c.id == ctx) {
+                    Ok(())
+                } else {
+                    Err(no_context(id, ctx))
+                }
+            })
+            .await?;
+        lock(&live.contexts).retain(|c| c.id != ctx);
+        drop(turn);
         Ok(())
     }
 }

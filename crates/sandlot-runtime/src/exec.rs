@@ -1,20 +1,146 @@
-//! One execution: send the cell, collect the ordered events under the output budget, enforce
-//! the timeout from outside (interrupt, then kill), and classify how it ended.
+//! Executions. The runtime's side (`impl Runtime`): checks a request, queues it behind the
+//! sandbox's running execution (at most [`MAX_QUEUED`] wait), records it, and restarts in place
+//! a sandbox whose processes died in it (`restart.rs`); interrupts; the execution history. One execution itself ([`run`]): send the cell,
+//! collect the ordered events under the output budget, enforce the timeout from outside
+//! (interrupt, then kill), and classify how it ended.
 
 use crate::artifacts;
+use crate::error::{store, RuntimeError};
 use crate::sandbox::{Budgeted, Live, Pumped};
-use crate::util::now_rfc3339;
+use crate::util::{lock, new_id, now_rfc3339};
+use crate::Runtime;
 use sandlot_types::{
-    Artifact, EndState, ExecError, ExecuteRequest, ExecutionResult, OutputEvent, Truncation,
+    Artifact, EndState, ExecError, ExecuteRequest, ExecutionRecord, ExecutionResult, OutputEvent,
+    Truncation,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// How long an interrupted execution gets to stop before the sandbox is killed.
-const GRACE: Duration = Duration::from_secs(3);
+/// Most executions that may wait behind a running one on the same sandbox.
+const MAX_QUEUED: usize = 16;
+
+impl Runtime {
+    /// Runs code; when `events` is given every output event is also sent there as it is
+    /// produced (for SSE). Executions on one sandbox run one at a time, in arrival order.
+    pub async fn execute(
+        &self,
+        id: &str,
+        req: ExecuteRequest,
+        events: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Result<ExecutionResult, RuntimeError> {
+        let cfg = &self.inner.config;
+        if req.code.len() > cfg.max_code_bytes {
+            return Err(RuntimeError::CodeTooLarge {
+                size: req.code.len(),
+                limit: cfg.max_code_bytes,
+            });
+        }
+        let timeout = match req.timeout {
+            None => cfg.default_exec_timeout,
+            Some(t) if t.is_finite() && t > 0.0 && t <= cfg.max_exec_timeout => t,
+            Some(t) => {
+                return Err(RuntimeError::BadTimeout {
+                    timeout: t,
+                    max: cfg.max_exec_timeout,
+                })
+            }
+        };
+        let e = self.entry(id)?;
+        if e.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+            e.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(RuntimeError::SandboxBusy {
+                waiting: MAX_QUEUED,
+            });
+        }
+        let turn = self.turn(&e).await;
+        e.waiting.fetch_sub(1, Ordering::SeqCst);
+        // Processes that died since the last request (or a sandbox stopped by a server
+        // restart) restart in place first.
+        let (turn, live, restarted_before) = self.ready_live(&e, turn).await?;
+        // Checked under the lock: a context deleted by a request queued ahead is gone.
+        live.check_context(req.context.as_deref())?;
+        self.touch(&e);
+        let exec_id = new_id("ex_");
+        let record = ExecutionRecord {
+            id: exec_id.clone(),
+            sandbox_id: id.to_string(),
+            code: req.code.clone(),
+            language: req.language,
+            started_at: now_rfc3339(),
+            result: None,
+        };
+        self.inner.recorder.started(record);
+        let mut result = run(
+            &live,
+            &exec_id,
+            &req,
+            timeout,
+            cfg.max_output_bytes,
+            events,
+            &self.inner.artifacts,
+        )
+        .await;
+        result.restarted = if result.sandbox_alive {
+            drop(turn);
+            restarted_before
+        } else {
+            let why = restart_reason(&result);
+            self.restart_after(&e, turn, why)
+        };
+        self.inner.recorder.finished(&exec_id, &result);
+        self.touch(&e);
+        Ok(result)
+    }
+
+    /// Interrupts the running execution (KeyboardInterrupt in Python, SIGINT in Bash).
+    /// Returns whether an execution was running.
+    pub async fn interrupt(&self, id: &str) -> Result<bool, RuntimeError> {
+        let e = self.entry(id)?;
+        let Some(live) = e.live() else {
+            return Ok(false);
+        };
+        let running = live.busy();
+        if running {
+            live.interrupt.notify_one();
+        }
+        Ok(running)
+    }
+
+    /// The executions of a live or ended sandbox, oldest first, including every one already
+    /// answered (the write-behind queue is drained first).
+    pub async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, RuntimeError> {
+        let known = lock(&self.inner.sandboxes).contains_key(id)
+            || matches!(self.inner.store.get_sandbox(id), Ok(Some(_)));
+        if !known {
+            return Err(RuntimeError::SandboxNotFound { id: id.to_string() });
+        }
+        self.inner.recorder.flush().await;
+        self.inner
+            .store
+            .list_executions(id)
+            .map_err(store("listing executions"))
+    }
+}
+
+/// How long an interrupted execution gets to stop before the sandbox's processes are killed
+/// (and restarted in place). With the kill signalled without waiting, an execution answers
+/// within its timeout plus this plus a few milliseconds, whatever its code does.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// Why an execution's processes have to restart, from how it ended.
+fn restart_reason(r: &ExecutionResult) -> &'static str {
+    use crate::restart::reason;
+    match r.end_state {
+        EndState::Oom => reason::OOM,
+        EndState::Timeout => reason::TIMEOUT,
+        EndState::Interrupted => reason::INTERRUPT_IGNORED,
+        _ => reason::CRASHED,
+    }
+}
 
 struct Collector {
     outputs: Vec<OutputEvent>,
@@ -224,7 +350,7 @@ pub async fn run(
             break;
         }
     }
-    *live.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(exec_id.to_string());
+    *lock(&live.running) = Some(exec_id.to_string());
     let msg = serde_json::json!({
         "type": "execute", "id": exec_id, "code": req.code, "language": req.language,
         "context": context_of(req),
@@ -265,7 +391,9 @@ pub async fn run(
                 }
                 _ = tokio::time::sleep_until(wake) => {
                     if kill_at.is_some() {
-                        live.kill();
+                        // Signalled, not waited for: the processes are gone (or going) and the
+                        // restart that follows waits for them, not the client.
+                        live.signal_kill();
                         break Outcome::Killed;
                     }
                     timed_out = true;
@@ -275,7 +403,7 @@ pub async fn run(
             }
         }
     };
-    *live.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *lock(&live.running) = None;
     // Output written just before the end may still be in the channel.
     if matches!(outcome, Outcome::Done { .. }) {
         while let Ok(ev) = events.try_recv() {
@@ -310,7 +438,7 @@ pub async fn run(
             (state, true, exit_code)
         }
         Outcome::Died(_) | Outcome::Killed => {
-            live.kill();
+            live.signal_kill();
             let state = if oom {
                 EndState::Oom
             } else if timed_out {
@@ -332,8 +460,15 @@ pub async fn run(
     }
     if !alive && c.error.is_none() {
         let value = match end_state {
-            EndState::Oom => "the sandbox ran out of memory; its state is lost".to_string(),
-            _ => format!("the sandbox's processes died ({died_why}); its state is lost"),
+            EndState::Oom => {
+                "the sandbox ran out of memory; its processes restart in place and their state \
+                 is lost (files are kept)"
+                    .to_string()
+            }
+            _ => format!(
+                "the sandbox's processes died ({died_why}); they restart in place and their \
+                 state is lost (files are kept)"
+            ),
         };
         c.error = Some(ExecError {
             name: "SandboxDied".into(),
@@ -372,6 +507,7 @@ pub async fn run(
         sandbox_alive: alive,
         artifacts,
         context: Some(context_of(req).to_string()),
+        restarted: None,
     }
 }
 
@@ -385,7 +521,7 @@ async fn collect_artifacts(
     let ws = match live.workspace() {
         Ok(ws) => ws,
         Err(e) => {
-            tracing::warn!(sandbox = %live.id, error = %e.message, "no workspace for artifacts");
+            tracing::warn!(sandbox = %live.id, error = %e, "no workspace for artifacts");
             return Vec::new();
         }
     };

@@ -1,12 +1,28 @@
 //! Files in and out of a sandbox's workspace without ever following a path the sandbox
-//! controls: every lookup starts from an fd of the workspace (reached through the kernel's
+//! controls: every lookup starts from an fd of the workspace (its directory on disk, see
+//! `workspace.rs`, or for a sandbox without one the tmpfs reached through the kernel's
 //! `/proc/<pid>/root` link) and goes through `openat2` with `RESOLVE_IN_ROOT`,
 //! `RESOLVE_NO_SYMLINKS`, `RESOLVE_NO_MAGICLINKS` and `RESOLVE_NO_XDEV`. Only regular files are
 //! read or written; created files and directories belong to the sandbox's uid.
+//!
+//! The runtime's file operations (`impl Runtime`: write, read, list, delete) are at the end;
+//! they run these blocking primitives off the async threads.
 
-use sandlot_types::{ApiError, ErrorCode, FileEntry};
+use crate::error::{FileError, RuntimeError};
+use crate::sandbox::Live;
+use crate::util::{blocking, lock};
+use crate::Runtime;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use sandlot_types::FileEntry;
 use std::ffi::CString;
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// A byte stream of a file being uploaded.
+pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
 const RESOLVE_NO_XDEV: u64 = 0x01;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
@@ -17,35 +33,22 @@ const SAFE: u64 = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS 
 /// Most entries a listing returns.
 pub const MAX_LIST: usize = 10_000;
 
-fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
-    ApiError::new(code, msg)
-}
-
 /// Checks a client path and returns it relative to the workspace. Accepts `a/b`, `./a/b` and
 /// `/workspace/a/b`; refuses other absolute paths, `..`, NUL bytes and over-long paths.
-pub fn normalize(path: &str) -> Result<Vec<String>, ApiError> {
+pub fn normalize(path: &str) -> Result<Vec<String>, FileError> {
     if path.contains('\0') {
-        return Err(err(ErrorCode::InvalidPath, "path contains a NUL byte"));
+        return Err(FileError::PathHasNul);
     }
     if path.len() > 4096 {
-        return Err(err(
-            ErrorCode::InvalidPath,
-            "path is longer than 4096 bytes",
-        ));
+        return Err(FileError::PathTooLong);
     }
     let rel = if let Some(rest) = path.strip_prefix("/workspace") {
         if !(rest.is_empty() || rest.starts_with('/')) {
-            return Err(err(
-                ErrorCode::InvalidPath,
-                format!("absolute path {path:?} is outside /workspace"),
-            ));
+            return Err(FileError::OutsideWorkspace(path.to_string()));
         }
         rest
     } else if path.starts_with('/') {
-        return Err(err(
-            ErrorCode::InvalidPath,
-            format!("absolute path {path:?} is outside /workspace"),
-        ));
+        return Err(FileError::OutsideWorkspace(path.to_string()));
     } else {
         path
     };
@@ -53,26 +56,21 @@ pub fn normalize(path: &str) -> Result<Vec<String>, ApiError> {
     for comp in rel.split('/') {
         match comp {
             "" | "." => continue,
-            ".." => {
-                return Err(err(
-                    ErrorCode::InvalidPath,
-                    format!("path {path:?} contains '..'"),
-                ))
-            }
-            c if c.len() > 255 => {
-                return Err(err(
-                    ErrorCode::InvalidPath,
-                    "a path component is longer than 255 bytes",
-                ))
-            }
+            ".." => return Err(FileError::DotDot(path.to_string())),
+            c if c.len() > 255 => return Err(FileError::ComponentTooLong),
             c => parts.push(c.to_string()),
         }
     }
     Ok(parts)
 }
 
-fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32) -> Result<OwnedFd, nix::Error> {
-    let c = CString::new(path).map_err(|_| nix::Error::EINVAL)?;
+pub(crate) fn openat2(
+    dir: RawFd,
+    path: impl AsRef<[u8]>,
+    flags: i32,
+    mode: u32,
+) -> Result<OwnedFd, nix::Error> {
+    let c = CString::new(path.as_ref()).map_err(|_| nix::Error::EINVAL)?;
     #[repr(C)]
     struct OpenHow {
         flags: u64,
@@ -106,50 +104,37 @@ fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32) -> Result<OwnedFd, nix
     }
 }
 
-fn map_errno(e: nix::Error, path: &str) -> ApiError {
+/// What the kernel answered for `path`, as the file error a client sees.
+pub(crate) fn map_errno(e: nix::Error, path: &str) -> FileError {
+    let path = path.to_string();
     match e {
-        nix::Error::ENOENT => err(
-            ErrorCode::FileNotFound,
-            format!("{path}: no such file or directory"),
-        ),
-        nix::Error::ELOOP => err(
-            ErrorCode::NotARegularFile,
-            format!("{path}: is or passes through a symlink"),
-        ),
-        nix::Error::EXDEV => err(
-            ErrorCode::InvalidPath,
-            format!("{path}: leaves the workspace"),
-        ),
-        nix::Error::ENOTDIR => err(
-            ErrorCode::FileNotFound,
-            format!("{path}: a parent is not a directory"),
-        ),
-        nix::Error::EISDIR => err(
-            ErrorCode::NotARegularFile,
-            format!("{path}: is a directory"),
-        ),
-        nix::Error::ENOSPC | nix::Error::EDQUOT => {
-            err(ErrorCode::WorkspaceFull, "the workspace is full")
-        }
-        nix::Error::EFBIG => err(ErrorCode::FileTooLarge, format!("{path}: file too large")),
-        nix::Error::ENAMETOOLONG => err(ErrorCode::InvalidPath, format!("{path}: name too long")),
-        nix::Error::EEXIST => err(
-            ErrorCode::InvalidPath,
-            format!("{path}: exists and is not a directory"),
-        ),
-        nix::Error::ESRCH => err(ErrorCode::SandboxFailed, "the sandbox is gone"),
-        nix::Error::ENXIO => err(
-            ErrorCode::NotARegularFile,
-            format!("{path}: is a FIFO or socket, not a regular file"),
-        ),
-        e => err(ErrorCode::Internal, format!("{path}: {}", e.desc())),
+        nix::Error::ENOENT => FileError::NotFound(path),
+        nix::Error::ELOOP => FileError::Symlink(path),
+        nix::Error::EXDEV => FileError::LeavesWorkspace(path),
+        nix::Error::ENOTDIR => FileError::ParentNotDirectory(path),
+        nix::Error::EISDIR => FileError::IsDirectory(path),
+        nix::Error::ENOSPC | nix::Error::EDQUOT => FileError::WorkspaceFull,
+        nix::Error::EFBIG => FileError::TooLarge(path),
+        nix::Error::ENAMETOOLONG => FileError::NameTooLong(path),
+        nix::Error::EEXIST => FileError::NotADirectory(path),
+        nix::Error::ESRCH => FileError::SandboxGone,
+        nix::Error::ENXIO => FileError::Fifo(path),
+        errno => FileError::Os { path, errno },
+    }
+}
+
+/// A failed write into the workspace, as the file error a client sees.
+fn write_error(e: std::io::Error) -> FileError {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => FileError::WorkspaceFull,
+        Some(libc::EFBIG) => FileError::WriteTooLarge,
+        _ => FileError::Write(e),
     }
 }
 
 /// The workspace of the sandbox whose driver has host pid `pid`, as a directory fd.
-pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
-    let root =
-        CString::new(format!("/proc/{pid}/root")).map_err(|_| err(ErrorCode::Internal, "pid"))?;
+pub fn workspace_fd(pid: i32) -> Result<OwnedFd, FileError> {
+    let root = CString::new(format!("/proc/{pid}/root")).map_err(|_| FileError::PathHasNul)?;
     // SAFETY: opening a path we built; O_PATH gives no access by itself.
     let fd = unsafe {
         libc::open(
@@ -158,10 +143,7 @@ pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
         )
     };
     if fd < 0 {
-        return Err(err(
-            ErrorCode::SandboxFailed,
-            "the sandbox's processes are gone",
-        ));
+        return Err(FileError::ProcessesGone);
     }
     // SAFETY: a fresh fd we own.
     let root = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -177,16 +159,13 @@ pub fn workspace_fd(pid: i32) -> Result<OwnedFd, ApiError> {
         )
     };
     if ws < 0 {
-        return Err(err(
-            ErrorCode::SandboxFailed,
-            "the sandbox has no workspace",
-        ));
+        return Err(FileError::NoWorkspace);
     }
     // SAFETY: a fresh fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(ws) })
 }
 
-fn fstat(fd: RawFd) -> Result<libc::stat, nix::Error> {
+pub(crate) fn fstat(fd: RawFd) -> Result<libc::stat, nix::Error> {
     // SAFETY: stat is plain old data; zeroed is valid; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and out-pointer.
@@ -196,7 +175,7 @@ fn fstat(fd: RawFd) -> Result<libc::stat, nix::Error> {
     Ok(st)
 }
 
-fn kind_of(mode: u32) -> &'static str {
+pub(crate) fn kind_of(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFREG => "file",
         libc::S_IFDIR => "dir",
@@ -208,7 +187,7 @@ fn kind_of(mode: u32) -> &'static str {
 /// Runs `f` with this thread's filesystem uid and gid set to the sandbox's host uid. Files the
 /// host creates in a sandbox's tmpfs must belong to an id mapped in the sandbox's user
 /// namespace (the kernel refuses others with EOVERFLOW), and they should be the sandbox's anyway.
-fn as_sandbox<T>(uid: u32, f: impl FnOnce() -> T) -> T {
+pub(crate) fn as_sandbox<T>(uid: u32, f: impl FnOnce() -> T) -> T {
     // SAFETY: setfsuid/setfsgid change only the calling thread's filesystem ids; they are
     // restored below before the thread runs anything else.
     let (old_uid, old_gid) = unsafe {
@@ -232,12 +211,12 @@ fn open_dir(
     create: bool,
     uid: u32,
     shown: &str,
-) -> Result<OwnedFd, ApiError> {
+) -> Result<OwnedFd, FileError> {
     let mut cur = openat2(ws.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(|e| map_errno(e, shown))?;
     for p in parts {
         if create {
-            let c = CString::new(p.as_str()).map_err(|_| err(ErrorCode::InvalidPath, "NUL"))?;
+            let c = CString::new(p.as_str()).map_err(|_| FileError::PathHasNul)?;
             let r = as_sandbox(uid, || {
                 // SAFETY: mkdirat relative to a dir fd we own.
                 let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
@@ -259,13 +238,10 @@ pub fn create_file(
     ws: &OwnedFd,
     uid: u32,
     path: &str,
-) -> Result<(std::fs::File, String), ApiError> {
+) -> Result<(std::fs::File, String), FileError> {
     let parts = normalize(path)?;
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(
-            ErrorCode::InvalidPath,
-            "path names the workspace itself",
-        ));
+        return Err(FileError::NamesWorkspace);
     };
     let shown = parts.join("/");
     let dir = open_dir(ws, dirs, true, uid, &shown)?;
@@ -280,10 +256,10 @@ pub fn create_file(
     .map_err(|e| map_errno(e, &shown))?;
     let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(err(
-            ErrorCode::NotARegularFile,
-            format!("{shown}: not a regular file"),
-        ));
+        return Err(FileError::NotRegular {
+            path: shown,
+            kind: kind_of(st.st_mode),
+        });
     }
     // SAFETY: ftruncate on a regular file fd we own.
     unsafe {
@@ -298,13 +274,10 @@ pub fn create_file(
 }
 
 /// Opens a regular file for reading; returns it and its size.
-pub fn open_file(ws: &OwnedFd, path: &str) -> Result<(std::fs::File, u64), ApiError> {
+pub fn open_file(ws: &OwnedFd, path: &str) -> Result<(std::fs::File, u64), FileError> {
     let parts = normalize(path)?;
     if parts.is_empty() {
-        return Err(err(
-            ErrorCode::NotARegularFile,
-            "the workspace is a directory",
-        ));
+        return Err(FileError::ReadWorkspace);
     }
     let shown = parts.join("/");
     // O_NONBLOCK so a FIFO cannot block us; regular files ignore it.
@@ -317,11 +290,10 @@ pub fn open_file(ws: &OwnedFd, path: &str) -> Result<(std::fs::File, u64), ApiEr
     .map_err(|e| map_errno(e, &shown))?;
     let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        let what = kind_of(st.st_mode);
-        return Err(err(
-            ErrorCode::NotARegularFile,
-            format!("{shown}: is a {what}, not a regular file"),
-        ));
+        return Err(FileError::NotRegular {
+            path: shown,
+            kind: kind_of(st.st_mode),
+        });
     }
     // SAFETY: fcntl flag change on our own fd.
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_RDONLY) };
@@ -329,14 +301,11 @@ pub fn open_file(ws: &OwnedFd, path: &str) -> Result<(std::fs::File, u64), ApiEr
 }
 
 /// Stat of a path (not following a final symlink), as a listing entry.
-pub fn entry_of(ws: &OwnedFd, path: &str) -> Result<FileEntry, ApiError> {
+pub fn entry_of(ws: &OwnedFd, path: &str) -> Result<FileEntry, FileError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(
-            ErrorCode::InvalidPath,
-            "path names the workspace itself",
-        ));
+        return Err(FileError::NamesWorkspace);
     };
     let dir = open_dir(ws, dirs, false, 0, &shown)?;
     stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))
@@ -361,7 +330,7 @@ fn stat_entry(dir: RawFd, name: &str, rel: &str) -> Result<FileEntry, nix::Error
 }
 
 /// Lists a directory of the workspace.
-pub fn list(ws: &OwnedFd, path: &str, recursive: bool) -> Result<Vec<FileEntry>, ApiError> {
+pub fn list(ws: &OwnedFd, path: &str, recursive: bool) -> Result<Vec<FileEntry>, FileError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let dir = open_dir(ws, &parts, false, 0, &shown)?;
@@ -412,14 +381,11 @@ fn walk(
 }
 
 /// Removes a file, or a directory and everything in it.
-pub fn remove(ws: &OwnedFd, path: &str) -> Result<(), ApiError> {
+pub fn remove(ws: &OwnedFd, path: &str) -> Result<(), FileError> {
     let parts = normalize(path)?;
     let shown = parts.join("/");
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(err(
-            ErrorCode::InvalidPath,
-            "refusing to remove the workspace itself",
-        ));
+        return Err(FileError::RemoveWorkspace);
     };
     let dir = open_dir(ws, dirs, false, 0, &shown)?;
     let e = stat_entry(dir.as_raw_fd(), name, &shown).map_err(|e| map_errno(e, &shown))?;
@@ -462,6 +428,176 @@ fn empty_dir(dir: &OwnedFd, depth: usize) -> Result<(), nix::Error> {
     Ok(())
 }
 
+/// Where the host reaches a sandbox's workspace: its directory on disk, usable whatever its
+/// processes are doing, or (a sandbox without a disk workspace) the tmpfs in its processes'
+/// root. Cheap to clone; [`WorkspaceRoot::open`] is blocking.
+#[derive(Clone)]
+pub(crate) struct WorkspaceRoot {
+    root: Root,
+    /// The sandbox's host uid: files the host creates belong to it.
+    pub uid: u32,
+    /// The sandbox's quota, for the message of a write that hits it.
+    pub disk_mb: u64,
+}
+
+#[derive(Clone)]
+enum Root {
+    Disk { rt: Runtime, id: String },
+    Processes(Arc<Live>),
+}
+
+impl WorkspaceRoot {
+    /// The workspace's root directory as an `O_PATH` fd every lookup resolves beneath.
+    pub(crate) fn open(&self) -> Result<OwnedFd, FileError> {
+        match &self.root {
+            Root::Disk { rt, id } => rt.workspace_dir(id),
+            Root::Processes(live) if live.is_dead() => Err(FileError::ProcessesGone),
+            Root::Processes(live) => live.workspace(),
+        }
+    }
+
+    /// A write that failed for lack of room, as the client sees it: the quota named.
+    fn quota(&self, e: FileError) -> RuntimeError {
+        match e {
+            FileError::WorkspaceFull => RuntimeError::QuotaExceeded {
+                disk_mb: self.disk_mb,
+            },
+            e => e.into(),
+        }
+    }
+}
+
+impl Runtime {
+    /// Where the host reaches the workspace of sandbox `id` (any state but ended), which is
+    /// marked active.
+    pub(crate) fn workspace_root(&self, id: &str) -> Result<WorkspaceRoot, RuntimeError> {
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let root = if e.disk {
+            Root::Disk {
+                rt: self.clone(),
+                id: e.id.clone(),
+            }
+        } else {
+            Root::Processes(e.live().ok_or(FileError::ProcessesGone)?)
+        };
+        let disk_mb = lock(&e.info).limits.disk_mb;
+        Ok(WorkspaceRoot {
+            root,
+            uid: e.host_uid,
+            disk_mb,
+        })
+    }
+
+    /// Writes a file under the workspace (creating parent directories), streaming the body.
+    /// A failed upload leaves no file behind; one that hits the sandbox's disk quota fails
+    /// with `QuotaExceeded`.
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mut body: ByteStream,
+    ) -> Result<FileEntry, RuntimeError> {
+        let ws = self.workspace_root(id)?;
+        let (p, w1, uid) = (path.to_string(), ws.clone(), ws.uid);
+        let opened = blocking("opening the file", move || {
+            w1.open().and_then(|root| create_file(&root, uid, &p))
+        })
+        .await?;
+        let (file, shown) = opened.map_err(|e| ws.quota(e))?;
+        let max = self.inner.config.max_file_bytes;
+        let (tx, mut rx) = mpsc::channel::<Bytes>(8);
+        // Started now, so it writes while the body streams in.
+        let writer = tokio::task::spawn_blocking(move || -> Result<(), FileError> {
+            let mut file = file;
+            while let Some(chunk) = rx.blocking_recv() {
+                file.write_all(&chunk).map_err(write_error)?;
+            }
+            Ok(())
+        });
+        let mut total = 0u64;
+        let mut failure = None;
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(c) => {
+                    total += c.len() as u64;
+                    if total > max {
+                        failure = Some(RuntimeError::UploadTooLarge { limit: max });
+                        break;
+                    }
+                    if tx.send(c).await.is_err() {
+                        break;
+                    }
+                }
+                Err(source) => {
+                    failure = Some(RuntimeError::UploadRead { source });
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let written = writer.await.map_err(|source| RuntimeError::Task {
+            task: "writing the file",
+            source,
+        })?;
+        if let Some(f) = failure.or(written.err().map(|e| ws.quota(e))) {
+            let (p, w2) = (shown.clone(), ws.clone());
+            let _ = blocking("removing a failed upload", move || {
+                w2.open().and_then(|root| remove(&root, &p))
+            })
+            .await;
+            return Err(f);
+        }
+        let entry = blocking("reading the new file", move || {
+            ws.open().and_then(|root| entry_of(&root, &shown))
+        })
+        .await??;
+        Ok(entry)
+    }
+
+    /// Opens a regular file of the workspace for reading; returns its size and a reader.
+    pub async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<(u64, tokio::fs::File), RuntimeError> {
+        let ws = self.workspace_root(id)?;
+        let p = path.to_string();
+        let (f, size) = blocking("opening the file", move || {
+            ws.open().and_then(|root| open_file(&root, &p))
+        })
+        .await??;
+        Ok((size, tokio::fs::File::from_std(f)))
+    }
+
+    /// Lists a directory of the workspace (`""` is the root), recursively when asked.
+    pub async fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Vec<FileEntry>, RuntimeError> {
+        let ws = self.workspace_root(id)?;
+        let p = path.to_string();
+        let entries = blocking("listing files", move || {
+            ws.open().and_then(|root| list(&root, &p, recursive))
+        })
+        .await??;
+        Ok(entries)
+    }
+
+    /// Removes a file or (recursively) a directory of the workspace.
+    pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), RuntimeError> {
+        let ws = self.workspace_root(id)?;
+        let p = path.to_string();
+        blocking("deleting a file", move || {
+            ws.open().and_then(|root| remove(&root, &p))
+        })
+        .await??;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,19 +608,16 @@ mod tests {
         assert_eq!(normalize("./a//b").unwrap(), vec!["a", "b"]);
         assert_eq!(normalize("/workspace/a").unwrap(), vec!["a"]);
         assert!(normalize("/workspace").unwrap().is_empty());
-        assert_eq!(normalize("../x").unwrap_err().code, ErrorCode::InvalidPath);
-        assert_eq!(
-            normalize("a/../../x").unwrap_err().code,
-            ErrorCode::InvalidPath
-        );
-        assert_eq!(
-            normalize("/etc/passwd").unwrap_err().code,
-            ErrorCode::InvalidPath
-        );
-        assert_eq!(
-            normalize("/workspacex/a").unwrap_err().code,
-            ErrorCode::InvalidPath
-        );
-        assert_eq!(normalize("a\0b").unwrap_err().code, ErrorCode::InvalidPath);
+        assert!(matches!(normalize("../x"), Err(FileError::DotDot(_))));
+        assert!(matches!(normalize("a/../../x"), Err(FileError::DotDot(_))));
+        assert!(matches!(
+            normalize("/etc/passwd"),
+            Err(FileError::OutsideWorkspace(_))
+        ));
+        assert!(matches!(
+            normalize("/workspacex/a"),
+            Err(FileError::OutsideWorkspace(_))
+        ));
+        assert!(matches!(normalize("a\0b"), Err(FileError::PathHasNul)));
     }
 }

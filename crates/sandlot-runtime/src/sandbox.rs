@@ -1,21 +1,25 @@
-//! One live sandbox: its processes, cgroup, control stream and output pipes, and the pump that
-//! turns them into one ordered stream of events.
+//! One live sandbox: its processes (reached only through pidfds), cgroup, control stream and
+//! output pipes; the pump that turns stream and pipes into one ordered stream of events; and the
+//! output budget of one stream. Frames on the control stream use the shared codec
+//! (`sandlot_jail::frame`), whose size cap ends a sandbox that sends more. Killing a sandbox is
+//! in `teardown`.
 
-use crate::util::Utf8Stream;
+use crate::error::{CreateFailure, FileError};
+use crate::util::{lock, Utf8Stream};
 use sandlot_jail::cgroup::Cgroup;
+use sandlot_jail::frame::{self, FrameError};
 use serde_json::Value;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex as StdMutex;
-use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::pipe;
-use tokio::net::UnixStream;
+use tokio::net::unix::{pipe, OwnedReadHalf};
 use tokio::sync::{mpsc, Mutex};
 
-/// Largest frame the server accepts from a sandbox; a larger one means a broken or hostile
-/// driver and ends the sandbox.
-pub const MAX_FRAME: usize = 64 << 20;
+/// The longest a frame to the driver may wait for room on the control stream (an idle driver
+/// reads the largest cell in milliseconds); with the kill grace it keeps an execution within
+/// its timeout plus 2 s.
+pub const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the pump delivers, in the order the sandbox produced it.
 #[derive(Debug)]
@@ -30,10 +34,13 @@ pub enum Pumped {
 /// A live sandbox.
 pub struct Live {
     pub id: String,
-    /// The limits it was booted with (the workspace size cannot change later).
+    /// The limits it was booted with.
     pub limits: sandlot_types::EffectiveLimits,
     pub host_uid: u32,
     pub cgroup: Cgroup,
+    /// The host directory of the sandbox's workspace on disk, mounted at its `/workspace`;
+    /// `None` when its `/workspace` is a tmpfs of its own.
+    pub workspace_dir: Option<std::path::PathBuf>,
     /// Host pids of the sandbox's init (P1) and driver (P2), for logs and `/proc` paths, and
     /// pidfds of both: every signal goes through a pidfd, so a pid recycled after the sandbox
     /// died can never be hit.
@@ -45,8 +52,6 @@ pub struct Live {
     pub writer: Mutex<tokio::net::unix::OwnedWriteHalf>,
     /// Ordered events from the pump; held by the execution that runs.
     pub events: Mutex<mpsc::Receiver<Pumped>>,
-    /// One execution at a time, in arrival order (tokio's Mutex is fair).
-    pub exec_lock: Mutex<()>,
     /// The id of the running execution, if any.
     pub running: StdMutex<Option<String>>,
     pub dead: AtomicBool,
@@ -61,14 +66,22 @@ impl Live {
         self.dead.load(Ordering::SeqCst)
     }
 
-    /// Sends one frame to the driver.
+    /// Sends one frame to the driver. A driver that stops reading its control stream cannot
+    /// hold the server up: past [`SEND_TIMEOUT`] the send fails (and the caller treats the
+    /// sandbox's processes as broken).
     pub async fn send(&self, v: &Value) -> std::io::Result<()> {
-        let payload = v.to_string();
-        let mut buf = Vec::with_capacity(payload.len() + 4);
-        buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        buf.extend_from_slice(payload.as_bytes());
-        let mut w = self.writer.lock().await;
-        w.write_all(&buf).await
+        let buf = frame::encode(v.to_string().as_bytes());
+        let write = async {
+            let mut w = self.writer.lock().await;
+            w.write_all(&buf).await
+        };
+        match tokio::time::timeout(SEND_TIMEOUT, write).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the sandbox stopped reading its control stream",
+            )),
+        }
     }
 
     /// Sends SIGINT to the driver.
@@ -81,34 +94,28 @@ impl Live {
         pidfd_signal(&self.driver_fd, 0)
     }
 
-    /// The sandbox's workspace as a directory fd, reached through the driver's `/proc` root
-    /// and checked against the driver's pidfd afterwards, so a recycled pid cannot redirect it.
-    pub fn workspace(&self) -> Result<OwnedFd, sandlot_types::ApiError> {
+    /// Whether its workspace is on disk (and outlives these processes).
+    pub fn disk(&self) -> bool {
+        self.workspace_dir.is_some()
+    }
+
+    /// The sandbox's workspace as a directory fd: its directory on the host when it is on
+    /// disk; else reached through the driver's `/proc` root and checked against the driver's
+    /// pidfd afterwards, so a recycled pid cannot redirect it.
+    pub fn workspace(&self) -> Result<OwnedFd, FileError> {
+        if let Some(dir) = &self.workspace_dir {
+            return crate::workspace::open_dir(dir);
+        }
         let ws = crate::files::workspace_fd(self.driver_pid)?;
         if !self.driver_alive() {
-            return Err(sandlot_types::ApiError::new(
-                sandlot_types::ErrorCode::SandboxFailed,
-                "the sandbox's processes are gone",
-            ));
+            return Err(FileError::ProcessesGone);
         }
         Ok(ws)
     }
 
-    /// Kills every process of the sandbox: SIGKILL to its pid-namespace init takes the whole
-    /// namespace with it; if anything is still in the cgroup after a moment (it cannot have
-    /// left the pid namespace, but be sure), the cgroup is frozen and killed.
-    pub fn kill(&self) {
-        tracing::debug!(sandbox = %self.id, init = self.init_pid, "killing the sandbox");
-        self.dead.store(true, Ordering::SeqCst);
-        pidfd_signal(&self.init_fd, libc::SIGKILL);
-        let deadline = std::time::Instant::now() + Duration::from_millis(200);
-        while !self.cgroup.pids().is_empty() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if !self.cgroup.pids().is_empty() {
-            let _ = self.cgroup.kill_all(Duration::from_secs(5));
-        }
-        reap(&self.init_fd);
+    /// Whether an execution is running.
+    pub fn busy(&self) -> bool {
+        lock(&self.running).is_some()
     }
 
     /// Reaps the init if it has exited; true when it had.
@@ -143,6 +150,21 @@ pub fn pidfd_signal(fd: &OwnedFd, sig: i32) -> bool {
     }
 }
 
+/// Waits at most `wait` for the process behind `fd` to exit (a pidfd polls readable when it
+/// has), then reaps it like [`reap`]. True when it was reaped.
+pub fn reap_within(fd: &OwnedFd, wait: std::time::Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: poll on one pollfd we own, bounded by `ms`.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
+    reap(fd)
+}
+
 /// Reaps the process behind `fd` if it has exited and is our child (we are a subreaper, so a
 /// sandbox's init is). Never blocks; true when it had exited.
 pub fn reap(fd: &OwnedFd) -> bool {
@@ -162,28 +184,21 @@ pub fn reap(fd: &OwnedFd) -> bool {
     r == 0 && unsafe { info.si_pid() } != 0
 }
 
-/// Reads one frame from the control stream.
-pub async fn read_frame(r: &mut tokio::net::unix::OwnedReadHalf) -> Result<Value, String> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)
-        .await
-        .map_err(|e| format!("control stream closed: {e}"))?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(format!("frame of {len} bytes exceeds the limit"));
-    }
-    let mut buf = vec![0u8; len];
+/// Reads one whole frame from the control stream, waiting for it: used during the creation
+/// handshake, before the pump owns the stream.
+pub async fn read_frame(r: &mut OwnedReadHalf) -> Result<Value, CreateFailure> {
+    let mut buf = vec![0u8; frame::HEADER];
     r.read_exact(&mut buf)
         .await
-        .map_err(|e| format!("control stream closed: {e}"))?;
-    serde_json::from_slice(&buf).map_err(|e| format!("malformed frame: {e}"))
-}
-
-/// Reads the handshake byte `U` from a fresh control stream.
-pub async fn read_byte(s: &mut UnixStream) -> std::io::Result<u8> {
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).await?;
-    Ok(b[0])
+        .map_err(CreateFailure::Closed)?;
+    let len = frame::payload_len([buf[0], buf[1], buf[2], buf[3]])?;
+    buf.resize(frame::HEADER + len, 0);
+    r.read_exact(&mut buf[frame::HEADER..])
+        .await
+        .map_err(CreateFailure::Closed)?;
+    frame::decode(&buf)?
+        .map(|(v, _)| v)
+        .ok_or(CreateFailure::Protocol("incomplete frame"))
 }
 
 /// Starts the pump: one task owning the control stream's read half and both pipes. Whenever
@@ -191,7 +206,7 @@ pub async fn read_byte(s: &mut UnixStream) -> std::io::Result<u8> {
 /// stream, so output written before a frame is delivered before it. The driver waits until a
 /// display frame has been read before it writes more, so this keeps the exact order.
 pub fn start_pump(
-    ctrl: tokio::net::unix::OwnedReadHalf,
+    ctrl: OwnedReadHalf,
     stdout: OwnedFd,
     stderr: OwnedFd,
 ) -> std::io::Result<mpsc::Receiver<Pumped>> {
@@ -229,7 +244,7 @@ pub fn start_pump(
                             return;
                         }
                         Err(e) => {
-                            let _ = tx.send(Pumped::Closed(e)).await;
+                            let _ = tx.send(Pumped::Closed(format!("control stream: {e}"))).await;
                             return;
                         }
                     }
@@ -238,7 +253,7 @@ pub fn start_pump(
                             Ok(Some(v)) => if tx.send(Pumped::Frame(v)).await.is_err() { return },
                             Ok(None) => break,
                             Err(e) => {
-                                let _ = tx.send(Pumped::Closed(e)).await;
+                                let _ = tx.send(Pumped::Closed(e.to_string())).await;
                                 return;
                             }
                         }
@@ -257,40 +272,33 @@ struct FrameBuf {
 }
 
 impl FrameBuf {
-    /// Reads what the stream has without blocking. `Ok(false)` at end of stream.
-    fn fill(&mut self, ctrl: &tokio::net::unix::OwnedReadHalf) -> Result<bool, String> {
+    /// Reads what the stream has without blocking. `Ok(false)` at end of stream. Stops
+    /// filling past one largest frame, so a peer cannot make the buffer grow without bound.
+    fn fill(&mut self, ctrl: &OwnedReadHalf) -> std::io::Result<bool> {
         let mut chunk = [0u8; 64 << 10];
         loop {
             match ctrl.try_read(&mut chunk) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
                     self.buf.extend_from_slice(&chunk[..n]);
-                    if self.buf.len() > MAX_FRAME + 4 {
+                    if self.buf.len() > frame::MAX_FRAME + frame::HEADER {
                         return Ok(true);
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("control stream: {e}")),
+                Err(e) => return Err(e),
             }
         }
     }
 
-    fn next_frame(&mut self) -> Result<Option<Value>, String> {
-        if self.buf.len() < 4 {
+    /// The next whole frame in the buffer, taken out of it; `None` until one has arrived.
+    fn next_frame(&mut self) -> Result<Option<Value>, FrameError> {
+        let Some((v, used)) = frame::decode(&self.buf)? else {
             return Ok(None);
-        }
-        let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        if len > MAX_FRAME {
-            return Err(format!("frame of {len} bytes exceeds the limit"));
-        }
-        if self.buf.len() < 4 + len {
-            return Ok(None);
-        }
-        let v = serde_json::from_slice(&self.buf[4..4 + len])
-            .map_err(|e| format!("malformed frame: {e}"));
-        self.buf.drain(..4 + len);
-        v.map(Some)
+        };
+        self.buf.drain(..used);
+        Ok(Some(v))
     }
 }
 

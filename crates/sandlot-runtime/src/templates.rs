@@ -2,10 +2,24 @@
 //! packages, modules to pre-import, setup code, default limits), a content-addressed version, a
 //! Python environment (the default one, or one provisioned with its extra packages) and a
 //! zygote that has imported its modules and run its setup once.
+//!
+//! The runtime's side (`impl Runtime`): registering a template, building it in the background
+//! (its environment, then its zygote), starting and restarting zygotes, and looking templates
+//! up. Replacing a template retires the old one (`teardown`).
 
+use crate::error::{encoding, RuntimeError, TemplateSpecError, ZygoteStartError};
+use crate::util::{self, blocking, lock, now_rfc3339};
 use crate::zygote::{Zygote, ZygoteSpec};
-use sandlot_types::{ApiError, ErrorCode, Template, TemplateSpec, TemplateStatus};
+use crate::zygote_config::zygote_config;
+use crate::{assets, Runtime};
+use sandlot_jail::cgroup::{Cgroup, CgroupLimits};
+use sandlot_types::{Template, TemplateSpec, TemplateStatus};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a zygote gets to import its modules and run its setup.
+const ZYGOTE_READY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The built-in template: the data stack, imported once.
 pub fn default_spec() -> TemplateSpec {
@@ -49,7 +63,7 @@ pub struct Tmpl {
 
 impl Tmpl {
     pub fn view(&self) -> Template {
-        let (status, error, prepare) = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (status, error, prepare) = lock(&self.state).clone();
         Template {
             name: self.spec.name.clone(),
             version: self.version.clone(),
@@ -62,17 +76,13 @@ impl Tmpl {
     }
 
     pub fn set(&self, status: TemplateStatus, error: Option<String>, prepare: Option<f64>) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = (status, error, prepare);
+        *lock(&self.state) = (status, error, prepare);
     }
 
     pub fn status(&self) -> (TemplateStatus, Option<String>) {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = lock(&self.state);
         (s.0, s.1.clone())
     }
-}
-
-fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorCode::InvalidArgument, msg)
 }
 
 fn is_identifier_path(s: &str) -> bool {
@@ -86,7 +96,7 @@ fn is_identifier_path(s: &str) -> bool {
 }
 
 /// Checks a spec before anything is built.
-pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
+pub fn validate(spec: &TemplateSpec) -> Result<(), TemplateSpecError> {
     let name_ok = !spec.name.is_empty()
         && spec.name.len() <= 63
         && spec
@@ -97,19 +107,14 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if !name_ok {
-        return Err(bad(format!(
-            "template name {:?} must be 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit",
-            spec.name
-        )));
+        return Err(TemplateSpecError::Name(spec.name.clone()));
     }
     if spec.packages.len() > 200 {
-        return Err(bad("at most 200 packages"));
+        return Err(TemplateSpecError::TooManyPackages);
     }
     for p in &spec.packages {
         let Some((name, version)) = p.split_once("==") else {
-            return Err(bad(format!(
-                "package {p:?} must be pinned as name==version"
-            )));
+            return Err(TemplateSpecError::Unpinned(p.clone()));
         };
         let name_ok = !name.is_empty()
             && name
@@ -121,17 +126,15 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "._+!-".contains(c));
         if !name_ok || !version_ok {
-            return Err(bad(format!(
-                "package {p:?} is not a valid name==version pin"
-            )));
+            return Err(TemplateSpecError::BadPin(p.clone()));
         }
     }
     if spec.imports.len() > 200 {
-        return Err(bad("at most 200 imports"));
+        return Err(TemplateSpecError::TooManyImports);
     }
     for m in &spec.imports {
         if !is_identifier_path(m) {
-            return Err(bad(format!("import {m:?} is not a module name")));
+            return Err(TemplateSpecError::BadImport(m.clone()));
         }
     }
     if spec
@@ -139,12 +142,10 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
         .as_ref()
         .is_some_and(|s| s.len() > (1 << 20) || s.contains('\0'))
     {
-        return Err(bad(
-            "setup code must be at most 1 MiB and contain no NUL byte",
-        ));
+        return Err(TemplateSpecError::Setup);
     }
     if spec.description.as_ref().is_some_and(|d| d.len() > 4096) {
-        return Err(bad("description must be at most 4096 bytes"));
+        return Err(TemplateSpecError::Description);
     }
     Ok(())
 }
@@ -152,6 +153,225 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), ApiError> {
 /// The template file the zygote reads: what to import and the setup code.
 pub fn zygote_file(spec: &TemplateSpec) -> String {
     serde_json::json!({"name": spec.name, "imports": spec.imports, "setup": spec.setup}).to_string()
+}
+
+impl Runtime {
+    /// The cgroup of a template's zygote, relative to the hierarchy.
+    pub(crate) fn zygote_cgroup(&self, template: &str) -> PathBuf {
+        self.inner.cgroup_base.join(format!("zygote-{template}"))
+    }
+
+    /// Registers a template with the environment it runs in (replacing one of the same name;
+    /// sandboxes already forked from the old one live on). Its zygote starts later.
+    pub(crate) fn register(
+        &self,
+        spec: TemplateSpec,
+        env_root: PathBuf,
+    ) -> Result<Arc<Tmpl>, RuntimeError> {
+        let name = spec.name.clone();
+        assets::install_templates(&self.inner.lib_dir, &[(name.clone(), zygote_file(&spec))])?;
+        let spec_json = serde_json::to_string(&spec).map_err(encoding("the template spec"))?;
+        let version = util::short_hash(format!("{spec_json}|{}", env_root.display()).as_bytes());
+        let zygote_uid = lock(&self.inner.slots)
+            .alloc_zygote()
+            .ok_or(RuntimeError::NoFreeZygoteUid)?;
+        let cfg = zygote_config(
+            &env_root,
+            &self.inner.lib_dir,
+            &self.inner.staging,
+            zygote_uid,
+            &Cgroup::open(&self.inner.hierarchy, &self.zygote_cgroup(&name)),
+            &name,
+        );
+        let tmpl = Arc::new(Tmpl {
+            spec,
+            version,
+            created_at: now_rfc3339(),
+            state: Mutex::new((TemplateStatus::Building, None, None)),
+            zygote_spec: Mutex::new(Some(ZygoteSpec {
+                template: name.clone(),
+                launcher: self.inner.config.launcher.clone(),
+                config: cfg,
+                ready_timeout: ZYGOTE_READY_TIMEOUT,
+            })),
+            zygote: tokio::sync::RwLock::new(None),
+            zygote_uid,
+            env_root,
+            pool: Mutex::new(Vec::new()),
+            refilling: Default::default(),
+        });
+        let old = lock(&self.inner.templates).insert(name, tmpl.clone());
+        if let Some(old) = old {
+            self.retire_template(old);
+        }
+        Ok(tmpl)
+    }
+
+    /// Starts (or restarts) a template's zygote and marks the template ready or failed.
+    pub(crate) async fn start_zygote(&self, t: &Arc<Tmpl>) -> Result<Arc<Zygote>, RuntimeError> {
+        let mut slot = t.zygote.write().await;
+        if let Some(z) = slot.as_ref() {
+            if z.alive() {
+                return Ok(z.clone());
+            }
+            tracing::warn!(template = %t.spec.name, "zygote died; restarting it");
+        }
+        let Some(spec) = lock(&t.zygote_spec).clone() else {
+            return Err(RuntimeError::TemplateNoEnvironment);
+        };
+        let cg_rel = self.zygote_cgroup(&t.spec.name);
+        let hierarchy = self.inner.hierarchy.clone();
+        let started = Instant::now();
+        let res = blocking("starting a zygote", move || {
+            // The zygote's own limits: its memory is what every sandbox shares.
+            let limits = CgroupLimits {
+                memory_bytes: 8 << 30,
+                pids: 64,
+                cpu_millis: 0,
+            };
+            Cgroup::create(&hierarchy, &cg_rel, &limits)?;
+            let z = Zygote::start(&spec)?;
+            if z.threads > 1 {
+                let n = z.threads;
+                z.kill();
+                return Err(ZygoteStartError::Threaded(n));
+            }
+            Ok(z)
+        })
+        .await?;
+        let z = match res {
+            Ok(z) => z,
+            Err(source) => {
+                tracing::error!(template = %t.spec.name, error = %source, "zygote failed to start");
+                t.set(TemplateStatus::Failed, Some(source.to_string()), None);
+                return Err(RuntimeError::ZygoteStart {
+                    template: t.spec.name.clone(),
+                    source,
+                });
+            }
+        };
+        tracing::info!(
+            template = %t.spec.name,
+            pid = z.pid,
+            prepare_s = z.prepare_seconds,
+            total_ms = started.elapsed().as_millis() as u64,
+            "zygote ready"
+        );
+        t.set(TemplateStatus::Ready, None, Some(z.prepare_seconds));
+        let z = Arc::new(z);
+        *slot = Some(z.clone());
+        drop(slot);
+        self.refill(t);
+        Ok(z)
+    }
+
+    /// The template's running zygote, restarted first if it died.
+    pub(crate) async fn zygote(&self, t: &Arc<Tmpl>) -> Result<Arc<Zygote>, RuntimeError> {
+        if let Some(z) = t.zygote.read().await.as_ref() {
+            if z.alive() {
+                return Ok(z.clone());
+            }
+        }
+        self.start_zygote(t).await
+    }
+
+    pub(crate) fn template(&self, name: &str) -> Result<Arc<Tmpl>, RuntimeError> {
+        lock(&self.inner.templates)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RuntimeError::TemplateNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Every template, at this moment.
+    pub(crate) fn all_templates(&self) -> Vec<Arc<Tmpl>> {
+        lock(&self.inner.templates).values().cloned().collect()
+    }
+
+    /// Specs saved by earlier runs (the default template is built in).
+    pub(crate) fn saved_templates(&self) -> Vec<TemplateSpec> {
+        let dir = self.inner.config.data_dir.join("templates");
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return vec![];
+        };
+        rd.filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .filter_map(|b| serde_json::from_slice::<TemplateSpec>(&b).ok())
+            .filter(|s| s.name != "default")
+            .collect()
+    }
+
+    /// Registers a template and builds it in the background: provisions its environment when
+    /// it has extra packages, then starts its zygote (imports and setup). Returns at once with
+    /// status `building`; poll `get_template`.
+    pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, RuntimeError> {
+        validate(&spec)?;
+        if spec.name == "default" {
+            return Err(RuntimeError::DefaultTemplateReadOnly);
+        }
+        self.resolve_limits(&spec.limits)?;
+        let path = self
+            .inner
+            .config
+            .data_dir
+            .join("templates")
+            .join(format!("{}.json", spec.name));
+        let json = serde_json::to_vec_pretty(&spec).map_err(encoding("the template spec"))?;
+        if let Err(source) = std::fs::write(&path, json) {
+            return Err(RuntimeError::SaveTemplate { path, source });
+        }
+        // Listed at once as building; registered for real once its environment exists.
+        let placeholder = self.register(spec.clone(), self.inner.default_env.clone())?;
+        *lock(&placeholder.zygote_spec) = None;
+        let view = placeholder.view();
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let env = match rt.template_env(&placeholder.spec).await {
+                Ok(env) => env,
+                Err(e) => {
+                    tracing::error!(template = %placeholder.spec.name, error = %e, "template environment failed");
+                    placeholder.set(TemplateStatus::Failed, Some(e.to_string()), None);
+                    return;
+                }
+            };
+            match rt.register(placeholder.spec.clone(), env) {
+                Ok(t) => {
+                    let _ = rt.start_zygote(&t).await;
+                }
+                Err(e) => placeholder.set(TemplateStatus::Failed, Some(e.to_string()), None),
+            }
+        });
+        Ok(view)
+    }
+
+    /// The environment a template runs in: the default one, or one with its extra packages.
+    async fn template_env(&self, spec: &TemplateSpec) -> Result<PathBuf, RuntimeError> {
+        if spec.packages.is_empty() {
+            return Ok(self.inner.default_env.clone());
+        }
+        let Some(envs) = self.inner.config.envs_dir.clone() else {
+            return Err(RuntimeError::NoEnvsDir);
+        };
+        let pins = spec.packages.clone();
+        let env = blocking("provisioning a template environment", move || {
+            let refs: Vec<&str> = pins.iter().map(String::as_str).collect();
+            let env_spec = sandlot_env::EnvSpec::default_spec().try_with_extras(&refs)?;
+            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain).map(|env| env.root)
+        })
+        .await??;
+        Ok(env)
+    }
+
+    pub async fn list_templates(&self) -> Vec<Template> {
+        let mut v: Vec<Template> = self.all_templates().iter().map(|t| t.view()).collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub async fn get_template(&self, name: &str) -> Result<Template, RuntimeError> {
+        Ok(self.template(name)?.view())
+    }
 }
 
 #[cfg(test)]

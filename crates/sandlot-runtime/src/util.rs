@@ -1,7 +1,28 @@
-//! Small helpers: timestamps, ids, framing, UTF-8 stream decoding.
+//! Small helpers: a poison-tolerant `lock`, blocking work off the async threads, timestamps,
+//! ids, UTF-8 stream decoding, short content hashes.
 
+use crate::error::RuntimeError;
+use std::sync::{Mutex, MutexGuard};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
+
+/// Locks `m`, recovering the data from a poisoned lock: every value the runtime keeps behind a
+/// std mutex stays consistent across a panic (each critical section is a single assignment,
+/// insert or read), so a panic elsewhere must not take the server down with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs blocking work (syscalls, file I/O, waits) on tokio's blocking pool; `task` names it in
+/// the error if it panics.
+pub(crate) async fn blocking<T: Send + 'static>(
+    task: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|source| RuntimeError::Task { task, source })
+}
 
 /// Now as RFC 3339 UTC with microseconds (fixed width, so text order is time order).
 pub fn now_rfc3339() -> String {
@@ -25,9 +46,29 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     }
 }
 
+/// A fresh id: `prefix` and 128 random bits from the kernel as 32 hex digits. Until API keys
+/// exist an id is the only capability a client holds, so it must not be guessable.
 pub fn new_id(prefix: &str) -> String {
-    let u = uuid::Uuid::new_v4().simple().to_string();
-    format!("{prefix}{}", &u[..20])
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into the buffer we own.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // getrandom cannot fail otherwise on the kernels sandlot runs on (>= 3.17); fall
+            // back to uuid's generator rather than hand out a weak id.
+            bytes = *uuid::Uuid::new_v4().as_bytes();
+            let more = *uuid::Uuid::new_v4().as_bytes();
+            for (b, m) in bytes.iter_mut().zip(more) {
+                *b ^= m;
+            }
+            break;
+        }
+    }
+    format!("{prefix}{}", hex::encode(bytes))
 }
 
 /// Decodes a byte stream as UTF-8 chunk by chunk: a character split across reads is carried
@@ -106,6 +147,15 @@ mod tests {
         let mut s = Utf8Stream::default();
         let out = s.push(b"a\xff\xfeb") + &s.finish();
         assert_eq!(out, "a\u{FFFD}\u{FFFD}b");
+    }
+
+    #[test]
+    fn ids_carry_128_random_bits() {
+        let a = new_id("sb_");
+        let b = new_id("sb_");
+        assert_eq!(a.len(), 3 + 32, "{a}");
+        assert!(a[3..].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
     }
 
     #[test]

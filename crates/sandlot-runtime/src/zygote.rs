@@ -1,6 +1,7 @@
 //! The server's side of a zygote: launches it confined (through `sandlot __zygote-launch`),
 //! waits for it to be ready, asks it to fork sandboxes, and restarts it when it dies.
 
+use crate::util::lock;
 use nix::sys::socket::{
     recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };
@@ -40,6 +41,9 @@ pub struct Zygote {
     pub prepare_seconds: f64,
     /// Native threads the zygote had when it said it was ready.
     pub threads: u64,
+    /// Whether it passes a fourth fd (the sandbox's workspace, a detached mount) on to the
+    /// child, which mounts it at `/workspace`; older zygotes give the child a tmpfs there.
+    pub workspace_fd: bool,
 }
 
 struct Conn {
@@ -102,6 +106,7 @@ impl Zygote {
                     .and_then(|v| v.as_f64())
                     .unwrap_or(0.0),
                 threads: ready.get("threads").and_then(|v| v.as_u64()).unwrap_or(1),
+                workspace_fd: ready.get("workspace_fd").and_then(|v| v.as_bool()) == Some(true),
                 conn: Mutex::new(conn),
             }),
             _ => {
@@ -118,20 +123,21 @@ impl Zygote {
         }
     }
 
-    /// Asks the zygote to fork a sandbox; returns the forked child's host pid. The three fds
-    /// (control stream, stdout and stderr write ends) are passed to the child.
+    /// Asks the zygote to fork a sandbox; returns the forked child's host pid. The fds
+    /// (control stream, stdout and stderr write ends, and the workspace mount when the zygote
+    /// takes one) are passed to the child.
     pub fn spawn(
         &self,
         id: &str,
         jail: &serde_json::Value,
         env: &serde_json::Value,
-        fds: [RawFd; 3],
+        fds: &[RawFd],
     ) -> Result<i32, ZygoteError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = lock(&self.conn);
         let msg =
             serde_json::json!({"op": "spawn", "id": id, "jail": jail, "env": env}).to_string();
         let iov = [IoSlice::new(msg.as_bytes())];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let cmsg = [ControlMessage::ScmRights(fds)];
         sendmsg::<()>(
             conn.sock.as_raw_fd(),
             &iov,
@@ -165,13 +171,13 @@ impl Zygote {
 
     /// Whether the zygote process is still alive.
     pub fn alive(&self) -> bool {
-        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conn = lock(&self.conn);
         matches!(conn.child.try_wait(), Ok(None))
     }
 
     /// Kills the zygote (sandboxes already forked live on).
     pub fn kill(&self) {
-        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conn = lock(&self.conn);
         let _ = conn.child.kill();
         let _ = conn.child.wait();
     }

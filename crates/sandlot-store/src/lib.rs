@@ -12,7 +12,9 @@
 //!
 //! - `sandboxes`: `id`, `template`, `template_version`, `state`, `env` (JSON), `metadata`
 //!   (JSON), `limits` (JSON), `idle_timeout`, `max_lifetime`, `created_at`, `last_active_at`,
-//!   `expires_at`, `ended_reason`; indexed by `(state, created_at)` and `created_at`.
+//!   `expires_at`, `ended_reason`, `restart_count`, `last_restart` (JSON), and `host_uid` (the
+//!   host uid its workspace belongs to: not part of the wire model, kept so a restarted server
+//!   gives a stopped sandbox back its uid); indexed by `(state, created_at)` and `created_at`.
 //! - `executions`: `id`, `sandbox_id` (foreign key to `sandboxes`), `language`, `code`,
 //!   `started_at`, and once finished `end_state`, `duration_ms`, `cpu_time_ms`,
 //!   `peak_memory_bytes` and `result` (the whole [`ExecutionResult`] as JSON, which is what is
@@ -30,9 +32,9 @@
 //!
 //! # Restart recovery
 //!
-//! A sandbox's processes do not survive the server. At start the server calls
-//! [`Store::mark_running_lost`], which marks every `running` sandbox `lost` and gives every
-//! execution without a result a `killed` one.
+//! A sandbox's processes do not survive the server; its files may. At start the server calls
+//! [`Store::mark_running`] with `stopped` (or [`Store::mark_running_lost`]), which marks every
+//! `running` sandbox so and gives every execution without a result a `killed` one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -53,7 +55,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
 /// Never edit a migration that has shipped; append a new one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE sandboxes (
@@ -90,11 +92,19 @@ CREATE INDEX executions_sandbox_started ON executions (sandbox_id, started_at);
 CREATE INDEX executions_unfinished ON executions (id) WHERE result IS NULL;
 ";
 
+/// Version 2: restarts in place and workspaces that outlive the server.
+const SCHEMA_V2: &str = "
+ALTER TABLE sandboxes ADD COLUMN restart_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN last_restart TEXT;
+ALTER TABLE sandboxes ADD COLUMN host_uid INTEGER;
+";
+
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
-     idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason";
+     idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason, \
+     restart_count, last_restart";
 
 const EXECUTION_COLUMNS: &str = "id, sandbox_id, code, language, started_at, result";
 
@@ -150,8 +160,9 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("cannot mark running sandboxes lost")]
-    MarkRunningLost {
+    #[error("cannot mark running sandboxes {state}")]
+    MarkRunning {
+        state: &'static str,
         #[source]
         source: rusqlite::Error,
     },
@@ -261,7 +272,7 @@ impl Store {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -277,6 +288,8 @@ impl Store {
                 s.last_active_at,
                 s.expires_at,
                 s.ended_reason,
+                s.restart_count,
+                last_restart_json(s)?,
             ])?;
             Ok(())
         };
@@ -293,8 +306,8 @@ impl Store {
             let mut stmt = conn.prepare_cached(
                 "UPDATE sandboxes SET template = ?2, template_version = ?3, state = ?4, \
                  env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
-                 created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13 \
-                 WHERE id = ?1",
+                 created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
+                 restart_count = ?14, last_restart = ?15 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -310,6 +323,8 @@ impl Store {
                 s.last_active_at,
                 s.expires_at,
                 s.ended_reason,
+                s.restart_count,
+                last_restart_json(s)?,
             ])
         };
         match run() {
@@ -360,14 +375,26 @@ impl Store {
     }
 
     /// Restart recovery: every sandbox still `running` becomes `lost` with `ended_reason =
-    /// reason`; every execution without a result gets a result with end state `killed`,
+    /// reason`; see [`Store::mark_running`].
+    pub fn mark_running_lost(
+        &self,
+        reason: &str,
+        now_rfc3339: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        self.mark_running(SandboxState::Lost, reason, now_rfc3339)
+    }
+
+    /// Restart recovery: every sandbox still `running` becomes `state` (`stopped` when its
+    /// files are kept, `lost` when not) with `ended_reason = reason`; every execution without
+    /// a result gets a result with end state `killed`,
     /// `sandbox_alive` false, and the error `{name: "ServerRestart", value: reason, traceback:
     /// []}` (also its one output event). Its duration runs from its start to `now_rfc3339` (0
     /// when either timestamp does not parse); its stdout, stderr, CPU time and peak memory are
     /// unknown and recorded as empty and 0. Returns the ids of the sandboxes it marked, oldest
     /// first. One transaction: either everything is marked or nothing is.
-    pub fn mark_running_lost(
+    pub fn mark_running(
         &self,
+        state: SandboxState,
         reason: &str,
         now_rfc3339: &str,
     ) -> Result<Vec<String>, StoreError> {
@@ -385,7 +412,7 @@ impl Store {
                     .collect::<rusqlite::Result<Vec<String>>>()?;
                 tx.execute(
                     "UPDATE sandboxes SET state = ?1, ended_reason = ?2 WHERE state = ?3",
-                    params![state_str(SandboxState::Lost), reason, running],
+                    params![state_str(state), reason, running],
                 )?;
                 ids
             };
@@ -436,6 +463,8 @@ impl Store {
                         sandbox_alive: false,
                         artifacts: Vec::new(),
                         context: None,
+                        restarted: None,
+                        background_bytes: 0,
                     };
                     write_result(&tx, &result.id, &result)?;
                 }
@@ -443,7 +472,49 @@ impl Store {
             tx.commit()?;
             Ok(marked)
         };
-        run().map_err(|source| StoreError::MarkRunningLost { source })
+        run().map_err(|source| StoreError::MarkRunning {
+            state: state_str(state),
+            source,
+        })
+    }
+
+    /// Records the host uid a sandbox's workspace belongs to (`None` forgets it).
+    pub fn set_host_uid(&self, id: &str, uid: Option<u32>) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<usize> {
+            let conn = self.conn();
+            let mut stmt =
+                conn.prepare_cached("UPDATE sandboxes SET host_uid = ?2 WHERE id = ?1")?;
+            stmt.execute(params![id, uid])
+        };
+        match run() {
+            Ok(0) => Err(StoreError::SandboxNotFound { id: id.to_owned() }),
+            Ok(_) => Ok(()),
+            Err(source) => Err(StoreError::UpdateSandbox {
+                id: id.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// Every sandbox in one of `states`, oldest first, with the host uid recorded for it.
+    pub fn sandboxes_in(
+        &self,
+        states: &[SandboxState],
+    ) -> Result<Vec<(Sandbox, Option<u32>)>, StoreError> {
+        let run = || -> rusqlite::Result<Vec<(Sandbox, Option<u32>)>> {
+            let conn = self.conn();
+            let marks = vec!["?"; states.len()].join(", ");
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {SANDBOX_COLUMNS}, host_uid FROM sandboxes WHERE state IN ({marks}) \
+                 ORDER BY created_at, rowid"
+            ))?;
+            let names: Vec<&str> = states.iter().map(|s| state_str(*s)).collect();
+            let rows = stmt.query_map(rusqlite::params_from_iter(names), |row| {
+                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(15)?))
+            })?;
+            rows.collect()
+        };
+        run().map_err(|source| StoreError::ListSandboxes { source })
     }
 
     /// Records an execution as it starts (`rec.result` is normally `None`; a result given here
@@ -624,6 +695,13 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
         last_active_at: row.get(10)?,
         expires_at: row.get(11)?,
         ended_reason: row.get(12)?,
+        restart_count: row.get(13)?,
+        last_restart: match row.get::<_, Option<String>>(14)? {
+            None => None,
+            Some(text) => {
+                Some(serde_json::from_str(&text).map_err(|e| conversion_failure(14, Box::new(e)))?)
+            }
+        },
     })
 }
 
@@ -643,6 +721,14 @@ fn execution_from_row(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         started_at: row.get(4)?,
         result,
     })
+}
+
+/// The `last_restart` column of a sandbox: JSON text, or NULL.
+fn last_restart_json(s: &Sandbox) -> rusqlite::Result<Option<String>> {
+    s.last_restart
+        .as_ref()
+        .map(|r| to_json(serde_json::to_string(r)))
+        .transpose()
 }
 
 /// Turns a JSON encoding failure into the error rusqlite uses for values it cannot bind.
@@ -687,18 +773,15 @@ fn enum_column<T>(
 }
 
 fn state_str(state: SandboxState) -> &'static str {
-    match state {
-        SandboxState::Running => "running",
-        SandboxState::Deleted => "deleted",
-        SandboxState::Expired => "expired",
-        SandboxState::Lost => "lost",
-    }
+    state.as_str()
 }
 
 fn state_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<SandboxState> {
     enum_column(row, idx, "sandbox state", |s| {
         Some(match s {
             "running" => SandboxState::Running,
+            "stopped" => SandboxState::Stopped,
+            "failed" => SandboxState::Failed,
             "deleted" => SandboxState::Deleted,
             "expired" => SandboxState::Expired,
             "lost" => SandboxState::Lost,

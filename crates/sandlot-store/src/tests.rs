@@ -28,6 +28,8 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
             SandboxState::Running => None,
             _ => Some("ended".to_owned()),
         },
+        restart_count: 0,
+        last_restart: None,
     }
 }
 
@@ -102,6 +104,8 @@ fn result_for(rec: &ExecutionRecord) -> ExecutionResult {
         sandbox_alive: true,
         artifacts: Vec::new(),
         context: None,
+        restarted: None,
+        background_bytes: 0,
     }
 }
 
@@ -117,6 +121,8 @@ fn enum_columns_match_the_wire_names() {
     let json = |v: serde_json::Value| v.as_str().unwrap().to_owned();
     for s in [
         SandboxState::Running,
+        SandboxState::Stopped,
+        SandboxState::Failed,
         SandboxState::Deleted,
         SandboxState::Expired,
         SandboxState::Lost,
@@ -692,4 +698,56 @@ fn concurrent_stores_on_one_file() {
     }
     let store = Store::open(&path).unwrap();
     assert_eq!(store.list_sandboxes(false).unwrap().len(), 80);
+}
+
+#[test]
+fn restarts_host_uids_and_stopped_sandboxes() {
+    let store = Store::open_in_memory().unwrap();
+    let mut a = sandbox("sb_a", "2025-01-01T00:00:00.000000Z", SandboxState::Running);
+    store.insert_sandbox(&a).unwrap();
+    store.set_host_uid("sb_a", Some(0x4000_0001)).unwrap();
+    a.restart_count = 2;
+    a.last_restart = Some(sandlot_types::LastRestart {
+        reason: "oom".into(),
+        at: "2025-01-01T00:00:01.000000Z".into(),
+    });
+    store.update_sandbox(&a).unwrap();
+    assert_eq!(store.get_sandbox("sb_a").unwrap().unwrap(), a);
+    let b = sandbox("sb_b", "2025-01-01T00:00:02.000000Z", SandboxState::Failed);
+    store.insert_sandbox(&b).unwrap();
+    store
+        .insert_sandbox(&sandbox(
+            "sb_c",
+            "2025-01-01T00:00:03.000000Z",
+            SandboxState::Deleted,
+        ))
+        .unwrap();
+    assert!(matches!(
+        store.set_host_uid("sb_x", None),
+        Err(StoreError::SandboxNotFound { .. })
+    ));
+
+    let marked = store
+        .mark_running(
+            SandboxState::Stopped,
+            "server restarted",
+            "2025-01-02T00:00:00Z",
+        )
+        .unwrap();
+    assert_eq!(marked, vec!["sb_a".to_string()]);
+    let kept = store
+        .sandboxes_in(&[SandboxState::Stopped, SandboxState::Failed])
+        .unwrap();
+    let ids: Vec<(&str, SandboxState, Option<u32>)> = kept
+        .iter()
+        .map(|(s, uid)| (s.id.as_str(), s.state, *uid))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            ("sb_a", SandboxState::Stopped, Some(0x4000_0001)),
+            ("sb_b", SandboxState::Failed, None),
+        ]
+    );
+    assert_eq!(kept[0].0.restart_count, 2);
 }

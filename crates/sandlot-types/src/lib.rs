@@ -60,14 +60,51 @@ pub struct CreateSandbox {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxState {
-    /// Alive and accepting executions.
+    /// Alive and accepting executions (its processes may be restarting in place).
     Running,
+    /// Its processes are gone but its files are kept (the server stopped or crashed); the next
+    /// execution restarts it in place.
+    Stopped,
+    /// It restarted too often in a short time (a restart loop); its files stay readable until
+    /// it is deleted, executions are refused.
+    Failed,
     /// Deleted by request.
     Deleted,
     /// Deleted because it was idle for longer than its idle timeout.
     Expired,
-    /// Its processes died (killed, OOM in the driver, server restart).
+    /// Its processes died and its state was not kept (records of older servers).
     Lost,
+}
+
+impl SandboxState {
+    /// The state as the API and the store spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Running => "running",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Failed => "failed",
+            SandboxState::Deleted => "deleted",
+            SandboxState::Expired => "expired",
+            SandboxState::Lost => "lost",
+        }
+    }
+
+    /// Whether the sandbox has ended for good (its files are gone or going).
+    pub fn is_ended(self) -> bool {
+        matches!(
+            self,
+            SandboxState::Deleted | SandboxState::Expired | SandboxState::Lost
+        )
+    }
+}
+
+/// The last time a sandbox's processes were restarted in place, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastRestart {
+    /// Why: `oom`, `timeout`, `crashed`, `server restarted`, ...
+    pub reason: String,
+    /// RFC 3339.
+    pub at: String,
 }
 
 /// A sandbox as the API reports it.
@@ -87,9 +124,14 @@ pub struct Sandbox {
     pub created_at: String,
     pub last_active_at: String,
     pub expires_at: String,
-    /// Why the sandbox ended, when it has.
+    /// Why the sandbox ended, when it has (or why it failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_reason: Option<String>,
+    /// How many times its processes were restarted in place.
+    #[serde(default)]
+    pub restart_count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart: Option<LastRestart>,
 }
 
 /// Limits with every value filled in.
@@ -216,6 +258,51 @@ pub struct ExecutionResult {
     /// The context the execution ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Set when the sandbox's processes died or were killed during the execution and are being
+    /// restarted in place (same id, files, limits, env); says what state was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted: Option<Restarted>,
+    /// Bytes of background output (produced while no execution ran) waiting in the sandbox's
+    /// buffer when this execution ended: `GET /v1/sandboxes/{id}/background` reads them.
+    #[serde(default)]
+    pub background_bytes: u64,
+}
+
+/// Which output stream a piece of text came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamName {
+    Stdout,
+    Stderr,
+}
+
+/// Output a sandbox's processes produced while no execution ran (background processes,
+/// between executions), kept apart from every execution's output in a bounded buffer:
+/// `GET /v1/sandboxes/{id}/background`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct BackgroundOutput {
+    /// Oldest first. Chunks of one stream arriving close together share an entry.
+    pub entries: Vec<BackgroundEntry>,
+    /// Bytes dropped, oldest first, because the buffer was full (since it was last cleared).
+    pub dropped_bytes: u64,
+}
+
+/// One piece of background output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundEntry {
+    pub stream: StreamName,
+    pub text: String,
+    /// When it arrived (RFC 3339, UTC).
+    pub at: String,
+}
+
+/// A restart in place, as the execution that caused it reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restarted {
+    /// Why: `oom`, `timeout`, `crashed`, ...
+    pub reason: String,
+    /// What did not survive: `python state`, `bash session`.
+    pub lost: Vec<String>,
 }
 
 /// A file an execution created or changed, kept content-addressed in the data dir so it
@@ -305,8 +392,14 @@ pub enum ErrorCode {
     SandboxBusy,
     /// The server cannot take more sandboxes right now (503).
     CapacityExhausted,
-    /// The sandbox died while serving the request (500).
+    /// The sandbox died while starting, or is in the `failed` state (409).
     SandboxFailed,
+    /// The sandbox's disk quota (`disk_mb`) was hit while writing (507).
+    QuotaExceeded,
+    /// The host's disk is too full to create a workspace (507).
+    InsufficientStorage,
+    /// An archive entry is hostile or malformed (400).
+    InvalidArchive,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -330,6 +423,9 @@ impl ErrorCode {
             ErrorCode::SandboxBusy => "sandbox_busy",
             ErrorCode::CapacityExhausted => "capacity_exhausted",
             ErrorCode::SandboxFailed => "sandbox_failed",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
+            ErrorCode::InvalidArchive => "invalid_archive",
             ErrorCode::Internal => "internal",
         }
     }

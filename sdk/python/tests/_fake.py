@@ -67,7 +67,7 @@ class FakeSandlot:
         parts = raw_path.split("/")[1:]  # ["v1", "sandboxes", id, ...]
         m = request.method
         if parts[:2] == ["v1", "health"]:
-            return httpx.Response(200, json={"status": "ok"})
+            return httpx.Response(200, json={"status": "ok", "version": "0.1.0"})
         if parts[:2] == ["v1", "artifacts"] and len(parts) == 3 and m == "GET":
             sha = parts[2]
             if len(sha) != 64:

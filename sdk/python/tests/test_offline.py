@@ -429,6 +429,21 @@ def test_stream_cut_before_done_raises():
     assert out == ["partial"] and info.value.code == "stream_incomplete"
 
 
+def test_stream_ended_by_api_error_raises_the_typed_error():
+    # What the server sends when the execution fails after its stream started (openapi.json).
+    fake = FakeSandlot()
+    fake.sse_override = (
+        'event: stdout\ndata: {"type":"stdout","text":"partial"}\n\n'
+        'event: api_error\ndata: {"error":{"code":"sandbox_gone","message":"the sandbox was deleted"}}\n\n'
+    )
+    out = []
+    with fake_sandbox(fake) as sb:
+        with pytest.raises(E.SandboxGone) as info:
+            sb.run_code("cell", on_stdout=out.append)
+    assert out == ["partial"] and info.value.code == "sandbox_gone"
+    assert "the sandbox was deleted" in str(info.value)
+
+
 def test_callback_exception_propagates():
     fake = FakeSandlot()
 
@@ -477,7 +492,7 @@ def test_list_health_interrupt_executions():
     assert [s.id for s in Sandbox.list(url="http://sandlot.test", transport=t)] == [a.id]
     assert {s.id for s in Sandbox.list(url="http://sandlot.test", all=True, transport=t)} == {a.id, b.id}
     assert fake.requests[-1]["path"] == "/v1/sandboxes?all=true"
-    assert Sandbox.health(url="http://sandlot.test", transport=t) == {"status": "ok"}
+    assert Sandbox.health(url="http://sandlot.test", transport=t) == {"status": "ok", "version": "0.1.0"}
     assert a.interrupt() is False
     recs = a.executions()
     assert len(recs) == 2 and recs[0].execution.end_state == "error"

@@ -50,7 +50,36 @@ pub enum Lang {
     Bash,
 }
 
-/// One attack: a snippet and the exact `ATTACK` object it must print.
+/// The key of an expectation made by [`any_of`].
+const ANY_OF: &str = "$any_of";
+
+/// An expected value that may be any of `values`: for outcomes that differ between kernels (a
+/// file one kernel lacks, ENOENT, is refused with EACCES or EROFS by another). Still exact: an
+/// answer outside the list, `"OK"` above all, fails.
+pub fn any_of(values: &[&str]) -> Value {
+    json!({ ANY_OF: values })
+}
+
+/// Whether `got` is what `want` asks for: equal, with [`any_of`] expectations matching any of
+/// their values, at any depth.
+pub fn matches(want: &Value, got: &Value) -> bool {
+    match want {
+        Value::Object(w) if w.len() == 1 && w.contains_key(ANY_OF) => w[ANY_OF]
+            .as_array()
+            .is_some_and(|options| options.contains(got)),
+        Value::Object(w) => got.as_object().is_some_and(|g| {
+            w.len() == g.len()
+                && w.iter()
+                    .all(|(k, wv)| g.get(k).is_some_and(|gv| matches(wv, gv)))
+        }),
+        Value::Array(w) => got
+            .as_array()
+            .is_some_and(|g| w.len() == g.len() && w.iter().zip(g).all(|(wv, gv)| matches(wv, gv))),
+        _ => want == got,
+    }
+}
+
+/// One attack: a snippet and the exact `ATTACK` object it must print (see [`any_of`]).
 pub struct Case {
     pub name: String,
     pub lang: Lang,
@@ -144,7 +173,7 @@ pub fn run_case(server: &TestServer, id: &str, case: &Case) -> Result<Value, Str
     let Some(got) = attack_line(&r) else {
         return Err(format!("no ATTACK line; {}", brief(&r)));
     };
-    if got != case.expect {
+    if !matches(&case.expect, &got) {
         return Err(format!(
             "expected {}\n      got      {}\n      ({})",
             case.expect,
@@ -265,7 +294,17 @@ pub fn token() -> String {
     )
 }
 
-/// `GET /v1/health` answers `ok` within two seconds.
+/// Slack allowed past a deadline the system enforces (an execution timeout, a kill grace
+/// period) before a test calls it not enforced. Generous on purpose: a busy two-core machine
+/// delays everything, and how tightly deadlines are kept is for their own test and the
+/// benchmark, not for the attack suite.
+pub const SLACK: Duration = Duration::from_secs(10);
+
+/// How long `GET /v1/health` may take while a neighbour attacks: far above any normal answer
+/// (milliseconds), far below the client's request timeout, so a wedged server fails here.
+pub const HEALTH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// `GET /v1/health` answers `ok` within [`HEALTH_DEADLINE`].
 pub fn health(server: &TestServer) -> Result<(), String> {
     let t0 = Instant::now();
     let r = server.get("/v1/health");
@@ -273,9 +312,7 @@ pub fn health(server: &TestServer) -> Result<(), String> {
     ensure(r.status == 200 && r.body["status"] == "ok", || {
         format!("health: {} {}", r.status, r.text)
     })?;
-    ensure(took < Duration::from_secs(2), || {
-        format!("health took {took:?}")
-    })
+    ensure(took < HEALTH_DEADLINE, || format!("health took {took:?}"))
 }
 
 /// A sandbox living next to the attacked one: a canary file in its workspace, a variable in its
@@ -423,4 +460,29 @@ pub fn environ_of(pid: u32) -> Vec<(String, String)> {
             Some((k.to_string(), v.to_string()))
         })
         .collect()
+}
+
+/// The matcher every case goes through: a lax one would let every case pass.
+#[test]
+fn expectations_match_exactly() {
+    let want = json!({"a": "EACCES", "b": any_of(&["ENOENT", "EROFS"]), "c": [1, any_of(&["x"])]});
+    assert!(matches(
+        &want,
+        &json!({"a": "EACCES", "b": "ENOENT", "c": [1, "x"]})
+    ));
+    assert!(matches(
+        &want,
+        &json!({"a": "EACCES", "b": "EROFS", "c": [1, "x"]})
+    ));
+    for wrong in [
+        json!({"a": "EACCES", "b": "OK", "c": [1, "x"]}),
+        json!({"a": "EPERM", "b": "ENOENT", "c": [1, "x"]}),
+        json!({"a": "EACCES", "b": "ENOENT", "c": [1, "y"]}),
+        json!({"a": "EACCES", "b": "ENOENT", "c": [1]}),
+        json!({"a": "EACCES", "b": "ENOENT"}),
+        json!({"a": "EACCES", "b": "ENOENT", "c": [1, "x"], "d": 0}),
+        json!({"a": "EACCES", "b": ["ENOENT", "EROFS"], "c": [1, "x"]}),
+    ] {
+        assert!(!matches(&want, &wrong), "{wrong} matched {want}");
+    }
 }

@@ -133,11 +133,19 @@ pub struct TestServer {
     logs: tempfile::TempDir,
     generation: u32,
     client: Client,
+    /// Extra environment of the server process (kept across restarts).
+    env: Vec<(String, String)>,
 }
 
 impl TestServer {
     /// Starts `sandlot serve` on a free port with a fresh data dir.
     pub fn start() -> TestServer {
+        TestServer::start_with_env(&[])
+    }
+
+    /// Like [`TestServer::start`], with extra environment variables for the server (its
+    /// settings, e.g. `SANDLOT_POOL_SIZE`), without touching this process's environment.
+    pub fn start_with_env(env: &[(&str, &str)]) -> TestServer {
         let data_dir = tempfile::Builder::new()
             .prefix("sandlot-test-data-")
             .tempdir()
@@ -154,6 +162,10 @@ impl TestServer {
             logs,
             generation: 0,
             client,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.spawn();
         server
@@ -179,6 +191,7 @@ impl TestServer {
             .arg("--env-dir")
             .arg(&env_dir)
             .env_remove("SANDLOT_URL")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

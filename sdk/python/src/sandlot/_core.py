@@ -8,7 +8,6 @@ import os
 import random
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -26,10 +25,7 @@ import httpx
 from . import errors
 from ._sse import SSEEvent
 from ._version import __version__
-from .models import Context, ExecError, Execution, Limits, Logs, OutputMessage, Result
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._http import AsyncHTTP, SyncHTTP
+from .models import ArtifactClient, Context, ExecError, Execution, Limits, Logs, OutputMessage, Result
 
 DEFAULT_URL = "http://127.0.0.1:7878"
 DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -285,7 +281,7 @@ class StreamState:
         on_result: Optional[Callback] = None,
         on_error: Optional[Callback] = None,
         *,
-        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
+        client: ArtifactClient = None,
     ) -> None:
         self.client = client
         self.on_stdout = on_stdout
@@ -315,6 +311,9 @@ class StreamState:
             return calls
         if not isinstance(data, dict):
             return calls
+        if kind == "api_error" and isinstance(data.get("error"), dict):
+            # the server's end of a stream whose execution failed after it had started
+            raise _stream_api_error(data)
         if kind == "error" and isinstance(data.get("error"), dict) and "name" not in data:
             # an API error reported inside the stream, not an error the code raised
             raise _stream_api_error(data)

@@ -1,5 +1,7 @@
-"""HTTP plumbing: one httpx client per sandbox handle, typed errors, and retries on connect
-failures only (a request that may have reached the server is never sent again)."""
+"""HTTP plumbing: one httpx client per sandbox handle, typed errors, retries on connect
+failures only (a request that may have reached the server is never sent again), downloads to
+a local file, and upload bodies. ``SyncHTTP`` and ``AsyncHTTP`` are also what artifacts read
+through (``models.ArtifactReader``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import inspect
 import io
 import os
+import stat
 import time
 from typing import (
     Any,
@@ -24,7 +27,7 @@ from typing import (
 import httpx
 
 from . import errors
-from ._core import CHUNK_SIZE, CONNECT_ERRORS, ConnectionConfig, transport_error
+from ._core import CHUNK_SIZE, CONNECT_ERRORS, ConnectionConfig, transfer_timeout, transport_error
 
 BodyFactory = Callable[[], Any]
 
@@ -103,6 +106,33 @@ class SyncHTTP:
     def close(self) -> None:
         self.client.close()
 
+    def download(self, path: str, local: str) -> str:
+        """Streams ``GET path`` to ``local``, written to ``<local>.part`` first, then renamed.
+        Returns ``local``."""
+        part = local + ".part"
+        resp = self.request("GET", path, stream=True, timeout=transfer_timeout(self.cfg))
+        try:
+            with open(part, "wb") as f:
+                for chunk in resp.iter_bytes():
+                    f.write(chunk)
+            os.replace(part, local)
+        except httpx.TransportError as e:
+            raise transport_error(e, "GET", path) from e
+        finally:
+            resp.close()
+            if os.path.exists(part):
+                os.unlink(part)
+        return local
+
+    # models.ArtifactReader: artifacts outlive their sandbox, hence open().
+    def read_artifact(self, path: str) -> bytes:
+        with self.open() as http:
+            return http.request("GET", path, timeout=transfer_timeout(http.cfg)).content
+
+    def download_artifact(self, path: str, local: str) -> str:
+        with self.open() as http:
+            return http.download(path, local)
+
     @contextlib.contextmanager
     def open(self) -> Iterator["SyncHTTP"]:
         """This connection while it is open; once closed (the sandbox was killed), a fresh one
@@ -163,6 +193,33 @@ class AsyncHTTP:
     async def aclose(self) -> None:
         await self.client.aclose()
 
+    async def download(self, path: str, local: str) -> str:
+        """See :meth:`SyncHTTP.download`."""
+        part = local + ".part"
+        resp = await self.request("GET", path, stream=True, timeout=transfer_timeout(self.cfg))
+        try:
+            with open(part, "wb") as f:
+                async for chunk in resp.aiter_bytes():
+                    f.write(chunk)
+            os.replace(part, local)
+        except httpx.TransportError as e:
+            raise transport_error(e, "GET", path) from e
+        finally:
+            await resp.aclose()
+            if os.path.exists(part):
+                os.unlink(part)
+        return local
+
+    # models.AsyncArtifactReader: artifacts outlive their sandbox, hence open().
+    async def aread_artifact(self, path: str) -> bytes:
+        async with self.open() as http:
+            resp = await http.request("GET", path, timeout=transfer_timeout(http.cfg))
+            return resp.content
+
+    async def adownload_artifact(self, path: str, local: str) -> str:
+        async with self.open() as http:
+            return await http.download(path, local)
+
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator["AsyncHTTP"]:
         """See :meth:`SyncHTTP.open`."""
@@ -193,9 +250,7 @@ def _file_size_and_start(f: Any) -> Tuple[Optional[int], Optional[int]]:
         start = None
     try:
         st = os.fstat(f.fileno())
-        import stat as _stat
-
-        if _stat.S_ISREG(st.st_mode) and start is not None:
+        if stat.S_ISREG(st.st_mode) and start is not None:
             return max(st.st_size - start, 0), start
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         pass

@@ -356,22 +356,7 @@ class AsyncFiles:
 
     async def download(self, path: PathLike, local_path: PathLike) -> str:
         local = os.fspath(local_path)
-        part = local + ".part"
-        resp = await self._sb._http.request(
-            "GET", self._path(path), stream=True, timeout=transfer_timeout(self._sb._http.cfg)
-        )
-        try:
-            with open(part, "wb") as f:
-                async for chunk in resp.aiter_bytes():
-                    f.write(chunk)
-            os.replace(part, local)
-        except httpx.TransportError as e:
-            raise transport_error(e, "GET", self._path(path)) from e
-        finally:
-            await resp.aclose()
-            if os.path.exists(part):
-                os.unlink(part)
-        return local
+        return await self._sb._http.download(self._path(path), local)
 
     async def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
         params: Dict[str, str] = {}

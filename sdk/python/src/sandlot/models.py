@@ -10,17 +10,15 @@ import base64
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Union, runtime_checkable
 
 from .errors import (
     ExecutionError,
     ExecutionTimeout,
+    FileTooLarge,
     InvalidArgument,
     TemplateBuildFailed,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._http import AsyncHTTP, SyncHTTP
 
 __all__ = [
     "OutputMessage",
@@ -39,6 +37,32 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+@runtime_checkable
+class ArtifactReader(Protocol):
+    """How an :class:`Artifact` of a :class:`~sandlot.Sandbox` gets its bytes: the sandbox's
+    HTTP connection (``_http.SyncHTTP``), handed to the objects it parses. A protocol, so that
+    this module needs nothing from the HTTP layer above it. ``path`` is
+    ``/v1/artifacts/<sha256>``; artifacts outlive their sandbox, so an implementation must still
+    work once the sandbox (and its connection) is closed."""
+
+    def read_artifact(self, path: str) -> bytes: ...
+
+    def download_artifact(self, path: str, local: str) -> str: ...
+
+
+@runtime_checkable
+class AsyncArtifactReader(Protocol):
+    """:class:`ArtifactReader` for an :class:`~sandlot.AsyncSandbox` (``_http.AsyncHTTP``)."""
+
+    async def aread_artifact(self, path: str) -> bytes: ...
+
+    async def adownload_artifact(self, path: str, local: str) -> str: ...
+
+
+# What parsed objects hand to their artifacts; None for objects parsed without a connection.
+ArtifactClient = Union[ArtifactReader, AsyncArtifactReader, None]
 
 # MIME type of each named format of a Result.
 _FORMATS: Dict[str, str] = {
@@ -321,7 +345,7 @@ class Execution:
         logs: Optional[Logs] = None,
         error: Optional[ExecError] = None,
         raw: Optional[Dict[str, Any]] = None,
-        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
+        client: ArtifactClient = None,
     ) -> None:
         self.results: List[Result] = results if results is not None else []
         self.logs: Logs = logs if logs is not None else Logs()
@@ -331,7 +355,7 @@ class Execution:
         self._artifacts: Optional[List[Artifact]] = None
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "Execution":
+    def from_json(cls, d: Mapping[str, Any], client: ArtifactClient = None) -> "Execution":
         """Build an Execution from an ``ExecutionResult`` JSON object. ``client`` is the
         connection its :attr:`artifacts` download through (set by the sandbox that ran it)."""
         results: List[Result] = []
@@ -616,7 +640,7 @@ class ExecutionRecord:
         return self.execution.end_state if self.execution is not None else None
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "ExecutionRecord":
+    def from_json(cls, d: Mapping[str, Any], client: ArtifactClient = None) -> "ExecutionRecord":
         res = d.get("result")
         return cls(
             id=str(d.get("id", "")),
@@ -673,7 +697,7 @@ class Artifact:
         url: str,
         *,
         raw: Optional[Dict[str, Any]] = None,
-        client: Union["SyncHTTP", "AsyncHTTP", None] = None,
+        client: ArtifactClient = None,
     ) -> None:
         self.path = path
         self.size = size
@@ -685,7 +709,7 @@ class Artifact:
         self._client = client
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], client: Union["SyncHTTP", "AsyncHTTP", None] = None) -> "Artifact":
+    def from_json(cls, d: Mapping[str, Any], client: ArtifactClient = None) -> "Artifact":
         return cls(
             path=str(d.get("path", "")),
             size=int(d.get("size") or 0),
@@ -708,8 +732,6 @@ class Artifact:
 
     def _request_path(self) -> str:
         if not self.available:
-            from .errors import FileTooLarge
-
             raise FileTooLarge(
                 f"artifact {self.path!r} ({self.size} bytes) was too large for the server to keep; "
                 "read it from the sandbox's files while the sandbox runs",
@@ -717,19 +739,15 @@ class Artifact:
             )
         return artifact_path(self.sha256)
 
-    def _sync_client(self) -> "SyncHTTP":
-        from ._http import SyncHTTP
-
-        if isinstance(self._client, SyncHTTP):
+    def _sync_reader(self) -> ArtifactReader:
+        if isinstance(self._client, ArtifactReader):
             return self._client
         if self._client is None:
             raise RuntimeError("this artifact is not bound to a server connection (parse it with a sandbox's client)")
         raise RuntimeError("this artifact came from an AsyncSandbox: use `await artifact.aread()` / `adownload()`")
 
-    def _async_client(self) -> "AsyncHTTP":
-        from ._http import AsyncHTTP
-
-        if isinstance(self._client, AsyncHTTP):
+    def _async_reader(self) -> AsyncArtifactReader:
+        if isinstance(self._client, AsyncArtifactReader):
             return self._client
         if self._client is None:
             raise RuntimeError("this artifact is not bound to a server connection (parse it with a sandbox's client)")
@@ -737,11 +755,8 @@ class Artifact:
 
     def read(self) -> bytes:
         """The artifact's bytes, from ``GET /v1/artifacts/{sha256}``."""
-        from ._core import transfer_timeout
-
         path = self._request_path()
-        with self._sync_client().open() as http:
-            return http.request("GET", path, timeout=transfer_timeout(http.cfg)).content
+        return self._sync_reader().read_artifact(path)
 
     def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.read().decode(encoding, errors)
@@ -749,60 +764,20 @@ class Artifact:
     def download(self, local_path: PathLike) -> str:
         """Stream the artifact to ``local_path`` (through ``<local_path>.part``, renamed at the
         end). Returns ``local_path``."""
-        import httpx
-
-        from ._core import transfer_timeout, transport_error
-
         path = self._request_path()
         local = os.fspath(local_path)
-        part = local + ".part"
-        with self._sync_client().open() as http:
-            resp = http.request("GET", path, stream=True, timeout=transfer_timeout(http.cfg))
-            try:
-                with open(part, "wb") as f:
-                    for chunk in resp.iter_bytes():
-                        f.write(chunk)
-                os.replace(part, local)
-            except httpx.TransportError as e:
-                raise transport_error(e, "GET", path) from e
-            finally:
-                resp.close()
-                if os.path.exists(part):
-                    os.unlink(part)
-        return local
+        return self._sync_reader().download_artifact(path, local)
 
     async def aread(self) -> bytes:
         """:meth:`read` for an artifact of an :class:`~sandlot.AsyncSandbox`."""
-        from ._core import transfer_timeout
-
         path = self._request_path()
-        async with self._async_client().open() as http:
-            resp = await http.request("GET", path, timeout=transfer_timeout(http.cfg))
-            return resp.content
+        return await self._async_reader().aread_artifact(path)
 
     async def adownload(self, local_path: PathLike) -> str:
         """:meth:`download` for an artifact of an :class:`~sandlot.AsyncSandbox`."""
-        import httpx
-
-        from ._core import transfer_timeout, transport_error
-
         path = self._request_path()
         local = os.fspath(local_path)
-        part = local + ".part"
-        async with self._async_client().open() as http:
-            resp = await http.request("GET", path, stream=True, timeout=transfer_timeout(http.cfg))
-            try:
-                with open(part, "wb") as f:
-                    async for chunk in resp.aiter_bytes():
-                        f.write(chunk)
-                os.replace(part, local)
-            except httpx.TransportError as e:
-                raise transport_error(e, "GET", path) from e
-            finally:
-                await resp.aclose()
-                if os.path.exists(part):
-                    os.unlink(part)
-        return local
+        return await self._async_reader().adownload_artifact(path, local)
 
     def to_json(self) -> Dict[str, Any]:
         return dict(self.raw) if self.raw else {

@@ -411,20 +411,7 @@ class Files:
         """Stream the file at ``path`` to ``local_path`` (written to ``<local_path>.part``
         first, then renamed). Returns ``local_path``."""
         local = os.fspath(local_path)
-        part = local + ".part"
-        resp = self._sb._http.request("GET", self._path(path), stream=True, timeout=transfer_timeout(self._sb._http.cfg))
-        try:
-            with open(part, "wb") as f:
-                for chunk in resp.iter_bytes():
-                    f.write(chunk)
-            os.replace(part, local)
-        except httpx.TransportError as e:
-            raise transport_error(e, "GET", self._path(path)) from e
-        finally:
-            resp.close()
-            if os.path.exists(part):
-                os.unlink(part)
-        return local
+        return self._sb._http.download(self._path(path), local)
 
     def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
         """Entries of the directory ``path`` (the workspace root by default)."""

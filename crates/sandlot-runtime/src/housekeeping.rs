@@ -1,0 +1,168 @@
+//! The runtime's life around the requests: recovery from what a previous run left behind,
+//! the housekeeping loop (expiry by idle timeout and lifetime, sandboxes found dead, dead
+//! zygotes restarted, the artifact retention sweep) and shutdown.
+
+use crate::error::{store, RuntimeError};
+use crate::util::{lock, now_rfc3339};
+use crate::Runtime;
+use sandlot_jail::cgroup::Cgroup;
+use sandlot_types::SandboxState;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often housekeeping runs.
+const EVERY: Duration = Duration::from_millis(500);
+
+impl Runtime {
+    /// Takes over what a previous run left: kills whatever still runs in its cgroups (its
+    /// sandboxes' inits normally die with the server, see SECURITY.md), marks its running
+    /// sandboxes `stopped` (executions cut short `killed`), and gives every stopped or failed
+    /// sandbox whose workspace is on disk its entry and uid back, so its files are readable
+    /// and its next execution restarts it in place. A sandbox whose workspace is gone is
+    /// `lost`; a workspace no record claims (a pooled sandbox, an end cut short) is removed.
+    pub(crate) fn recover(&self) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        for name in inner.hierarchy.children(&inner.cgroup_base) {
+            let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&name));
+            if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
+                tracing::warn!(group = %name, error = %e, "could not empty a leftover cgroup");
+            }
+            let _ = cg.remove();
+        }
+        let stopped = inner
+            .store
+            .mark_running(
+                SandboxState::Stopped,
+                "the server stopped; the sandbox's processes were stopped and its files kept",
+                &now_rfc3339(),
+            )
+            .map_err(store("marking sandboxes of a previous run stopped"))?;
+        let workspaces = self.workspaces()?;
+        let on_disk: BTreeSet<String> = workspaces
+            .list()
+            .map_err(|e| crate::workspace::workspace_error("list", e))?
+            .into_iter()
+            .collect();
+        let kept = inner
+            .store
+            .sandboxes_in(&[SandboxState::Stopped, SandboxState::Failed])
+            .map_err(store("listing stopped sandboxes"))?;
+        let mut restored = BTreeSet::new();
+        for (mut info, uid) in kept {
+            let uid =
+                uid.filter(|uid| on_disk.contains(&info.id) && lock(&inner.slots).reserve(*uid));
+            let Some(uid) = uid else {
+                info.state = SandboxState::Lost;
+                info.ended_reason =
+                    Some("its workspace was not found when the server restarted".into());
+                if let Err(e) = inner.store.update_sandbox(&info) {
+                    tracing::error!(sandbox = %info.id, error = %e, "recording a lost sandbox failed");
+                }
+                continue;
+            };
+            let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&info.id));
+            restored.insert(info.id.clone());
+            let entry = Arc::new(crate::Entry::restored(info, uid, cg));
+            lock(&inner.sandboxes).insert(entry.id.clone(), entry);
+        }
+        for id in on_disk.difference(&restored) {
+            if let Err(e) = workspaces.remove(id) {
+                tracing::warn!(workspace = %id, error = %e, "could not reclaim a workspace no sandbox owns");
+            }
+        }
+        tracing::info!(
+            stopped = stopped.len(),
+            restored = restored.len(),
+            reclaimed = on_disk.len() - restored.len(),
+            "took over what a previous run left"
+        );
+        Ok(())
+    }
+
+    /// Runs housekeeping in the background for as long as the runtime exists.
+    pub(crate) fn start_housekeeping(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(EVERY).await;
+                let Some(inner) = weak.upgrade() else { return };
+                Runtime { inner }.housekeeping().await;
+            }
+        });
+    }
+
+    /// Expires idle and old sandboxes, restarts in place the processes of idle ones found
+    /// dead, restarts a dead zygote, retries cgroups that could not be removed and reaps
+    /// orphaned sandbox processes.
+    async fn housekeeping(&self) {
+        if self.inner.artifacts.sweep_due() {
+            let store = self.inner.artifacts.clone();
+            tokio::task::spawn_blocking(move || store.sweep());
+        }
+        for e in self.all_entries() {
+            let (idle, lifetime) = {
+                let i = lock(&e.info);
+                (i.idle_timeout, i.max_lifetime)
+            };
+            let busy = e.exec_lock.try_lock().is_err() || e.waiting.load(Ordering::SeqCst) > 0;
+            let idle_for = lock(&e.last_active).elapsed();
+            if e.created.elapsed() >= Duration::from_secs(lifetime) {
+                let why = format!("expired: reached its maximum lifetime of {lifetime} s");
+                self.end(&e, SandboxState::Expired, &why).await;
+            } else if !busy && idle_for >= Duration::from_secs(idle) {
+                let why = format!("expired: idle for more than its idle timeout of {idle} s");
+                self.end(&e, SandboxState::Expired, &why).await;
+            } else if let Ok(turn) = e.exec_lock.clone().try_lock_owned() {
+                // Processes that died between executions (a background process that used all
+                // the memory, a crash) come back now rather than on the next request.
+                match e.live() {
+                    Some(live) if live.is_dead() || live.init_exited() => {
+                        live.signal_kill();
+                        self.restart_after(&e, turn, crate::restart::reason::CRASHED);
+                    }
+                    _ => drop(turn),
+                }
+            }
+        }
+        for t in self.all_templates() {
+            let dead = matches!(t.zygote.read().await.as_ref(), Some(z) if !z.alive());
+            if dead {
+                if let Err(e) = self.start_zygote(&t).await {
+                    tracing::error!(template = %t.spec.name, error = %e, "restarting the zygote failed");
+                }
+            }
+        }
+        let rt = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            rt.sweep_graves();
+            rt.reap_orphans();
+        })
+        .await;
+    }
+
+    /// Stops every sandbox (its processes killed, its files kept: the next start finds it
+    /// `stopped`) and every zygote, then unmounts the workspaces; called on server shutdown.
+    pub async fn shutdown(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        for e in self.all_entries() {
+            self.stop(&e).await;
+        }
+        for t in self.all_templates() {
+            self.stop_template(&t).await;
+        }
+        // Sandbox groups are removed in the background; give them a moment, then remove
+        // this server's own group (it only goes when empty).
+        let base = Cgroup::open(&self.inner.hierarchy, &self.inner.cgroup_base);
+        for _ in 0..50 {
+            if base.remove().is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.inner.recorder.flush().await;
+        let rt = self.clone();
+        let _ = tokio::task::spawn_blocking(move || rt.unmount_workspaces()).await;
+    }
+}

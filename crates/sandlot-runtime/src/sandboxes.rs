@@ -1,0 +1,90 @@
+//! The sandboxes the runtime knows: looking one up (live, or why it is gone), listing,
+//! reading, deleting, and marking activity for the idle timeout.
+
+use crate::error::{store, RuntimeError};
+use crate::util::{lock, now_rfc3339};
+use crate::{Entry, Runtime};
+use sandlot_types::{Sandbox, SandboxState};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Runtime {
+    /// A live sandbox's entry, or why there is none.
+    pub(crate) fn entry(&self, id: &str) -> Result<Arc<Entry>, RuntimeError> {
+        if let Some(e) = lock(&self.inner.sandboxes).get(id) {
+            return Ok(e.clone());
+        }
+        Err(self.gone_or_missing(id))
+    }
+
+    /// `SandboxGone` for a sandbox the store saw end, `SandboxNotFound` for an id never seen.
+    pub(crate) fn gone_or_missing(&self, id: &str) -> RuntimeError {
+        match self.inner.store.get_sandbox(id) {
+            Ok(Some(s)) => RuntimeError::SandboxGone {
+                id: id.to_string(),
+                state: state_word(s.state),
+                reason: s.ended_reason.unwrap_or_else(|| "it ended".into()),
+            },
+            _ => RuntimeError::SandboxNotFound { id: id.to_string() },
+        }
+    }
+
+    /// Every live sandbox's entry, at this moment.
+    pub(crate) fn all_entries(&self) -> Vec<Arc<Entry>> {
+        lock(&self.inner.sandboxes).values().cloned().collect()
+    }
+
+    /// Sandboxes that have not ended, or every recorded one with `include_ended`.
+    pub async fn list_sandboxes(&self, include_ended: bool) -> Result<Vec<Sandbox>, RuntimeError> {
+        if include_ended {
+            return self
+                .inner
+                .store
+                .list_sandboxes(true)
+                .map_err(store("listing sandboxes"));
+        }
+        let mut v: Vec<Sandbox> = lock(&self.inner.sandboxes)
+            .values()
+            .map(|e| lock(&e.info).clone())
+            .collect();
+        v.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(v)
+    }
+
+    /// A sandbox that has not ended (running, stopped or failed); `SandboxGone` for one that
+    /// ended, `SandboxNotFound` for an id never seen.
+    pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
+        let e = self.entry(id)?;
+        let info = lock(&e.info).clone();
+        Ok(info)
+    }
+
+    /// Deletes a sandbox in any state (running, stopped, failed): its processes, files,
+    /// cgroup and uid go. Answers once; a sandbox already deleted, or being deleted by a
+    /// concurrent request, is not found.
+    pub async fn delete_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        let missing = || RuntimeError::SandboxNotFound { id: id.to_string() };
+        let e = lock(&self.inner.sandboxes)
+            .get(id)
+            .cloned()
+            .ok_or_else(missing)?;
+        if self
+            .end(&e, SandboxState::Deleted, "deleted by request")
+            .await
+        {
+            Ok(())
+        } else {
+            Err(missing())
+        }
+    }
+
+    /// Marks a sandbox active now (it restarts the idle timeout).
+    pub(crate) fn touch(&self, e: &Entry) {
+        *lock(&e.last_active) = Instant::now();
+        lock(&e.info).last_active_at = now_rfc3339();
+    }
+}
+
+fn state_word(s: SandboxState) -> &'static str {
+    s.as_str()
+}

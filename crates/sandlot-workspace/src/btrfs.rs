@@ -1,0 +1,774 @@
+//! The Btrfs backend: one image file `<dir>/workspaces.btrfs` on a loop device, mounted at
+//! `<dir>/mnt`; each workspace is a subvolume `<dir>/mnt/ws/<id>` whose qgroup carries the byte
+//! limit. The image is fully allocated on the host and grows in steps while the host has room
+//! (see the crate doc for why); a background thread keeps some headroom.
+//!
+//! Layout inside the filesystem:
+//!
+//! ```text
+//! <dir>/mnt            the filesystem's top-level subvolume (id 5), mode 0700
+//! <dir>/mnt/ws         mode 0700: only root on the host walks into workspaces
+//! <dir>/mnt/ws/<id>    a subvolume per workspace, owned by the sandbox uid, mode 0755
+//! <dir>/mnt/ws/.new-*  a workspace being made (renamed into place when complete)
+//! ```
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nix::fcntl::{FallocateFlags, RenameFlags};
+use nix::sys::stat::Mode;
+use nix::unistd::{Gid, Uid};
+
+use crate::btrfs_ioctl as ioc;
+use crate::error::{IoStep, Result, SysStep, WorkspaceError};
+use crate::space::{self, SpaceReport};
+use crate::{id, loopdev, mounts, tools};
+use crate::{ImageReport, QuotaMode, Workspace, WorkspaceConfig};
+
+pub(crate) const IMAGE_NAME: &str = "workspaces.btrfs";
+const MIB: u64 = 1 << 20;
+const TIB: u64 = 1 << 40;
+/// mkfs.btrfs refuses smaller devices (with DUP metadata).
+const MIN_IMAGE: u64 = 128 * MIB;
+/// Do not bother growing by less than this.
+const MIN_GROW: u64 = 64 * MIB;
+
+pub(crate) struct Btrfs {
+    dir: PathBuf,
+    image: PathBuf,
+    mnt: PathBuf,
+    ws: PathBuf,
+    /// The filesystem's top-level directory, for filesystem-wide ioctls.
+    fs: File,
+    /// `<mnt>/ws`, the parent of every workspace.
+    ws_dir: File,
+    /// Names the filesystem under /sys/fs/btrfs.
+    uuid: String,
+    loop_device: PathBuf,
+    direct_io: bool,
+    quota: QuotaMode,
+    /// True when every byte of the image is allocated on the host.
+    backed: bool,
+    max_bytes: u64,
+    cfg: WorkspaceConfig,
+    grow_lock: Mutex<()>,
+    last_grow_problem: Mutex<Option<String>>,
+}
+
+fn open_dir(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+fn round_down_mib(bytes: u64) -> u64 {
+    bytes / MIB * MIB
+}
+
+/// Creates `path` (and parents) if missing and makes it root-only. The mode is only written
+/// when it differs, so a filesystem that went read-only can still be opened (and inspected).
+fn private_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).at("mkdir", path)?;
+    let mode = std::fs::metadata(path)
+        .at("stat", path)?
+        .permissions()
+        .mode();
+    if mode & 0o7777 != 0o700 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).at("chmod", path)?;
+    }
+    Ok(())
+}
+
+impl Btrfs {
+    /// Opens the workspace filesystem in `cfg.dir`, making it the first time and reusing
+    /// whatever a crash left (mount, loop device) otherwise.
+    pub(crate) fn open(cfg: WorkspaceConfig) -> Result<Btrfs> {
+        private_dir(&cfg.dir)?;
+        let dir = cfg.dir.canonicalize().at("canonicalize", &cfg.dir)?;
+        let image = dir.join(IMAGE_NAME);
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).at("mkdir", &mnt)?;
+
+        let (host_total, host_free) = space::statvfs(&dir)?;
+        let max_bytes = match cfg.image.max_bytes {
+            Some(max) => round_down_mib(max).max(MIN_IMAGE),
+            None => {
+                let current = std::fs::metadata(&image).map(|m| m.len()).unwrap_or(0);
+                // The default cap: what the image has now plus 80% of what the host has free,
+                // never more than 1 TiB.
+                round_down_mib((current + host_free / 10 * 8).min(TIB)).max(MIN_IMAGE)
+            }
+        };
+        let fresh = !image.exists();
+        if fresh {
+            // The image is gone but something is still mounted here: never make a new image
+            // over a live mount.
+            if let Some(m) = mounts::mount_at(&mnt)? {
+                return Err(WorkspaceError::MountConflict {
+                    path: mnt,
+                    found: format!("{} from {} (and no image)", m.fstype, m.source),
+                });
+            }
+            let reserve = cfg.host_reserve.for_total(host_total);
+            make_image(
+                &dir,
+                &image,
+                &cfg,
+                max_bytes,
+                host_free.saturating_sub(reserve),
+            )?;
+        }
+        let (loop_device, direct_io) = ensure_mounted(&image, &mnt, !cfg.image.sparse, fresh)?;
+        // 0700 on the top of the filesystem: host users other than root never see workspaces.
+        private_dir(&mnt)?;
+        let fs = open_dir(&mnt).at("open", &mnt)?;
+        let uuid = ioc::fs_uuid(&fs, &mnt)?;
+        let quota = enable_quota(&fs, &mnt, &uuid, cfg.quota)?;
+        let ws = mnt.join("ws");
+        private_dir(&ws)?;
+        let ws_dir = open_dir(&ws).at("open", &ws)?;
+        let backed = is_backed(&image, !cfg.image.sparse)?;
+        let this = Btrfs {
+            dir,
+            image,
+            mnt,
+            ws,
+            fs,
+            ws_dir,
+            uuid,
+            loop_device,
+            direct_io,
+            quota,
+            backed,
+            max_bytes,
+            cfg,
+            grow_lock: Mutex::new(()),
+            last_grow_problem: Mutex::new(None),
+        };
+        this.reclaim_temporaries();
+        this.sweep_qgroups();
+        if let Err(e) = this.grow_if_needed() {
+            // Not fatal: the workspaces are usable, health() reports it.
+            tracing::warn!("growing the workspace image: {e}");
+        }
+        Ok(this)
+    }
+
+    pub(crate) fn mount_point(&self) -> &Path {
+        &self.mnt
+    }
+
+    pub(crate) fn path(&self, id: &str) -> PathBuf {
+        self.ws.join(id)
+    }
+
+    pub(crate) fn quota_mode(&self) -> QuotaMode {
+        self.quota
+    }
+
+    /// Creates the workspace: subvolume, owner, mode, byte limit, then renames it into place.
+    pub(crate) fn create(&self, id: &str, uid: u32, gid: u32, limit: u64) -> Result<Workspace> {
+        self.check_space()?;
+        if self.exists(id) {
+            return Err(WorkspaceError::Exists { id: id.into() });
+        }
+        let tmp = id::temp_name(id);
+        ioc::subvol_create(&self.ws_dir, &self.ws, &tmp).map_err(|e| match e.errno() {
+            libc::EEXIST => WorkspaceError::Exists { id: id.into() },
+            _ => e,
+        })?;
+        let made = (|| {
+            let path = self.ws.join(&tmp);
+            let fd = open_dir(&path).at("open", &path)?;
+            let subvolid = ioc::subvol_id(&fd, &path)?;
+            nix::unistd::fchown(
+                fd.as_fd(),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
+            )
+            .sys("fchown", &path)?;
+            nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(0o755))
+                .sys("fchmod", &path)?;
+            ioc::qgroup_limit(&self.fs, &path, subvolid, Some(limit))?;
+            self.rename_into_place(&tmp, id)
+        })();
+        if let Err(e) = made {
+            self.destroy_quietly(&tmp);
+            return Err(e);
+        }
+        Ok(self.workspace(id, limit))
+    }
+
+    /// A writable copy-on-write snapshot of `src` named `dst`, with `src`'s owner and limit.
+    pub(crate) fn snapshot(&self, src: &str, dst: &str) -> Result<Workspace> {
+        self.check_space()?;
+        if self.exists(dst) {
+            return Err(WorkspaceError::Exists { id: dst.into() });
+        }
+        let (src_fd, src_id) = self.open_workspace(src)?;
+        let limit = self.limit_of(src_id);
+        let tmp = id::temp_name(dst);
+        ioc::snapshot(&src_fd, &self.ws_dir, &self.ws, &tmp).map_err(|e| match e.errno() {
+            libc::EEXIST => WorkspaceError::Exists { id: dst.into() },
+            _ => e,
+        })?;
+        let made = (|| {
+            let path = self.ws.join(&tmp);
+            let fd = open_dir(&path).at("open", &path)?;
+            let subvolid = ioc::subvol_id(&fd, &path)?;
+            ioc::qgroup_limit(&self.fs, &path, subvolid, limit)?;
+            self.rename_into_place(&tmp, dst)
+        })();
+        if let Err(e) = made {
+            self.destroy_quietly(&tmp);
+            return Err(e);
+        }
+        Ok(self.workspace(dst, limit.unwrap_or(u64::MAX)))
+    }
+
+    /// Deletes the workspace and every subvolume a sandbox made inside it, then its qgroup.
+    pub(crate) fn remove(&self, id: &str) -> Result<()> {
+        let (fd, subvolid) = self.open_workspace(id)?;
+        drop(fd);
+        self.destroy_tree(id, subvolid)?;
+        self.sweep_qgroups();
+        Ok(())
+    }
+
+    pub(crate) fn set_limit(&self, id: &str, bytes: u64) -> Result<()> {
+        let (_, subvolid) = self.open_workspace(id)?;
+        ioc::qgroup_limit(&self.fs, &self.path(id), subvolid, Some(bytes))
+    }
+
+    /// Referenced bytes of the workspace's qgroup, as of the last transaction commit.
+    pub(crate) fn usage(&self, id: &str) -> Result<u64> {
+        let (_, subvolid) = self.open_workspace(id)?;
+        let path = self.qgroup_sysfs(subvolid, "referenced");
+        let text = std::fs::read_to_string(&path).at("read", &path)?;
+        text.trim()
+            .parse()
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+            .at("parse", &path)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Workspace> {
+        let (_, subvolid) = self.open_workspace(id)?;
+        Ok(self.workspace(id, self.limit_of(subvolid).unwrap_or(u64::MAX)))
+    }
+
+    pub(crate) fn list(&self) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&self.ws).at("read_dir", &self.ws)? {
+            let entry = entry.at("read_dir", &self.ws)?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if id::is_valid(&name) && entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                ids.push(name);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    pub(crate) fn exists(&self, id: &str) -> bool {
+        self.ws.join(id).symlink_metadata().is_ok()
+    }
+
+    /// What `create` would be allowed to use now: free space in the filesystem plus what the
+    /// image may still grow by without eating the host's reserve.
+    pub(crate) fn free_bytes(&self) -> Result<u64> {
+        let host = self.host_space()?;
+        let fs = self.fs_space()?;
+        let host_room = host.free_bytes.saturating_sub(host.reserve_bytes);
+        if self.backed {
+            let size = self.image_size()?;
+            Ok(fs.free_bytes + self.max_bytes.saturating_sub(size).min(host_room))
+        } else {
+            Ok(fs.free_bytes.min(host_room))
+        }
+    }
+
+    pub(crate) fn host_space(&self) -> Result<SpaceReport> {
+        space::report(&self.dir, self.cfg.host_reserve)
+    }
+
+    pub(crate) fn fs_space(&self) -> Result<SpaceReport> {
+        space::report(&self.mnt, self.cfg.fs_reserve)
+    }
+
+    /// Everything doctor shows, and the list of what is wrong.
+    pub(crate) fn health(&self, problems: &mut Vec<String>) -> Result<(SpaceReport, ImageReport)> {
+        let fs = self.fs_space()?;
+        let meta = std::fs::metadata(&self.image).at("stat", &self.image)?;
+        let image = ImageReport {
+            path: self.image.clone(),
+            size_bytes: meta.len(),
+            allocated_bytes: meta.blocks() * 512,
+            max_bytes: self.max_bytes,
+            loop_device: self.loop_device.clone(),
+            direct_io: self.direct_io,
+            fully_backed: self.backed && meta.blocks() * 512 >= meta.len(),
+        };
+        match mounts::mount_at(&self.mnt)? {
+            None => problems.push(format!("{} is no longer mounted", self.mnt.display())),
+            Some(m) if m.read_only() => problems.push(format!(
+                "{} is read-only (Btrfs stops writing after an I/O error; see dmesg)",
+                self.mnt.display()
+            )),
+            Some(_) => {}
+        }
+        if fs.below_reserve() && image.size_bytes >= self.max_bytes {
+            problems.push(format!(
+                "workspace filesystem nearly full ({} bytes free) and at its maximum size",
+                fs.free_bytes
+            ));
+        }
+        if !image.fully_backed {
+            let host = self.host_space()?;
+            let unbacked = image.size_bytes.saturating_sub(image.allocated_bytes);
+            if unbacked > host.free_bytes {
+                problems.push(format!(
+                    "sparse image may need {unbacked} more bytes than the host's {} free: a full \
+                     host disk would turn into I/O errors and a read-only workspace filesystem",
+                    host.free_bytes
+                ));
+            }
+        }
+        let inconsistent = std::fs::read_to_string(self.sysfs("qgroups/inconsistent"));
+        if inconsistent.map(|s| s.trim() == "1").unwrap_or(false) {
+            problems.push("qgroup accounting is inconsistent (a rescan is needed)".into());
+        }
+        if let Some(p) = self
+            .last_grow_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            problems.push(p);
+        }
+        Ok((fs, image))
+    }
+
+    /// Grows the image (allocated on the host) when the filesystem's free space is below the
+    /// headroom, by one step, within the maximum and the host's reserve. Returns whether it grew.
+    pub(crate) fn grow_if_needed(&self) -> Result<bool> {
+        if !self.backed {
+            return Ok(false);
+        }
+        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.try_grow().inspect_err(|e| {
+            self.set_grow_problem(Some(format!("growing the workspace image failed: {e}")))
+        })
+    }
+
+    fn set_grow_problem(&self, problem: Option<String>) {
+        *self
+            .last_grow_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = problem;
+    }
+
+    fn try_grow(&self) -> Result<bool> {
+        let (_, fs_free) = space::statvfs(&self.mnt)?;
+        if fs_free >= self.cfg.image.headroom_bytes {
+            self.set_grow_problem(None);
+            return Ok(false);
+        }
+        let size = self.image_size()?;
+        let host = self.host_space()?;
+        let host_room = host.free_bytes.saturating_sub(host.reserve_bytes);
+        let step = round_down_mib(
+            self.cfg
+                .image
+                .grow_step_bytes
+                .min(self.max_bytes.saturating_sub(size))
+                .min(host_room),
+        );
+        if step < MIN_GROW {
+            // At the maximum size is not a problem in itself (health reports a full filesystem);
+            // a host too full to back the next step is.
+            let why = (size < self.max_bytes).then(|| {
+                format!(
+                    "the workspace image cannot grow: the host has {} bytes free, reserve {}",
+                    host.free_bytes, host.reserve_bytes
+                )
+            });
+            self.set_grow_problem(why);
+            return Ok(false);
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&self.image)
+            .at("open", &self.image)?;
+        nix::fcntl::fallocate(
+            file.as_fd(),
+            FallocateFlags::empty(),
+            size as i64,
+            step as i64,
+        )
+        .sys("fallocate (grow)", &self.image)?;
+        loopdev::set_capacity(&self.loop_device)?;
+        ioc::resize_max(&self.fs, &self.mnt)?;
+        self.set_grow_problem(None);
+        tracing::info!(
+            image = %self.image.display(),
+            from = size,
+            to = size + step,
+            "workspace image grown"
+        );
+        Ok(true)
+    }
+
+    /// Releases our descriptors and unmounts the filesystem; the loop device detaches itself.
+    pub(crate) fn unmount(self) -> Result<()> {
+        let mnt = self.mnt.clone();
+        drop(self);
+        match mounts::mount_at(&mnt)? {
+            Some(_) => mounts::unmount(&mnt),
+            None => Ok(()),
+        }
+    }
+
+    fn workspace(&self, id: &str, limit_bytes: u64) -> Workspace {
+        Workspace {
+            id: id.to_string(),
+            path: self.path(id),
+            limit_bytes,
+            inode_limit: None,
+        }
+    }
+
+    fn image_size(&self) -> Result<u64> {
+        Ok(std::fs::metadata(&self.image)
+            .at("stat", &self.image)?
+            .len())
+    }
+
+    /// Refuses a new workspace when the host or the workspace filesystem is below its reserve
+    /// (after trying to grow the image).
+    fn check_space(&self) -> Result<()> {
+        let host = self.host_space()?;
+        if host.below_reserve() {
+            return Err(WorkspaceError::HostSpaceLow {
+                path: host.path,
+                free_bytes: host.free_bytes,
+                reserve_bytes: host.reserve_bytes,
+            });
+        }
+        let mut fs = self.fs_space()?;
+        if fs.below_reserve() && self.grow_if_needed()? {
+            fs = self.fs_space()?;
+        }
+        if fs.below_reserve() {
+            return Err(WorkspaceError::FilesystemFull {
+                path: fs.path,
+                free_bytes: fs.free_bytes,
+                reserve_bytes: fs.reserve_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens an existing workspace's root and returns it with its subvolume id.
+    fn open_workspace(&self, id: &str) -> Result<(File, u64)> {
+        let path = self.path(id);
+        let fd = match open_dir(&path) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(WorkspaceError::NotFound { id: id.into() })
+            }
+            Err(e) => return Err(e).at("open", &path),
+        };
+        let ino = fd.metadata().at("stat", &path)?.ino();
+        if ino != ioc::BTRFS_FIRST_FREE_OBJECTID {
+            // A plain directory, not a subvolume we made.
+            return Err(WorkspaceError::NotFound { id: id.into() });
+        }
+        let subvolid = ioc::subvol_id(&fd, &path)?;
+        Ok((fd, subvolid))
+    }
+
+    fn rename_into_place(&self, tmp: &str, id: &str) -> Result<()> {
+        nix::fcntl::renameat2(
+            self.ws_dir.as_fd(),
+            tmp,
+            self.ws_dir.as_fd(),
+            id,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| match e {
+            nix::Error::EEXIST => WorkspaceError::Exists { id: id.into() },
+            e => WorkspaceError::Sys {
+                step: "renameat2",
+                path: self.path(id),
+                source: e,
+            },
+        })
+    }
+
+    /// The qgroup's referenced-bytes limit, `None` if it has none (sysfs then shows a
+    /// `max_referenced` of 0, so the flag decides).
+    fn limit_of(&self, subvolid: u64) -> Option<u64> {
+        let read = |file| {
+            std::fs::read_to_string(self.qgroup_sysfs(subvolid, file))
+                .ok()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        };
+        let flags = read("limit_flags")?;
+        (flags & ioc::BTRFS_QGROUP_LIMIT_MAX_RFER != 0)
+            .then(|| read("max_referenced"))
+            .flatten()
+    }
+
+    fn sysfs(&self, rel: &str) -> PathBuf {
+        Path::new("/sys/fs/btrfs").join(&self.uuid).join(rel)
+    }
+
+    fn qgroup_sysfs(&self, subvolid: u64, file: &str) -> PathBuf {
+        self.sysfs(&format!("qgroups/0_{subvolid}/{file}"))
+    }
+
+    /// Deletes the subvolume `name` in `ws` and everything nested in it, deepest first.
+    fn destroy_tree(&self, name: &str, subvolid: u64) -> Result<()> {
+        let path = self.ws.join(name);
+        self.destroy_children(subvolid)?;
+        ioc::subvol_destroy(&self.ws_dir, &self.ws, name)?;
+        // The kernel refuses (EBUSY) while the cleaner has not dropped the subvolume yet and
+        // removes the qgroup itself once it has; `sweep_qgroups` catches any it leaves.
+        let _ = ioc::qgroup_remove(&self.fs, &path, subvolid);
+        Ok(())
+    }
+
+    fn destroy_children(&self, subvolid: u64) -> Result<()> {
+        let children = ioc::child_subvols(&self.fs, &self.mnt, subvolid)?;
+        if !children.is_empty() {
+            // Deleting a subvolume needs metadata space charged to its parent: lift the parent's
+            // limit so a workspace filled to its quota can still be emptied (else EDQUOT).
+            let _ = ioc::qgroup_limit(&self.fs, &self.mnt, subvolid, None);
+        }
+        for child in children {
+            let _ = ioc::qgroup_limit(&self.fs, &self.mnt, child, None);
+            self.destroy_children(child)?;
+            ioc::subvol_destroy_by_id(&self.fs, &self.mnt, child)?;
+            let _ = ioc::qgroup_remove(&self.fs, &self.mnt, child);
+        }
+        Ok(())
+    }
+
+    fn destroy_quietly(&self, name: &str) {
+        let path = self.ws.join(name);
+        let result = open_dir(&path)
+            .at("open", &path)
+            .and_then(|fd| ioc::subvol_id(&fd, &path))
+            .and_then(|subvolid| self.destroy_tree(name, subvolid));
+        if let Err(e) = result {
+            tracing::warn!(
+                "could not remove the half-made workspace {}: {e}",
+                path.display()
+            );
+        }
+    }
+
+    /// Removes workspaces a crash left half-made (`.new-*`).
+    fn reclaim_temporaries(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.ws) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with(".new-") {
+                tracing::info!("removing the half-made workspace {name} left by a crash");
+                self.destroy_quietly(&name);
+            }
+        }
+    }
+
+    /// Deletes level-0 qgroups whose subvolume is gone, so none accumulate. The kernel drops
+    /// most itself once the cleaner has freed the subvolume, but not one whose extents were
+    /// still shared (with a snapshot) at that moment; and it refuses while the cleaner has not
+    /// run, so this is retried at open, after each remove and from the maintenance thread.
+    pub(crate) fn sweep_qgroups(&self) {
+        let linked: HashSet<u64> = match ioc::linked_subvols(&self.fs, &self.mnt) {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!("listing subvolumes for the qgroup sweep: {e}");
+                return;
+            }
+        };
+        let Ok(entries) = std::fs::read_dir(self.sysfs("qgroups")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_prefix("0_")) else {
+                continue;
+            };
+            let Ok(id) = id.parse::<u64>() else { continue };
+            if id < ioc::BTRFS_FIRST_FREE_OBJECTID || linked.contains(&id) {
+                continue;
+            }
+            // Still charged: the cleaner has not dropped it yet; the kernel would say EBUSY.
+            let used = std::fs::read_to_string(entry.path().join("referenced"));
+            if used.map(|u| u.trim() == "0").unwrap_or(false) {
+                let _ = ioc::qgroup_remove(&self.fs, &self.mnt, id);
+            }
+        }
+    }
+}
+
+/// Makes the image under a temporary name and renames it into place only once formatted, so a
+/// crash mid-way never leaves a half-made image under the real name (and an image under the real
+/// name is never formatted again).
+fn make_image(
+    dir: &Path,
+    image: &Path,
+    cfg: &WorkspaceConfig,
+    max_bytes: u64,
+    host_room: u64,
+) -> Result<()> {
+    tools::MKFS_BTRFS.require()?;
+    let tmp = dir.join(format!("{IMAGE_NAME}.new"));
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).at("remove", &tmp),
+    }
+    let size = if cfg.image.sparse {
+        max_bytes
+    } else {
+        round_down_mib(cfg.image.initial_bytes.min(max_bytes).min(host_room)).max(MIN_IMAGE)
+    };
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&tmp)
+        .at("create", &tmp)?;
+    let allocated = !cfg.image.sparse
+        && match nix::fcntl::fallocate(file.as_fd(), FallocateFlags::empty(), 0, size as i64) {
+            Ok(()) => true,
+            // The data dir's filesystem cannot allocate ahead (health says the image is sparse).
+            Err(nix::Error::EOPNOTSUPP) => false,
+            Err(e) => return Err(e).sys("fallocate", &tmp),
+        };
+    if !allocated {
+        file.set_len(size).at("truncate", &tmp)?;
+    }
+    // -K: no discard of the image (it would punch out the allocation we just made).
+    tools::MKFS_BTRFS.run(&["-q", "-f", "-K", "-L", "sandlot-workspaces"], &tmp)?;
+    file.sync_all().at("fsync", &tmp)?;
+    drop(file);
+    std::fs::rename(&tmp, image).at("rename", image)?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .at("fsync", dir)?;
+    tracing::info!(image = %image.display(), size, "workspace image created");
+    Ok(())
+}
+
+/// Mounts the image at `mnt`, reusing what is there: an existing mount of this image, or a loop
+/// device still bound to it. Returns the loop device and whether it does direct I/O.
+fn ensure_mounted(image: &Path, mnt: &Path, backed: bool, fresh: bool) -> Result<(PathBuf, bool)> {
+    // A fully allocated image must not be discarded by the filesystem (the loop driver would
+    // punch holes in it); a sparse one returns freed space to the host.
+    let data = if backed { "nodiscard" } else { "discard=async" };
+    if let Some(m) = mounts::mount_at(mnt)? {
+        let device = PathBuf::from(&m.source);
+        if m.fstype == "btrfs" {
+            if let Some(state) = loopdev::bound_to(&device, image)? {
+                tracing::info!(mnt = %mnt.display(), "reusing the mounted workspace filesystem");
+                return Ok((device, state.direct_io));
+            }
+        }
+        return Err(WorkspaceError::MountConflict {
+            path: mnt.to_path_buf(),
+            found: format!("{} from {}", m.fstype, m.source),
+        });
+    }
+    let mount_err = |source| {
+        if fresh {
+            WorkspaceError::Sys {
+                step: "mount",
+                path: mnt.to_path_buf(),
+                source,
+            }
+        } else {
+            WorkspaceError::MountExisting {
+                image: image.to_path_buf(),
+                source,
+            }
+        }
+    };
+    if let Some(state) = loopdev::find_bound(image)? {
+        tracing::info!(
+            device = %state.device.display(),
+            "reusing the loop device still bound to the image"
+        );
+        mounts::mount_device(&state.device, mnt, "btrfs", data).map_err(mount_err)?;
+        return Ok((state.device, state.direct_io));
+    }
+    let attached = loopdev::attach(image)?;
+    mounts::mount_device(&attached.path, mnt, "btrfs", data).map_err(mount_err)?;
+    // The mount now holds the device; closing ours lets autoclear detach it at unmount.
+    Ok((attached.path, attached.direct_io))
+}
+
+/// Turns quotas on if they are off, in the configured mode; an existing mode is kept (switching
+/// would need a full rescan and is the operator's call).
+fn enable_quota(fs: &File, mnt: &Path, uuid: &str, want: QuotaMode) -> Result<QuotaMode> {
+    let mode_file = Path::new("/sys/fs/btrfs").join(uuid).join("qgroups/mode");
+    if !mode_file.exists() {
+        let simple = want == QuotaMode::Simple;
+        if let Err(e) = ioc::quota_enable(fs, mnt, simple) {
+            if !simple {
+                return Err(e);
+            }
+            // Kernels before 6.7 have no simple quotas.
+            tracing::warn!("simple quotas unavailable ({e}); using full qgroups");
+            ioc::quota_enable(fs, mnt, false)?;
+        }
+    }
+    let mode = std::fs::read_to_string(&mode_file).at("read", &mode_file)?;
+    Ok(if mode.trim() == "squota" {
+        QuotaMode::Simple
+    } else {
+        QuotaMode::Full
+    })
+}
+
+/// Makes a configured-as-backed image fully allocated (an image made sparse by an older
+/// configuration, or one whose filesystem cannot allocate ahead stays sparse).
+fn is_backed(image: &Path, want_backed: bool) -> Result<bool> {
+    let meta = std::fs::metadata(image).at("stat", image)?;
+    if !want_backed {
+        return Ok(false);
+    }
+    if meta.blocks() * 512 >= meta.len() {
+        return Ok(true);
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(image)
+        .at("open", image)?;
+    // Mode 0 only fills holes: data already in the image is not touched.
+    match nix::fcntl::fallocate(file.as_fd(), FallocateFlags::empty(), 0, meta.len() as i64) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            tracing::warn!(image = %image.display(), "image stays sparse: fallocate: {e}");
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,123 @@
+"""The control stream (see ARCHITECTURE.md, "The execution protocol"): frames of a 4-byte
+little-endian length then a UTF-8 JSON object, the same format as the jail's frame codec
+(``crates/sandlot-jail/src/frame.rs``). Holds the frame encoder, the channel that reads and
+writes frames while keeping output and events in order, ``emit`` for the events of the
+running execution, and ``exit_driver`` for when the server is gone."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import termios
+import time
+from typing import NoReturn
+
+from .capture import flush_output
+from .jsonsafe import jsonable
+from .state import state
+
+
+def encode_frame(message: dict) -> bytes:
+    body = json.dumps(jsonable(message), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+    return len(body).to_bytes(4, "little") + body
+
+
+class Channel:
+    """Frames on the control stream: 4-byte little-endian length, then a UTF-8 JSON object.
+
+    Ordering: output written before an event must reach the server before the event, and
+    output written after it, after. Flushing before each frame gives the first. For the second,
+    the driver waits until the server has read an event frame before user code runs on; a
+    server that drains the pipes when the control stream becomes readable, before reading the
+    frame, then never sees later output early."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._can_wait = True  # cleared if the fd cannot report its unread bytes
+
+    def recv(self) -> dict | None:
+        """The next message, or None when the server closed the stream."""
+        header = self._read_exact(4)
+        if header is None:
+            return None
+        body = self._read_exact(int.from_bytes(header, "little"))
+        if body is None:
+            return None
+        message = json.loads(body.decode("utf-8", "replace"))
+        if not isinstance(message, dict):
+            raise ValueError("a frame must hold a JSON object")
+        return message
+
+    def send(self, message: dict, wait_until_read: bool = True) -> None:
+        if os.getpid() != state.pid:
+            return  # a process that user code forked: the control stream is not its to use
+        flush_output()
+        frame = encode_frame(message)
+        state.sending += 1
+        try:
+            self._write_all(frame)
+            if wait_until_read:
+                self._wait_until_read()
+        except OSError:
+            exit_driver()  # the server is gone; nobody is left to report to
+        finally:
+            state.sending -= 1
+        if state.deferred_interrupt and state.sending == 0 and state.python_running:
+            state.deferred_interrupt = False
+            raise KeyboardInterrupt
+
+    def _read_exact(self, size: int) -> bytes | None:
+        data = bytearray()
+        while len(data) < size:
+            part = os.read(self.fd, size - len(data))
+            if not part:
+                return None
+            data += part
+        return bytes(data)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def _wait_until_read(self) -> None:
+        # SIOCOUTQ (same number as TIOCOUTQ) on a Unix stream socket: bytes the peer has not
+        # read yet. The server reads within microseconds; back off so a slow one costs no CPU.
+        delay = 0.00002
+        while self._can_wait:
+            try:
+                unread = struct.unpack("i", fcntl.ioctl(self.fd, termios.TIOCOUTQ, bytes(4)))[0]
+            except OSError:
+                self._can_wait = False  # not a socket: best effort ordering only
+                return
+            if unread <= 0:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+
+
+def emit(message: dict) -> None:
+    """Sends an event of the running execution. Before main() (in the zygote) there is no one
+    to send to, and setup code's displays are dropped."""
+    if state.channel is None:
+        return
+    kind = message.pop("type")
+    # A cell's result comes last, after everything it printed: nothing can follow it that the
+    # server must order after it, so the round trip of waiting until it is read is skipped.
+    state.channel.send({"type": kind, "id": state.exec_id, **message},
+                       wait_until_read=kind != "result")
+
+
+def exit_driver() -> NoReturn:
+    """Ends the driver: output flushed, every context's bash told to exit (EOF), no cleanup
+    that could block; the sandbox ends with it."""
+    flush_output()
+    if state.bash is not None:
+        state.bash.close()  # bash reads EOF and exits
+    for ctx in state.contexts.values():
+        if ctx.bash is not None:
+            ctx.bash.close()
+    os._exit(0)

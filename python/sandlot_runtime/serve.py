@@ -1,0 +1,87 @@
+"""The protocol loop: reads each message the server sends and dispatches it (execute, warm,
+context operations, env); every execute is answered with exactly one done frame."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from .bash_session import BashUnavailable, run_bash
+from .capture import restore_output, write_stderr
+from .changes import changes_between, safe_snapshot
+from .contexts import context_op, enter_context
+from .jsonsafe import safe_str
+from .protocol import Channel, emit
+from .python_cells import run_python
+from .state import state
+
+
+def _execute(message: dict) -> None:
+    """Runs one execute request and always answers with exactly one done."""
+    state.exec_id = message.get("id")
+    state.interrupted = False
+    state.deferred_interrupt = False
+    status, exit_code = "error", None
+    before = safe_snapshot(racy=True)
+    try:
+        restore_output()
+        code, language = message.get("code"), message.get("language") or "python"
+        if not isinstance(code, str):
+            emit({"type": "error", "name": "ValueError", "value": "code must be a string",
+                  "traceback": []})
+        elif (problem := enter_context(message.get("context"))) is not None:
+            emit({"type": "error", "name": "ValueError", "value": problem, "traceback": []})
+        elif language == "python":
+            status = run_python(code)
+        elif language == "bash":
+            try:
+                status, exit_code = run_bash(code)
+            except BashUnavailable as exc:  # a limit hit, not a driver bug: the cell's error
+                emit({"type": "error", "name": exc.name, "value": safe_str(exc), "traceback": []})
+        else:
+            emit({"type": "error", "name": "ValueError",
+                  "value": f"unsupported language {safe_str(language)}", "traceback": []})
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Exception:  # a driver bug: report it, keep the sandbox
+        write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
+    if os.getpid() != state.pid:
+        os._exit(0)  # a child that user code forked (os.fork()) and that fell out of the cell
+    changes = changes_between(before, None if before is None else safe_snapshot())
+    state.channel.send({"type": "done", "id": state.exec_id, "status": status,
+                        "exit_code": exit_code, **changes}, wait_until_read=False)
+    state.exec_id = None
+
+
+def _warm() -> None:
+    """Runs a throwaway cell before any client does, so a pooled sandbox has already paid for
+    the pages its first cell touches. Leaves no history and no output."""
+    try:
+        state.shell.run_cell("pass", store_history=False, silent=True)
+    except BaseException:  # warming must never break the sandbox
+        pass
+
+
+def serve(channel: Channel) -> None:
+    """Answers the server's messages until it closes the control stream."""
+    while True:
+        try:
+            message = channel.recv()
+        except (ValueError, UnicodeError) as exc:  # framing stays in sync; skip the frame
+            write_stderr(f"sandlot: ignoring a malformed frame: {exc}")
+            continue
+        if message is None:
+            return
+        kind = message.get("type")
+        if kind == "execute":
+            _execute(message)
+        elif kind == "warm":
+            _warm()
+        elif kind in ("context_create", "context_restart", "context_delete"):
+            context_op(kind, message)
+        elif kind == "env":
+            # The creator's environment variables come on the sandbox's own channel, never
+            # through the zygote, so no other sandbox's memory ever holds them.
+            env = message.get("env")
+            if isinstance(env, dict):
+                os.environ.update({str(k): str(v) for k, v in env.items()})

@@ -1,0 +1,61 @@
+"""The driver's one mutable state: a single module-level ``state`` that the SIGINT handler,
+IPython's hooks, the control channel and the protocol loop all read and write."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: this module sits below every other one
+    from .bash_session import BashSession
+    from .contexts import Context
+    from .protocol import Channel
+    from .shell import Shell
+
+# The code context that exists from the start and that an execute without "context" runs in.
+DEFAULT_CONTEXT = "default"
+
+
+class State:
+    """Everything the driver keeps between calls. One instance, module-level: the signal
+    handler, IPython's hooks and the protocol loop all need to see the same values."""
+
+    def __init__(self) -> None:
+        self.shell: Shell | None = None
+        self.channel: Channel | None = None
+        self.exec_id: str | None = None
+        # SIGINT raises KeyboardInterrupt only while this is true (user Python code runs).
+        self.python_running = False
+        # The process group a running bash cell lives in; SIGINT is forwarded there.
+        self.bash_pgid: int | None = None
+        # Set when SIGINT acted on the current execution.
+        self.interrupted = False
+        # While a frame is being written, an interrupt waits so a frame is never cut in half.
+        self.sending = 0
+        self.deferred_interrupt = False
+        # "cell" from pre_execute to post_execute: tracebacks shown then may be the cell's error.
+        self.phase = "idle"
+        # Depth of display formatting: tracebacks shown inside it are formatter failures.
+        self.formatting = 0
+        # (exception, structured traceback) recorded during the cell phase.
+        self.tracebacks: list[tuple[BaseException, list[str]]] = []
+        # Our stdout/stderr text streams and saved duplicates of the original fds 1 and 2.
+        self.stdout: io.TextIOWrapper | None = None
+        self.stderr: io.TextIOWrapper | None = None
+        self.saved_fds: dict[int, int] = {}
+        self.bash: BashSession | None = None  # the active context's session
+        # Code contexts by id (see contexts.Context); the active one's namespace is in the shell.
+        self.contexts: dict[str, Context] = {}
+        self.active_context = DEFAULT_CONTEXT
+        # What every fresh namespace starts with: the names the template's setup code bound,
+        # and the compiler flags after it.
+        self.setup_names: dict = {}
+        self.base_compile_flags = 0
+        self.libc_fflush = None
+        self.pid = 0  # the driver's own pid, set by main()
+        # The zygote's sys.stdout/sys.stderr, kept referenced so they are never flushed (on
+        # garbage collection) into this sandbox's pipes.
+        self.inherited_streams: tuple = ()
+
+
+state = State()

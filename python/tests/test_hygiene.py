@@ -1,0 +1,94 @@
+"""Nothing of the driver's reaches the processes user code starts: each sees fds 0, 1 and 2 and
+nothing else, whether Python, IPython's ``!cmd``, a Bash command or a background job started it.
+The real-server counterpart, inside a jail, is crates/sandlot-cli/tests/hygiene.rs."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+# Lists the probe's own open fds. os.listdir's directory fd is closed again by the time the
+# entries are checked, so fstat drops it.
+PROBE = """
+import os
+fds = []
+for name in os.listdir("/proc/self/fd"):
+    try:
+        os.fstat(int(name))
+    except OSError:
+        continue
+    fds.append(int(name))
+print("FDS", ",".join(str(fd) for fd in sorted(fds)), flush=True)
+"""
+
+ONLY_STDIO = ["FDS 0,1,2"]
+
+
+def _fd_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("FDS")]
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    path = tmp_path_factory.mktemp("probe") / "probe.py"
+    path.write_text(PROBE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def python():
+    # The driver runs on the interpreter the tests run on (conftest's DRIVER_PYTHON).
+    from conftest import DRIVER_PYTHON
+
+    return DRIVER_PYTHON or sys.executable
+
+
+@pytest.mark.parametrize("cell", [
+    "import subprocess\nsubprocess.run([{python!r}, {probe!r}])",
+    "import os\nos.system({python!r} + ' ' + {probe!r})",
+    "!{python} {probe}",
+    "import subprocess\nsubprocess.run(['/bin/sh', '-c', {python!r} + ' ' + {probe!r}])",
+])
+def test_processes_a_python_cell_starts_see_only_stdio(shared, probe, python, cell):
+    execution = shared.run(cell.format(python=python, probe=str(probe)))
+    assert execution.status == "ok", execution.events
+    assert _fd_lines(execution.stdout) == ONLY_STDIO
+
+
+@pytest.mark.parametrize("cell", [
+    "{python} {probe}",
+    "{python} {probe} & wait",
+    "( {python} {probe}; true ) & wait",
+    "echo | {python} {probe} | cat",
+    "bash -c '{python} {probe}'",
+])
+def test_processes_a_bash_cell_starts_see_only_stdio(shared, probe, python, cell):
+    execution = shared.run(cell.format(python=python, probe=probe), language="bash")
+    assert execution.status == "ok", execution.events
+    # A pipeline's first stage reads the pipe on fd 0: still only 0, 1 and 2.
+    assert _fd_lines(execution.stdout) == ONLY_STDIO
+
+
+def test_a_background_job_that_outlives_its_cell_sees_only_stdio(shared, probe, python):
+    shared.run(f"(sleep 0.2; {python} {probe}) &", language="bash")
+    shared.wait_for_stdout("FDS")
+    seen = "".join(e[1] for e in shared.pending if isinstance(e, tuple) and e[0] == "stdout")
+    assert _fd_lines(seen) == ONLY_STDIO
+    shared.pending.clear()
+
+
+def test_whatever_else_the_bash_session_holds_is_close_on_exec(shared):
+    # While a cell runs, bash keeps a saved copy of its command socket (its real stdin); no
+    # program it runs may inherit it.
+    execution = shared.run(
+        # Builtins only: a command substitution would add a pipe of its own while it runs.
+        "for f in /proc/$$/fdinfo/*; do n=${f##*/}; [ $n -gt 2 ] || continue; "
+        "while read -r key value; do [ $key = flags: ] && echo $n $value; done < $f; "
+        "done 2>/dev/null; true",
+        language="bash")
+    assert execution.status == "ok", execution.events
+    assert execution.stdout, "bash holds its saved stdin while a cell runs"
+    for line in execution.stdout.splitlines():
+        fd, flags = line.split()
+        assert int(flags, 8) & 0o2000000, f"fd {fd} of the bash session is inherited by programs"
