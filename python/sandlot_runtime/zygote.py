@@ -4,7 +4,10 @@ then forks a sandbox per request. Each child enters its jail through sandlot's R
 
 Runs confined (see ARCHITECTURE.md): an unprivileged uid, no capabilities, a read-only base root.
 Speaks to the server over the SOCK_SEQPACKET socket at fd 3: one JSON object per message, the
-sandbox's fds attached to ``spawn`` with SCM_RIGHTS.
+sandbox's fds attached to ``spawn`` with SCM_RIGHTS: its control stream, stdout and stderr, and
+(when the server gives the sandbox a disk workspace) the workspace's detached mount, which the
+child moves onto ``/workspace``. ``ready`` says ``workspace_fd: true`` so the server knows this
+zygote takes that fourth fd; a spawn with three fds gets a tmpfs workspace.
 """
 
 import array
@@ -64,10 +67,11 @@ def _prepare(template, lib):
 
 def _spawn(sock, lib, msg, fds):
     sandbox_id = msg.get("id", "")
-    if len(fds) != 3:
+    if len(fds) not in (3, 4):
         for fd in fds:
             os.close(fd)
-        _send(sock, {"op": "error", "id": sandbox_id, "message": f"expected 3 fds, got {len(fds)}"})
+        _send(sock, {"op": "error", "id": sandbox_id,
+                     "message": f"expected 3 or 4 fds, got {len(fds)}"})
         return
     threads = _native_threads()
     if threads != 1:
@@ -88,10 +92,12 @@ def _spawn(sock, lib, msg, fds):
 
 def _child(lib, jail, env, fds):
     try:
-        rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2])
+        workspace = fds[3] if len(fds) == 4 else -1  # -1: a tmpfs workspace
+        rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2], workspace)
         if rc != 0:
             os._exit(EXIT_JAIL_FAILED)
-        # Only the confined driver gets here; fds 0-3 are in place, everything else is closed.
+        # Only the confined driver gets here; fds 0-3 are in place, everything else (the
+        # workspace's fd included) is closed.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(env)
@@ -109,7 +115,7 @@ def _child(lib, jail, env, fds):
 def main():
     template = _load_template(sys.argv[1])
     lib = ctypes.CDLL(sys.argv[2])
-    lib.sandlot_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+    lib.sandlot_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
                                         ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.sandlot_child_enter.restype = ctypes.c_int
     sock = socket.socket(fileno=ZYGOTE_FD)
@@ -124,7 +130,8 @@ def main():
     # Children are reaped automatically; sandboxes reset this before running code.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     _send(sock, {"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
-                 "prepare_seconds": elapsed, "threads": _native_threads()})
+                 "prepare_seconds": elapsed, "threads": _native_threads(),
+                 "workspace_fd": True})
     while True:
         msg, fds = _recv(sock)
         if msg is None:

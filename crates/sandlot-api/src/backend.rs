@@ -7,8 +7,8 @@ use futures::FutureExt;
 use sandlot_runtime::archive::ArchiveSummary;
 use sandlot_runtime::{ByteStream, Runtime, RuntimeError};
 use sandlot_types::{
-    ApiError, Context, CreateSandbox, ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry,
-    OutputEvent, Sandbox, Template, TemplateSpec,
+    ApiError, BackgroundOutput, Context, CreateSandbox, ExecuteRequest, ExecutionRecord,
+    ExecutionResult, FileEntry, OutputEvent, Sandbox, Template, TemplateSpec,
 };
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -34,6 +34,12 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         events: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> impl Future<Output = Result<ExecutionResult, ApiError>> + Send;
     fn interrupt(&self, id: &str) -> impl Future<Output = Result<bool, ApiError>> + Send;
+    /// Output produced while no execution ran; `clear` empties the buffer.
+    fn background_output(
+        &self,
+        id: &str,
+        clear: bool,
+    ) -> impl Future<Output = Result<BackgroundOutput, ApiError>> + Send;
     fn list_executions(
         &self,
         id: &str,
@@ -156,6 +162,14 @@ impl Backend for Runtime {
 
     fn interrupt(&self, id: &str) -> impl Future<Output = Result<bool, ApiError>> + Send {
         Runtime::interrupt(self, id).map(api)
+    }
+
+    fn background_output(
+        &self,
+        id: &str,
+        clear: bool,
+    ) -> impl Future<Output = Result<BackgroundOutput, ApiError>> + Send {
+        std::future::ready(api(Runtime::background_output(self, id, clear)))
     }
 
     fn list_executions(

@@ -8,6 +8,7 @@
 mod archive;
 mod artifacts;
 mod backend;
+mod background;
 mod contexts;
 mod error;
 mod execute;
@@ -174,6 +175,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
             execute::interrupt::<B>,
         ),
         route(Get, "/v1/sandboxes/{id}/executions", execute::list::<B>),
+        route(Get, "/v1/sandboxes/{id}/background", background::get::<B>),
         route(Post, CONTEXTS, contexts::create::<B>),
         route(Get, CONTEXTS, contexts::list::<B>),
         route(

@@ -294,6 +294,16 @@ impl Backend for Fake {
         Ok(true)
     }
 
+    async fn background_output(
+        &self,
+        id: &str,
+        clear: bool,
+    ) -> Result<sandlot_types::BackgroundOutput, ApiError> {
+        check_id(id)?;
+        self.record(format!("background {id} {clear}"));
+        Ok(sample_background())
+    }
+
     async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, ApiError> {
         check_id(id)?;
         Ok(sample_records(id))
@@ -424,6 +434,17 @@ impl Backend for Fake {
         check_context(id, ctx)?;
         self.record(format!("delete_context {id} {ctx}"));
         Ok(())
+    }
+}
+
+fn sample_background() -> sandlot_types::BackgroundOutput {
+    sandlot_types::BackgroundOutput {
+        entries: vec![sandlot_types::BackgroundEntry {
+            stream: sandlot_types::StreamName::Stdout,
+            text: "late\n".into(),
+            at: "2025-01-01T00:00:03.000000Z".into(),
+        }],
+        dropped_bytes: 7,
     }
 }
 
@@ -602,6 +623,34 @@ async fn sandbox_lifecycle_routes() {
             "delete abc"
         ]
     );
+}
+
+#[tokio::test]
+async fn background_output_is_read_and_cleared() {
+    let (app, fake) = app();
+    let resp = send(&app, empty_req(Method::GET, "/v1/sandboxes/sb/background")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        body_json(resp).await,
+        json!({"entries": [{"stream": "stdout", "text": "late\n",
+                            "at": "2025-01-01T00:00:03.000000Z"}], "dropped_bytes": 7})
+    );
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/sb/background?clear=true"),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        fake.calls(),
+        vec!["background sb false", "background sb true"]
+    );
+    let resp = send(
+        &app,
+        empty_req(Method::GET, "/v1/sandboxes/missing/background"),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
@@ -1406,6 +1455,8 @@ fn samples_validate_against_the_schemas() {
             }),
         ),
         ("ExecError", to(&sample_error())),
+        ("BackgroundOutput", to(&sample_background())),
+        ("BackgroundEntry", to(&sample_background().entries[0])),
         ("Truncation", to(&Truncation::default())),
         ("FileEntry", to(&sample_entry("a/b", 1))),
         (
@@ -1557,6 +1608,8 @@ fn schema_properties_match_the_types() {
         ("Artifact", to(&sample_artifact())),
         ("ExecutionRecord", to(&sample_records("sb")[0])),
         ("ExecError", to(&sample_error())),
+        ("BackgroundOutput", to(&sample_background())),
+        ("BackgroundEntry", to(&sample_background().entries[0])),
         ("Truncation", to(&Truncation::default())),
         ("FileEntry", to(&sample_entry("a", 1))),
         (

@@ -7,7 +7,7 @@ use crate::config::{Capacity, Dirs};
 use crate::setup;
 use anyhow::Context;
 use sandlot_api::ApiConfig;
-use std::future::IntoFuture;
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -35,13 +35,9 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     let app = sandlot_api::router(rt.clone(), ApiConfig::for_runtime(&rt_cfg));
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .into_future(),
-    );
+    let server = tokio::spawn(serve_http(listener, app, async move {
+        let _ = stop_rx.await;
+    }));
     tracing::info!(
         %addr,
         data_dir = %dirs.data_dir.display(),
@@ -69,6 +65,57 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         Err(_) => tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them"),
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then lets open requests finish.
+///
+/// `axum::serve` cannot be configured, and hyper's HTTP/1 default treats a client that shuts
+/// down its write side after sending a request (`shutdown(SHUT_WR)`, as some clients and
+/// proxies do) as gone: it drops the request halfway and answers nothing. Here HTTP/1
+/// connections allow half-close, so such a client gets its response (and a request whose
+/// client did go away still runs to its end). HTTP/2 is served too, as `axum::serve` does.
+async fn serve_http(
+    listener: TcpListener,
+    app: axum::Router,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().half_close(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of fds or memory, or a connection reset before it was accepted: the
+                    // listener itself is fine; pause briefly rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
     Ok(())
 }
 

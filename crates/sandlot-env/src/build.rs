@@ -16,6 +16,7 @@ use crate::error::EnvError;
 use crate::lock::FileLock;
 use crate::progress::{parse_pip_line, plural, PipEvent, Progress, Reporter, Stage, STAGES};
 use crate::python::{self, BaseInfo};
+use crate::relocate::{self, SANDBOX_ROOT};
 use crate::spec::{self, EnvSpec};
 
 /// The marker a finished environment has; written last.
@@ -24,8 +25,9 @@ pub const MARKER_FILE: &str = ".sandlot-ready";
 /// The description of a finished environment, in its root.
 pub const DESCRIPTION_FILE: &str = "sandlot-env.json";
 
-/// Version of the marker and description layout.
-const FORMAT: u32 = 1;
+/// Version of the marker and description layout (2: relocatable, paths in the description
+/// relative to the environment's root).
+const FORMAT: u32 = 2;
 
 /// How many lines of pip's output a [`EnvError::PipFailed`] carries.
 const TAIL_LINES: usize = 20;
@@ -59,12 +61,16 @@ struct Marker {
     created_at: String,
 }
 
-/// `sandlot-env.json`.
+/// `sandlot-env.json`. Paths inside the environment are relative to its root: it is
+/// relocatable, and sandboxes see it elsewhere than at its build path.
 #[derive(Debug, Serialize)]
 struct Description<'a> {
     format: u32,
-    #[serde(flatten)]
-    env: &'a PythonEnv,
+    spec_hash: &'a str,
+    version: &'a str,
+    base_prefix: &'a Path,
+    python: &'a Path,
+    site_packages: &'a Path,
     base_python: &'a Path,
     base_python_resolved: &'a Path,
     implementation: &'a str,
@@ -310,6 +316,7 @@ impl Build<'_> {
             &plural(self.spec.packages.len(), "requested package"),
         );
         self.install(&mut log, reporter)?;
+        self.relocate(&mut log)?;
 
         enter(
             reporter,
@@ -325,9 +332,15 @@ impl Build<'_> {
         enter(reporter, &mut log, Stage::Marker, MARKER_FILE);
         let env = inspect(self.root, self.hash)?;
         let build_seconds = started.elapsed().as_secs_f64();
+        let inside = |p: &Path| p.strip_prefix(&env.root).unwrap_or(p).to_path_buf();
+        let (python_rel, site_rel) = (inside(&env.python), inside(&env.site_packages));
         let description = Description {
             format: FORMAT,
-            env: &env,
+            spec_hash: &env.spec_hash,
+            version: &env.version,
+            base_prefix: &env.base_prefix,
+            python: &python_rel,
+            site_packages: &site_rel,
             base_python: &self.spec.base_python,
             base_python_resolved: &self.base.executable,
             implementation: &self.base.implementation,
@@ -402,8 +415,8 @@ impl Build<'_> {
             ":all:",
             "--progress-bar",
             "off",
-            // Sandboxes see the env read-only: compile the bytecode now.
-            "--compile",
+            // Compiled after relocating, with the paths sandboxes see (`relocate` below).
+            "--no-compile",
         ])
         .args(&self.spec.packages)
         .env("PYTHONUNBUFFERED", "1")
@@ -492,6 +505,40 @@ impl Build<'_> {
             status: status.to_string(),
             tail: Vec::from(tail).join("\n"),
         })
+    }
+
+    /// Makes the environment relocatable (see `relocate`) and compiles its bytecode, which
+    /// sandboxes cannot write (they see the environment read-only): with source paths under
+    /// [`SANDBOX_ROOT`], where sandboxes see it, so no `.pyc` names the build path. A file that
+    /// does not compile (pip's own `--compile` skips those the same way) runs from source.
+    fn relocate(&self, log: &mut BuildLog) -> Result<(), EnvError> {
+        let done = relocate::relocate(self.root)?;
+        log.line(&format!(
+            "relocatable: {} console scripts rewritten; removed {:?}; still naming the build path: {:?}",
+            done.scripts, done.removed, done.left
+        ));
+        let python = self.root.join("bin").join("python");
+        let mut cmd = python::command(&python);
+        cmd.args(["-m", "compileall", "-q", "-f", "-j", "0", "-d"])
+            .arg(Path::new(SANDBOX_ROOT).join("lib"))
+            .arg(self.root.join("lib"))
+            .current_dir(self.root)
+            .stdin(Stdio::null());
+        python::hold_lock_in_child(&mut cmd, self.lock_fd);
+        let command = python::describe(&cmd);
+        log.line(&format!("$ {command}"));
+        let output = cmd.output().map_err(|source| EnvError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+        log.text(&python::combined(&output));
+        if !output.status.success() {
+            log.line(&format!(
+                "compileall: {}: the files above run from source",
+                output.status
+            ));
+        }
+        Ok(())
     }
 
     fn verify(&self, log: &mut BuildLog) -> Result<BTreeMap<String, String>, EnvError> {

@@ -196,6 +196,15 @@ pub enum EnvError {
         detail: String,
     },
 
+    /// A file of the built environment could not be rewritten to be relocatable.
+    #[error("cannot make the environment relocatable at {path}: {source}")]
+    Relocate {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+
     /// `sandlot-env.json` could not be written.
     #[error("cannot write the environment description {path}: {source}")]
     WriteDescription {

@@ -13,14 +13,18 @@
 //! <envs_dir>/<hash>.lock          flock(2) target, kept
 //! <envs_dir>/<hash>.log           output of every build of this hash
 //! <envs_dir>/<hash>/bin/python    -> the base interpreter (venv symlink)
-//! <envs_dir>/<hash>/sandlot-env.json   description (paths, versions, installed packages)
+//! <envs_dir>/<hash>/sandlot-env.json   description (versions, installed packages; paths
+//!                                      relative to the environment's root)
 //! <envs_dir>/<hash>/.sandlot-ready     marker, written last (spec, versions, created_at)
 //! ```
 //!
 //! Everything is world-readable (children run with umask 022): sandboxes run as other uids.
+//! A built environment is relocatable and names nothing of the path it was built at: sandboxes
+//! see it at [`SANDBOX_ROOT`] (see `relocate`).
 //!
 //! The modules stand in floors, each using only the floors below it: `pins` (the pinned
-//! packages, plain data) and `progress`; `error`; `lock` and `python`; `spec`; `build`.
+//! packages, plain data) and `progress`; `error`; `lock`, `python` and `relocate`; `spec`;
+//! `build`.
 
 mod build;
 mod error;
@@ -28,6 +32,7 @@ mod lock;
 mod pins;
 mod progress;
 mod python;
+mod relocate;
 mod spec;
 
 pub use build::{ensure, PythonEnv, DESCRIPTION_FILE, MARKER_FILE};
@@ -35,4 +40,5 @@ pub use error::EnvError;
 pub use pins::{extra_group, DEFAULT_PACKAGES, EXTRA_GROUPS};
 pub use progress::Progress;
 pub use python::{find_base_python, BASE_PYTHON_VAR, DEFAULT_BASE_PYTHON, MIN_PYTHON};
+pub use relocate::SANDBOX_ROOT;
 pub use spec::EnvSpec;

@@ -9,8 +9,9 @@ use crate::error::EnvError;
 use crate::pins::{extra_group, DEFAULT_PACKAGES};
 use crate::python;
 
-/// Salt of the content hash; bump it when the layout of a built environment changes.
-const HASH_FORMAT: &str = "sandlot-env/1";
+/// Salt of the content hash; bump it when the layout of a built environment changes (2: a
+/// relocatable environment, naming no build path).
+const HASH_FORMAT: &str = "sandlot-env/2";
 
 /// What to build: a base interpreter and a list of pinned `name==version` requirements.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -164,3 +164,76 @@ fn broken_env_with_marker_is_rebuilt() {
     assert!(again.python.exists());
     assert_eq!(builds_in_log(dir.path(), &env.spec_hash), 2);
 }
+
+/// Every file under `dir` (symlinks not followed) whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let bytes = fs::read(&path).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path.strip_prefix(dir).unwrap().display().to_string());
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn built_env_names_no_build_path_and_works_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = ensure(dir.path(), &tiny_spec(), Progress::Quiet).expect("builds");
+    // Scripts, bytecode, pyvenv.cfg and the description: nothing names where it was built.
+    let root = env.root.to_str().unwrap().as_bytes().to_vec();
+    assert_eq!(files_containing(&env.root, &root), Vec::<String>::new());
+    assert!(!fs::read_to_string(env.root.join("pyvenv.cfg"))
+        .unwrap()
+        .contains("command"));
+    let description: serde_json::Value =
+        serde_json::from_slice(&fs::read(env.root.join("sandlot-env.json")).unwrap()).unwrap();
+    assert_eq!(description["python"], "bin/python");
+    // Bytecode names the paths sandboxes see.
+    let site = env.site_packages.strip_prefix(&env.root).unwrap();
+    let pyc = fs::read_dir(env.site_packages.join("__pycache__"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("six."))
+        .expect("six is compiled");
+    let inside = Path::new(sandlot_env::SANDBOX_ROOT)
+        .join(site)
+        .join("six.py");
+    let bytes = fs::read(pyc.path()).unwrap();
+    let want = inside.to_str().unwrap().as_bytes();
+    assert!(bytes.windows(want.len()).any(|w| w == want));
+
+    // Moved elsewhere, the interpreter and a console script still work, and know where they
+    // are.
+    let moved = dir.path().join("moved");
+    fs::rename(&env.root, &moved).unwrap();
+    let out = Command::new(moved.join("bin/pip"))
+        .args(["--version"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(&format!("from {}", moved.display())),
+        "{stdout}"
+    );
+    let out = Command::new(moved.join("bin/python"))
+        .args(["-c", "import six, sys; print(sys.prefix)"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        moved.display().to_string()
+    );
+}

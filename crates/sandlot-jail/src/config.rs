@@ -15,7 +15,8 @@ pub const INSIDE_GID: u32 = 1000;
 pub struct JailConfig {
     /// Hostname inside the uts namespace.
     pub hostname: String,
-    /// Size cap of the `/workspace` tmpfs, in bytes, and its inode cap.
+    /// Size cap of the `/workspace` tmpfs, in bytes, and its inode cap: for a sandbox the
+    /// server passes no disk workspace (`sandlot_child_enter` with `workspace < 0`).
     pub workspace_bytes: u64,
     pub workspace_inodes: u64,
     /// Size caps of the per-sandbox `/tmp` and `/dev/shm`.
@@ -65,7 +66,8 @@ impl Default for RlimitConfig {
     }
 }
 
-/// A read-only bind mount into a zygote's base root.
+/// A host file or directory shown read-only in a zygote's base root (a directory through an
+/// overlay, so the host path does not show inside; see `rootfs`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bind {
     pub source: PathBuf,
@@ -79,7 +81,8 @@ pub struct ZygoteConfig {
     /// An empty host directory the base root's tmpfs is mounted on (in the zygote's private
     /// mount namespace; the host never sees the mount).
     pub staging_dir: PathBuf,
-    /// Extra read-only binds (the Python env at its own path, sandlot's lib dir, template data).
+    /// Extra read-only binds: sandlot's lib dir and the Python env at neutral paths, the base
+    /// interpreter's prefix at its own path when it is not under `/usr`. One may nest in another.
     pub binds: Vec<Bind>,
     /// Host uid/gid the zygote runs as: unprivileged, no capabilities.
     pub uid: u32,

@@ -8,6 +8,7 @@
 //! | 112 [`DRIVER_FAILED`] | the driver (`zygote.py`), passed on by the init | the confined driver raised out of its main loop; the exception is on its stderr |
 //! | 113 [`INIT_WAIT_FAILED`] | the sandbox's init (P1) | `waitpid` failed before the driver exited, so the init cannot know the driver's status |
 //! | 114 [`INIT_CONFINE_FAILED`] | the sandbox's init (P1) | the init could not drop its capabilities or install the seccomp filter; it never runs the reaper loop unconfined |
+//! | 115 [`SERVER_GONE`] | the sandbox's init (P1) | the server's end of the control stream closed (the server died or let the sandbox go): the init leaves, which ends the pid namespace and every process in it |
 //!
 //! Otherwise the init exits with the driver's own status, or `128 + signal` when a signal killed
 //! the driver (the shell's convention). Nothing in the server branches on these numbers: the
@@ -25,6 +26,9 @@ pub const INIT_WAIT_FAILED: u8 = 113;
 
 /// The init could not confine itself (capabilities, seccomp).
 pub const INIT_CONFINE_FAILED: u8 = 114;
+
+/// The init saw its lifeline, the server's end of the control stream, close.
+pub const SERVER_GONE: u8 = 115;
 
 /// Leaves the calling forked process with `status`, without running the parent's atexit
 /// handlers or any destructor, as a forked child must.
@@ -64,6 +68,7 @@ mod tests {
             DRIVER_FAILED,
             INIT_WAIT_FAILED,
             INIT_CONFINE_FAILED,
+            SERVER_GONE,
         ] {
             assert!(
                 !source.contains(&format!("_exit({n})")),
@@ -79,6 +84,7 @@ mod tests {
             DRIVER_FAILED,
             INIT_WAIT_FAILED,
             INIT_CONFINE_FAILED,
+            SERVER_GONE,
         ];
         let unique: std::collections::BTreeSet<_> = all.iter().collect();
         assert_eq!(unique.len(), all.len());

@@ -8,6 +8,9 @@ use std::os::raw::{c_char, c_int};
 /// process; never returns in the sandbox's other processes; on failure reports the error on the
 /// control stream and exits the process with status [`exit::JAIL_FAILED`].
 ///
+/// `ctrl`, `stdout` and `stderr` are the child's ends of its control stream and output pipes;
+/// `workspace` is the detached mount of its disk workspace, or negative for a tmpfs workspace.
+///
 /// # Safety
 /// `cfg` must point to `len` readable bytes. Must be called in a freshly forked child of a
 /// single-threaded process.
@@ -18,12 +21,13 @@ pub unsafe extern "C" fn sandlot_child_enter(
     ctrl: c_int,
     stdout: c_int,
     stderr: c_int,
+    workspace: c_int,
 ) -> c_int {
     // SAFETY: the caller guarantees `cfg` points to `len` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(cfg as *const u8, len) };
     let result = serde_json::from_slice::<JailConfig>(bytes)
         .map_err(Into::into)
-        .and_then(|cfg| child::enter(&cfg, ctrl, stdout, stderr));
+        .and_then(|cfg| child::enter(&cfg, ctrl, stdout, stderr, workspace));
     match result {
         Ok(child::Role::Driver) => 0,
         Err(err) => {

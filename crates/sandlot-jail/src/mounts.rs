@@ -1,27 +1,67 @@
-//! A sandbox's own mounts on top of its zygote's read-only base root: size- and inode-capped
-//! tmpfs for `/workspace`, `/tmp` and `/dev/shm`, and a fresh `/proc` for its pid namespace.
+//! A sandbox's own mounts on top of its zygote's read-only base root: `/workspace` (the disk
+//! workspace the server hands over as a detached mount, or a size- and inode-capped tmpfs),
+//! capped tmpfs for `/tmp` and `/dev/shm`, and a fresh `/proc` for its pid namespace with the
+//! kernel-information files masked as container runtimes mask them.
 
 use crate::config::{JailConfig, INSIDE_GID, INSIDE_UID};
 use crate::error::{JailError, Step};
 use nix::mount::{mount, MsFlags};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 
 const FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 
-/// Mounts the writable tmpfs instances. Called in the new mount namespace, before the pid
+/// `move_mount(2)`: the source is the fd itself (a detached mount), not a path beneath it.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `struct mount_attr` of `mount_setattr(2)` (`MOUNT_ATTR_SIZE_VER0`).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Files of `/proc` that sandboxes see as empty: `/dev/null` is bound over each, read-only.
+/// They describe the kernel (its configuration, symbols, timers, keyrings, log), which helps an
+/// attacker pick an exploit and helps no workload. Files this kernel lacks are skipped.
+pub const MASKED_FILES: &[&str] = &[
+    "/proc/config.gz",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/kallsyms",
+    "/proc/kmsg",
+];
+
+/// Directories of `/proc` replaced by an empty read-only tmpfs (hardware details).
+pub const MASKED_DIRS: &[&str] = &["/proc/acpi", "/proc/scsi", "/proc/asound"];
+
+/// Parts of `/proc` bound read-only onto themselves: readable, never writable, whatever their
+/// permissions say inside the sandbox's namespaces.
+pub const READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+];
+
+/// Mounts the writable mounts: `/workspace` (the disk workspace when the server passed one,
+/// else a tmpfs), `/tmp` and `/dev/shm`. Called in the new mount namespace, before the pid
 /// namespace's init exists.
-pub fn mount_writable(cfg: &JailConfig) -> Result<(), JailError> {
-    let ws = format!(
-        "mode=0755,uid={INSIDE_UID},gid={INSIDE_GID},size={},nr_inodes={}",
-        cfg.workspace_bytes, cfg.workspace_inodes
-    );
-    mount(
-        Some("tmpfs"),
-        "/workspace",
-        Some("tmpfs"),
-        FLAGS,
-        Some(ws.as_str()),
-    )
-    .step("mount /workspace")?;
+pub fn mount_writable(cfg: &JailConfig, workspace: Option<OwnedFd>) -> Result<(), JailError> {
+    match workspace {
+        Some(tree) => move_workspace(tree)?,
+        None => mount_workspace_tmpfs(cfg)?,
+    }
     let tmp = format!("mode=1777,size={},nr_inodes=65536", cfg.tmp_bytes);
     mount(
         Some("tmpfs"),
@@ -43,6 +83,71 @@ pub fn mount_writable(cfg: &JailConfig) -> Result<(), JailError> {
     Ok(())
 }
 
+fn mount_workspace_tmpfs(cfg: &JailConfig) -> Result<(), JailError> {
+    let ws = format!(
+        "mode=0755,uid={INSIDE_UID},gid={INSIDE_GID},size={},nr_inodes={}",
+        cfg.workspace_bytes, cfg.workspace_inodes
+    );
+    mount(
+        Some("tmpfs"),
+        "/workspace",
+        Some("tmpfs"),
+        FLAGS,
+        Some(ws.as_str()),
+    )
+    .step("mount /workspace")
+}
+
+/// Attaches the server's detached workspace mount (made with `open_tree(OPEN_TREE_CLONE)` in the
+/// host's namespace) onto `/workspace` in this mount namespace, forces nosuid and nodev on it
+/// whatever the server set, and closes the fd.
+fn move_workspace(tree: OwnedFd) -> Result<(), JailError> {
+    // SAFETY: move_mount(2) with an fd we own, an empty path (MOVE_MOUNT_F_EMPTY_PATH: the fd
+    // is the source) and a NUL-terminated target; the kernel only reads the strings.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c"/workspace".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(JailError::Sys {
+            step: "move the workspace onto /workspace",
+            source: nix::Error::last(),
+        });
+    }
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr(2) on a NUL-terminated path with a `struct mount_attr` of the size
+    // we pass; the kernel only reads it. Setting flags only ever restricts the mount.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c"/workspace".as_ptr(),
+            0,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(JailError::Sys {
+            step: "make /workspace nosuid and nodev",
+            source: nix::Error::last(),
+        });
+    }
+    drop(tree);
+    Ok(())
+}
+
 /// Mounts a procfs for the current pid namespace over `/proc`. Must run in the namespace's
 /// init (pid 1).
 pub fn mount_proc() -> Result<(), JailError> {
@@ -54,4 +159,69 @@ pub fn mount_proc() -> Result<(), JailError> {
         None::<&str>,
     )
     .step("mount /proc")
+}
+
+/// Masks the kernel-information parts of the fresh `/proc` ([`MASKED_FILES`], [`MASKED_DIRS`],
+/// [`READ_ONLY`]). Runs in the init right after [`mount_proc`], before the driver exists.
+pub fn mask_proc() -> Result<(), JailError> {
+    for path in MASKED_FILES {
+        if exists(path) {
+            mount(
+                Some("/dev/null"),
+                *path,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .step("mask a /proc file")?;
+            // The bind keeps /dev/null's own locked nosuid and noexec; nodev would make it
+            // unopenable, and it is the one device there.
+            remount_read_only(path, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC)?;
+        }
+    }
+    for path in MASKED_DIRS {
+        if exists(path) {
+            mount(
+                Some("tmpfs"),
+                *path,
+                Some("tmpfs"),
+                FLAGS | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
+                Some("mode=0555,size=4k,nr_inodes=2"),
+            )
+            .step("mask a /proc directory")?;
+        }
+    }
+    for path in READ_ONLY {
+        if exists(path) {
+            mount(
+                Some(*path),
+                *path,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .step("bind a /proc path onto itself")?;
+            remount_read_only(path, FLAGS | MsFlags::MS_NOEXEC)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes the bind mount at `path` read-only, keeping `keep` (flags the mount already has,
+/// which a remount must repeat).
+fn remount_read_only(path: &str, keep: MsFlags) -> Result<(), JailError> {
+    mount(
+        None::<&str>,
+        path,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | keep,
+        None::<&str>,
+    )
+    .step("remount a /proc mask read-only")
+}
+
+/// Whether `path` exists (without following a final symlink). A kernel built without a file
+/// simply has nothing to mask there.
+fn exists(path: &str) -> bool {
+    std::fs::symlink_metadata(Path::new(path)).is_ok()
 }

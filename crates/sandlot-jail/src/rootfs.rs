@@ -1,14 +1,19 @@
 //! The base root of a zygote: a read-only tmpfs holding only what code needs (`/usr`, a few
-//! files of `/etc`, a minimal `/dev`, `/proc`, the Python env at its own path), pivoted onto in a
-//! private mount namespace. Every sandbox forked from the zygote starts from this root and adds
-//! its own writable mounts (see `mounts`). Runs as root in the zygote launcher.
+//! files of `/etc`, a minimal `/dev`, `/proc`, and the configured binds: the Python env and
+//! sandlot's own files at neutral paths), pivoted onto in a private mount namespace. Every
+//! sandbox forked from the zygote starts from this root and adds its own writable mounts (see
+//! `mounts`). Runs as root in the zygote launcher.
+//!
+//! A configured directory appears through a read-only overlay, not a bind mount, so that no
+//! host path shows inside (see [`view_ro`]). There is no `/sys`.
 
 use crate::config::{Bind, ZygoteConfig, INSIDE_GID, INSIDE_UID};
 use crate::error::{JailError, PathStep, Step};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
-use std::fs;
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{symlink, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Top-level host entries that are symlinks on merged-/usr systems, bound when directories.
@@ -99,9 +104,7 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     }
     populate_etc(&root.join("etc"))?;
     populate_dev(&root.join("dev"))?;
-    for bind in &cfg.binds {
-        bind_at_same_shape(root, bind)?;
-    }
+    mount_binds(root, &cfg.binds)?;
     let tmp_opts = format!("mode=1777,size={}", cfg.tmp_bytes);
     mount(
         Some("tmpfs"),
@@ -157,19 +160,74 @@ pub fn bind_ro(source: &Path, target: &Path) -> Result<(), JailError> {
     .step("remount bind read-only")
 }
 
-fn bind_at_same_shape(root: &Path, bind: &Bind) -> Result<(), JailError> {
-    let rel = bind.target.strip_prefix("/").unwrap_or(&bind.target);
-    let target = root.join(rel);
-    let meta = fs::metadata(&bind.source).at("stat bind source", &bind.source)?;
-    if meta.is_dir() {
-        fs::create_dir_all(&target).at("mkdir bind target", &target)?;
-    } else {
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).at("mkdir bind target", parent)?;
-        }
-        fs::write(&target, b"").at("create bind target", &target)?;
+/// Mounts the configured binds into the root at `root`, read-only: a directory as an overlay
+/// ([`view_ro`]), a file as a bind. A bind may nest in another (`/opt/sandlot/env` in
+/// `/opt/sandlot`): every mount point is made first on the root tmpfs itself, and parents are
+/// mounted before what nests in them, their overlay carrying those mount points.
+fn mount_binds(root: &Path, binds: &[Bind]) -> Result<(), JailError> {
+    let mut binds: Vec<&Bind> = binds.iter().collect();
+    binds.sort_by_key(|b| b.target.components().count());
+    let mut planned = Vec::with_capacity(binds.len());
+    for bind in binds {
+        let rel = bind.target.strip_prefix("/").unwrap_or(&bind.target);
+        let target = root.join(rel);
+        let meta = fs::metadata(&bind.source).at("stat bind source", &bind.source)?;
+        let beneath = if meta.is_dir() {
+            fs::create_dir_all(&target).at("mkdir bind target", &target)?;
+            // Opened now, before any overlay covers it.
+            Some(open_dir_path(&target)?)
+        } else {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent).at("mkdir bind target", parent)?;
+            }
+            fs::write(&target, b"").at("create bind target", &target)?;
+            None
+        };
+        planned.push((bind, target, beneath));
     }
-    bind_ro(&bind.source, &target)
+    for (bind, target, beneath) in planned {
+        match beneath {
+            Some(beneath) => view_ro(&bind.source, &beneath, &target)?,
+            None => bind_ro(&bind.source, &target)?,
+        }
+    }
+    Ok(())
+}
+
+/// Mounts a read-only view of the host directory `source` on `target`: an overlay with no upper
+/// layer whose two lower layers are `source` and `beneath` (the directory under `target` on the
+/// root tmpfs, empty but for the mount points of nested binds).
+///
+/// Why not a bind mount: a bind's entry in `/proc/self/mountinfo` shows the path of its source
+/// within the source's filesystem, which would put the host's layout (the data dir) in every
+/// sandbox. The overlay's entry shows `/` as its root and names its layers by descriptor
+/// (`lowerdir=/proc/self/fd/N:/proc/self/fd/M`), numbers meaningless once the launcher has
+/// exec'd. Nothing is ever copied up (no upper layer), redirect xattrs are not followed, and
+/// files read through it are the host's own pages.
+fn view_ro(source: &Path, beneath: &File, target: &Path) -> Result<(), JailError> {
+    let layer = open_dir_path(source)?;
+    let opts = format!(
+        "lowerdir=/proc/self/fd/{}:/proc/self/fd/{},redirect_dir=nofollow,metacopy=off",
+        layer.as_raw_fd(),
+        beneath.as_raw_fd()
+    );
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::MS_RDONLY | NOSUID_NODEV,
+        Some(opts.as_str()),
+    )
+    .step("mount read-only overlay")
+}
+
+/// An `O_PATH` descriptor of the directory `path`, to name it as an overlay layer.
+fn open_dir_path(path: &Path) -> Result<File, JailError> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(path)
+        .at("open overlay layer", path)
 }
 
 fn populate_etc(etc: &Path) -> Result<(), JailError> {

@@ -1,19 +1,24 @@
 //! Real tests of the sandbox's own mounts (`sandlot_jail::mounts`): each case starts a real
 //! sandbox (base root, user, mount and pid namespaces, the real containment sequence with
-//! seccomp and Landlock off) and checks its tmpfs instances and `/proc` from inside: the
-//! configured byte and inode caps, `ENOSPC` exactly at them, `nosuid`/`nodev`, and a `/proc`
-//! that shows only the sandbox's own processes.
+//! seccomp and Landlock off) and checks its mounts from inside: the tmpfs instances' byte and
+//! inode caps, `ENOSPC` exactly at them, `nosuid`/`nodev`; a disk workspace (a detached mount
+//! of a host directory) moved onto `/workspace`; a `/proc` that shows only the sandbox's own
+//! processes, with its kernel-information files masked.
 
 use serde_json::{json, Value};
 use std::ffi::CString;
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 mod common;
 
-use common::sandbox::{in_sandbox, test_config};
+use common::sandbox::{in_sandbox, in_sandbox_with_workspace, test_config, HOST_UID};
 use common::{is_root, skip};
 use sandlot_jail::config::{JailConfig, INSIDE_UID};
+use sandlot_jail::mounts;
 
 /// The mounts and their caps as `test_config` sets them; `/tmp` and `/dev/shm` have fixed
 /// inode caps in `mounts`.
@@ -208,4 +213,176 @@ fn proc_shows_only_the_sandboxs_pid_namespace() {
     let flags = got["proc"]["flags"].as_u64().unwrap() as libc::c_ulong;
     let want = libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC;
     assert_eq!(flags & want, want, "/proc flags {flags:#x}");
+}
+
+/// A detached copy of the mount of `dir` (`open_tree(OPEN_TREE_CLONE)` in the host's mount
+/// namespace), as the runtime makes a sandbox's disk workspace; without nosuid and nodev, so
+/// that the jail is seen to force them itself.
+fn detached_tree(dir: &Path) -> OwnedFd {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let path = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: open_tree(2) with a NUL-terminated path; returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    assert!(fd >= 0, "open_tree: errno {}", common::errno());
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+#[test]
+fn disk_workspace_is_moved_in_nosuid_nodev_and_writes_land_on_the_host() {
+    if !require_root() {
+        return;
+    }
+    let host = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(host.path(), Some(HOST_UID), Some(HOST_UID)).unwrap();
+    let tree = detached_tree(host.path());
+    let got = in_sandbox_with_workspace(&test_config(), tree.as_raw_fd(), || {
+        let written = std::fs::write("/workspace/from-inside", b"hello")
+            .err()
+            .and_then(|e| e.raw_os_error());
+        // SAFETY: F_GETFD on a number; no memory is passed.
+        let fd4 = unsafe { libc::fcntl(4, libc::F_GETFD) };
+        json!({
+            "info": fs_info("/workspace"),
+            "write errno": written,
+            "fd 4": if fd4 < 0 { json!(common::errno()) } else { json!("open") },
+            "cwd": std::env::current_dir().ok(),
+        })
+    });
+    drop(tree);
+    // SAFETY: all-zero is a valid statfs.
+    let mut host_fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let c_host = CString::new(host.path().as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid C string and out-pointer.
+    assert_eq!(unsafe { libc::statfs(c_host.as_ptr(), &mut host_fs) }, 0);
+    let info = &got["info"];
+    // The host directory's own filesystem, seen as the sandbox user's, writable.
+    assert_eq!(info["type"], json!(host_fs.f_type), "{info}");
+    assert_eq!(info["uid"], INSIDE_UID);
+    let flags = info["flags"].as_u64().unwrap() as libc::c_ulong;
+    let want = libc::ST_NOSUID | libc::ST_NODEV;
+    assert_eq!(flags & want, want, "/workspace flags {flags:#x}");
+    assert_eq!(flags & libc::ST_RDONLY, 0, "/workspace is writable");
+    assert_eq!(got["write errno"], Value::Null);
+    assert_eq!(got["cwd"], "/workspace");
+    // P0 closed the mount's fd before anything else ran.
+    assert_eq!(got["fd 4"], libc::EBADF);
+    // The file is on the host, owned by the sandbox's host uid.
+    let file = host.path().join("from-inside");
+    assert_eq!(std::fs::read(&file).unwrap(), b"hello");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (HOST_UID, HOST_UID));
+}
+
+/// What reading `path` gives: its length, or the errno.
+fn read_outcome(path: &str) -> Value {
+    match std::fs::read(path) {
+        Ok(bytes) => json!({"len": bytes.len()}),
+        Err(e) => json!(e.raw_os_error()),
+    }
+}
+
+/// errno of `open(path, flags)` (0: it opened).
+fn open_errno(path: &str, flags: libc::c_int) -> i32 {
+    let p = CString::new(path).unwrap();
+    // SAFETY: valid C string; the descriptor is left to the child's exit.
+    let fd = unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        common::errno()
+    } else {
+        0
+    }
+}
+
+fn names(dir: &str) -> Value {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => {
+            let mut v: Vec<String> = rd
+                .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect();
+            v.sort();
+            json!(v)
+        }
+        Err(e) => json!(e.raw_os_error()),
+    }
+}
+
+#[test]
+fn proc_kernel_information_is_masked() {
+    if !require_root() {
+        return;
+    }
+    let got = in_sandbox(&test_config(), || {
+        let files: serde_json::Map<String, Value> = mounts::MASKED_FILES
+            .iter()
+            .map(|p| (p.to_string(), read_outcome(p)))
+            .collect();
+        let dirs: serde_json::Map<String, Value> = mounts::MASKED_DIRS
+            .iter()
+            .map(|p| {
+                let v = json!({
+                    "names": names(p),
+                    "create": open_errno(&format!("{p}/x"), libc::O_WRONLY | libc::O_CREAT),
+                });
+                (p.to_string(), v)
+            })
+            .collect();
+        let read_only: serde_json::Map<String, Value> = mounts::READ_ONLY
+            .iter()
+            .map(|p| (p.to_string(), json!(fs_info(p)["flags"])))
+            .collect();
+        json!({
+            "files": files,
+            "dirs": dirs,
+            "read-only flags": read_only,
+            // Writing a sysctl: permission refuses a plain write first; a truncating one (as
+            // `open(p, "w")` and `echo >` do) meets the read-only mount first.
+            "write hostname": open_errno("/proc/sys/kernel/hostname", libc::O_WRONLY),
+            "truncate hostname": open_errno(
+                "/proc/sys/kernel/hostname",
+                libc::O_WRONLY | libc::O_TRUNC
+            ),
+            "read ostype": std::fs::read_to_string("/proc/sys/kernel/ostype").ok(),
+            "/sys": names("/sys"),
+            "/sys/firmware": names("/sys/firmware"),
+        })
+    });
+    let on_host = |p: &str| Path::new(p).exists();
+    for p in mounts::MASKED_FILES {
+        // Present on this kernel: /dev/null, read-only (reads as empty); absent: not there.
+        let want = if on_host(p) {
+            json!({"len": 0})
+        } else {
+            json!(libc::ENOENT)
+        };
+        assert_eq!(got["files"][p], want, "{p}");
+    }
+    for p in mounts::MASKED_DIRS {
+        let want = if on_host(p) {
+            json!({"names": [], "create": libc::EROFS})
+        } else {
+            json!({"names": libc::ENOENT, "create": libc::ENOENT})
+        };
+        assert_eq!(got["dirs"][p], want, "{p}");
+    }
+    for p in mounts::READ_ONLY {
+        if on_host(p) {
+            let flags = got["read-only flags"][p].as_u64().unwrap() as libc::c_ulong;
+            assert_eq!(flags & libc::ST_RDONLY, libc::ST_RDONLY, "{p}: {flags:#x}");
+        } else {
+            assert_eq!(got["read-only flags"][p], Value::Null, "{p}");
+        }
+    }
+    assert_eq!(got["write hostname"], libc::EACCES);
+    assert_eq!(got["truncate hostname"], libc::EROFS);
+    assert_eq!(got["read ostype"], "Linux\n");
+    assert_eq!(got["/sys"], libc::ENOENT);
+    assert_eq!(got["/sys/firmware"], libc::ENOENT);
 }

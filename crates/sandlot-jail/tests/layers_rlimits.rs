@@ -177,3 +177,95 @@ fn sandbox_driver_runs_with_the_configured_limits() {
         json!({"limits": expected(&cfg.rlimits), "write past fsize": libc::EFBIG})
     );
 }
+
+/// The hard limit of `resource` in this (the test's) process: what a sandbox inherits.
+fn inherited_hard(resource: libc::__rlimit_resource_t) -> u64 {
+    // SAFETY: all-zero is a valid rlimit.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { libc::getrlimit(resource, &mut lim) }, 0);
+    lim.rlim_max
+}
+
+/// `/proc/<pid>/limits` as `{"Max address space": [soft, hard], ...}`, `unlimited` as
+/// `RLIM_INFINITY`.
+fn proc_limits(pid: &str) -> Value {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    let mut out = serde_json::Map::new();
+    for line in text.lines().skip(1) {
+        // Columns: name (padded to 26), soft (21), hard (21), units.
+        let (name, rest) = line.split_at(26.min(line.len()));
+        let mut values = rest.split_whitespace().map(|v| match v {
+            "unlimited" => libc::RLIM_INFINITY,
+            n => n.parse().unwrap_or(u64::MAX - 1),
+        });
+        let (soft, hard) = (values.next(), values.next());
+        out.insert(name.trim().to_string(), json!([soft, hard]));
+    }
+    Value::Object(out)
+}
+
+#[test]
+fn sandbox_processes_run_with_every_hard_limit_finite_but_cpu() {
+    if !is_root() {
+        skip("not root: a sandbox needs a base root and id maps");
+        return;
+    }
+    let got = in_sandbox(&test_config(), || {
+        json!({
+            "driver": {
+                "as": limits(libc::RLIMIT_AS),
+                "data": limits(libc::RLIMIT_DATA),
+                "rss": limits(libc::RLIMIT_RSS),
+                "nproc": limits(libc::RLIMIT_NPROC),
+                "sigpending": limits(libc::RLIMIT_SIGPENDING),
+                "msgqueue": limits(libc::RLIMIT_MSGQUEUE),
+                "memlock": limits(libc::RLIMIT_MEMLOCK),
+                "locks": limits(libc::RLIMIT_LOCKS),
+                "nice": limits(libc::RLIMIT_NICE),
+                "rtprio": limits(libc::RLIMIT_RTPRIO),
+                "rttime": limits(libc::RLIMIT_RTTIME),
+                "cpu": limits(libc::RLIMIT_CPU),
+            },
+            "init": proc_limits("1"),
+        })
+    });
+    // The documented values (SECURITY.md), or the test's own hard limit where that is lower:
+    // a sandbox can lower a limit, never raise one.
+    let at_most = |value: u64, resource| {
+        let v = value.min(inherited_hard(resource));
+        json!([v, v])
+    };
+    let inf = libc::RLIM_INFINITY;
+    let expected = json!({
+        "as": at_most(1 << 40, libc::RLIMIT_AS),
+        "data": at_most(1 << 40, libc::RLIMIT_DATA),
+        "rss": at_most(1 << 40, libc::RLIMIT_RSS),
+        "nproc": at_most(16_384, libc::RLIMIT_NPROC),
+        "sigpending": at_most(4096, libc::RLIMIT_SIGPENDING),
+        "msgqueue": at_most(819_200, libc::RLIMIT_MSGQUEUE),
+        "memlock": at_most(8 << 20, libc::RLIMIT_MEMLOCK),
+        "locks": at_most(4096, libc::RLIMIT_LOCKS),
+        "nice": at_most(0, libc::RLIMIT_NICE),
+        "rtprio": at_most(0, libc::RLIMIT_RTPRIO),
+        "rttime": at_most(1_000_000, libc::RLIMIT_RTTIME),
+        // Unlimited on purpose: see `rlimits::FIXED` and SECURITY.md.
+        "cpu": [inf, inf],
+    });
+    assert_eq!(got["driver"], expected);
+    // The init runs under the same limits (it is not user code, but /proc/1/limits is
+    // readable inside).
+    let init = &got["init"];
+    for (name, key) in [
+        ("Max address space", "as"),
+        ("Max data size", "data"),
+        ("Max processes", "nproc"),
+        ("Max pending signals", "sigpending"),
+        ("Max file locks", "locks"),
+        ("Max cpu time", "cpu"),
+    ] {
+        assert_eq!(init[name], expected[key], "init: {name}");
+    }
+    let cfg = test_config().rlimits;
+    assert_eq!(init["Max open files"], json!([cfg.nofile, cfg.nofile]));
+}

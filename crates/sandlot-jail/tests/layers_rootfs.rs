@@ -11,8 +11,9 @@ use std::path::Path;
 
 mod common;
 
-use common::sandbox::{in_base_root, in_sandbox, test_config, OVERFLOW_UID};
+use common::sandbox::{in_base_root, in_base_root_with, in_sandbox, test_config, OVERFLOW_UID};
 use common::{errno_of, is_root, skip};
+use sandlot_jail::config::Bind;
 use sandlot_jail::rootfs;
 
 fn c(path: &str) -> CString {
@@ -308,4 +309,72 @@ fn sandbox_sees_the_base_root_read_only_and_owned_by_nobody() {
             "create /workspace/x": 0,
         })
     );
+}
+
+#[test]
+fn configured_dirs_appear_read_only_and_name_no_host_path() {
+    if !require_root() {
+        return;
+    }
+    // A stand-in for the server's data dir: its lib dir and an environment under it.
+    let data = tempfile::tempdir().unwrap();
+    let (lib, env) = (data.path().join("lib"), data.path().join("envs/abc"));
+    std::fs::create_dir_all(lib.join("python")).unwrap();
+    std::fs::create_dir_all(env.join("bin")).unwrap();
+    std::fs::write(lib.join("python/mod.py"), "x = 1\n").unwrap();
+    std::fs::write(env.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    // Listed child first: the base root mounts a parent before what nests in it.
+    let binds = vec![
+        Bind {
+            source: env.clone(),
+            target: "/opt/sandlot/env".into(),
+        },
+        Bind {
+            source: lib.clone(),
+            target: "/opt/sandlot".into(),
+        },
+    ];
+    let got = in_base_root_with(binds, || {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let entry = |point: &str| {
+            mountinfo
+                .lines()
+                .find(|l| l.split(' ').nth(4) == Some(point))
+                .map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    json!({"root": f[3], "type": l.split(" - ").nth(1).and_then(|t| t.split(' ').next())})
+                })
+        };
+        json!({
+            "/opt/sandlot": names("/opt/sandlot"),
+            "/opt/sandlot/env": names("/opt/sandlot/env"),
+            "mod.py": std::fs::read_to_string("/opt/sandlot/python/mod.py").ok(),
+            "pyvenv.cfg": std::fs::read_to_string("/opt/sandlot/env/pyvenv.cfg").ok(),
+            "create in lib": open_errno("/opt/sandlot/x", libc::O_WRONLY | libc::O_CREAT),
+            "create in env": open_errno("/opt/sandlot/env/x", libc::O_WRONLY | libc::O_CREAT),
+            "lib flags": mount_flags("/opt/sandlot"),
+            "env flags": mount_flags("/opt/sandlot/env"),
+            "lib mount": entry("/opt/sandlot"),
+            "env mount": entry("/opt/sandlot/env"),
+            "mountinfo": mountinfo,
+        })
+    });
+    assert_eq!(got["/opt/sandlot"], json!(["env", "python"]));
+    assert_eq!(got["/opt/sandlot/env"], json!(["bin", "pyvenv.cfg"]));
+    assert_eq!(got["mod.py"], "x = 1\n");
+    assert_eq!(got["pyvenv.cfg"], "home = /usr/bin\n");
+    assert_eq!(got["create in lib"], libc::EROFS);
+    assert_eq!(got["create in env"], libc::EROFS);
+    let want = libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV;
+    for key in ["lib flags", "env flags"] {
+        let flags = got[key].as_i64().unwrap() as libc::c_ulong;
+        assert_eq!(flags & want, want, "{key}: {flags:#x}");
+    }
+    // Each is an overlay rooted at "/": the mount table names no host path.
+    for key in ["lib mount", "env mount"] {
+        assert_eq!(got[key], json!({"root": "/", "type": "overlay"}), "{key}");
+    }
+    let mountinfo = got["mountinfo"].as_str().unwrap();
+    let host = data.path().to_str().unwrap();
+    assert!(!mountinfo.contains(host), "{host} in:\n{mountinfo}");
 }

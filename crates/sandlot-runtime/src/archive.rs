@@ -37,6 +37,7 @@ use crate::util::{blocking, new_id};
 use crate::Runtime;
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
+use sandlot_workspace::Workspaces;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::ffi::{CStr, CString, OsStr};
@@ -44,6 +45,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Most entries one archive may hold.
@@ -91,6 +93,8 @@ pub enum Refusal {
     TooManyEntries,
     #[error("{0} entries are not accepted")]
     Type(&'static str),
+    #[error("entries of type {:?} are not accepted", char::from(*.0))]
+    UnknownType(u8),
     #[error("symlink to {0:?} points outside the target directory")]
     SymlinkOutside(String),
     #[error("hard link to {0:?} points outside the target directory")]
@@ -175,19 +179,19 @@ impl Runtime {
         let ws = self.workspace_root(id)?;
         // The quota is the sandbox's (`disk_mb`) where its workspace is on disk; a tmpfs
         // workspace has only its size, which its free space tells.
-        let quota = match self.entry(id)?.disk {
-            true => Some((self.workspaces()?, id.to_string(), ws.disk_mb << 20)),
-            false => None,
+        let room = match self.entry(id)?.disk {
+            true => Room::Quota {
+                workspaces: self.workspaces()?,
+                id: id.to_string(),
+                limit: ws.disk_mb << 20,
+            },
+            false => Room::Free,
         };
         let (uid, disk_mb) = (ws.uid, ws.disk_mb);
         let (tx, rx) = mpsc::channel::<Bytes>(DEPTH);
         // Started before the body is read, so the archive is written as it streams in.
         let task = tokio::task::spawn_blocking(move || -> Result<ArchiveSummary, Fail> {
             let root = ws.open()?;
-            let used = quota
-                .as_ref()
-                .map(|(w, id, limit)| (*limit, w.usage(id).unwrap_or(0)));
-            let room = room(&root, used);
             let body = BodyReader {
                 rx,
                 cur: Bytes::new(),
@@ -195,7 +199,7 @@ impl Runtime {
             // The ids are restored even if the extraction panics; the panic goes on after.
             let out = as_sandbox(uid, || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    extract(&root, &parts, body, room)
+                    extract(&root, &parts, body, &room)
                 }))
             });
             out.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -270,21 +274,62 @@ impl Runtime {
     }
 }
 
-/// Bytes the workspace has left: the free space of its filesystem, and under its quota when
-/// it has one (`(limit, used)`; Btrfs reports usage as of its last commit, so the kernel's
-/// EDQUOT stays the last word).
-fn room(root: &OwnedFd, quota: Option<(u64, u64)>) -> u64 {
+/// How much the workspace may still take.
+enum Room {
+    /// A tmpfs workspace: its free space.
+    Free,
+    /// A workspace on disk: its quota less its usage.
+    Quota {
+        workspaces: Arc<Workspaces>,
+        id: String,
+        limit: u64,
+    },
+    #[cfg(test)]
+    Fixed(u64),
+}
+
+impl Room {
+    /// Bytes left now. Btrfs reports usage as of its last commit; `settle` commits first
+    /// (a sync of the workspace's filesystem), for a measure worth refusing an entry on.
+    fn measure(&self, root: &OwnedFd, settle: bool) -> u64 {
+        match self {
+            Room::Free => free_bytes(root),
+            Room::Quota {
+                workspaces,
+                id,
+                limit,
+            } => {
+                if settle {
+                    sync(root);
+                }
+                // The usage is read on the host's side of the workspace (the data dir), which
+                // needs the server's own filesystem ids, not the sandbox's it may run with.
+                let used = as_sandbox(0, || workspaces.usage(id)).unwrap_or(0);
+                limit.saturating_sub(used)
+            }
+            #[cfg(test)]
+            Room::Fixed(n) => *n,
+        }
+    }
+}
+
+/// The free space of the filesystem `root` is on.
+fn free_bytes(root: &OwnedFd) -> u64 {
     // SAFETY: statvfs is plain old data; fstatvfs fills it from an fd we own.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let free = if unsafe { libc::fstatvfs(root.as_raw_fd(), &mut st) } == 0 {
-        (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
-    } else {
-        u64::MAX
-    };
-    match quota {
-        Some((limit, used)) => free.min(limit.saturating_sub(used)),
-        None => free,
+    match unsafe { libc::fstatvfs(root.as_raw_fd(), &mut st) } {
+        0 => (st.f_bavail as u64).saturating_mul(st.f_frsize as u64),
+        _ => u64::MAX,
+    }
+}
+
+/// Commits the filesystem `root` is on (best effort).
+fn sync(root: &OwnedFd) {
+    // syncfs needs a real fd, not an O_PATH one.
+    if let Ok(fd) = open_dir_at(root.as_raw_fd(), b".") {
+        // SAFETY: syncfs on a directory fd we own.
+        unsafe { libc::syncfs(fd.as_raw_fd()) };
     }
 }
 
@@ -297,7 +342,7 @@ fn extract(
     ws: &OwnedFd,
     parts: &[String],
     body: BodyReader,
-    room: u64,
+    room: &Room,
 ) -> Result<ArchiveSummary, Fail> {
     let shown = parts.join("/");
     // The deepest directory of the target's path that exists.
@@ -332,7 +377,7 @@ fn extract(
         for p in below {
             root = make_dir(root.as_raw_fd(), p).map_err(|e| create_error(e, &shown))?;
         }
-        let mut summary = Extraction::new(&root, room).run(body)?;
+        let mut summary = Extraction::new(&root, ws, room).run(body)?;
         summary.path = shown.clone();
         drop(root);
         match parts.get(existing) {
@@ -376,18 +421,27 @@ struct Extraction<'a> {
     /// The directories along the previous entry's path, open, so that entries of one
     /// directory (the usual order) cost no lookups; at most [`MAX_DEPTH`] fds.
     open: Vec<(String, OwnedFd)>,
-    room: u64,
+    /// The workspace, and how much it may still take.
+    ws: &'a OwnedFd,
+    room: &'a Room,
+    /// File bytes this archive may write: the room at the start (measured again, settled,
+    /// once, before an entry would be refused for lack of it).
+    budget: u64,
+    settled: bool,
     summary: ArchiveSummary,
     gauge: Rc<Gauge>,
     buf: Vec<u8>,
 }
 
 impl<'a> Extraction<'a> {
-    fn new(root: &'a OwnedFd, room: u64) -> Self {
+    fn new(root: &'a OwnedFd, ws: &'a OwnedFd, room: &'a Room) -> Self {
         Self {
             root,
             open: Vec::new(),
+            ws,
             room,
+            budget: room.measure(ws, false),
+            settled: false,
             summary: ArchiveSummary::default(),
             gauge: Rc::new(Gauge::default()),
             buf: vec![0; 256 << 10],
@@ -470,7 +524,7 @@ impl<'a> Extraction<'a> {
             T::Block => Err(Fail::refused(shown, Refusal::Type("block device"))),
             T::Fifo => Err(Fail::refused(shown, Refusal::Type("FIFO"))),
             T::GNUSparse => Err(Fail::refused(shown, Refusal::Type("sparse file"))),
-            _ => Err(Fail::refused(shown, Refusal::Type("this entry type's"))),
+            other => Err(Fail::refused(shown, Refusal::UnknownType(other.as_byte()))),
         }
     }
 
@@ -506,7 +560,16 @@ impl<'a> Extraction<'a> {
         mtime: Option<u64>,
     ) -> Result<(), Fail> {
         let size = entry.size();
-        if size > self.room.saturating_sub(self.summary.bytes) {
+        if size > self.budget.saturating_sub(self.summary.bytes) && !self.settled {
+            // The usage measured may be stale (Btrfs counts as of its last commit): measure
+            // again, settled, before refusing. It now counts what this archive wrote.
+            self.settled = true;
+            self.budget = self
+                .room
+                .measure(self.ws, true)
+                .saturating_add(self.summary.bytes);
+        }
+        if size > self.budget.saturating_sub(self.summary.bytes) {
             return Err(Fail::Quota);
         }
         let (name, dirs) = parts.split_last().expect("a non-empty name");
@@ -1270,6 +1333,155 @@ mod tests {
         assert!(!stays_inside(1, b"../../b"));
         assert!(!stays_inside(3, b"/"));
         assert!(!stays_inside(0, b"a/../../b"));
+    }
+
+    /// A body already received, as the extraction reads it.
+    fn body(bytes: &[u8]) -> BodyReader {
+        let chunks: Vec<&[u8]> = bytes.chunks(CHUNK).collect();
+        let (tx, rx) = mpsc::channel(chunks.len() + 1);
+        for c in chunks {
+            tx.try_send(Bytes::copy_from_slice(c)).unwrap();
+        }
+        BodyReader {
+            rx,
+            cur: Bytes::new(),
+        }
+    }
+
+    fn raw_entry(name: &[u8], kind: u8, link: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+        h.set_entry_type(tar::EntryType::new(kind));
+        h.set_size(data.len() as u64);
+        h.set_mode(0o4777);
+        h.set_cksum();
+        let mut out = h.as_bytes().to_vec();
+        out.extend(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+        out
+    }
+
+    fn open(path: &std::path::Path) -> OwnedFd {
+        crate::workspace::open_dir(path).unwrap()
+    }
+
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn extracts_merges_and_archives_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let ws = tempfile::tempdir().unwrap();
+        let tar = [
+            raw_entry(b"./", b'5', b"", b""),
+            raw_entry(b"a.txt", b'0', b"", b"hello"),
+            raw_entry(b"sub/b.txt", b'0', b"", b"bee"),
+            raw_entry(b"sub/link", b'2', b"b.txt", b""),
+            raw_entry(b"sub/hard", b'1', b"sub/b.txt", b""),
+            vec![0; 1024],
+        ]
+        .concat();
+        let parts = vec!["x".to_string(), "proj".to_string()];
+        let summary =
+            extract(&open(ws.path()), &parts, body(&tar), &Room::Fixed(u64::MAX)).unwrap();
+        assert_eq!(
+            (
+                summary.files,
+                summary.symlinks,
+                summary.hardlinks,
+                summary.bytes
+            ),
+            (2, 1, 1, 8)
+        );
+        let proj = ws.path().join("x/proj");
+        assert_eq!(names(ws.path()), ["x"]);
+        assert_eq!(std::fs::read(proj.join("sub/hard")).unwrap(), b"bee");
+        assert_eq!(
+            std::fs::read_link(proj.join("sub/link")).unwrap().to_str(),
+            Some("b.txt")
+        );
+        // setuid and world-write are gone.
+        let mode = std::fs::metadata(proj.join("a.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o775);
+
+        // Into the existing directory: a.txt replaced, the rest kept.
+        let update = [raw_entry(b"a.txt", b'0', b"", b"again"), vec![0; 1024]].concat();
+        extract(
+            &open(ws.path()),
+            &parts,
+            body(&update),
+            &Room::Fixed(u64::MAX),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read(proj.join("a.txt")).unwrap(), b"again");
+        assert_eq!(names(&proj), ["a.txt", "sub"]);
+
+        let out = write_tar(&open_source(&open(ws.path()), &parts).unwrap(), Vec::new()).unwrap();
+        let mut listed = Vec::new();
+        for e in tar::Archive::new(&out[..]).entries().unwrap() {
+            let e = e.unwrap();
+            listed.push((
+                String::from_utf8(e.path_bytes().into_owned()).unwrap(),
+                e.header().entry_type(),
+                e.size(),
+            ));
+        }
+        use tar::EntryType as T;
+        assert_eq!(
+            listed,
+            [
+                ("a.txt".to_string(), T::Regular, 5),
+                ("sub".to_string(), T::Directory, 0),
+                ("sub/b.txt".to_string(), T::Regular, 3),
+                ("sub/hard".to_string(), T::Regular, 3),
+                ("sub/link".to_string(), T::Symlink, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_leave_nothing_behind() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("keep"), "k").unwrap();
+        let ok = raw_entry(b"fine", b'0', b"", b"fine");
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (raw_entry(b"../x", b'0', b"", b"x"), "../x"),
+            (raw_entry(b"/etc/x", b'0', b"", b"x"), "/etc/x"),
+            (raw_entry(b"esc", b'2', b"/", b""), "esc"),
+            (raw_entry(b"pw", b'1', b"/etc/passwd", b""), "pw"),
+            (raw_entry(b"null", b'3', b"", b""), "null"),
+            (raw_entry(b"fifo", b'6', b"", b""), "fifo"),
+            (raw_entry(b"vol", b'V', b"", b""), "vol"),
+        ];
+        for (bad, name) in cases {
+            let tar = [ok.clone(), bad, vec![0; 1024]].concat();
+            let parts = vec!["t".to_string()];
+            match extract(&open(ws.path()), &parts, body(&tar), &Room::Fixed(u64::MAX)) {
+                Err(Fail::Refused { entry, .. }) => assert_eq!(entry, name),
+                other => panic!("{name}: {other:?}"),
+            }
+            assert_eq!(names(ws.path()), ["keep"], "{name}");
+        }
+        // Past the room: refused before the data, as a quota failure.
+        let tar = [ok.clone(), vec![0; 1024]].concat();
+        let out = extract(
+            &open(ws.path()),
+            &["t".to_string()],
+            body(&tar),
+            &Room::Fixed(3),
+        );
+        assert!(matches!(out, Err(Fail::Quota)), "{out:?}");
+        assert_eq!(names(ws.path()), ["keep"]);
     }
 
     /// A gzip stream that expands past the ratio trips the gauge, whatever reads it.

@@ -341,15 +341,9 @@ pub async fn run(
         rich_left: budget.saturating_mul(RICH_BUDGET_FACTOR),
     };
     let mut events = live.events.lock().await;
-    // Output that arrived between executions (background processes) and frames of an earlier,
-    // abandoned execution do not belong to this one.
-    let mut closed = None;
-    while let Ok(stale) = events.try_recv() {
-        if let Pumped::Closed(why) = stale {
-            closed = Some(why);
-            break;
-        }
-    }
+    // The output that follows is this execution's; what came before went to the background
+    // buffer, and frames of an earlier, abandoned execution are discarded.
+    let closed = live.pump.begin(&mut events, exec_id).await;
     *lock(&live.running) = Some(exec_id.to_string());
     let msg = serde_json::json!({
         "type": "execute", "id": exec_id, "code": req.code, "language": req.language,
@@ -508,6 +502,7 @@ pub async fn run(
         artifacts,
         context: Some(context_of(req).to_string()),
         restarted: None,
+        background_bytes: live.pump.background_bytes(),
     }
 }
 

@@ -21,6 +21,7 @@ mod admission;
 pub mod archive;
 pub mod artifacts;
 pub mod assets;
+mod background;
 mod contexts;
 pub mod error;
 mod exec;

@@ -1,20 +1,23 @@
 //! One live sandbox: its processes (reached only through pidfds), cgroup, control stream and
-//! output pipes; the pump that turns stream and pipes into one ordered stream of events; and the
-//! output budget of one stream. Frames on the control stream use the shared codec
-//! (`sandlot_jail::frame`), whose size cap ends a sandbox that sends more. Killing a sandbox is
-//! in `teardown`.
+//! output pipes; the pump that turns stream and pipes into one ordered stream of events for the
+//! execution that runs, and routes output produced between executions to the background buffer
+//! (`background.rs`); and the output budget of one stream. Frames on the control stream use the
+//! shared codec (`sandlot_jail::frame`), whose size cap ends a sandbox that sends more. Killing a
+//! sandbox is in `teardown`.
 
+use crate::background::Background;
 use crate::error::{CreateFailure, FileError};
 use crate::util::{lock, Utf8Stream};
 use sandlot_jail::cgroup::Cgroup;
 use sandlot_jail::frame::{self, FrameError};
+use sandlot_types::StreamName;
 use serde_json::Value;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex as StdMutex;
+use std::sync::{Arc, Mutex as StdMutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{pipe, OwnedReadHalf};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// The longest a frame to the driver may wait for room on the control stream (an idle driver
 /// reads the largest cell in milliseconds); with the kill grace it keeps an execution within
@@ -52,6 +55,8 @@ pub struct Live {
     pub writer: Mutex<tokio::net::unix::OwnedWriteHalf>,
     /// Ordered events from the pump; held by the execution that runs.
     pub events: Mutex<mpsc::Receiver<Pumped>>,
+    /// The pump's background buffer and the way an execution claims the output that follows.
+    pub pump: PumpLink,
     /// The id of the running execution, if any.
     pub running: StdMutex<Option<String>>,
     pub dead: AtomicBool,
@@ -201,18 +206,121 @@ pub async fn read_frame(r: &mut OwnedReadHalf) -> Result<Value, CreateFailure> {
         .ok_or(CreateFailure::Protocol("incomplete frame"))
 }
 
+/// A live sandbox's side of its pump, beside the event channel: the buffer that output produced
+/// while no execution runs goes to, and how an execution claims the output that follows.
+pub struct PumpLink {
+    /// Output produced while no execution ran (see `background.rs`).
+    pub background: Arc<StdMutex<Background>>,
+    begins: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+}
+
+impl PumpLink {
+    /// Bytes of background output waiting.
+    pub fn background_bytes(&self) -> u64 {
+        lock(&self.background).bytes()
+    }
+
+    /// Claims the output that follows for execution `id`, until the pump reads its `done`
+    /// frame: the pump first moves whatever the pipes hold into the background buffer, so
+    /// output written before the execution was sent is never the execution's. Waits for the
+    /// pump's answer while discarding what is left in the channel from before this execution
+    /// (frames of an abandoned execution, a late context answer), which also keeps a pump
+    /// blocked on a full channel from never answering. Returns why the processes are gone, if
+    /// they are.
+    pub async fn begin(&self, events: &mut mpsc::Receiver<Pumped>, id: &str) -> Option<String> {
+        let (ack, mut answered) = oneshot::channel();
+        if self.begins.send((id.to_string(), ack)).is_ok() {
+            loop {
+                tokio::select! {
+                    biased;
+                    ev = events.recv() => match ev {
+                        Some(Pumped::Closed(why)) => return Some(why),
+                        None => return Some(EVENTS_ENDED.into()),
+                        Some(_) => {}
+                    },
+                    r = &mut answered => match r {
+                        Ok(()) => return None,
+                        Err(_) => break,
+                    },
+                }
+            }
+        }
+        // The pump has ended: it says why last.
+        while let Some(ev) = events.recv().await {
+            if let Pumped::Closed(why) = ev {
+                return Some(why);
+            }
+        }
+        Some(EVENTS_ENDED.into())
+    }
+}
+
+const EVENTS_ENDED: &str = "the sandbox's event stream ended";
+
+/// Where the pump sends what it reads: to the execution that owns the output (through the
+/// channel, in order), or, while none does, stream output to the background buffer.
+struct Router {
+    tx: mpsc::Sender<Pumped>,
+    background: Arc<StdMutex<Background>>,
+    /// The execution the output belongs to; `None` between executions.
+    owner: Option<String>,
+}
+
+impl Router {
+    /// Routes stream output; false once nobody receives events any more.
+    async fn output(&mut self, stream: StreamName, bytes: &[u8]) -> bool {
+        if self.owner.is_none() {
+            lock(&self.background).push(stream, bytes);
+            return true;
+        }
+        let ev = match stream {
+            StreamName::Stdout => Pumped::Stdout(bytes.to_vec()),
+            StreamName::Stderr => Pumped::Stderr(bytes.to_vec()),
+        };
+        self.tx.send(ev).await.is_ok()
+    }
+
+    /// Whether `v` is the `done` frame of the execution that owns the output.
+    fn ends_owner(&self, v: &Value) -> bool {
+        self.owner.is_some()
+            && v.get("type").and_then(|t| t.as_str()) == Some("done")
+            && v.get("id").and_then(|i| i.as_str()) == self.owner.as_deref()
+    }
+
+    async fn closed(&self, why: String) {
+        let _ = self.tx.send(Pumped::Closed(why)).await;
+    }
+}
+
 /// Starts the pump: one task owning the control stream's read half and both pipes. Whenever
 /// the control stream has bytes, it first drains whatever the pipes hold and only then reads the
 /// stream, so output written before a frame is delivered before it. The driver waits until a
 /// display frame has been read before it writes more, so this keeps the exact order.
+///
+/// Stream output belongs to the execution that claimed it ([`PumpLink::begin`]) up to its
+/// `done` frame (the pipes are drained once more just before that frame is delivered, so the
+/// cell's last writes are its own); output read at any other time goes to the background
+/// buffer. Output a background process writes while an execution runs cannot be told apart
+/// from the execution's and is the execution's.
 pub fn start_pump(
     ctrl: OwnedReadHalf,
     stdout: OwnedFd,
     stderr: OwnedFd,
-) -> std::io::Result<mpsc::Receiver<Pumped>> {
+) -> std::io::Result<(mpsc::Receiver<Pumped>, PumpLink)> {
     let mut out = pipe::Receiver::from_owned_fd(stdout)?;
     let mut err = pipe::Receiver::from_owned_fd(stderr)?;
     let (tx, rx) = mpsc::channel(256);
+    let (begins_tx, mut begins) = mpsc::unbounded_channel::<(String, oneshot::Sender<()>)>();
+    let background = Arc::new(StdMutex::new(Background::default()));
+    let link = PumpLink {
+        background: background.clone(),
+        begins: begins_tx,
+    };
+    let mut router = Router {
+        tx,
+        background,
+        owner: None,
+    };
     tokio::spawn(async move {
         let mut obuf = vec![0u8; 64 << 10];
         let mut ebuf = vec![0u8; 64 << 10];
@@ -221,39 +329,60 @@ pub fn start_pump(
         loop {
             tokio::select! {
                 biased;
+                begin = begins.recv() => {
+                    // None: the sandbox's processes were dropped; nobody reads what follows.
+                    let Some((id, ack)) = begin else { return };
+                    router.owner = None;
+                    drain(&out, &mut obuf, &mut router, StreamName::Stdout).await;
+                    drain(&err, &mut ebuf, &mut router, StreamName::Stderr).await;
+                    router.owner = Some(id);
+                    let _ = ack.send(());
+                }
                 r = out.read(&mut obuf), if out_open => match r {
                     Ok(0) | Err(_) => out_open = false,
-                    Ok(n) => if tx.send(Pumped::Stdout(obuf[..n].to_vec())).await.is_err() { return },
+                    Ok(n) => if !router.output(StreamName::Stdout, &obuf[..n]).await { return },
                 },
                 r = err.read(&mut ebuf), if err_open => match r {
                     Ok(0) | Err(_) => err_open = false,
-                    Ok(n) => if tx.send(Pumped::Stderr(ebuf[..n].to_vec())).await.is_err() { return },
+                    Ok(n) => if !router.output(StreamName::Stderr, &ebuf[..n]).await { return },
                 },
                 r = ctrl.readable() => {
                     if let Err(e) = r {
-                        let _ = tx.send(Pumped::Closed(format!("control stream: {e}"))).await;
+                        router.closed(format!("control stream: {e}")).await;
                         return;
                     }
                     // Drain what was written before the bytes now waiting on the stream.
-                    drain(&out, &mut obuf, &tx, true).await;
-                    drain(&err, &mut ebuf, &tx, false).await;
+                    drain(&out, &mut obuf, &mut router, StreamName::Stdout).await;
+                    drain(&err, &mut ebuf, &mut router, StreamName::Stderr).await;
                     match frames.fill(&ctrl) {
                         Ok(true) => {}
                         Ok(false) => {
-                            let _ = tx.send(Pumped::Closed("control stream closed".into())).await;
+                            router.closed("control stream closed".into()).await;
                             return;
                         }
                         Err(e) => {
-                            let _ = tx.send(Pumped::Closed(format!("control stream: {e}"))).await;
+                            router.closed(format!("control stream: {e}")).await;
                             return;
                         }
                     }
                     loop {
                         match frames.next_frame() {
-                            Ok(Some(v)) => if tx.send(Pumped::Frame(v)).await.is_err() { return },
+                            Ok(Some(v)) => {
+                                let ends = router.ends_owner(&v);
+                                if ends {
+                                    // The cell's last writes may trail frames read in the same
+                                    // batch as its done (a result frame is not waited for).
+                                    drain(&out, &mut obuf, &mut router, StreamName::Stdout).await;
+                                    drain(&err, &mut ebuf, &mut router, StreamName::Stderr).await;
+                                }
+                                if router.tx.send(Pumped::Frame(v)).await.is_err() { return }
+                                if ends {
+                                    router.owner = None;
+                                }
+                            }
                             Ok(None) => break,
                             Err(e) => {
-                                let _ = tx.send(Pumped::Closed(e.to_string())).await;
+                                router.closed(e.to_string()).await;
                                 return;
                             }
                         }
@@ -262,7 +391,7 @@ pub fn start_pump(
             }
         }
     });
-    Ok(rx)
+    Ok((rx, link))
 }
 
 /// Bytes read from the control stream and not yet parsed into frames.
@@ -302,18 +431,13 @@ impl FrameBuf {
     }
 }
 
-async fn drain(p: &pipe::Receiver, buf: &mut [u8], tx: &mpsc::Sender<Pumped>, is_out: bool) {
+/// Reads whatever `p` holds now, without waiting, and routes it.
+async fn drain(p: &pipe::Receiver, buf: &mut [u8], router: &mut Router, stream: StreamName) {
     loop {
         match p.try_read(buf) {
             Ok(0) => return,
             Ok(n) => {
-                let chunk = buf[..n].to_vec();
-                let ev = if is_out {
-                    Pumped::Stdout(chunk)
-                } else {
-                    Pumped::Stderr(chunk)
-                };
-                if tx.send(ev).await.is_err() {
+                if !router.output(stream, &buf[..n]).await {
                     return;
                 }
             }

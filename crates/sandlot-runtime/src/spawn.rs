@@ -239,7 +239,7 @@ impl Runtime {
         let driver_pid = find_driver(init_pid)?;
         let (init_fd, driver_fd) = open_pidfds(init_pid, driver_pid)?;
         verify_owner(uid, &[init_pid, driver_pid])?;
-        let events = sandbox::start_pump(reader, stdout, stderr).map_err(at("pump"))?;
+        let (events, pump) = sandbox::start_pump(reader, stdout, stderr).map_err(at("pump"))?;
         Ok(Arc::new(Live {
             id: id.to_string(),
             limits,
@@ -254,6 +254,7 @@ impl Runtime {
             driver_fd,
             writer: tokio::sync::Mutex::new(writer),
             events: tokio::sync::Mutex::new(events),
+            pump,
             running: Mutex::new(None),
             dead: Default::default(),
             interrupt: Default::default(),
@@ -287,7 +288,7 @@ impl Runtime {
             .map_err(encoding("the jail config"))?;
         // Only the base environment goes through the zygote; the creator's variables are sent
         // on the sandbox's own channel once it is up.
-        let env = serde_json::to_value(sandbox_env(&tmpl.env_root))
+        let env = serde_json::to_value(sandbox_env())
             .map_err(encoding("the sandbox environment"))?;
         let mut restarted = false;
         loop {

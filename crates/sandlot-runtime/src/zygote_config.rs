@@ -1,17 +1,24 @@
 //! The configuration of zygotes and the environment sandboxes inherit: what a zygote's
-//! private base root binds, the environment allowlist, the paths a Python environment must not
+//! private base root binds, the environment allowlist, the paths a base interpreter must not
 //! lie under, and the entry point of `sandlot __zygote-launch`, which confines a process as a
 //! zygote and execs it.
+//!
+//! The host's layout stays out of sight: sandlot's lib dir appears at `/opt/sandlot`
+//! ([`assets::INSIDE_ROOT`]) and the template's Python environment at `/opt/sandlot/env`
+//! ([`SANDBOX_ROOT`]), whatever their paths under the data dir (the base root shows them
+//! through overlays that name no host path). Only a base interpreter outside `/usr` is bound at
+//! its own path, since the venv's `bin/python` links to it there.
 
 use crate::assets;
 use crate::error::{RuntimeError, ZygoteLaunchError};
+use sandlot_env::SANDBOX_ROOT;
 use sandlot_jail::cgroup::Cgroup;
 use sandlot_jail::config::{Bind, ZygoteConfig};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Paths every sandbox (or zygote) mounts something of its own over: a Python environment
-/// there would be hidden from the code that needs it.
+/// Paths every sandbox (or zygote) mounts something of its own over: a base interpreter there
+/// would be hidden from the code that needs it.
 const SHADOWED: &[&str] = &[
     "/tmp",
     "/var/tmp",
@@ -22,13 +29,17 @@ const SHADOWED: &[&str] = &[
     "/etc",
 ];
 
-/// The environment is bound into sandboxes at its own path (scripts in it name that path), so
-/// it must not lie where a sandbox mounts its own directories.
+/// The environment itself may lie anywhere (sandboxes see it at [`SANDBOX_ROOT`]), but a base
+/// interpreter outside `/usr` is bound at its own path, so it must not lie where a sandbox
+/// mounts its own directories.
 pub(crate) fn check_env_visible(env_root: &Path) -> Result<(), RuntimeError> {
+    let Some(prefix) = base_prefix(env_root) else {
+        return Ok(());
+    };
     for p in SHADOWED {
-        if env_root.starts_with(p) {
+        if prefix.starts_with(p) {
             return Err(RuntimeError::EnvShadowed {
-                env: env_root.to_path_buf(),
+                env: prefix,
                 under: p,
             });
         }
@@ -36,14 +47,28 @@ pub(crate) fn check_env_visible(env_root: &Path) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// The prefix of the venv's base interpreter (from `home` in its `pyvenv.cfg`), when it is not
+/// under `/usr` (which every base root binds) and exists.
+fn base_prefix(env_root: &Path) -> Option<PathBuf> {
+    let cfg = std::fs::read_to_string(env_root.join("pyvenv.cfg")).ok()?;
+    cfg.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        if key.trim() != "home" {
+            return None;
+        }
+        let prefix = Path::new(value.trim()).parent()?;
+        (!prefix.starts_with("/usr") && prefix.is_dir()).then(|| prefix.to_path_buf())
+    })
+}
+
 /// The environment of zygotes and sandboxes: nothing of the server's own, an allowlist only.
-pub(crate) fn sandbox_env(env_root: &Path) -> BTreeMap<String, String> {
+/// Every template's Python environment is at [`SANDBOX_ROOT`] inside.
+pub(crate) fn sandbox_env() -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
-    let bin = env_root.join("bin");
     let pairs = [
         (
             "PATH",
-            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+            format!("{SANDBOX_ROOT}/bin:/usr/local/bin:/usr/bin:/bin"),
         ),
         ("HOME", "/workspace".into()),
         ("USER", "user".into()),
@@ -51,7 +76,7 @@ pub(crate) fn sandbox_env(env_root: &Path) -> BTreeMap<String, String> {
         ("LC_ALL", "C.UTF-8".into()),
         ("TERM", "dumb".into()),
         ("SHELL", "/bin/bash".into()),
-        ("VIRTUAL_ENV", env_root.display().to_string()),
+        ("VIRTUAL_ENV", SANDBOX_ROOT.into()),
         ("PYTHONPATH", format!("{}/python", assets::INSIDE_ROOT)),
         ("PYTHONDONTWRITEBYTECODE", "1".into()),
         ("PYTHONUNBUFFERED", "1".into()),
@@ -77,9 +102,9 @@ pub(crate) fn sandbox_env(env_root: &Path) -> BTreeMap<String, String> {
     m
 }
 
-/// How a template's zygote is launched: the private base root it sees (the Python environment
-/// and sandlot's own files bound read-only), its uid and cgroup, and the Python program it
-/// runs.
+/// How a template's zygote is launched: the private base root it sees (sandlot's own files
+/// and the Python environment, read-only at neutral paths), its uid and cgroup, and the Python
+/// program it runs.
 pub(crate) fn zygote_config(
     env_root: &Path,
     lib_dir: &Path,
@@ -90,34 +115,24 @@ pub(crate) fn zygote_config(
 ) -> ZygoteConfig {
     let mut binds = vec![
         Bind {
-            source: env_root.to_path_buf(),
-            target: env_root.to_path_buf(),
-        },
-        Bind {
             source: lib_dir.to_path_buf(),
             target: PathBuf::from(assets::INSIDE_ROOT),
         },
+        // Nested in the lib dir's view, which the base root provides a mount point for.
+        Bind {
+            source: env_root.to_path_buf(),
+            target: PathBuf::from(SANDBOX_ROOT),
+        },
     ];
-    // The venv's interpreter lives in its base prefix; bind it too when it is not under /usr.
-    if let Ok(cfg) = std::fs::read_to_string(env_root.join("pyvenv.cfg")) {
-        for line in cfg.lines() {
-            if let Some(home) = line
-                .strip_prefix("home")
-                .map(|r| r.trim_start_matches([' ', '=']))
-            {
-                let home = Path::new(home.trim());
-                if let Some(prefix) = home.parent() {
-                    if !prefix.starts_with("/usr") && prefix.is_dir() {
-                        binds.push(Bind {
-                            source: prefix.to_path_buf(),
-                            target: prefix.to_path_buf(),
-                        });
-                    }
-                }
-            }
-        }
+    // The venv's interpreter lives in its base prefix, linked to by its path: bind it there
+    // when it is not under /usr.
+    if let Some(prefix) = base_prefix(env_root) {
+        binds.push(Bind {
+            source: prefix.clone(),
+            target: prefix,
+        });
     }
-    let python = env_root.join("bin/python");
+    let python = Path::new(SANDBOX_ROOT).join("bin/python");
     ZygoteConfig {
         staging_dir: staging.to_path_buf(),
         binds,
@@ -131,7 +146,7 @@ pub(crate) fn zygote_config(
             format!("{}/templates/{template}.json", assets::INSIDE_ROOT),
             format!("{}/lib/{}", assets::INSIDE_ROOT, assets::JAIL_LIB),
         ],
-        env: sandbox_env(env_root).into_iter().collect(),
+        env: sandbox_env().into_iter().collect(),
         tmp_bytes: 64 << 20,
         nofile: 4096,
     }
@@ -147,5 +162,45 @@ pub fn zygote_launch_main(config_json: &str) -> ZygoteLaunchError {
     match sandlot_jail::zygote::launch(&cfg) {
         Ok(never) => match never {},
         Err(e) => ZygoteLaunchError::Launch(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_environment_names_only_neutral_paths() {
+        let env = sandbox_env();
+        assert_eq!(env["VIRTUAL_ENV"], "/opt/sandlot/env");
+        assert_eq!(
+            env["PATH"],
+            "/opt/sandlot/env/bin:/usr/local/bin:/usr/bin:/bin"
+        );
+        assert_eq!(env["PYTHONPATH"], "/opt/sandlot/python");
+    }
+
+    #[test]
+    fn an_environment_may_lie_anywhere_its_base_interpreter_may_not() {
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        // Under /tmp (where sandboxes mount their own /tmp): fine, it is seen at SANDBOX_ROOT.
+        std::fs::write(dir.path().join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        assert!(check_env_visible(dir.path()).is_ok());
+        assert_eq!(base_prefix(dir.path()), None);
+        // A base interpreter under /tmp is bound at its own path, where /tmp would hide it.
+        let prefix = dir.path().join("python");
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        let cfg = format!(
+            "home = {}\nversion = 3.12.0\n",
+            prefix.join("bin").display()
+        );
+        std::fs::write(dir.path().join("pyvenv.cfg"), cfg).unwrap();
+        assert_eq!(base_prefix(dir.path()), Some(prefix.clone()));
+        match check_env_visible(dir.path()) {
+            Err(RuntimeError::EnvShadowed { env, under }) => {
+                assert_eq!((env, under), (prefix, "/tmp"));
+            }
+            other => panic!("expected EnvShadowed, got {other:?}"),
+        }
     }
 }

@@ -4,8 +4,11 @@ the client's requests and its handling of responses can be tested without a serv
 from __future__ import annotations
 
 import copy
+import gzip
+import io
 import json
 import os
+import tarfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import unquote
@@ -47,6 +50,8 @@ class FakeSandlot:
         # "raise") after `template_polls` GETs
         self.templates: Dict[str, Dict[str, Any]] = {}
         self.removed_contexts: List[str] = []
+        # sandbox id -> its BackgroundOutput once read with ?clear=true (else the fixture)
+        self.background: Dict[str, Dict[str, Any]] = {}
         self.template_polls = 2
         self._polls: Dict[str, int] = {}
 
@@ -124,6 +129,13 @@ class FakeSandlot:
             return httpx.Response(200, json={"interrupted": False})
         if rest == ["executions"] and m == "GET":
             return httpx.Response(200, json=fixture("executions.json"))
+        if rest == ["background"] and m == "GET":
+            out = self.background.get(sid) or fixture("background.json")
+            if request.url.params.get("clear") == "true":
+                self.background[sid] = {"entries": [], "dropped_bytes": 0}
+            return httpx.Response(200, json=out)
+        if rest == ["archive"]:
+            return self.archive_route(sid, request, body)
         if rest and rest[0] == "files":
             return self.files_route(sid, request, rest[1:])
         if rest and rest[0] == "contexts":
@@ -176,6 +188,48 @@ class FakeSandlot:
             else:
                 tpl.update(status="ready", prepare_seconds=0.25)
         return httpx.Response(200, json=tpl)
+
+    def archive_route(self, sid: str, request: httpx.Request, body: bytes) -> httpx.Response:
+        """PUT extracts a tar's regular files into the store (names checked like the server
+        checks them); GET serves a tar (``gzip=true``: compressed) of a directory's files."""
+        store = self.files[sid]
+        prefix = request.url.params.get("path", "").strip("/")
+        if request.method == "PUT":
+            summary = {"path": prefix, "files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "bytes": 0}
+            added: Dict[str, bytes] = {}
+            with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tf:
+                for m in tf:
+                    name = m.name.strip("/")
+                    if m.name.startswith("/") or ".." in name.split("/"):
+                        return api_error(400, "invalid_archive", f"invalid archive: entry {m.name!r}: refused")
+                    if m.isdir():
+                        summary["dirs"] += 1
+                    elif m.isreg():
+                        data = tf.extractfile(m).read()
+                        added[f"{prefix}/{name}" if prefix else name] = data
+                        summary["files"] += 1
+                        summary["bytes"] += len(data)
+                    else:
+                        return api_error(400, "invalid_archive", f"invalid archive: entry {m.name!r}: refused")
+            store.update(added)
+            return httpx.Response(200, json=summary)
+        if request.method == "GET":
+            out = io.BytesIO()
+            found = not prefix
+            with tarfile.open(fileobj=out, mode="w") as tf:
+                for p, data in sorted(store.items()):
+                    if prefix and not p.startswith(prefix + "/"):
+                        continue
+                    found = True
+                    info = tarfile.TarInfo(p[len(prefix) + 1 :] if prefix else p)
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+            if not found:
+                return api_error(404, "file_not_found", f"{prefix}: no such file or directory")
+            if request.url.params.get("gzip") == "true":
+                return httpx.Response(200, content=gzip.compress(out.getvalue()), headers={"content-type": "application/gzip"})
+            return httpx.Response(200, content=out.getvalue(), headers={"content-type": "application/x-tar"})
+        return api_error(405, "method_not_allowed", "method not allowed")
 
     def files_route(self, sid: str, request: httpx.Request, rest: List[str]) -> httpx.Response:
         store = self.files[sid]

@@ -17,7 +17,7 @@ FLOORS: List[List[str]] = [
     ["_version", "_sse", "errors"],
     ["models"],  # artifacts read through models.ArtifactReader, which the HTTP layer implements
     ["_core"],  # configuration, request bodies, the streaming state machine
-    ["_http"],  # httpx clients built from _core's configuration
+    ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
     ["sandbox", "templates", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
     ["__init__"],

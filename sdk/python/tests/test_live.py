@@ -3,6 +3,7 @@ does not exist; a server that fails to start or misbehaves fails them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -293,6 +294,42 @@ def test_timeout_and_interrupt_keep_state(sandbox):
     assert not t.is_alive() and result["ex"].end_state == "interrupted"
     assert sandbox.run_code("kept").text == "'yes'"
     assert sandbox.interrupt() is False
+
+
+def _wait_for_background(sandbox, text: str):
+    deadline = time.monotonic() + 20
+    while True:
+        out = sandbox.background_output()
+        if text in out.stdout + out.stderr:
+            return out
+        assert time.monotonic() < deadline, f"{text!r} never arrived: {out!r}"
+        time.sleep(0.05)
+
+
+def test_background_output_is_kept_apart(sandbox):
+    ex = sandbox.run_code("import subprocess\nsubprocess.Popen('sleep 0.3; echo late; echo oops >&2', shell=True)\nprint('cell')")
+    assert ex.stdout == "cell\n"
+    out = _wait_for_background(sandbox, "oops")
+    assert [(e.stream, e.text) for e in out] == [("stdout", "late\n"), ("stderr", "oops\n")]
+    assert out.dropped_bytes == 0 and all(e.at.endswith("Z") for e in out)
+    nxt = sandbox.run_code("print('next')")
+    assert nxt.stdout == "next\n" and nxt.background_bytes == len("late\noops\n")
+    assert nxt.restarted is None
+    assert len(sandbox.background_output(clear=True)) == 2
+    assert len(sandbox.background_output()) == 0
+    assert sandbox.run_bash("echo now").background_bytes == 0
+
+
+async def test_async_background_output(sandlot_url):
+    async with AsyncSandbox.create(url=sandlot_url) as sb:
+        await sb.run_bash("(sleep 0.3; echo async-late) &")
+        deadline = time.monotonic() + 20
+        while "async-late" not in (await sb.background_output()).stdout:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        out = await sb.background_output(clear=True)
+        assert out.stdout == "async-late\n"
+        assert (await sb.run_code("1")).background_bytes == 0
 
 
 async def test_async_sandbox_flow(sandlot_url):

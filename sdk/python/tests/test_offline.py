@@ -500,6 +500,28 @@ def test_list_health_interrupt_executions():
     assert fake.sandboxes[a.id]["state"] == "deleted"
 
 
+def test_background_output_and_the_execution_fields_about_it():
+    fake = FakeSandlot()
+    fake.execute_result = dict(
+        fixture("exec_bash.json"), background_bytes=35, restarted={"reason": "oom", "lost": ["python state", "bash session"]}
+    )
+    with fake_sandbox(fake) as sb:
+        ex = sb.run_code("1")
+        assert ex.background_bytes == 35
+        assert ex.restarted == sandlot.Restarted(reason="oom", lost=["python state", "bash session"])
+        out = sb.background_output()
+        assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/background"
+        assert isinstance(out, sandlot.BackgroundOutput) and len(out) == 2
+        assert [(e.stream, e.text) for e in out] == [("stdout", "server listening on 8000\n"), ("stderr", "GET / 200\n")]
+        assert out.entries[0].at == "2025-11-22T03:30:01.250000Z"
+        assert (out.stdout, out.stderr, out.dropped_bytes) == ("server listening on 8000\n", "GET / 200\n", 0)
+        assert len(sb.background_output(clear=True)) == 2
+        assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/background?clear=true"
+        assert list(sb.background_output()) == []
+    plain = sandlot.Execution.from_json(fixture("exec_error.json"))
+    assert (plain.background_bytes, plain.restarted) == (0, None)
+
+
 def test_close_without_kill_leaves_sandbox_running():
     fake = FakeSandlot()
     sb = fake_sandbox(fake)
@@ -864,6 +886,9 @@ async def test_async_sandbox_flow(tmp_path):
 
     async with AsyncSandbox.create(url="http://sandlot.test", transport=t, metadata={"a": "b"}) as sb:
         assert (await sb.info()).metadata == {"a": "b"}
+        assert len(await sb.background_output(clear=True)) == 2
+        assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/background?clear=true"
+        assert (await sb.background_output()).entries == []
         ex = await sb.run_code("cell", on_stdout=lambda m: seen.append(str(m)), on_result=on_result)
         assert ex.text == "6" and seen == [False, False, False, "rows: 3\n", "done printing\n", True]
         ex = await sb.run_code("cell")

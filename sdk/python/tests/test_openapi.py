@@ -30,6 +30,7 @@ JSON_FIXTURES: Dict[str, List[Tuple[str, str]]] = {
     "sandbox.json": [("createSandbox", "201"), ("getSandbox", "200")],
     "files_list.json": [("listFiles", "200")],
     "contexts.json": [("listContexts", "200")],
+    "background.json": [("getBackgroundOutput", "200")],
     "template_building.json": [("createTemplate", "202"), ("getTemplate", "200")],
     "template_ready.json": [("getTemplate", "200")],
     "template_failed.json": [("getTemplate", "200")],

@@ -8,11 +8,11 @@
 //! asserts comes from the layer under test, not from a later fence.
 
 use super::{wait_code, SETUP_FAILED};
-use sandlot_jail::config::{JailConfig, ZygoteConfig};
+use sandlot_jail::config::{Bind, JailConfig, ZygoteConfig};
 use sandlot_jail::{child, frame, idmap, rootfs};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -56,8 +56,16 @@ pub fn test_config() -> JailConfig {
 /// Runs `f` in a forked child inside a fresh private mount namespace on a zygote's base root,
 /// as root (the zygote launcher's view before it drops root); returns the value `f` produced.
 pub fn in_base_root(f: impl FnOnce() -> Value) -> Value {
+    in_base_root_with(Vec::new(), f)
+}
+
+/// [`in_base_root`] with `binds` in the base root.
+pub fn in_base_root_with(binds: Vec<Bind>, f: impl FnOnce() -> Value) -> Value {
     let staging = tempfile::tempdir().unwrap();
-    let zcfg = zygote_config(staging.path());
+    let zcfg = ZygoteConfig {
+        binds,
+        ..zygote_config(staging.path())
+    };
     super::in_child_value(|| {
         // SAFETY: unshare in a single-threaded forked child.
         if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
@@ -73,6 +81,54 @@ pub fn in_base_root(f: impl FnOnce() -> Value) -> Value {
 /// Runs `op` in the driver of a real sandbox configured by `cfg` and returns the value it
 /// produced. Panics with the jail's own report if the sandbox fails to start.
 pub fn in_sandbox(cfg: &JailConfig, op: impl FnOnce() -> Value) -> Value {
+    in_sandbox_with_workspace(cfg, -1, op)
+}
+
+/// [`in_sandbox`] with `workspace` (a detached mount, or -1 for a tmpfs) as the sandbox's disk
+/// workspace.
+pub fn in_sandbox_with_workspace(
+    cfg: &JailConfig,
+    workspace: RawFd,
+    op: impl FnOnce() -> Value,
+) -> Value {
+    let mut started = start(cfg, HOST_UID, workspace, Linger::No, op);
+    let result = read_frame(&mut started.server);
+    assert_eq!(result["type"], "result", "the sandbox failed: {result}");
+    assert_eq!(
+        wait_code(started.p0),
+        0,
+        "P0 exits once it has reported the init"
+    );
+    result["value"].clone()
+}
+
+/// What the driver does once it has sent its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Linger {
+    /// Exits, so the sandbox ends.
+    No,
+    /// Waits forever: the sandbox lives until something from outside ends it.
+    Forever,
+}
+
+/// A sandbox that has started: the server's end of its control stream (its `init` frame
+/// already read), the host pid of its P0 and of its init (P1).
+pub struct Started {
+    pub server: UnixStream,
+    pub p0: libc::pid_t,
+    pub init: libc::pid_t,
+}
+
+/// Starts a real sandbox whose uid 1000 maps to `host_uid`, and plays the server's half of the
+/// handshake up to the `init` frame. Its driver runs `op`, sends the value as a `result` frame
+/// and then does as `linger` says.
+pub fn start(
+    cfg: &JailConfig,
+    host_uid: u32,
+    workspace: RawFd,
+    linger: Linger,
+    op: impl FnOnce() -> Value,
+) -> Started {
     let staging = tempfile::tempdir().unwrap();
     let zcfg = zygote_config(staging.path());
     let (mut server, sandbox_end) = UnixStream::pair().unwrap();
@@ -90,13 +146,19 @@ pub fn in_sandbox(cfg: &JailConfig, op: impl FnOnce() -> Value) -> Value {
                 return SETUP_FAILED;
             }
             // The driver's output goes to the test's stderr.
-            match child::enter(cfg, ctrl, 2, 2) {
+            match child::enter(cfg, ctrl, 2, 2, workspace) {
                 Ok(child::Role::Driver) => {
                     let result = json!({"type": "result", "value": op()});
-                    match child::write_frame(child::CTRL_FD, result.to_string().as_bytes()) {
-                        Ok(()) => 0,
-                        Err(_) => SETUP_FAILED,
+                    if child::write_frame(child::CTRL_FD, result.to_string().as_bytes()).is_err() {
+                        return SETUP_FAILED;
                     }
+                    if linger == Linger::Forever {
+                        loop {
+                            // SAFETY: pause has no preconditions.
+                            unsafe { libc::pause() };
+                        }
+                    }
+                    0
                 }
                 Err(err) => {
                     child::report_error(&err);
@@ -120,17 +182,16 @@ pub fn in_sandbox(cfg: &JailConfig, op: impl FnOnce() -> Value) -> Value {
             wait_code(p0)
         );
     }
-    idmap::write_maps(Path::new("/proc"), p0, HOST_UID, HOST_UID).expect("write id maps");
+    idmap::write_maps(Path::new("/proc"), p0, host_uid, host_uid).expect("write id maps");
     server.write_all(&[child::GO]).unwrap();
     let init = read_frame(&mut server);
     assert_eq!(init["type"], "init", "first frame: {init}");
-    let result = read_frame(&mut server);
-    assert_eq!(result["type"], "result", "the sandbox failed: {result}");
-    assert_eq!(wait_code(p0), 0, "P0 exits once it has reported the init");
-    result["value"].clone()
+    let init = init["pid"].as_i64().expect("the init's pid") as libc::pid_t;
+    Started { server, p0, init }
 }
 
-fn read_frame(stream: &mut UnixStream) -> Value {
+/// The next frame of a sandbox's control stream, as JSON.
+pub fn read_frame(stream: &mut UnixStream) -> Value {
     let mut header = [0u8; frame::HEADER];
     stream.read_exact(&mut header).expect("read frame header");
     let len = frame::payload_len(header).expect("frame length");

@@ -3,8 +3,10 @@ the synchronous :class:`~sandlot.Sandbox` with coroutines."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
+import tempfile
 from typing import (
     Any,
     Awaitable,
@@ -37,15 +39,16 @@ from ._core import (
     transport_error,
     workspace_relative,
 )
+from ._archive import DirUpload, extract_file
+from ._archive import remote_dir as remote_dir_param
 from ._http import AsyncHTTP, Data, async_body
 from ._sse import SSEDecoder
-from .models import Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
 from .sandbox import (
     WriteEntries,
     _check_running,
     _context_path,
     _entry_from_response,
-    iter_local_dir,
     iter_write_entries,
 )
 
@@ -295,6 +298,12 @@ class AsyncSandbox:
         doc = decode_json(await self._http.request("GET", sandbox_path(self.id, "executions")))
         return [ExecutionRecord.from_json(d, client=self._http) for d in (doc.get("executions") or [])]
 
+    async def background_output(self, clear: bool = False) -> BackgroundOutput:
+        """See :meth:`Sandbox.background_output <sandlot.Sandbox.background_output>`."""
+        params = {"clear": "true"} if clear else None
+        doc = decode_json(await self._http.request("GET", sandbox_path(self.id, "background"), params=params))
+        return BackgroundOutput.from_json(doc if isinstance(doc, dict) else {})
+
 
 class AsyncContexts:
     """The sandbox's code contexts; see :class:`~sandlot.sandbox.Contexts`."""
@@ -345,7 +354,44 @@ class AsyncFiles:
             return await self.write(remote, f)
 
     async def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
-        return [await self.upload(local, remote) for local, remote in iter_local_dir(local_dir, os.fspath(remote_dir))]
+        """See :meth:`~sandlot.sandbox.Files.upload_dir`."""
+        plan = DirUpload(local_dir, remote_dir)
+        resp = await self._sb._http.request(
+            "PUT",
+            sandbox_path(self._sb.id, "archive"),
+            params={"path": plan.remote},
+            body=plan.abody(),
+            headers={"Content-Type": "application/x-tar"},
+            timeout=transfer_timeout(self._sb._http.cfg),
+        )
+        await resp.aclose()
+        return plan.files()
+
+    async def download_dir(self, remote_dir: PathLike, local_dir: PathLike, *, gzip: bool = False) -> str:
+        """See :meth:`~sandlot.sandbox.Files.download_dir`. The tar is spooled to a temporary
+        file as it arrives and extracted in a worker thread, so the event loop never blocks on
+        the disk for long."""
+        params = {"path": remote_dir_param(remote_dir)}
+        if gzip:
+            params["gzip"] = "true"
+        resp = await self._sb._http.request(
+            "GET",
+            sandbox_path(self._sb.id, "archive"),
+            params=params,
+            stream=True,
+            timeout=transfer_timeout(self._sb._http.cfg),
+        )
+        with tempfile.TemporaryFile() as spool:
+            try:
+                async for chunk in resp.aiter_bytes():
+                    spool.write(chunk)
+            except httpx.TransportError as e:
+                raise transport_error(e, "GET", str(resp.request.url)) from e
+            finally:
+                await resp.aclose()
+            spool.seek(0)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, extract_file, spool, local_dir)
 
     async def read(self, path: PathLike) -> bytes:
         resp = await self._sb._http.request("GET", self._path(path), timeout=transfer_timeout(self._sb._http.cfg))

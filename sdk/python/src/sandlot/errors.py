@@ -139,6 +139,12 @@ class InvalidPath(SandlotError):
     """The path is absolute outside /workspace, escapes the workspace or is otherwise forbidden."""
 
 
+class InvalidArchive(InvalidRequest):
+    """An archive entry was refused (an absolute name, ``..``, a link pointing outside the
+    directory, a device, a tar bomb, ...) by the server, or by ``download_dir`` on this side;
+    the message names the entry. Nothing was written outside the target directory."""
+
+
 class NotARegularFile(SandlotError):
     """The path names a directory, a symlink or a device (``not_a_regular_file``)."""
 
@@ -214,6 +220,7 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "file_not_found": FileNotFound,
     "sandbox_gone": SandboxGone,
     "invalid_path": InvalidPath,
+    "invalid_archive": InvalidArchive,
     "not_a_regular_file": NotARegularFile,
     "workspace_full": WorkspaceFull,
     "sandbox_busy": SandboxBusy,

@@ -34,6 +34,9 @@ __all__ = [
     "Artifact",
     "Context",
     "Template",
+    "Restarted",
+    "BackgroundEntry",
+    "BackgroundOutput",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -440,6 +443,20 @@ class Execution:
         return self.raw.get("context")
 
     @property
+    def restarted(self) -> Optional["Restarted"]:
+        """Set when the sandbox's processes died or were killed during (or just before) this
+        execution and were restarted in place: why, and what state was lost. Not an error:
+        the sandbox, its files and its id carry on."""
+        r = self.raw.get("restarted")
+        return Restarted.from_json(r) if isinstance(r, Mapping) else None
+
+    @property
+    def background_bytes(self) -> int:
+        """Bytes of background output (written while no execution ran) waiting on the server
+        when this execution ended; read them with ``sandbox.background_output()``."""
+        return int(self.raw.get("background_bytes") or 0)
+
+    @property
     def artifacts(self) -> List["Artifact"]:
         """Workspace files the execution created or changed, as :class:`Artifact` objects
         (``[]`` when there were none). Their bytes stay downloadable from the server after the
@@ -806,6 +823,74 @@ class Artifact:
 
     def __repr__(self) -> str:
         return f"Artifact(path={self.path!r}, size={self.size}, change={self.change!r}, mime_type={self.mime_type!r})"
+
+
+@dataclass
+class Restarted:
+    """A restart in place of a sandbox's processes (:attr:`Execution.restarted`): ``reason``
+    (``oom``, ``timeout``, ``crashed``, ...) and what did not survive (``lost``, e.g.
+    ``["python state", "bash session"]``)."""
+
+    reason: str
+    lost: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Restarted":
+        lost = d.get("lost")
+        return cls(reason=str(d.get("reason", "")), lost=[str(x) for x in lost] if isinstance(lost, list) else [])
+
+
+# -- background output ----------------------------------------------------------------------
+
+@dataclass
+class BackgroundEntry:
+    """One piece of output a sandbox's processes wrote while no execution ran: ``stream``
+    (``stdout`` or ``stderr``), ``text``, and ``at``, when it arrived (RFC 3339)."""
+
+    stream: str
+    text: str
+    at: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BackgroundEntry":
+        return cls(stream=str(d.get("stream", "")), text=str(d.get("text", "")), at=str(d.get("at", "")))
+
+
+@dataclass
+class BackgroundOutput:
+    """Output a sandbox's processes wrote while no execution ran (a background process, a
+    ``subprocess.Popen`` that outlived its cell), which never appears in an execution's own
+    output (``sandbox.background_output()``). Iterating it yields its entries, oldest first;
+    ``dropped_bytes`` counts what the server's bounded buffer (256 KiB) had to drop."""
+
+    entries: List[BackgroundEntry] = field(default_factory=list)
+    dropped_bytes: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BackgroundOutput":
+        entries = d.get("entries")
+        return cls(
+            entries=[BackgroundEntry.from_json(e) for e in (entries if isinstance(entries, list) else []) if isinstance(e, Mapping)],
+            dropped_bytes=int(d.get("dropped_bytes") or 0),
+            raw=dict(d),
+        )
+
+    @property
+    def stdout(self) -> str:
+        """The stdout entries' text, joined."""
+        return "".join(e.text for e in self.entries if e.stream == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        """The stderr entries' text, joined."""
+        return "".join(e.text for e in self.entries if e.stream == "stderr")
+
+    def __iter__(self) -> Iterator[BackgroundEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 # -- code contexts --------------------------------------------------------------------------

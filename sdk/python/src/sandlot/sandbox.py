@@ -27,9 +27,11 @@ from ._core import (
     transport_error,
     workspace_relative,
 )
+from ._archive import DirUpload, extract_stream
+from ._archive import remote_dir as remote_dir_param
 from ._http import Data, SyncHTTP, sync_body
 from ._sse import SSEDecoder
-from .models import Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
 
 __all__ = ["Sandbox", "Files", "Contexts"]
 
@@ -290,6 +292,15 @@ class Sandbox:
         doc = decode_json(self._http.request("GET", sandbox_path(self.id, "executions")))
         return [ExecutionRecord.from_json(d, client=self._http) for d in (doc.get("executions") or [])]
 
+    def background_output(self, clear: bool = False) -> BackgroundOutput:
+        """What the sandbox's processes wrote while no execution ran (background processes),
+        kept apart from every execution's output; iterate it for its entries. ``clear=True``
+        empties the server's buffer in the same request. :attr:`Execution.background_bytes`
+        says how much is waiting."""
+        params = {"clear": "true"} if clear else None
+        doc = decode_json(self._http.request("GET", sandbox_path(self.id, "background"), params=params))
+        return BackgroundOutput.from_json(doc if isinstance(doc, dict) else {})
+
 
 def _check_running(info: SandboxInfo) -> None:
     if info.state and info.state != "running":
@@ -396,8 +407,45 @@ class Files:
             return self.write(remote, f)
 
     def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
-        """Upload every file under ``local_dir`` into ``remote_dir``, keeping the layout."""
-        return [self.upload(local, remote) for local, remote in iter_local_dir(local_dir, os.fspath(remote_dir))]
+        """Upload the tree under ``local_dir`` into the directory ``remote_dir`` (created if
+        missing; merged into it if it exists), keeping the layout and file modes, as one
+        streamed tar (``PUT /v1/sandboxes/{id}/archive``). Symlinks to files are uploaded as
+        the files they point at; symlinks to directories, FIFOs and devices are left out.
+        The server writes nothing unless the whole archive is accepted. Returns the files."""
+        plan = DirUpload(local_dir, remote_dir)
+        resp = self._sb._http.request(
+            "PUT",
+            sandbox_path(self._sb.id, "archive"),
+            params={"path": plan.remote},
+            body=plan.body(),
+            headers={"Content-Type": "application/x-tar"},
+            timeout=transfer_timeout(self._sb._http.cfg),
+        )
+        resp.close()
+        return plan.files()
+
+    def download_dir(self, remote_dir: PathLike, local_dir: PathLike, *, gzip: bool = False) -> str:
+        """Stream the workspace directory ``remote_dir`` as a tar (``GET .../archive``;
+        ``gzip=True`` compresses it on the wire) and extract it into ``local_dir`` (created if
+        missing) as it arrives. Entries that would land outside ``local_dir`` (absolute names,
+        ``..``, links pointing out, paths through a symlink that leads out) and devices or FIFOs
+        raise :class:`~sandlot.errors.InvalidArchive` naming the entry. Returns ``local_dir``."""
+        params = {"path": remote_dir_param(remote_dir)}
+        if gzip:
+            params["gzip"] = "true"
+        resp = self._sb._http.request(
+            "GET",
+            sandbox_path(self._sb.id, "archive"),
+            params=params,
+            stream=True,
+            timeout=transfer_timeout(self._sb._http.cfg),
+        )
+        try:
+            return extract_stream(resp.iter_bytes(), local_dir)
+        except httpx.TransportError as e:
+            raise transport_error(e, "GET", str(resp.request.url)) from e
+        finally:
+            resp.close()
 
     def read(self, path: PathLike) -> bytes:
         """The file's bytes."""
