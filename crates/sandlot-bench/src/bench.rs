@@ -1,4 +1,5 @@
-//! The four measurements. Every loop is bounded in count and in time, and all traffic goes
+//! The first four measurements (issue 3); restart, burst and disk (issue 9) have their own
+//! modules. Every loop is bounded in count and in time, and all traffic goes
 //! to the server under test on 127.0.0.1.
 
 use crate::http::Conn;
@@ -33,18 +34,26 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn conn(&self) -> Conn {
+    pub(crate) fn conn(&self) -> Conn {
         Conn::new(self.server.addr)
     }
 
-    fn note_instance(&mut self, id: &str) {
+    pub(crate) fn note_instance(&mut self, id: &str) {
         if self.instance.is_none() {
             self.instance = server::cgroup_instance(id);
         }
     }
 
+    /// PSS of the default template's zygote (0 until the server's cgroup is known).
+    pub(crate) fn zygote_pss(&self) -> u64 {
+        self.instance
+            .as_ref()
+            .map(|inst| machine::group_pss(&inst.join("zygote-default")).1)
+            .unwrap_or(0)
+    }
+
     /// Finds the server's cgroup directory with a throwaway sandbox, if not known yet.
-    fn ensure_instance(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn ensure_instance(&mut self) -> anyhow::Result<()> {
         if self.instance.is_none() {
             let mut c = self.conn();
             let id = server::create(&mut c)?;
@@ -64,14 +73,14 @@ pub struct Conditions {
     pub seconds: f64,
 }
 
-struct Watch {
+pub(crate) struct Watch {
     load: String,
     restarts: usize,
     t: Instant,
 }
 
 impl Watch {
-    fn start(ctx: &Ctx) -> Watch {
+    pub(crate) fn start(ctx: &Ctx) -> Watch {
         Watch {
             load: machine::loadavg(),
             restarts: ctx.server.zygote_restarts(),
@@ -79,7 +88,7 @@ impl Watch {
         }
     }
 
-    fn finish(self, ctx: &Ctx) -> Conditions {
+    pub(crate) fn finish(self, ctx: &Ctx) -> Conditions {
         Conditions {
             load_before: self.load,
             load_after: machine::loadavg(),
@@ -359,13 +368,7 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
     std::thread::sleep(Duration::from_secs_f64(o.settle));
     let baseline_meminfo = machine::meminfo();
     let baseline = baseline_meminfo.used();
-    let zygote_pss_of = |ctx: &Ctx| {
-        ctx.instance
-            .as_ref()
-            .map(|inst| machine::group_pss(&inst.join("zygote-default")).1)
-            .unwrap_or(0)
-    };
-    let baseline_zygote_pss = zygote_pss_of(ctx);
+    let baseline_zygote_pss = ctx.zygote_pss();
     let baseline_server_rss = machine::rss_of(ctx.server.pid());
     eprintln!(
         "[density] levels {targets:?}; baseline host used {}",
@@ -423,7 +426,7 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
             Some(inst) => machine::group_memory(inst, &ids, Duration::from_secs(60)),
             None => GroupMemory::default(),
         };
-        let zygote_pss = zygote_pss_of(ctx);
+        let zygote_pss = ctx.zygote_pss();
         let server_rss = machine::rss_of(ctx.server.pid());
 
         // Every sandbox still answers (its first execution since it was created, for most).

@@ -1,22 +1,27 @@
-//! `sandlot-bench`: the benchmark harness of issue 3.
+//! `sandlot-bench`: the benchmark harness of issues 3 and 9.
 //!
 //! Starts its own `sandlot serve` on 127.0.0.1:0 with a temporary data dir and measures, side
 //! by side in one run, (1) create → first result against a cold start and bubblewrap, (2) the
 //! hot `1+1` round trip against jupyter_client + ipykernel, (3) memory and latency with N live
-//! sandboxes, (4) sustained create+delete throughput. Prints medians and p99s and, with
-//! `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all traffic goes
-//! to loopback.
+//! sandboxes, (4) sustained create+delete throughput, (5) restart in place after the driver
+//! is killed, (6) a burst of concurrent creates after a quiet period, with a peer's published
+//! figure beside it, (7) the workspace's disk throughput against the host disk's. Prints
+//! medians and p99s and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count
+//! and time; all traffic goes to loopback.
 
 mod bench;
+mod burst;
+mod disk;
 mod http;
 mod machine;
 mod peers;
 mod report;
+mod restart;
 mod server;
 mod stats;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -24,105 +29,127 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Example: sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5"
 )]
 struct Cli {
-    #[command(subcommand)]
-    command: Cmd,
+    /// The benchmarks to run, on one server (in the order of the list below, whatever the
+    /// order given)
+    #[arg(value_enum, required = true, num_args = 1..)]
+    benchmarks: Vec<Bench>,
     #[command(flatten)]
     opts: Opts,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
-enum Cmd {
-    /// All four benchmarks, one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Bench {
+    /// Every benchmark below
     All,
-    /// 1. create → first result of print(1), against a cold start and bubblewrap.
+    /// 1. create → first result of print(1), against a cold start and bubblewrap
     Create,
-    /// 2. hot 1+1 round trip, against jupyter_client + ipykernel.
+    /// 2. hot 1+1 round trip, against jupyter_client + ipykernel
     Hot,
-    /// 3. memory and hot-exec latency with N live idle sandboxes.
-    Density,
-    /// 4. sustained create+delete throughput.
+    /// 5. restart in place: a cell kills its driver; time until the next cell's result
+    Restart,
+    /// 6. a burst of concurrent creates + print(1) after a quiet period
+    Burst,
+    /// 7. dd write + read of a file in /workspace against the host disk
+    Disk,
+    /// 4. sustained create+delete throughput
     Throughput,
+    /// 3. memory and hot-exec latency with N live idle sandboxes
+    Density,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct Opts {
     /// The sandlot binary to benchmark (libsandlot_jail.so next to it, or SANDLOT_JAIL_LIB)
-    #[arg(
-        long,
-        global = true,
-        value_name = "PATH",
-        default_value = "target/release/sandlot"
-    )]
+    #[arg(long, value_name = "PATH", default_value = "target/release/sandlot")]
     sandlot: PathBuf,
     /// Where the server provisions (or finds) its Python environment
-    #[arg(long, global = true, value_name = "DIR", env = "SANDLOT_ENV_DIR")]
+    #[arg(long, value_name = "DIR", env = "SANDLOT_ENV_DIR")]
     env_dir: Option<PathBuf>,
     /// Write or update this markdown file (normally BENCHMARKS.md)
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
     /// Also write the raw results as JSON
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Where the scratch directory (server data dir, peer homes) is made [default: system temp]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
     /// Keep the scratch directory (with the server's log) after the run
-    #[arg(long, global = true)]
+    #[arg(long)]
     keep: bool,
     /// Where the Jupyter peer's venv is cached [default: $XDG_CACHE_HOME/sandlot-bench or ~/.cache/sandlot-bench]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
     /// Time bound of each measurement loop, in seconds
-    #[arg(long, global = true, value_name = "S", default_value_t = 120)]
+    #[arg(long, value_name = "S", default_value_t = 120)]
     loop_seconds: u64,
 
     /// create: timed sandboxes
-    #[arg(long, global = true, default_value_t = 200)]
+    #[arg(long, default_value_t = 200)]
     create_iters: usize,
     /// create: untimed sandboxes first
-    #[arg(long, global = true, default_value_t = 5)]
+    #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// create: timed runs of each cold-start peer
-    #[arg(long, global = true, default_value_t = 20)]
+    #[arg(long, default_value_t = 20)]
     cold_iters: usize,
 
     /// hot: timed round trips (sandlot and Jupyter each)
-    #[arg(long, global = true, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000)]
     hot_iters: usize,
     /// hot: untimed round trips first
-    #[arg(long, global = true, default_value_t = 100)]
+    #[arg(long, default_value_t = 100)]
     hot_warmup: usize,
     /// hot: skip the Jupyter peer
-    #[arg(long, global = true)]
+    #[arg(long)]
     no_jupyter: bool,
 
     /// density: numbers of live sandboxes to measure at
-    #[arg(
-        long,
-        global = true,
-        value_delimiter = ',',
-        default_value = "100,500,1000"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000")]
     n: Vec<usize>,
     /// density: hot executions on random sandboxes at each level
-    #[arg(long, global = true, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000)]
     density_samples: usize,
     /// density: seconds to wait before reading memory
-    #[arg(long, global = true, value_name = "S", default_value_t = 3.0)]
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
     settle: f64,
     /// density: stop creating when host used memory passes this many GiB
-    #[arg(long, global = true, value_name = "GIB", default_value_t = 16.0)]
+    #[arg(long, value_name = "GIB", default_value_t = 16.0)]
     max_host_used_gib: f64,
 
     /// throughput: duration in seconds
-    #[arg(long, global = true, value_name = "S", default_value_t = 10.0)]
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
     seconds: f64,
     /// throughput: create+delete pairs in flight
-    #[arg(long, global = true, default_value_t = 4)]
+    #[arg(long, default_value_t = 4)]
     concurrency: usize,
+
+    /// restart: timed kills of the driver
+    #[arg(long, default_value_t = 30)]
+    restart_iters: usize,
+    /// restart: kills per sandbox (a sixth restart within 60 s marks a sandbox failed)
+    #[arg(long, default_value_t = 3)]
+    restarts_per_sandbox: usize,
+
+    /// burst: seconds without any request before the burst (and again after it)
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    quiet_seconds: f64,
+    /// burst: clients creating at once
+    #[arg(long, default_value_t = 50)]
+    burst_size: usize,
+
+    /// disk: size of the file written and read back, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    disk_mib: u64,
+    /// disk: repetitions (medians are reported)
+    #[arg(long, default_value_t = 3)]
+    disk_reps: usize,
+    /// disk: do not drop the host's page cache before the second read
+    #[arg(long)]
+    no_drop_caches: bool,
 }
 
 impl Opts {
@@ -162,6 +189,22 @@ impl Opts {
         anyhow::ensure!(
             self.settle >= 0.0 && self.settle <= 120.0,
             "--settle must be in [0, 120]"
+        );
+        anyhow::ensure!(
+            self.restart_iters > 0 && (1..=5).contains(&self.restarts_per_sandbox),
+            "--restart-iters must be positive and --restarts-per-sandbox in 1..=5"
+        );
+        anyhow::ensure!(
+            self.quiet_seconds >= 0.0 && self.quiet_seconds <= 600.0,
+            "--quiet-seconds must be in [0, 600]"
+        );
+        anyhow::ensure!(
+            (1..=200).contains(&self.burst_size),
+            "--burst-size must be 1..=200"
+        );
+        anyhow::ensure!(
+            (1..=8192).contains(&self.disk_mib) && (1..=10).contains(&self.disk_reps),
+            "--disk-mib must be 1..=8192 and --disk-reps 1..=10"
         );
         Ok(())
     }
@@ -239,7 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         work: work.clone(),
         instance: None,
     };
-    let want = |c: Cmd| cli.command == Cmd::All || cli.command == c;
+    let want = |b: Bench| cli.benchmarks.iter().any(|&x| x == Bench::All || x == b);
     let mut ok = true;
     let mut failed = |name: &str, e: anyhow::Error| {
         eprintln!("[{name}] FAILED: {e:#}");
@@ -251,31 +294,54 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         commit: machine::git_commit(Path::new(".")),
         machine,
         server_start_s: server.started_in.as_secs_f64(),
+        workspaces: server.workspaces(),
         create: None,
         hot: None,
         density: None,
         throughput: None,
+        restart: None,
+        burst: None,
+        disk: None,
     };
-    if want(Cmd::Create) {
+    if want(Bench::Create) {
         match bench::create(&mut ctx) {
             Ok(r) => run.create = Some(r),
             Err(e) => failed("create", e),
         }
     }
-    if want(Cmd::Hot) {
+    if want(Bench::Hot) {
         match bench::hot(&mut ctx) {
             Ok(r) => run.hot = Some(r),
             Err(e) => failed("hot", e),
         }
     }
+    if want(Bench::Restart) {
+        match restart::restart(&mut ctx) {
+            Ok(r) => run.restart = Some(r),
+            Err(e) => failed("restart", e),
+        }
+    }
+    // The burst waits out its own quiet period first, so what ran before it does not matter.
+    if want(Bench::Burst) {
+        match burst::burst(&mut ctx) {
+            Ok(r) => run.burst = Some(r),
+            Err(e) => failed("burst", e),
+        }
+    }
+    if want(Bench::Disk) {
+        match disk::disk(&mut ctx) {
+            Ok(r) => run.disk = Some(r),
+            Err(e) => failed("disk", e),
+        }
+    }
     // Throughput before density, so it does not run in the wake of a thousand deletions.
-    if want(Cmd::Throughput) {
+    if want(Bench::Throughput) {
         match bench::throughput(&mut ctx) {
             Ok(r) => run.throughput = Some(r),
             Err(e) => failed("throughput", e),
         }
     }
-    if want(Cmd::Density) {
+    if want(Bench::Density) {
         match bench::density(&mut ctx) {
             Ok(r) => run.density = Some(r),
             Err(e) => failed("density", e),
@@ -299,7 +365,9 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
     if let Some(path) = &o.json {
         let v = serde_json::json!({
             "command": run.command, "date": run.date, "commit": run.commit, "machine": run.machine,
+            "workspaces": run.workspaces,
             "create": run.create, "hot": run.hot, "density": run.density, "throughput": run.throughput,
+            "restart": run.restart, "burst": run.burst, "disk": run.disk,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)
@@ -333,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn options_after_the_subcommand() {
+    fn options_after_the_benchmarks() {
         let cli = Cli::try_parse_from([
             "sandlot-bench",
             "density",
@@ -343,11 +411,42 @@ mod tests {
             "B.md",
         ])
         .unwrap();
-        assert_eq!(cli.command, Cmd::Density);
+        assert_eq!(cli.benchmarks, vec![Bench::Density]);
         assert_eq!(cli.opts.n, vec![100, 500]);
         assert_eq!(cli.opts.write, Some(PathBuf::from("B.md")));
         let cli = Cli::try_parse_from(["sandlot-bench", "throughput", "--seconds", "3"]).unwrap();
         assert_eq!(cli.opts.seconds, 3.0);
         assert_eq!(cli.opts.concurrency, 4);
+    }
+
+    #[test]
+    fn several_benchmarks_in_one_run() {
+        let cli = Cli::try_parse_from([
+            "sandlot-bench",
+            "--env-dir",
+            "/e",
+            "create",
+            "hot",
+            "restart",
+            "burst",
+            "disk",
+            "--quiet-seconds",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.benchmarks,
+            vec![
+                Bench::Create,
+                Bench::Hot,
+                Bench::Restart,
+                Bench::Burst,
+                Bench::Disk
+            ]
+        );
+        assert_eq!(cli.opts.quiet_seconds, 5.0);
+        assert_eq!((cli.opts.burst_size, cli.opts.disk_mib), (50, 1024));
+        assert!(Cli::try_parse_from(["sandlot-bench"]).is_err());
+        assert!(Cli::try_parse_from(["sandlot-bench", "nope"]).is_err());
     }
 }

@@ -3,12 +3,16 @@
 //! BENCHMARKS.md is prose written by people plus blocks this harness owns, each between
 //! `<!-- sandlot-bench:NAME -->` and `<!-- /sandlot-bench:NAME -->`. A run replaces the blocks
 //! of the benchmarks it ran, upserts its rows of the targets table, and appends one row to the
-//! history; everything outside the blocks is left as it is.
+//! history; everything outside the blocks is left as it is. A block the document does not
+//! have yet is added, under its own heading, before the history.
 
 use crate::bench::{
     Conditions, CreateResult, DensityLevel, DensityResult, HotResult, ThroughputResult,
 };
+use crate::burst::{self, BurstResult};
+use crate::disk::DiskResult;
 use crate::machine::Machine;
+use crate::restart::RestartResult;
 use crate::stats::{fmt_bytes, fmt_ms, Summary};
 use std::fmt::Write as _;
 
@@ -21,13 +25,18 @@ pub struct Run {
     pub commit: String,
     pub machine: Machine,
     pub server_start_s: f64,
+    /// The server's workspace backend, as it logged it at start.
+    pub workspaces: Option<String>,
     pub create: Option<CreateResult>,
     pub hot: Option<HotResult>,
     pub density: Option<DensityResult>,
     pub throughput: Option<ThroughputResult>,
+    pub restart: Option<RestartResult>,
+    pub burst: Option<BurstResult>,
+    pub disk: Option<DiskResult>,
 }
 
-/// One target of issue 3 and how this run did against it.
+/// One target of issue 3 or 9 and how this run did against it.
 pub struct Target {
     pub key: &'static str,
     pub goal: &'static str,
@@ -127,6 +136,7 @@ fn trim(v: f64) -> String {
 const TARGET_KEYS: &[&str] = &[
     "create-p50",
     "create-p99",
+    "create-p50-disk",
     "create-vs-cold",
     "hot-p50",
     "hot-vs-jupyter",
@@ -134,6 +144,10 @@ const TARGET_KEYS: &[&str] = &[
     "density-answer",
     "density-p99",
     "throughput",
+    "restart-p50",
+    "burst-p99",
+    "disk-write",
+    "disk-read",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -158,6 +172,18 @@ pub fn targets(run: &Run) -> Vec<Target> {
             40.0,
             "ms",
             format!("{} ms", fmt_ms(c.sandlot.p99)),
+        ));
+        t.push(Target::at_most(
+            "create-p50-disk",
+            "create → first result p50 ≤ 5 ms with workspaces on disk (issue 9; p99 as above)",
+            c.sandlot.p50,
+            5.0,
+            "ms",
+            format!(
+                "{} ms (workspaces: {})",
+                fmt_ms(c.sandlot.p50),
+                backend_kind(run)
+            ),
         ));
         t.push(Target::at_least(
             "create-vs-cold",
@@ -273,7 +299,84 @@ pub fn targets(run: &Run) -> Vec<Target> {
             format!("{:.1}/s ({} in flight)", tp.rate, tp.concurrency),
         ));
     }
+    if let Some(r) = &run.restart {
+        t.push(Target::at_most(
+            "restart-p50",
+            "restart in place: kill → next cell's result p50 ≤ 100 ms (issue 9)",
+            r.total.p50,
+            100.0,
+            "ms",
+            format!(
+                "{} ms (kill cell {} ms, next cell {} ms)",
+                fmt_ms(r.total.p50),
+                fmt_ms(r.kill_cell.p50),
+                fmt_ms(r.next_cell.p50)
+            ),
+        ));
+    }
+    if let Some(b) = &run.burst {
+        let mut target = Target::at_most(
+            "burst-p99",
+            "burst of 50 creates after a quiet minute: p99 to first result ≤ 100 ms (issue 9)",
+            b.first_result.p99,
+            100.0,
+            "ms",
+            format!(
+                "{} ms (p95 {} ms; CubeSandbox publishes p95 {:.0} ms¹)",
+                fmt_ms(b.first_result.p99),
+                fmt_ms(b.first_result.p95),
+                burst::CUBE_P95_MS
+            ),
+        );
+        if b.errors > 0 || b.first_result.n < b.size {
+            target.pass = Some(false);
+            target.by = format!(
+                "{} of {} clients got no result",
+                b.size - b.first_result.n.min(b.size),
+                b.size
+            );
+        }
+        t.push(target);
+    }
+    if let Some(d) = &run.disk {
+        t.push(Target::at_least(
+            "disk-write",
+            "workspace write of 1 GiB ≥ 50% of the host disk's, same run (issue 9)",
+            100.0 * d.write_ratio,
+            50.0,
+            "points",
+            format!(
+                "{:.0}% ({:.0} vs {:.0} MiB/s)",
+                100.0 * d.write_ratio,
+                d.sandbox_write,
+                d.host_write
+            ),
+        ));
+        let (s, h, how) = match (d.read_ratio_cold, d.sandbox_read_cold, d.host_read_cold) {
+            (true, Some(s), Some(h)) => (s, h, "after dropping caches"),
+            _ => (d.sandbox_read, d.host_read, "right after the write"),
+        };
+        t.push(Target::at_least(
+            "disk-read",
+            "workspace read-back of 1 GiB ≥ 50% of the host disk's, same run (issue 9)",
+            100.0 * d.read_ratio,
+            50.0,
+            "points",
+            format!(
+                "{:.0}% ({s:.0} vs {h:.0} MiB/s, {how})",
+                100.0 * d.read_ratio
+            ),
+        ));
+    }
     t
+}
+
+/// The workspace backend's kind (`btrfs`, …) from the server's log line, or why it is unknown.
+fn backend_kind(run: &Run) -> String {
+    match &run.workspaces {
+        Some(w) => w.split(" (").next().unwrap_or(w).to_owned(),
+        None => "not logged by this server".into(),
+    }
 }
 
 /// What sandlot holds with N sandboxes alive: the host's used memory over the baseline, plus
@@ -300,7 +403,7 @@ const SUMMARY_HEADER: &str =
 
 fn provenance(run: &Run, c: &Conditions) -> String {
     format!(
-        "_Measured {} with `{}` at commit `{}` on {}; took {:.0} s; load average {} → {}; zygote restarts during it: {}._\n\n",
+        "_Measured {} with `{}` at commit `{}` on {}; took {:.0} s; load average {} → {}; zygote restarts during it: {}; workspaces: {}._\n\n",
         run.date,
         run.command,
         run.commit,
@@ -308,7 +411,8 @@ fn provenance(run: &Run, c: &Conditions) -> String {
         c.seconds,
         c.load_before,
         c.load_after,
-        c.zygote_restarts
+        c.zygote_restarts,
+        backend_kind(run)
     )
 }
 
@@ -535,6 +639,214 @@ pub fn throughput_block(run: &Run, t: &ThroughputResult) -> String {
     o
 }
 
+pub fn restart_block(run: &Run, r: &RestartResult) -> String {
+    let mut o = provenance(run, &r.conditions);
+    o.push_str(SUMMARY_HEADER);
+    summary_row(
+        &mut o,
+        "**sandlot**: kill cell sent → the next cell's (`1+1`) result",
+        &r.total,
+    );
+    summary_row(
+        &mut o,
+        "… of which the kill cell, until its response",
+        &r.kill_cell,
+    );
+    summary_row(
+        &mut o,
+        "… of which the next cell (waits for the fresh processes)",
+        &r.next_cell,
+    );
+    summary_row(
+        &mut o,
+        "the next cell's own `duration_ms` on the server",
+        &r.next_cell_server_ms,
+    );
+    summary_row(
+        &mut o,
+        "for reference: hot `1+1` on the same sandbox before the kill",
+        &r.hot_before,
+    );
+    let states = r
+        .kill_states
+        .iter()
+        .map(|(s, n)| format!("`{s}` × {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = write!(
+        o,
+        "\n{} kills (`{}`) in {} sandboxes, {} per sandbox; a variable set before each kill was gone after it. \
+         The kill cells ended {states}",
+        r.total.n,
+        crate::restart::KILL_CODE,
+        r.sandboxes,
+        r.restarts_per_sandbox,
+    );
+    if r.without_restarted_field > 0 {
+        let _ = write!(
+            o,
+            "; {} of them without a `restarted` field",
+            r.without_restarted_field
+        );
+    }
+    if r.count_mismatches.is_empty() {
+        o.push_str("; every sandbox's `restart_count` matched the kills it got.\n");
+    } else {
+        let _ = writeln!(
+            o,
+            "; `restart_count` did not match: {}.",
+            r.count_mismatches.join("; ")
+        );
+    }
+    o
+}
+
+pub fn burst_block(run: &Run, b: &BurstResult) -> String {
+    let mut o = provenance(run, &b.conditions);
+    let _ = writeln!(
+        o,
+        "{} clients, each on a keep-alive connection opened beforehand, released at once after {:.0} s without \
+         requests; each `POST /v1/sandboxes` then `print(1)`, timed from the release. {} errors; the last result \
+         came {} ms after the release; deleting them took {:.1} s.\n",
+        b.size,
+        b.quiet_s,
+        b.errors,
+        fmt_ms(b.wall_ms),
+        b.delete_total_s
+    );
+    o.push_str("| ms | p50 | p90 | p95 | p99 | max | n |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    let row = |o: &mut String, name: &str, s: &Summary| {
+        let _ = writeln!(
+            o,
+            "| {name} | {} | {} | {} | {} | {} | {} |",
+            fmt_ms(s.p50),
+            fmt_ms(s.p90),
+            fmt_ms(s.p95),
+            fmt_ms(s.p99),
+            fmt_ms(s.max),
+            s.n
+        );
+    };
+    row(
+        &mut o,
+        "**sandlot**: release → `print(1)`'s result",
+        &b.first_result,
+    );
+    row(
+        &mut o,
+        "… release → `POST /v1/sandboxes` answered",
+        &b.create,
+    );
+    row(&mut o, "… the first `POST …/execute`", &b.first_exec);
+    let _ = writeln!(
+        o,
+        "| CubeSandbox, **quoted, not measured here**: create until `running`, 50 concurrent (avg 276.1)¹ | | | {:.0} | | 681 | 500 |",
+        burst::CUBE_P95_MS
+    );
+    if !b.first_errors.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nFirst errors: {}",
+            b.first_errors
+                .iter()
+                .map(|e| format!("`{e}`"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    o.push_str(
+        "\nMemory: the pool is every sandbox cgroup not handed out to a client (nothing else runs meanwhile).\n\n",
+    );
+    o.push_str("| when | host used | server RSS | zygote PSS | pooled sandboxes | their cgroup usage | their PSS | burst's sandboxes alive | their cgroup usage |\n");
+    o.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for m in &b.memory {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.label,
+            fmt_bytes(m.host_used as f64),
+            fmt_bytes(m.server_rss as f64),
+            fmt_bytes(m.zygote_pss as f64),
+            m.pooled,
+            fmt_bytes(m.pooled_usage as f64),
+            fmt_bytes(m.pooled_pss as f64),
+            m.handed_out,
+            fmt_bytes(m.handed_out_usage as f64),
+        );
+    }
+    let _ = writeln!(o, "\n¹ {}.", burst::CUBE_SOURCE);
+    o
+}
+
+pub fn disk_block(run: &Run, d: &DiskResult) -> String {
+    let mut o = provenance(run, &d.conditions);
+    let _ = writeln!(
+        o,
+        "`dd` of {} MiB (`bs=1M`; the write with `conv=fsync`), {} repetitions alternating which side goes first, \
+         medians in MiB/s as `dd` reports them. Sandbox: `memory_mb` {}, `disk_mb` {}, `/workspace` is {} \
+         (the server's workspaces: {}). Host: `dd` outside any sandbox in the scratch dir, on the filesystem that holds the \
+         server's data dir ({}).\n",
+        d.size_mib,
+        d.reps,
+        d.memory_mb,
+        d.disk_mb,
+        d.sandbox_fs,
+        d.workspaces
+            .as_deref()
+            .map(|w| w.replacen(" (", ": ", 1).trim_end_matches(')').to_owned())
+            .unwrap_or_else(|| "backend not logged".into()),
+        d.host_fs
+    );
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "—".into());
+    o.push_str("| MiB/s | write | read right after | read after dropping caches |\n| --- | ---: | ---: | ---: |\n");
+    let _ = writeln!(
+        o,
+        "| **sandlot**: `/workspace` | {:.0} | {:.0} | {} |",
+        d.sandbox_write,
+        d.sandbox_read,
+        opt(d.sandbox_read_cold)
+    );
+    let _ = writeln!(
+        o,
+        "| host disk, outside any sandbox | {:.0} | {:.0} | {} |",
+        d.host_write,
+        d.host_read,
+        opt(d.host_read_cold)
+    );
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.0}%", 100.0 * a / b),
+        _ => "—".into(),
+    };
+    let _ = writeln!(
+        o,
+        "| sandbox / host | {:.0}% | {:.0}% | {} |",
+        100.0 * d.write_ratio,
+        100.0 * d.sandbox_read / d.host_read,
+        ratio(d.sandbox_read_cold, d.host_read_cold)
+    );
+    let each = |runs: &[crate::disk::DiskRun]| {
+        runs.iter()
+            .map(|r| format!("{:.0}/{:.0}/{}", r.write, r.read, opt(r.read_cold)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        o,
+        "\nEach repetition, write/read/read after dropping caches: sandbox {}; host {}. {} \
+         The sandbox's peak memory (its cgroup's, page cache included) was {} of its {} MiB; it was not killed.",
+        each(&d.sandbox),
+        each(&d.host),
+        if d.caches_dropped {
+            "The harness dropped the host's page cache (`/proc/sys/vm/drop_caches`, every cgroup's) before each second read."
+        } else {
+            "The page cache could not be dropped (not root, or `--no-drop-caches`): reads are as they came."
+        },
+        fmt_bytes(d.sandbox_peak_memory as f64),
+        d.memory_mb
+    );
+    o
+}
+
 fn target_row(t: &Target, run: &Run) -> String {
     format!(
         "| {} | {} | {} | {} | {} | {} |",
@@ -594,8 +906,39 @@ fn history_row(run: &Run) -> String {
         .as_ref()
         .map(|t| format!("{:.1}/s", t.rate))
         .unwrap_or_default();
+    let r = run
+        .restart
+        .as_ref()
+        .map(|r| format!("{} / {} ms", fmt_ms(r.total.p50), fmt_ms(r.total.p99)))
+        .unwrap_or_default();
+    let b = run
+        .burst
+        .as_ref()
+        .map(|b| {
+            format!(
+                "{} / {} ms ({} of {})",
+                fmt_ms(b.first_result.p50),
+                fmt_ms(b.first_result.p99),
+                b.first_result.n,
+                b.size
+            )
+        })
+        .unwrap_or_default();
+    let k = run
+        .disk
+        .as_ref()
+        .map(|d| {
+            format!(
+                "{:.0}% / {:.0}% ({:.0} / {:.0} MiB/s)",
+                100.0 * d.write_ratio,
+                100.0 * d.read_ratio,
+                d.sandbox_write,
+                d.sandbox_read_cold.unwrap_or(d.sandbox_read)
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} |",
+        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} |",
         run.date, run.commit, run.command
     )
 }
@@ -614,6 +957,25 @@ pub fn replace_block(doc: &str, name: &str, content: &str) -> String {
     }
 }
 
+/// The heading of the history section: results blocks a document lacks go before it.
+const HISTORY_HEADING: &str = "\n## History";
+
+/// Replaces block `name`; when the document lacks it, adds it under `heading` before the
+/// history section (or at the end), so that older documents gain the new benchmarks' sections.
+fn upsert_result_block(doc: &str, name: &str, heading: &str, content: &str) -> String {
+    if block(doc, name).is_some() {
+        return replace_block(doc, name, content);
+    }
+    let section = format!(
+        "{heading}\n\n<!-- sandlot-bench:{name} -->\n{}\n<!-- /sandlot-bench:{name} -->\n",
+        content.trim_end()
+    );
+    match doc.find(HISTORY_HEADING) {
+        Some(at) => format!("{}{section}{}", &doc[..at + 1], &doc[at..]),
+        None => format!("{}\n\n{section}", doc.trim_end()),
+    }
+}
+
 /// The content of block `name`, if present.
 pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
     let open = format!("<!-- sandlot-bench:{name} -->");
@@ -624,8 +986,8 @@ pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
 }
 
 const TARGETS_HEADER: &str =
-    "| key | target (issue 3) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
-const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s |\n| --- | --- | --- | --- | --- | --- | --- |";
+    "| key | target (issues 3 and 9) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
+const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
 
 /// Data rows of a table block (every `|` line after the header and separator).
 fn table_rows(block: &str) -> Vec<String> {
@@ -646,6 +1008,16 @@ fn row_key(row: &str) -> String {
         .to_owned()
 }
 
+fn measured_anything(run: &Run) -> bool {
+    run.create.is_some()
+        || run.hot.is_some()
+        || run.density.is_some()
+        || run.throughput.is_some()
+        || run.restart.is_some()
+        || run.burst.is_some()
+        || run.disk.is_some()
+}
+
 /// The updated document: this run's blocks, targets upserted, a history row appended.
 pub fn update_doc(doc: &str, run: &Run) -> String {
     let mut doc = if doc.trim().is_empty() {
@@ -664,6 +1036,30 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
     }
     if let Some(t) = &run.throughput {
         doc = replace_block(&doc, "throughput", &throughput_block(run, t));
+    }
+    if let Some(r) = &run.restart {
+        doc = upsert_result_block(
+            &doc,
+            "restart",
+            "### 5. restart in place after the driver is killed",
+            &restart_block(run, r),
+        );
+    }
+    if let Some(b) = &run.burst {
+        doc = upsert_result_block(
+            &doc,
+            "burst",
+            "### 6. a burst of concurrent creates after a quiet period",
+            &burst_block(run, b),
+        );
+    }
+    if let Some(d) = &run.disk {
+        doc = upsert_result_block(
+            &doc,
+            "disk",
+            "### 7. workspace disk throughput against the host disk",
+            &disk_block(run, d),
+        );
     }
 
     let mut rows: Vec<(String, String)> = block(&doc, "targets")
@@ -692,7 +1088,10 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
     doc = replace_block(&doc, "targets", &table.join("\n"));
 
     let mut history = block(&doc, "history").map(table_rows).unwrap_or_default();
-    history.push(history_row(run));
+    // A run in which every benchmark failed adds no row of empty cells.
+    if measured_anything(run) {
+        history.push(history_row(run));
+    }
     let table = std::iter::once(HISTORY_HEADER.to_owned())
         .chain(history)
         .collect::<Vec<_>>();
@@ -730,10 +1129,25 @@ pub fn print_report(run: &Run) {
             strip_md(&throughput_block(run, t))
         );
     }
+    if let Some(r) = &run.restart {
+        println!(
+            "== 5. restart in place ==\n{}",
+            strip_md(&restart_block(run, r))
+        );
+    }
+    if let Some(b) = &run.burst {
+        println!(
+            "== 6. burst after a quiet period ==\n{}",
+            strip_md(&burst_block(run, b))
+        );
+    }
+    if let Some(d) = &run.disk {
+        println!("== 7. disk ==\n{}", strip_md(&disk_block(run, d)));
+    }
     println!("== targets ==");
     for t in targets(run) {
         println!(
-            "{:<15} {:<13} {:<52} {}  {}",
+            "{:<16} {:<13} {:<52} {}  {}",
             t.key,
             t.verdict().trim_matches('*'),
             t.goal,
@@ -792,6 +1206,9 @@ mod tests {
             "hot",
             "density",
             "throughput",
+            "restart",
+            "burst",
+            "disk",
             "history",
         ] {
             assert!(block(TEMPLATE, name).is_some(), "{name}");
@@ -804,5 +1221,27 @@ mod tests {
         let rows = table_rows(&b);
         assert_eq!(rows.len(), 1);
         assert_eq!(row_key(&rows[0]), "hot-p50");
+    }
+
+    #[test]
+    fn missing_result_blocks_go_before_the_history() {
+        let doc = "# B\n\n### 4. t\n\n<!-- sandlot-bench:throughput -->\nx\n<!-- /sandlot-bench:throughput -->\n\n## History\n\n<!-- sandlot-bench:history -->\n<!-- /sandlot-bench:history -->\n";
+        let d = upsert_result_block(doc, "restart", "### 5. restart", "numbers");
+        let (r, h) = (
+            d.find("### 5. restart").unwrap(),
+            d.find("## History").unwrap(),
+        );
+        assert!(
+            d.find("sandlot-bench:throughput").unwrap() < r && r < h,
+            "{d}"
+        );
+        assert_eq!(block(&d, "restart"), Some("numbers"));
+        assert!(!d.contains("\n\n\n"), "{d}");
+        // Once there, it is replaced in place.
+        let d2 = upsert_result_block(&d, "restart", "### 5. restart", "new");
+        assert_eq!(d2.matches("### 5. restart").count(), 1);
+        assert_eq!(block(&d2, "restart"), Some("new"));
+        let d3 = upsert_result_block("# B\n", "disk", "### 7. disk", "n");
+        assert!(d3.ends_with("<!-- /sandlot-bench:disk -->\n"), "{d3}");
     }
 }

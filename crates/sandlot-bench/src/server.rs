@@ -115,6 +115,13 @@ impl Server {
             .collect()
     }
 
+    /// The workspace backend the server logged when it started (`workspaces=…` on its
+    /// "serving" line), e.g. `btrfs (…)`; `None` for a server that does not log one.
+    pub fn workspaces(&self) -> Option<String> {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        workspaces_in_log(&s)
+    }
+
     /// How many times the log says the zygote died and was restarted.
     pub fn zygote_restarts(&self) -> usize {
         let s = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -146,15 +153,30 @@ impl Drop for Server {
     }
 }
 
+fn workspaces_in_log(log: &str) -> Option<String> {
+    log.lines()
+        .filter(|l| l.contains(" serving"))
+        .find_map(|l| {
+            l.split_once(" workspaces=")
+                .map(|(_, w)| w.trim().to_owned())
+        })
+        .filter(|w| !w.is_empty())
+}
+
 /// The body for a create: the default template, a long idle timeout so nothing expires while
 /// a benchmark runs.
 pub fn create_body() -> Value {
     json!({"idle_timeout": 3600})
 }
 
-/// Creates a sandbox; returns its id.
+/// Creates a sandbox of the default template; returns its id.
 pub fn create(c: &mut Conn) -> anyhow::Result<String> {
-    let r = c.post_json("/v1/sandboxes", &create_body())?;
+    create_with(c, &create_body())
+}
+
+/// Creates a sandbox from this request body; returns its id.
+pub fn create_with(c: &mut Conn, body: &Value) -> anyhow::Result<String> {
+    let r = c.post_json("/v1/sandboxes", body)?;
     if r.status != 201 {
         bail!("create answered {}: {}", r.status, r.text());
     }
@@ -179,6 +201,44 @@ pub fn execute(c: &mut Conn, id: &str, code: &str) -> anyhow::Result<Value> {
         bail!("execute ended {}: {}", v["end_state"], r.text());
     }
     Ok(v)
+}
+
+/// Runs an execution request; returns its result whatever state it ended in (`killed`,
+/// `error`, ...), as long as the server answered 200.
+pub fn execute_raw(c: &mut Conn, id: &str, body: &Value) -> anyhow::Result<Value> {
+    let r = c.post_json(&format!("/v1/sandboxes/{id}/execute"), body)?;
+    if r.status != 200 {
+        bail!("execute answered {}: {}", r.status, r.text());
+    }
+    r.json()
+}
+
+/// Runs Bash code with a timeout in seconds; the result must end `ok` with exit code 0.
+pub fn execute_bash(c: &mut Conn, id: &str, code: &str, timeout_s: f64) -> anyhow::Result<Value> {
+    let v = execute_raw(
+        c,
+        id,
+        &json!({"code": code, "language": "bash", "timeout": timeout_s}),
+    )?;
+    if v["end_state"] != "ok" || v["exit_code"].as_i64().unwrap_or(0) != 0 {
+        bail!(
+            "bash `{code}` ended {} (exit code {}): {} {}",
+            v["end_state"],
+            v["exit_code"],
+            v["stdout"],
+            v["stderr"]
+        );
+    }
+    Ok(v)
+}
+
+/// `GET /v1/sandboxes/{id}`.
+pub fn sandbox(c: &mut Conn, id: &str) -> anyhow::Result<Value> {
+    let r = c.request("GET", &format!("/v1/sandboxes/{id}"), None)?;
+    if r.status != 200 {
+        bail!("get sandbox answered {}: {}", r.status, r.text());
+    }
+    r.json()
 }
 
 pub fn delete(c: &mut Conn, id: &str) -> anyhow::Result<()> {
@@ -250,5 +310,22 @@ pub fn wait_groups_gone(instance: Option<&Path>, limit: Duration) -> Vec<String>
             return left;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_workspace_backend_on_the_serving_line() {
+        let log = "2026-11-25T10:00:00Z  INFO sandlot_runtime: workspaces on disk backend=btrfs\n\
+                   2026-11-25T10:00:01Z  INFO sandlot_cli::serve: serving addr=127.0.0.1:9 pool_size=2 \
+                   workspaces=btrfs (loop image, qgroups)\n";
+        assert_eq!(
+            workspaces_in_log(log).as_deref(),
+            Some("btrfs (loop image, qgroups)")
+        );
+        assert_eq!(workspaces_in_log("INFO serving addr=1"), None);
     }
 }

@@ -45,6 +45,8 @@ pub struct Summary {
     pub min: f64,
     pub p50: f64,
     pub p90: f64,
+    /// Shown only where a peer publishes a p95 (the burst).
+    pub p95: f64,
     pub p99: f64,
     pub max: f64,
     pub mean: f64,
@@ -63,6 +65,7 @@ impl Summary {
             min: v[0],
             p50: percentile(&v, 50.0),
             p90: percentile(&v, 90.0),
+            p95: percentile(&v, 95.0),
             p99: percentile(&v, 99.0),
             max: v[n - 1],
             mean: v.iter().sum::<f64>() / n as f64,
@@ -75,6 +78,21 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let n = sorted.len();
     let rank = ((p / 100.0) * n as f64).ceil() as usize;
     sorted[rank.clamp(1, n) - 1]
+}
+
+/// The median of a few values (the middle one; the mean of the two middle ones when even).
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// Milliseconds with a precision that suits their size.
@@ -137,6 +155,16 @@ mod tests {
         let s = Summary::of(&[2.0, 1.0]);
         assert_eq!((s.p50, s.p99), (1.0, 2.0));
         assert_eq!(Summary::of(&[]).n, 0);
+        let v: Vec<f64> = (1..=50).map(f64::from).collect();
+        let s = Summary::of(&v);
+        assert_eq!((s.p95, s.p99), (48.0, 50.0));
+    }
+
+    #[test]
+    fn medians_of_few_values() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub const MAX_CONCURRENT_CREATES: &str = "SANDLOT_MAX_CONCURRENT_CREATES";
 pub const MAX_PENDING_CREATES: &str = "SANDLOT_MAX_PENDING_CREATES";
 /// Booted sandboxes kept ready per template (`--pool-size`); 0 turns the pool off.
 pub const POOL_SIZE: &str = "SANDLOT_POOL_SIZE";
+/// Size in MiB the workspaces' Btrfs image is first allocated at (`--disk-image-mb`).
+pub const DISK_IMAGE_MB: &str = "SANDLOT_DISK_IMAGE_MB";
 /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `sandlot_runtime=debug`).
 pub const LOG: &str = "SANDLOT_LOG";
 /// The Python the environment is built from; read by `sandlot-env` (which owns the name).
@@ -97,6 +99,11 @@ pub const VARS: &[Var] = &[
         help: "sandboxes kept booted and ready per template, handed out on creation (0: none)",
     },
     Var {
+        name: DISK_IMAGE_MB,
+        default: "4096",
+        help: "MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room",
+    },
+    Var {
         name: LOG,
         default: "info for serve, warn otherwise",
         help: "log filter, e.g. debug or sandlot_runtime=debug",
@@ -122,6 +129,7 @@ pub const SERVE_VARS: &[&str] = &[
     MAX_CONCURRENT_CREATES,
     MAX_PENDING_CREATES,
     POOL_SIZE,
+    DISK_IMAGE_MB,
 ];
 /// The variables `sandlot env` reads.
 pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];
@@ -152,6 +160,7 @@ pub struct Capacity {
     pub max_concurrent_creates: Option<usize>,
     pub max_pending_creates: Option<usize>,
     pub pool_size: Option<usize>,
+    pub disk_image_mb: Option<u64>,
 }
 
 impl Capacity {
@@ -168,6 +177,9 @@ impl Capacity {
         }
         if let Some(v) = self.pool_size {
             cfg.pool_size = v;
+        }
+        if let Some(v) = self.disk_image_mb {
+            cfg.workspace_image_bytes = Some(v << 20);
         }
     }
 }
@@ -261,6 +273,7 @@ mod tests {
             max_concurrent_creates: None,
             max_pending_creates: Some(7),
             pool_size: None,
+            disk_image_mb: None,
         }
         .apply(&mut changed);
         assert_eq!(

@@ -142,6 +142,9 @@ struct ServeArgs {
     /// Sandboxes kept booted and ready per template, handed out on creation; 0 turns it off [default: 2]
     #[arg(long, value_name = "N", env = config::POOL_SIZE)]
     pool_size: Option<usize>,
+    /// MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room [default: 4096]
+    #[arg(long, value_name = "MIB", env = config::DISK_IMAGE_MB)]
+    disk_image_mb: Option<u64>,
 }
 
 impl ServeArgs {
@@ -151,6 +154,7 @@ impl ServeArgs {
             max_concurrent_creates: self.max_concurrent_creates,
             max_pending_creates: self.max_pending_creates,
             pool_size: self.pool_size,
+            disk_image_mb: self.disk_image_mb,
         }
     }
 }

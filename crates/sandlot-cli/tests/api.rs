@@ -662,7 +662,7 @@ fn sandbox_host_uid(server: &TestServer, id: &str) -> u32 {
 }
 
 #[test]
-fn restart_marks_cut_sandboxes_lost_and_leaves_no_process() {
+fn restart_marks_cut_sandboxes_stopped_and_leaves_no_process() {
     let mut server = TestServer::start();
     let id = server.create_sandbox();
     let finished = server.execute(&id, "done_before = True");
@@ -697,17 +697,20 @@ fn restart_marks_cut_sandboxes_lost_and_leaves_no_process() {
     running.join().unwrap();
 
     server.restart();
-    server
-        .get(&format!("/v1/sandboxes/{id}"))
-        .expect_error(410, "sandbox_gone");
+    // Its processes died with the server; its files are kept, so it is stopped, not gone.
+    let stopped = server.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(stopped.expect(200)["state"], "stopped");
     let all = server.get("/v1/sandboxes?all=true");
-    let lost = all.expect(200)["sandboxes"]
+    let listed = all.expect(200)["sandboxes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|s| s["id"] == id.as_str())
         .cloned();
-    assert_eq!(lost.expect("sandbox listed after restart")["state"], "lost");
+    assert_eq!(
+        listed.expect("sandbox listed after restart")["state"],
+        "stopped"
+    );
 
     let list = server.get(&format!("/v1/sandboxes/{id}/executions"));
     assert_schema("ExecutionList", &list.body);

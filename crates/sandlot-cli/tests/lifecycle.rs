@@ -317,6 +317,13 @@ fn a_restart_loop_fails_the_sandbox_and_delete_still_answers_once() {
     let (r, _) = timed(&server, &id, "import os\nos.kill(os.getpid(), 9)", 30.0);
     assert_eq!(r["end_state"], "killed");
     assert!(r.get("restarted").is_none(), "{r:#}");
+    assert!(
+        r["error"]["value"]
+            .as_str()
+            .unwrap_or("")
+            .contains("now failed"),
+        "{r:#}"
+    );
     let s = sandbox(&server, &id);
     assert_eq!(s["state"], "failed", "{s:#}");
     assert_eq!(s["restart_count"], 5);
@@ -381,9 +388,10 @@ fn timeouts_land_whatever_the_code_does() {
     assert!(took < bound(1.0), "took {took:?}");
     assert_eq!(text_plain(&server.execute(&id, "6 * 7")), "42");
 
-    // Bash that traps SIGINT.
+    // Bash that traps SIGINT: the driver ends the Bash session itself (a new one starts with
+    // the next cell), or the processes restart in place; either way within the bound.
     let (r, took) = bash_timed(&server, &id, "trap '' INT\nsleep 1000", 1.0);
-    assert_restarted(&r, "timeout", "timeout");
+    assert_eq!(r["end_state"], "timeout", "{r:#}");
     assert!(took < bound(1.0), "took {took:?}");
     let (r, _) = bash_timed(&server, &id, "echo alive", 30.0);
     assert_eq!(r["stdout"], "alive\n", "{r:#}");
@@ -601,11 +609,14 @@ print(sorted(states.items()))
     assert_nothing_left(server, 0);
 }
 
-/// Clients that give up while their sandbox is being created (the request is dropped mid-way)
-/// leave nothing behind: the creation runs to its end and the sandbox is deleted.
+/// Clients that give up while their sandbox is being created: every creation runs to its end
+/// (HTTP/1 connections allow half-close, so the server cannot tell a client that went away from
+/// one that only shut down its write side), and its sandbox is then whole and listed, never
+/// half-made or unlisted. Deleting them leaves nothing.
 #[test]
-fn creations_cancelled_by_their_client_leave_nothing() {
+fn creations_cut_short_by_their_client_leave_nothing_unlisted() {
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "0")]);
+    let host = HostView::of(&server);
     let impatient = reqwest::blocking::Client::builder()
         .timeout(Duration::from_millis(5))
         .build()
@@ -621,27 +632,43 @@ fn creations_cancelled_by_their_client_leave_nothing() {
         }
     }
     assert!(cut > 0, "no creation was cut short by its client");
-    // Each creation finishes on its own and, finding its client gone, deletes its sandbox.
-    let all_gone = common::wait_until(Duration::from_secs(20), || {
-        server.get("/v1/sandboxes").expect(200)["sandboxes"] == json!([])
+    // Once the creations have finished, every sandbox on the host is a listed one.
+    let listed_ids = || -> Vec<String> {
+        let listed = server.get("/v1/sandboxes").expect(200)["sandboxes"].clone();
+        let mut ids: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let on_host = || -> Vec<String> {
+        let mut ids: Vec<String> = host
+            .sandbox_cgroups()
+            .into_iter()
+            .filter_map(|c| c.strip_prefix("memory:").map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let settled = common::wait_until(Duration::from_secs(20), || {
+        let ids = listed_ids();
+        ids.len() == 30 && on_host() == ids
     });
-    let listed = server.get("/v1/sandboxes").expect(200)["sandboxes"].clone();
     assert!(
-        all_gone,
-        "sandboxes of cancelled creations are still listed: {listed:#}"
+        settled,
+        "listed {:?}, on the host {:?}",
+        listed_ids(),
+        on_host()
     );
-    let all = server.get("/v1/sandboxes?all=true").expect(200)["sandboxes"].clone();
-    let cancelled = all
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["state"] == "deleted")
-        .count();
-    eprintln!("{cut} creations cut short by their client, {cancelled} finished and deleted");
-    // The server still works.
-    let id = server.create_sandbox();
-    assert_eq!(text_plain(&server.execute(&id, "6 * 7")), "42");
-    server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    eprintln!("{cut} of 30 creations cut short by their client; all 30 finished and are listed");
+    for id in listed_ids() {
+        let r = server.execute(&id, "6 * 7");
+        assert_eq!(text_plain(&r), "42", "{r:#}");
+        server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    }
     assert_nothing_left(server, 0);
 }
 

@@ -91,6 +91,13 @@ impl Runtime {
             let why = restart_reason(&result);
             self.restart_after(&e, turn, why)
         };
+        if !result.sandbox_alive && e.state() == sandlot_types::SandboxState::Failed {
+            // The restart loop's bound was hit: say so instead of promising a restart.
+            let reason = lock(&e.info).ended_reason.clone().unwrap_or_default();
+            if let Some(err) = result.error.as_mut().filter(|e| e.name == "SandboxDied") {
+                err.value = format!("the sandbox's processes died and it is now failed: {reason}");
+            }
+        }
         self.inner.recorder.finished(&exec_id, &result);
         self.touch(&e);
         Ok(result)

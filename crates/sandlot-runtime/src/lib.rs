@@ -101,6 +101,9 @@ pub struct RuntimeConfig {
     /// Which workspace backend to use in `<data-dir>/disk` (Btrfs where the kernel and
     /// `mkfs.btrfs` allow, else per-sandbox loop images).
     pub workspace_backend: sandlot_workspace::BackendChoice,
+    /// Size the Btrfs workspace image is first allocated at (it grows in steps while the host
+    /// has room); `None` keeps the workspace crate's default (4 GiB).
+    pub workspace_image_bytes: Option<u64>,
 }
 
 impl RuntimeConfig {
@@ -138,6 +141,7 @@ impl RuntimeConfig {
             max_artifact_bytes: 256 << 20,
             artifact_retention_secs: 7 * 24 * 3600,
             workspace_backend: Default::default(),
+            workspace_image_bytes: None,
         }
     }
 }
@@ -362,10 +366,18 @@ impl Runtime {
             .map_err(|source| RuntimeError::Artifacts { op: "open", source })?,
         );
         // Before any zygote: a server restart finds every workspace a previous run left.
-        let disk_cfg = sandlot_workspace::WorkspaceConfig {
+        let mut disk_cfg = sandlot_workspace::WorkspaceConfig {
             backend: config.workspace_backend,
             ..sandlot_workspace::WorkspaceConfig::new(data_dir.join(workspace::DIR))
         };
+        if let Some(bytes) = config.workspace_image_bytes {
+            // A small first image keeps small growth steps and headroom, so it stays small
+            // until workspaces really fill it.
+            let image = &mut disk_cfg.image;
+            image.initial_bytes = bytes;
+            image.grow_step_bytes = image.grow_step_bytes.min(bytes.max(256 << 20));
+            image.headroom_bytes = image.headroom_bytes.min((bytes / 2).max(128 << 20));
+        }
         let workspaces = util::blocking("opening the workspaces", move || {
             sandlot_workspace::Workspaces::open(disk_cfg)
         })

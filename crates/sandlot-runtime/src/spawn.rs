@@ -288,8 +288,8 @@ impl Runtime {
             .map_err(encoding("the jail config"))?;
         // Only the base environment goes through the zygote; the creator's variables are sent
         // on the sandbox's own channel once it is up.
-        let env = serde_json::to_value(sandbox_env())
-            .map_err(encoding("the sandbox environment"))?;
+        let env =
+            serde_json::to_value(sandbox_env()).map_err(encoding("the sandbox environment"))?;
         let mut restarted = false;
         loop {
             let zygote = self.zygote(tmpl).await?;

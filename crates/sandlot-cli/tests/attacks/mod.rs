@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// - `sc(nr, *args)`: a raw x86_64 syscall through libc's `syscall(2)`; `"OK"` or the errno
 ///   name (`"EPERM"`). Ints are passed as `long`, bytes as `char *`, ctypes values as they are.
 /// - `op(fn, *args)`: calls `fn`; `"OK"` or the errno name of the `OSError` it raised.
+/// - `rd(path, n=64)`: the first `n` bytes of a file as hex (`""` when it reads empty), or the
+///   errno name of the `OSError` opening or reading it raised.
 /// - `report(**kw)`: prints the one `ATTACK {json}` line the Rust side parses.
 pub const PRELUDE: &str = r#"
 import ctypes as _ct, errno as _errno, json as _json, os, socket, struct, subprocess, sys, signal, time
@@ -38,6 +40,12 @@ def op(fn, *a, **k):
     try:
         fn(*a, **k)
         return "OK"
+    except OSError as ex:
+        return en(ex.errno)
+def rd(p, n=64):
+    try:
+        with open(p, 'rb') as f:
+            return f.read(n).hex()
     except OSError as ex:
         return en(ex.errno)
 def report(**kw):
@@ -76,6 +84,17 @@ pub fn matches(want: &Value, got: &Value) -> bool {
             .as_array()
             .is_some_and(|g| w.len() == g.len() && w.iter().zip(g).all(|(wv, gv)| matches(wv, gv))),
         _ => want == got,
+    }
+}
+
+/// What reading a kernel-information file under `/proc` that the sandbox's init masks gives
+/// inside (through `rd`): empty where this kernel has the file (masked with `/dev/null`),
+/// `ENOENT` where it does not (nothing to mask). Exact for the kernel the test runs on.
+pub fn masked_proc(name: &str) -> Value {
+    if std::path::Path::new("/proc").join(name).exists() {
+        json!("")
+    } else {
+        json!("ENOENT")
     }
 }
 
@@ -165,6 +184,69 @@ pub fn exec(
         ));
     }
     Ok(resp.body)
+}
+
+/// [`exec`], timed: the result and how long the request took.
+pub fn exec_timed(
+    server: &TestServer,
+    id: &str,
+    lang: Lang,
+    code: &str,
+    timeout: f64,
+) -> Result<(Value, Duration), String> {
+    let t0 = Instant::now();
+    let r = exec(server, id, lang, code, timeout)?;
+    Ok((r, t0.elapsed()))
+}
+
+/// What a restart in place loses, every time (`restarted.lost`).
+pub const RESTART_LOST: [&str; 2] = ["python state", "bash session"];
+
+/// The execution ended in `end_state` and its sandbox's processes were restarted in place for
+/// `reason` (the sandbox lives on under the same id; `sandbox_alive` speaks of the processes
+/// the execution ran in, which are gone).
+pub fn expect_restarted(r: &Value, end_state: &str, reason: &str) -> Result<(), String> {
+    let got = (
+        r["end_state"].as_str(),
+        r["sandbox_alive"].as_bool(),
+        r["restarted"].clone(),
+    );
+    let want = (
+        Some(end_state),
+        Some(false),
+        json!({ "reason": reason, "lost": RESTART_LOST }),
+    );
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected end_state {end_state}, sandbox_alive false, restarted for {reason:?}; got {}; restarted {}",
+            brief(r),
+            r["restarted"]
+        ))
+    }
+}
+
+/// A Bash cell that ignored the interrupt at its timeout: only its Bash session was ended
+/// (0.5 s after the interrupt), not the sandbox's processes.
+pub fn expect_bash_session_ended(r: &Value) -> Result<(), String> {
+    let stderr = r["stderr"].as_str().unwrap_or("");
+    ensure(
+        r["end_state"] == "timeout"
+            && r["sandbox_alive"] == true
+            && r["restarted"].is_null()
+            && r["exit_code"] == 137
+            && r["error"]["name"] == "TimeoutError"
+            && stderr.contains("did not stop within 0.5 s of the interrupt"),
+        || {
+            format!(
+                "expected end_state timeout, sandbox alive, not restarted, exit code 137 (the \
+                 session SIGKILLed) and \"did not stop within 0.5 s of the interrupt\"; got {}; restarted {}",
+                brief(r),
+                r["restarted"]
+            )
+        },
+    )
 }
 
 /// Runs one case: the snippet must end `ok` and print exactly the expected object.

@@ -504,3 +504,153 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// One server's sandboxes, as the host sees them.
+
+/// What one server owns on the host, derived from its data dir the way the runtime derives it
+/// (`util::short_hash` and `Slots::new` in sandlot-runtime): its cgroups, `sandlot/<instance>`
+/// in each controller, and its block of 65536 host uids (sandboxes' and zygotes').
+pub struct HostView {
+    pub cgroup_rel: PathBuf,
+    /// The uids of the server's sandboxes and zygotes are `(uid_base, uid_base + 65535)`.
+    pub uid_base: u32,
+}
+
+impl HostView {
+    pub fn of(server: &TestServer) -> HostView {
+        let data_dir = std::fs::canonicalize(server.data_dir()).unwrap();
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in data_dir.to_string_lossy().as_bytes() {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        let instance = format!("{h:016x}")[..12].to_string();
+        let slot_hash = instance
+            .bytes()
+            .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
+        HostView {
+            cgroup_rel: Path::new("sandlot").join(&instance),
+            uid_base: 0x4000_0000 + (slot_hash % 16000) * 65536,
+        }
+    }
+
+    pub fn in_block(&self, uid: u32) -> bool {
+        uid > self.uid_base && uid < self.uid_base + 65535
+    }
+
+    /// The server's own cgroup directory in every mounted hierarchy (v1 controllers, named
+    /// hierarchies, the unified one), each once.
+    fn server_cgroup_dirs(&self) -> Vec<PathBuf> {
+        let root = Path::new("/sys/fs/cgroup");
+        let mut hierarchies: Vec<PathBuf> = std::fs::read_dir(root)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        hierarchies.push(root.to_path_buf());
+        let mut seen = HashSet::new();
+        hierarchies
+            .into_iter()
+            .map(|h| h.join(&self.cgroup_rel))
+            .filter(|d| d.is_dir())
+            .filter(|d| seen.insert(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())))
+            .collect()
+    }
+
+    /// Every cgroup directory of sandbox `id`, in any hierarchy: none once it is deleted.
+    pub fn cgroup_dirs(&self, id: &str) -> Vec<PathBuf> {
+        self.server_cgroup_dirs()
+            .into_iter()
+            .map(|d| d.join(id))
+            .filter(|d| d.exists())
+            .collect()
+    }
+
+    /// The sandbox cgroups (`sb_*`) of this server, as `<hierarchy>:<id>`.
+    pub fn sandbox_cgroups(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for dir in self.server_cgroup_dirs() {
+            let hierarchy = dir
+                .strip_prefix("/sys/fs/cgroup")
+                .ok()
+                .and_then(|p| p.components().next())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .unwrap_or_default();
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("sb_") && e.path().is_dir() {
+                    out.push(format!("{hierarchy}:{name}"));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Every host process running as one of the server's uids (zombies included) except its
+    /// zygotes, with where it is.
+    pub fn sandbox_processes(&self) -> Vec<HostProc> {
+        all_pids()
+            .into_iter()
+            .filter_map(HostProc::read)
+            .filter(|p| self.in_block(p.uid) && !p.memory_cgroup.contains("/zygote-"))
+            .collect()
+    }
+}
+
+/// A host process as `/proc` shows it.
+#[derive(Debug, Clone)]
+pub struct HostProc {
+    pub pid: u32,
+    pub ppid: u32,
+    /// Real uid.
+    pub uid: u32,
+    /// The state letter of `/proc/<pid>/status` (`R`, `S`, `D`, `T`, `Z`, ...).
+    pub state: char,
+    pub zombie: bool,
+    /// Its cgroup in the memory controller (the unified hierarchy's when there is none).
+    pub memory_cgroup: String,
+    pub pids_cgroup: String,
+    pub comm: String,
+}
+
+impl HostProc {
+    pub fn read(pid: u32) -> Option<HostProc> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+        let ppid = field("PPid:")?.parse().ok()?;
+        let state = field("State:")?.chars().next()?;
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cg = |ctrl: &str| {
+            let v1 = cgroups.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                ctrls
+                    .split(',')
+                    .any(|c| c == ctrl)
+                    .then(|| path.to_string())
+            });
+            v1.or_else(|| {
+                cgroups
+                    .lines()
+                    .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+            })
+            .unwrap_or_default()
+        };
+        Some(HostProc {
+            pid,
+            ppid,
+            uid,
+            state,
+            zombie: state == 'Z',
+            memory_cgroup: cg("memory"),
+            pids_cgroup: cg("pids"),
+            comm: field("Name:").unwrap_or_default(),
+        })
+    }
+}
