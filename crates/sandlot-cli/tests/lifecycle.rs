@@ -898,3 +898,67 @@ fn a_server_crash_stops_sandboxes_and_keeps_their_files() {
     assert!(workspaces_on_disk(&server).is_empty());
     assert_nothing_left(server, 0);
 }
+
+/// Uploads are written aside and renamed into place: a download racing uploads of the same
+/// file always gets one whole version, its body as long as its `Content-Length`.
+#[test]
+fn downloads_racing_uploads_see_whole_files() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let path = format!("/v1/sandboxes/{id}/files/race.bin");
+    let versions: Vec<Vec<u8>> = (0..4u8)
+        .map(|v| vec![b'a' + v; (1 + v as usize) << 20])
+        .collect();
+    server.put_bytes(&path, versions[0].clone()).expect(201);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (url, stop, versions) = (server.url().to_string(), stop.clone(), versions.clone());
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let body = versions[i % versions.len()].clone();
+                let r = client
+                    .put(format!("{url}{path}"))
+                    .body(body)
+                    .send()
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 201);
+            }
+            i
+        })
+    };
+    let mut reads = 0;
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        let (status, headers, body) = server.get_bytes(&path);
+        assert_eq!(status, 200);
+        let declared: usize = headers["content-length"].to_str().unwrap().parse().unwrap();
+        assert_eq!(
+            body.len(),
+            declared,
+            "a body shorter than its Content-Length"
+        );
+        assert!(
+            versions.contains(&body),
+            "a download saw a mix of versions ({} bytes, first {:?})",
+            body.len(),
+            body.first()
+        );
+        reads += 1;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let writes = writer.join().unwrap();
+    assert!(reads > 5 && writes > 5, "reads {reads}, writes {writes}");
+    // No upload's temporary file is left behind.
+    let listing = server
+        .get(&format!("/v1/sandboxes/{id}/files"))
+        .expect(200)
+        .clone();
+    assert!(
+        !listing.to_string().contains(".sandlot-upload-"),
+        "{listing}"
+    );
+}

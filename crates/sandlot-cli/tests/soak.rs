@@ -222,7 +222,7 @@ fn deletes_racing_executions_uploads_and_downloads_leave_the_host_at_baseline() 
     {
         let (ids, done, url, client) = (ids.clone(), done.clone(), url.clone(), client());
         clients.push(std::thread::spawn(move || {
-            let mut rng = Rng(0x5EED_0F_0A1D);
+            let mut rng = Rng(0x005E_ED0F_0A1D);
             let mut tally = Tally::new();
             let mut n = 0u64;
             while !done.load(Ordering::SeqCst) {
@@ -249,7 +249,7 @@ fn deletes_racing_executions_uploads_and_downloads_leave_the_host_at_baseline() 
     {
         let (ids, done, url, client) = (ids.clone(), done.clone(), url.clone(), client());
         clients.push(std::thread::spawn(move || {
-            let mut rng = Rng(0xD0_3E_4A_D5);
+            let mut rng = Rng(0xD03E_4AD5);
             let mut tally = Tally::new();
             while !done.load(Ordering::SeqCst) {
                 let id = pick(&ids, &mut rng, 3);

@@ -234,43 +234,104 @@ fn open_dir(
 }
 
 /// Creates or truncates a regular file for writing, owned by `uid`.
-pub fn create_file(
-    ws: &OwnedFd,
+/// An upload being written aside: a new file beside its target, renamed over the target only
+/// once it is whole, so a reader racing the upload gets the old file or the new one, never a
+/// part.
+pub struct Upload {
+    /// The new file, open for writing.
+    pub file: std::fs::File,
+    /// The target's path as clients name it.
+    pub shown: String,
+    dir: OwnedFd,
+    tmp: String,
+    name: String,
     uid: u32,
-    path: &str,
-) -> Result<(std::fs::File, String), FileError> {
+}
+
+impl Upload {
+    /// Renames the finished file over its target (as the sandbox's uid, through the directory
+    /// fd, so no path the sandbox controls is followed).
+    pub fn commit(self) -> Result<String, FileError> {
+        let (tmp, name) = (cstr(&self.tmp)?, cstr(&self.name)?);
+        // SAFETY: renameat on a directory fd we own and two NUL-terminated names.
+        let r = as_sandbox(self.uid, || unsafe {
+            libc::renameat(
+                self.dir.as_raw_fd(),
+                tmp.as_ptr(),
+                self.dir.as_raw_fd(),
+                name.as_ptr(),
+            )
+        });
+        if r != 0 {
+            let e = nix::Error::last();
+            self.discard();
+            return Err(map_errno(e, &self.shown));
+        }
+        Ok(self.shown)
+    }
+
+    /// Removes the unfinished file; the target is untouched.
+    pub fn discard(&self) {
+        if let Ok(tmp) = cstr(&self.tmp) {
+            // SAFETY: unlinkat on a directory fd we own and a NUL-terminated name.
+            unsafe { libc::unlinkat(self.dir.as_raw_fd(), tmp.as_ptr(), 0) };
+        }
+    }
+}
+
+fn cstr(name: &str) -> Result<std::ffi::CString, FileError> {
+    std::ffi::CString::new(name).map_err(|_| FileError::Os {
+        path: name.to_string(),
+        errno: nix::Error::EINVAL,
+    })
+}
+
+/// Starts an upload to `path`: checks the target (absent or a regular file; symlinks, FIFOs
+/// and directories are refused as before), then creates the file it will be written to aside.
+pub fn create_file(ws: &OwnedFd, uid: u32, path: &str) -> Result<Upload, FileError> {
     let parts = normalize(path)?;
     let Some((name, dirs)) = parts.split_last() else {
         return Err(FileError::NamesWorkspace);
     };
     let shown = parts.join("/");
     let dir = open_dir(ws, dirs, true, uid, &shown)?;
+    // O_NONBLOCK so a FIFO cannot block us; O_PATH would not tell a FIFO from a file.
+    match openat2(
+        dir.as_raw_fd(),
+        name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    ) {
+        Ok(fd) => {
+            let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(FileError::NotRegular {
+                    path: shown,
+                    kind: kind_of(st.st_mode),
+                });
+            }
+        }
+        Err(nix::Error::ENOENT) => {}
+        Err(e) => return Err(map_errno(e, &shown)),
+    }
+    let tmp = format!(".sandlot-upload-{}", crate::util::new_id(""));
     let fd = as_sandbox(uid, || {
         openat2(
             dir.as_raw_fd(),
-            name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
+            &tmp,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             0o644,
         )
     })
     .map_err(|e| map_errno(e, &shown))?;
-    let st = fstat(fd.as_raw_fd()).map_err(|e| map_errno(e, &shown))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(FileError::NotRegular {
-            path: shown,
-            kind: kind_of(st.st_mode),
-        });
-    }
-    // SAFETY: ftruncate on a regular file fd we own.
-    unsafe {
-        if libc::ftruncate(fd.as_raw_fd(), 0) != 0 {
-            return Err(map_errno(nix::Error::last(), &shown));
-        }
-    }
-    // Back to blocking mode for ordinary writes.
-    // SAFETY: fcntl flag change on our own fd.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_WRONLY) };
-    Ok((std::fs::File::from(fd), shown))
+    Ok(Upload {
+        file: std::fs::File::from(fd),
+        shown,
+        dir,
+        tmp,
+        name: name.clone(),
+        uid,
+    })
 }
 
 /// Opens a regular file for reading; returns it and its size.
@@ -504,16 +565,19 @@ impl Runtime {
             w1.open().and_then(|root| create_file(&root, uid, &p))
         })
         .await?;
-        let (file, shown) = opened.map_err(|e| ws.quota(e))?;
+        let upload = opened.map_err(|e| ws.quota(e))?;
         let max = self.inner.config.max_file_bytes;
         let (tx, mut rx) = mpsc::channel::<Bytes>(8);
-        // Started now, so it writes while the body streams in.
-        let writer = tokio::task::spawn_blocking(move || -> Result<(), FileError> {
-            let mut file = file;
+        // Started now, so it writes while the body streams in. It gives the upload back so a
+        // complete one can be committed and a broken one discarded.
+        let writer = tokio::task::spawn_blocking(move || -> (Upload, Result<(), FileError>) {
+            let mut upload = upload;
             while let Some(chunk) = rx.blocking_recv() {
-                file.write_all(&chunk).map_err(write_error)?;
+                if let Err(e) = upload.file.write_all(&chunk) {
+                    return (upload, Err(write_error(e)));
+                }
             }
-            Ok(())
+            (upload, Ok(()))
         });
         let mut total = 0u64;
         let mut failure = None;
@@ -536,18 +600,16 @@ impl Runtime {
             }
         }
         drop(tx);
-        let written = writer.await.map_err(|source| RuntimeError::Task {
+        let (upload, written) = writer.await.map_err(|source| RuntimeError::Task {
             task: "writing the file",
             source,
         })?;
         if let Some(f) = failure.or(written.err().map(|e| ws.quota(e))) {
-            let (p, w2) = (shown.clone(), ws.clone());
-            let _ = blocking("removing a failed upload", move || {
-                w2.open().and_then(|root| remove(&root, &p))
-            })
-            .await;
+            let _ = blocking("removing a failed upload", move || upload.discard()).await;
             return Err(f);
         }
+        let committed = blocking("renaming the upload into place", move || upload.commit()).await?;
+        let shown = committed.map_err(|e| ws.quota(e))?;
         let entry = blocking("reading the new file", move || {
             ws.open().and_then(|root| entry_of(&root, &shown))
         })
