@@ -228,9 +228,14 @@ pub enum ArgValue {
     Symbol(String),
 }
 
+/// A name in the policy that [`symbol_value`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown symbol {0}")]
+pub struct UnknownSymbol(pub String);
+
 impl ArgValue {
     /// The numeric value, or the first unknown symbol.
-    pub fn resolve(&self) -> Result<u64, String> {
+    pub fn resolve(&self) -> Result<u64, UnknownSymbol> {
         match self {
             ArgValue::Number(n) => Ok(*n),
             ArgValue::Symbol(s) => {
@@ -239,7 +244,7 @@ impl ArgValue {
                     let part = part.trim();
                     match symbol_value(part) {
                         Some(v) => acc |= v,
-                        None => return Err(part.to_owned()),
+                        None => return Err(UnknownSymbol(part.to_owned())),
                     }
                 }
                 Ok(acc)
@@ -392,7 +397,7 @@ fn resolve(name: &str) -> Result<i64, SeccompError> {
 fn build_rule(syscall: &str, args: &[ArgCondition]) -> Result<SeccompRule, SeccompError> {
     let mut conditions = Vec::with_capacity(args.len());
     for a in args {
-        let unknown = |symbol: String| SeccompError::ResolveValue {
+        let unknown = |UnknownSymbol(symbol)| SeccompError::ResolveValue {
             syscall: syscall.to_owned(),
             symbol,
         };

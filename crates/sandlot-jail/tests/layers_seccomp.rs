@@ -257,12 +257,9 @@ fn policy_parses_and_is_consistent() {
 fn check_args(syscall: &str, args: &[ArgCondition]) {
     for a in args {
         assert!(a.index <= 5, "{syscall}: bad arg index");
-        a.val
-            .resolve()
-            .unwrap_or_else(|s| panic!("{syscall}: unknown symbol {s}"));
+        a.val.resolve().unwrap_or_else(|s| panic!("{syscall}: {s}"));
         if let Some(m) = &a.mask {
-            m.resolve()
-                .unwrap_or_else(|s| panic!("{syscall}: unknown symbol {s}"));
+            m.resolve().unwrap_or_else(|s| panic!("{syscall}: {s}"));
         }
     }
 }

@@ -36,8 +36,8 @@ pub enum RuntimeError {
     #[error("the Python environment {path}: {source}")]
     PythonEnv { path: PathBuf, source: io::Error },
     #[error(
-        "the Python environment {env} lies under {under}, which every sandbox replaces with its \
-         own; choose an environments directory elsewhere (--env-dir or SANDLOT_ENV_DIR)"
+        "the Python environment's base interpreter {env} lies under {under}, which every \
+         sandbox replaces with its own; use a base Python elsewhere (SANDLOT_PYTHON)"
     )]
     EnvShadowed { env: PathBuf, under: &'static str },
     #[error(transparent)]

@@ -582,17 +582,25 @@ fn kernel_has_btrfs() -> bool {
         .unwrap_or(false)
 }
 
+/// Why Btrfs workspaces cannot be used here.
+struct BtrfsMissing(String);
+
 fn choose_backend(cfg: &WorkspaceConfig) -> Result<BackendInfo> {
-    let btrfs_ok = || -> std::result::Result<String, String> {
+    // Whether Btrfs can be used, and why (or why not), in words for doctor.
+    let btrfs_ok = || -> std::result::Result<String, BtrfsMissing> {
         if !kernel_has_btrfs() {
-            return Err("the kernel has no btrfs (not in /proc/filesystems, no module)".into());
+            return Err(BtrfsMissing(
+                "the kernel has no btrfs (not in /proc/filesystems, no module)".into(),
+            ));
         }
         match tools::MKFS_BTRFS.find() {
             Some(p) => Ok(format!(
                 "the kernel has btrfs and {} is installed",
                 p.display()
             )),
-            None => Err("mkfs.btrfs is not installed (install btrfs-progs)".into()),
+            None => Err(BtrfsMissing(
+                "mkfs.btrfs is not installed (install btrfs-progs)".into(),
+            )),
         }
     };
     let info = |kind, reason: String| Ok(BackendInfo { kind, reason });
@@ -603,7 +611,7 @@ fn choose_backend(cfg: &WorkspaceConfig) -> Result<BackendInfo> {
             Err(_) if kernel_has_btrfs() && cfg.dir.join(btrfs::IMAGE_NAME).exists() => {
                 info(BackendKind::Btrfs, "configured; the image exists".into())
             }
-            Err(reason) => Err(WorkspaceError::BackendUnavailable {
+            Err(BtrfsMissing(reason)) => Err(WorkspaceError::BackendUnavailable {
                 backend: BackendKind::Btrfs,
                 reason,
             }),
@@ -627,7 +635,7 @@ fn choose_backend(cfg: &WorkspaceConfig) -> Result<BackendInfo> {
             }
             match btrfs_ok() {
                 Ok(why) => info(BackendKind::Btrfs, why),
-                Err(why) => info(BackendKind::LoopImage, format!("no Btrfs: {why}")),
+                Err(BtrfsMissing(why)) => info(BackendKind::LoopImage, format!("no Btrfs: {why}")),
             }
         }
     }
