@@ -1293,10 +1293,25 @@ fn memory_bomb() {
 fn disk_and_inode_fill() {
     let server = TestServer::start();
     let neighbour = Neighbour::new(&server);
+    // The attacked sandbox comes from the warm pool (booted with the default limits), as most
+    // do: wait until the pool has refilled after the neighbour took one.
+    kit::wait_for_pool(&server, 1);
     // disk_mb caps /workspace (a Btrfs qgroup limit since issue 9) and /tmp (tmpfs); /dev/shm
     // gets a quarter of memory_mb.
     let id = create_with_limits(&server, json!({ "disk_mb": 16, "memory_mb": 256 }));
     let mut rep = Report::new("disk fill");
+    // /tmp and /dev/shm are tmpfs charged to the sandbox's memory: sized by its own limits,
+    // filling them is ENOSPC, never an OOM of the whole sandbox.
+    rep.table(
+        &server,
+        &id,
+        &[py(
+            "the tmpfs sizes follow the sandbox's limits",
+            "def size(d):\n    st = os.statvfs(d)\n    return (st.f_blocks * st.f_frsize) >> 20\n\
+             report(tmp=size('/tmp'), shm=size('/dev/shm'))",
+            json!({"tmp": 16, "shm": 64}),
+        )],
+    );
     let fill = r#"
 def fill(d, chunk_mb=1):
     os.makedirs(d, exist_ok=True)

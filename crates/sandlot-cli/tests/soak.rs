@@ -134,6 +134,27 @@ impl Snapshot {
             .collect()
     }
 
+    /// Whether every sandbox with a cgroup has processes, and all as many (pooled sandboxes
+    /// that finished booting).
+    fn evenly_spread(&self, host: &HostView) -> bool {
+        let prefix = format!("/{}/", host.cgroup_rel.display());
+        let mut per_sandbox: BTreeMap<&str, usize> =
+            self.cgroup_ids.iter().map(|id| (id.as_str(), 0)).collect();
+        for p in &self.sandbox_processes {
+            let id = p
+                .memory_cgroup
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split('/').next());
+            if let Some(id) = id {
+                if let Some(n) = per_sandbox.get_mut(id) {
+                    *n += 1;
+                }
+            }
+        }
+        let counts: BTreeSet<usize> = per_sandbox.values().copied().collect();
+        counts.len() == 1 && !counts.contains(&0)
+    }
+
     /// Zombies among the server's descendants.
     fn zombies(&self) -> Vec<HostProc> {
         self.server_descendants
@@ -150,10 +171,19 @@ fn deletes_racing_executions_uploads_and_downloads_leave_the_host_at_baseline() 
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", pool.as_str())]);
     let host = HostView::of(&server);
 
-    // The baseline: the warm pool booted, nothing handed out.
+    // The baseline: the warm pool booted, nothing handed out, and settled (a pooled sandbox
+    // still booting has fewer processes than a booted one).
+    let mut last: Option<(usize, usize)> = None;
     let pool_full = wait_until(Duration::from_secs(60), || {
+        std::thread::sleep(Duration::from_millis(400));
         let s = Snapshot::take(&server, &host);
-        s.cgroup_ids.len() == POOL && s.misplaced(&host).is_empty()
+        let counts = (s.sandbox_processes.len(), s.server_descendants.len());
+        let ready = s.cgroup_ids.len() == POOL
+            && s.misplaced(&host).is_empty()
+            && s.evenly_spread(&host)
+            && last == Some(counts);
+        last = Some(counts);
+        ready
     });
     let baseline = Snapshot::take(&server, &host);
     assert!(

@@ -26,7 +26,17 @@ impl Runtime {
             let live = {
                 let mut pool = lock(&tmpl.pool);
                 match pool.first() {
-                    Some(l) if l.disk() || l.limits.disk_mb == limits.disk_mb => pool.remove(0),
+                    // A tmpfs is sized when mounted: its /tmp and /dev/shm must already be the
+                    // sizes these limits give.
+                    Some(l)
+                        if (l.disk() || l.limits.disk_mb == limits.disk_mb)
+                            && crate::spawn::tmp_bytes(l.limits)
+                                == crate::spawn::tmp_bytes(limits)
+                            && crate::spawn::shm_bytes(l.limits)
+                                == crate::spawn::shm_bytes(limits) =>
+                    {
+                        pool.remove(0)
+                    }
                     _ => return None,
                 }
             };

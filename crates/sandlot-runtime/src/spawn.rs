@@ -321,6 +321,20 @@ impl Runtime {
     }
 }
 
+/// Size of the sandbox's `/tmp`: a tmpfs, so charged to its memory. Capped at half of
+/// `memory_mb` (filling it gives `ENOSPC`, never an OOM of the sandbox), at `disk_mb` and at
+/// 1 GiB; large files belong in the disk workspace.
+pub(crate) fn tmp_bytes(limits: EffectiveLimits) -> u64 {
+    (limits.disk_mb << 20)
+        .min((limits.memory_mb << 20) / 2)
+        .min(1 << 30)
+}
+
+/// Size of the sandbox's `/dev/shm`: a quarter of `memory_mb`.
+pub(crate) fn shm_bytes(limits: EffectiveLimits) -> u64 {
+    (limits.memory_mb << 20) / 4
+}
+
 /// The jail the child enters, sized from the sandbox's limits. `workspace_bytes` and
 /// `workspace_inodes` size the tmpfs a child without a disk workspace gets.
 fn jail_config(limits: EffectiveLimits, fsize_mb: u64) -> JailConfig {
@@ -328,8 +342,8 @@ fn jail_config(limits: EffectiveLimits, fsize_mb: u64) -> JailConfig {
         hostname: "sandbox".into(),
         workspace_bytes: limits.disk_mb << 20,
         workspace_inodes: 65536.max(limits.disk_mb * 64),
-        tmp_bytes: (limits.disk_mb << 20).min(1 << 30),
-        shm_bytes: (limits.memory_mb << 20) / 4,
+        tmp_bytes: tmp_bytes(limits),
+        shm_bytes: shm_bytes(limits),
         rlimits: RlimitConfig {
             fsize: fsize_mb << 20,
             ..RlimitConfig::default()

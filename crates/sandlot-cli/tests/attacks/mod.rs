@@ -397,6 +397,35 @@ pub fn health(server: &TestServer) -> Result<(), String> {
     ensure(took < HEALTH_DEADLINE, || format!("health took {took:?}"))
 }
 
+/// Waits until the server's warm pool is full (its default size, 2) besides `others` sandboxes
+/// already handed out, each booted (its init and driver running), so that the next creation
+/// takes a pooled sandbox.
+pub fn wait_for_pool(server: &TestServer, others: usize) {
+    const POOL: usize = 2;
+    let host = crate::common::HostView::of(server);
+    let prefix = format!("/{}/", host.cgroup_rel.display());
+    let booted = || {
+        let mut per_sandbox: std::collections::BTreeMap<String, usize> = Default::default();
+        for p in host.sandbox_processes() {
+            if let Some(id) = p
+                .memory_cgroup
+                .strip_prefix(&prefix)
+                .and_then(|r| r.split('/').next())
+            {
+                *per_sandbox.entry(id.to_string()).or_default() += 1;
+            }
+        }
+        per_sandbox.len() == others + POOL && per_sandbox.values().all(|n| *n >= 2)
+    };
+    assert!(
+        crate::common::wait_until(Duration::from_secs(60), booted),
+        "the warm pool never filled: {:?}",
+        host.sandbox_cgroups()
+    );
+    // Booted is not yet handed to the pool (it is warmed first).
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 /// A sandbox living next to the attacked one: a canary file in its workspace, a variable in its
 /// interpreter. Both must survive every attack.
 pub struct Neighbour {
