@@ -1293,8 +1293,9 @@ fn memory_bomb() {
 fn disk_and_inode_fill() {
     let server = TestServer::start();
     let neighbour = Neighbour::new(&server);
-    // The attacked sandbox comes from the warm pool (booted with the default limits), as most
-    // do: wait until the pool has refilled after the neighbour took one.
+    // The warm pool (booted with the default limits) is full when the attacked sandbox is
+    // created: its tmpfs sizes must still be its own limits' (a pooled sandbox once kept the
+    // pool's 1 GiB /tmp, and filling it killed the sandbox with an OOM).
     kit::wait_for_pool(&server, 1);
     // disk_mb caps /workspace (a Btrfs qgroup limit since issue 9) and /tmp (tmpfs); /dev/shm
     // gets a quarter of memory_mb.
@@ -1354,6 +1355,12 @@ import shutil
             json!({"errno": "ENOSPC", "within_cap": true}),
         ),
         py(
+            "fill /tmp and /dev/shm together",
+            &format!("{fill}\nr = [fill('/tmp/f'), fill('/dev/shm/f')]\nshutil.rmtree('/tmp/f')\nshutil.rmtree('/dev/shm/f')\n\
+                      report(tmp=r[0][0], shm=r[1][0], within_cap=14 <= r[0][1] <= 16 and 60 <= r[1][1] <= 64)"),
+            json!({"tmp": "ENOSPC", "shm": "ENOSPC", "within_cap": true}),
+        ),
+        py(
             "one file past the size limit",
             "def big():\n    with open('/workspace/big', 'wb') as f:\n        f.write(b'x' * (17 << 20))\n\
              r = op(big)\nos.unlink('/workspace/big')\nreport(r=r)",
@@ -1384,6 +1391,31 @@ import shutil
         ),
     ];
     rep.table(&server, &id, &cases);
+    rep.check(
+        "fill /tmp and /dev/shm together in a 128 MiB sandbox with the default disk",
+        || {
+            // /tmp gets half of the memory and /dev/shm a quarter, both charged to it: full
+            // together, with the interpreter's own memory, they must still end in ENOSPC.
+            let small = create_with_limits(&server, json!({ "memory_mb": 128 }));
+            let r = exec(
+                &server,
+                &small,
+                Lang::Py,
+                &format!(
+                    "{PRELUDE}\n{fill}\nr = [fill('/tmp/f'), fill('/dev/shm/f')]\n\
+                     report(tmp=r[0][0], shm=r[1][0], mib=[r[0][1], r[1][1]])"
+                ),
+                60.0,
+            )?;
+            expect_eq(
+                "fill",
+                attack_line(&r),
+                Some(json!({"tmp": "ENOSPC", "shm": "ENOSPC", "mib": [64, 32]})),
+            )
+            .map_err(|e| format!("{e}: {}", brief(&r)))?;
+            expect_eq("end_state", r["end_state"].as_str(), Some("ok"))
+        },
+    );
     rep.check("upload past the workspace cap is refused", || {
         let r = server.put_bytes(
             &format!("/v1/sandboxes/{id}/files/upload.bin"),
