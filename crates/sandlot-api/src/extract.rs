@@ -143,8 +143,10 @@ async fn read_limited(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, H
     Ok(buf)
 }
 
-/// Most bytes of a refused body read (and thrown away) before the error response goes out.
-const DISCARD_MAX_BYTES: u64 = 16 << 20;
+/// Most bytes of a refused body read (and thrown away) before the error response goes out: as
+/// much as an upload may be (1 GiB), so a client refused mid-upload (say, by its disk quota)
+/// still reads why; the time bound below keeps a slow client from holding the server.
+const DISCARD_MAX_BYTES: u64 = 1 << 30;
 /// Longest time spent reading them.
 const DISCARD_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
