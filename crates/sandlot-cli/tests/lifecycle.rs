@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{HostProc, HostView, TestServer};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,146 +62,26 @@ fn assert_restarted(r: &Value, end_state: &str, reason: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The host's view of one server: its cgroups and its block of sandbox uids.
+// The host's view of one server (`common::HostView`), narrowed to what these tests check.
 
-/// What one server owns on the host, derived from its data dir the way the runtime does.
-struct HostView {
-    /// `sandlot/<instance>` under each cgroup controller.
-    cgroup_rel: PathBuf,
-    /// The server's uid block: `[base + 1, base + 65535)`.
-    uid_base: u32,
+/// The server's sandbox cgroups in the memory and pids controllers, as `<controller>:<id>`.
+fn sandbox_cgroups(host: &HostView) -> Vec<String> {
+    host.sandbox_cgroups()
+        .into_iter()
+        .filter(|c| c.starts_with("memory:") || c.starts_with("pids:"))
+        .collect()
 }
 
-impl HostView {
-    fn of(server: &TestServer) -> HostView {
-        let data_dir = std::fs::canonicalize(server.data_dir()).unwrap();
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in data_dir.to_string_lossy().as_bytes() {
-            h ^= *b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-        let instance = format!("{h:016x}")[..12].to_string();
-        let slot_hash = instance
-            .bytes()
-            .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
-        HostView {
-            cgroup_rel: Path::new("sandlot").join(&instance),
-            uid_base: 0x4000_0000 + (slot_hash % 16000) * 65536,
-        }
-    }
-
-    fn in_block(&self, uid: u32) -> bool {
-        uid > self.uid_base && uid < self.uid_base + 65535
-    }
-
-    /// The server's sandbox cgroups (`sb_*`) in the memory and pids controllers.
-    fn sandbox_cgroups(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for ctrl in ["memory", "pids"] {
-            let dir = Path::new("/sys/fs/cgroup")
-                .join(ctrl)
-                .join(&self.cgroup_rel);
-            let Ok(rd) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("sb_") {
-                    out.push(format!("{ctrl}:{name}"));
-                }
-            }
-        }
-        out.sort();
-        out
-    }
-
-    /// Every host process (zombies included) running as one of the server's uids, except its
-    /// zygotes, with where it is.
-    fn sandbox_processes(&self) -> Vec<HostProc> {
-        let mut out = Vec::new();
-        for pid in all_pids() {
-            let Some(p) = HostProc::read(pid) else {
-                continue;
-            };
-            if self.in_block(p.uid) && !p.memory_cgroup.contains("/zygote-") {
-                out.push(p);
-            }
-        }
-        out
-    }
-
-    /// Sandbox processes that are zombies, or live outside a sandbox cgroup of this server
-    /// (in the pids or memory hierarchy).
-    fn misplaced(&self) -> Vec<HostProc> {
-        let prefix = format!("/{}/sb_", self.cgroup_rel.display());
-        self.sandbox_processes()
-            .into_iter()
-            .filter(|p| {
-                p.zombie
-                    || !p.memory_cgroup.starts_with(&prefix)
-                    || !p.pids_cgroup.starts_with(&prefix)
-            })
-            .collect()
-    }
-}
-
-#[derive(Debug, Clone)]
-#[allow(dead_code)] // fields are read through Debug in failure messages
-struct HostProc {
-    pid: u32,
-    ppid: u32,
-    uid: u32,
-    zombie: bool,
-    memory_cgroup: String,
-    pids_cgroup: String,
-    comm: String,
-}
-
-impl HostProc {
-    fn read(pid: u32) -> Option<HostProc> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |k: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(k))
-                .map(|v| v.trim().to_string())
-        };
-        let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
-        let ppid = field("PPid:")?.parse().ok()?;
-        let zombie = field("State:")?.starts_with('Z');
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let cg = |ctrl: &str| {
-            cgroups
-                .lines()
-                .find_map(|l| {
-                    let mut parts = l.splitn(3, ':');
-                    let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-                    ctrls
-                        .split(',')
-                        .any(|c| c == ctrl)
-                        .then(|| path.to_string())
-                })
-                .unwrap_or_default()
-        };
-        Some(HostProc {
-            pid,
-            ppid,
-            uid,
-            zombie,
-            memory_cgroup: cg("memory"),
-            pids_cgroup: cg("pids"),
-            comm: field("Name:").unwrap_or_default(),
+/// Sandbox processes that are zombies, or live outside a sandbox cgroup of this server
+/// (in the pids or memory hierarchy).
+fn misplaced(host: &HostView) -> Vec<HostProc> {
+    let prefix = format!("/{}/sb_", host.cgroup_rel.display());
+    host.sandbox_processes()
+        .into_iter()
+        .filter(|p| {
+            p.zombie || !p.memory_cgroup.starts_with(&prefix) || !p.pids_cgroup.starts_with(&prefix)
         })
-    }
-}
-
-fn all_pids() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Waits until the server has no sandbox left but its warm pool (`pool` sandboxes), every
@@ -211,24 +91,24 @@ fn all_pids() -> Vec<u32> {
 fn assert_nothing_left(mut server: TestServer, pool: usize) {
     let host = HostView::of(&server);
     let settled = common::wait_until(Duration::from_secs(20), || {
-        host.sandbox_cgroups().len() <= pool * 2 && host.misplaced().is_empty()
+        sandbox_cgroups(&host).len() <= pool * 2 && misplaced(&host).is_empty()
     });
     assert!(
         settled,
         "sandbox cgroups: {:?}\nmisplaced or zombie sandbox processes: {:#?}",
-        host.sandbox_cgroups(),
-        host.misplaced()
+        sandbox_cgroups(&host),
+        misplaced(&host)
     );
     let status = server.stop();
     assert!(status.success(), "sandlot serve exited with {status}");
     let gone = common::wait_until(Duration::from_secs(10), || {
-        host.sandbox_processes().is_empty() && host.sandbox_cgroups().is_empty()
+        host.sandbox_processes().is_empty() && sandbox_cgroups(&host).is_empty()
     });
     assert!(
         gone,
         "after shutdown: processes {:#?}, cgroups {:?}",
         host.sandbox_processes(),
-        host.sandbox_cgroups()
+        sandbox_cgroups(&host)
     );
 }
 
@@ -598,13 +478,13 @@ print(sorted(states.items()))
     );
     server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
     let gone = common::wait_until(Duration::from_secs(10), || {
-        host.sandbox_processes().is_empty() && host.sandbox_cgroups().is_empty()
+        host.sandbox_processes().is_empty() && sandbox_cgroups(&host).is_empty()
     });
     assert!(
         gone,
         "left after DELETE: {:#?}, cgroups {:?}",
         host.sandbox_processes(),
-        host.sandbox_cgroups()
+        sandbox_cgroups(&host)
     );
     assert_nothing_left(server, 0);
 }
