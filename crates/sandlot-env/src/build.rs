@@ -377,15 +377,15 @@ impl Build<'_> {
         Ok(env)
     }
 
-    fn create_venv(&self, log: &mut BuildLog) -> Result<(), EnvError> {
-        let mut cmd = python::command(&self.spec.base_python);
-        cmd.arg("-m")
-            .arg("venv")
-            .arg(self.root)
-            .current_dir(self.envs_dir)
-            .stdin(Stdio::null());
-        python::hold_lock_in_child(&mut cmd, self.lock_fd);
-        let command = python::describe(&cmd);
+    /// Runs `cmd` holding the build lock, with its command line and output in the build log;
+    /// returns the command as logged, its output, and the output as text.
+    fn run_logged(
+        &self,
+        cmd: &mut std::process::Command,
+        log: &mut BuildLog,
+    ) -> Result<(String, std::process::Output, String), EnvError> {
+        python::hold_lock_in_child(cmd, self.lock_fd);
+        let command = python::describe(cmd);
         log.line(&format!("$ {command}"));
         let output = cmd.output().map_err(|source| EnvError::Spawn {
             command: command.clone(),
@@ -393,6 +393,17 @@ impl Build<'_> {
         })?;
         let text = python::combined(&output);
         log.text(&text);
+        Ok((command, output, text))
+    }
+
+    fn create_venv(&self, log: &mut BuildLog) -> Result<(), EnvError> {
+        let mut cmd = python::command(&self.spec.base_python);
+        cmd.arg("-m")
+            .arg("venv")
+            .arg(self.root)
+            .current_dir(self.envs_dir)
+            .stdin(Stdio::null());
+        let (command, output, text) = self.run_logged(&mut cmd, log)?;
         if !output.status.success() {
             return Err(EnvError::CreateVenv {
                 command,
@@ -524,14 +535,7 @@ impl Build<'_> {
             .arg(self.root.join("lib"))
             .current_dir(self.root)
             .stdin(Stdio::null());
-        python::hold_lock_in_child(&mut cmd, self.lock_fd);
-        let command = python::describe(&cmd);
-        log.line(&format!("$ {command}"));
-        let output = cmd.output().map_err(|source| EnvError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-        log.text(&python::combined(&output));
+        let (_, output, _) = self.run_logged(&mut cmd, log)?;
         if !output.status.success() {
             log.line(&format!(
                 "compileall: {}: the files above run from source",
