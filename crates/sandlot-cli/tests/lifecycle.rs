@@ -533,9 +533,17 @@ fn creations_cut_short_by_their_client_leave_nothing_unlisted() {
         ids.sort();
         ids
     };
+    // A creation whose request future was dropped finishes in its own task and is then deleted
+    // (its creator is gone); one whose client merely went away is listed. Either way, once no
+    // creation is in flight (the same answer twice, a second apart), what runs on the host is
+    // exactly what is listed.
     let settled = common::wait_until(Duration::from_secs(20), || {
         let ids = listed_ids();
-        ids.len() == 30 && on_host() == ids
+        if ids.is_empty() || ids.len() > 30 || on_host() != ids {
+            return false;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        listed_ids() == ids && on_host() == ids
     });
     assert!(
         settled,
@@ -543,7 +551,10 @@ fn creations_cut_short_by_their_client_leave_nothing_unlisted() {
         listed_ids(),
         on_host()
     );
-    eprintln!("{cut} of 30 creations cut short by their client; all 30 finished and are listed");
+    eprintln!(
+        "{cut} of 30 creations cut short by their client; {} finished and are listed",
+        listed_ids().len()
+    );
     for id in listed_ids() {
         let r = server.execute(&id, "6 * 7");
         assert_eq!(text_plain(&r), "42", "{r:#}");
