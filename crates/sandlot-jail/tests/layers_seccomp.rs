@@ -15,7 +15,7 @@ use std::time::Instant;
 
 mod common;
 
-use common::{errno, errno_of, in_child, skip, wait_code, SETUP_FAILED};
+use common::{errno, errno_of, skip, wait_code, SETUP_FAILED};
 use sandlot_jail::seccomp::{self, ArgCondition};
 use seccompiler::BpfProgram;
 
@@ -27,6 +27,14 @@ const UNEXPECTED_SUCCESS: i32 = 251;
 fn program() -> &'static BpfProgram {
     static P: OnceLock<BpfProgram> = OnceLock::new();
     P.get_or_init(|| seccomp::build_program().expect("build_program"))
+}
+
+/// Every fork of this file goes through here. The program (and the policy behind it) is built
+/// in the parent first: a child forked while another test thread was initialising a `OnceLock`
+/// would otherwise wait for an initialisation that, in the child, never finishes.
+fn in_child(f: impl FnOnce() -> i32) -> i32 {
+    program();
+    common::in_child(f)
 }
 
 /// Installs the filter in the child; exits the child on failure.

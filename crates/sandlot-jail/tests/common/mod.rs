@@ -10,12 +10,24 @@ pub mod sandbox;
 /// Exit code of a child whose set-up failed before the operation under test.
 pub const SETUP_FAILED: i32 = 250;
 
+/// Seconds a forked child may run before `SIGALRM` ends it: a child that hangs (say, on a lock
+/// another test thread held when it forked) fails its test instead of stalling the suite.
+pub const CHILD_DEADLINE_SECS: u32 = 60;
+
+/// Arms the watchdog of a freshly forked child (`alarm` is async-signal-safe and survives
+/// `execve`, so it bounds whatever the child goes on to run).
+fn arm_watchdog() {
+    // SAFETY: a plain syscall with no memory arguments.
+    unsafe { libc::alarm(CHILD_DEADLINE_SECS) };
+}
+
 /// Runs `f` in a forked child and returns its exit code (`1000 + signal` if it was killed).
 pub fn in_child(f: impl FnOnce() -> i32) -> i32 {
     // SAFETY: the child only runs `f` (test code designed for a forked child) and `_exit`s.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        arm_watchdog();
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(249);
         // SAFETY: terminating the forked child without running the parent's atexit handlers.
         unsafe { libc::_exit(code) };
@@ -34,6 +46,7 @@ pub fn in_child_value(f: impl FnOnce() -> serde_json::Value) -> serde_json::Valu
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        arm_watchdog();
         // SAFETY: `w` is this process's copy of the pipe's write end; it is closed by `_exit`.
         let mut out = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(w) };
         let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -68,7 +81,13 @@ pub fn wait_code(pid: libc::pid_t) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
-        1000 + libc::WTERMSIG(status)
+        let signal = libc::WTERMSIG(status);
+        assert_ne!(
+            signal,
+            libc::SIGALRM,
+            "child {pid} still running after {CHILD_DEADLINE_SECS} s: hung"
+        );
+        1000 + signal
     } else {
         999
     }

@@ -9,7 +9,7 @@
 
 use super::{wait_code, SETUP_FAILED};
 use sandlot_jail::config::{Bind, JailConfig, ZygoteConfig};
-use sandlot_jail::{child, frame, idmap, rootfs};
+use sandlot_jail::{child, frame, idmap, rootfs, seccomp};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -133,6 +133,9 @@ pub fn start(
     let zcfg = zygote_config(staging.path());
     let (mut server, sandbox_end) = UnixStream::pair().unwrap();
     let ctrl = sandbox_end.as_raw_fd();
+    // Built here, as the zygote builds it before it forks: a child that built it itself could
+    // wait forever on a policy `OnceLock` another test thread was initialising at the fork.
+    child::SECCOMP_PROGRAM.get_or_init(|| seccomp::build_program().expect("seccomp program"));
     // SAFETY: the child runs the jail's sequence for a forked child and `_exit`s.
     let p0 = unsafe { libc::fork() };
     assert!(p0 >= 0, "fork failed");
