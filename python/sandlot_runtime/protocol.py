@@ -1,14 +1,17 @@
 """The control stream (see ARCHITECTURE.md, "The execution protocol"): frames of a 4-byte
 little-endian length then a UTF-8 JSON object, the same format as the jail's frame codec
 (``crates/sandlot-jail/src/frame.rs``). Holds the frame encoder, the channel that reads and
-writes frames while keeping output and events in order, ``emit`` for the events of the
-running execution, and ``exit_driver`` for when the server is gone."""
+writes frames while keeping output and events in order (and takes the descriptors the server
+attaches to some frames), ``emit`` for the events of the running execution, and ``exit_driver``
+for when the server is gone."""
 
 from __future__ import annotations
 
 import fcntl
+import array
 import json
 import os
+import socket
 import struct
 import termios
 import time
@@ -25,6 +28,12 @@ def encode_frame(message: dict) -> bytes:
     return len(body).to_bytes(4, "little") + body
 
 
+# Room for the descriptors one read may bring. The server attaches one to a frame at most; more
+# than this and the kernel closes the rest itself (MSG_CTRUNC).
+_MAX_FDS = 8
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+
+
 class Channel:
     """Frames on the control stream: 4-byte little-endian length, then a UTF-8 JSON object.
 
@@ -32,24 +41,47 @@ class Channel:
     output written after it, after. Flushing before each frame gives the first. For the second,
     the driver waits until the server has read an event frame before user code runs on; a
     server that drains the pipes when the control stream becomes readable, before reading the
-    frame, then never sees later output early."""
+    frame, then never sees later output early.
+
+    Descriptors: the server may attach one (SCM_RIGHTS) to the first bytes of a frame whose JSON
+    says ``"fd": true`` (state_save, state_load). Every read is a recvmsg, so a descriptor is
+    never lost to a plain read; what arrives waits in ``state.received_fds`` until its frame is
+    complete. That frame claims the first one (``take_fd``); every other descriptor is closed
+    before the frame is dispatched, so none ever reaches user code."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._can_wait = True  # cleared if the fd cannot report its unread bytes
+        try:
+            # The same descriptor (no dup): kept for the driver's life, never closed by us.
+            self._sock: socket.socket | None = socket.socket(fileno=fd)
+        except OSError:
+            self._sock = None  # not a socket (a pipe, in a test): no descriptors can come
+        self._claimed: int | None = None
 
     def recv(self) -> dict | None:
         """The next message, or None when the server closed the stream."""
-        header = self._read_exact(4)
-        if header is None:
-            return None
-        body = self._read_exact(int.from_bytes(header, "little"))
-        if body is None:
-            return None
-        message = json.loads(body.decode("utf-8", "replace"))
-        if not isinstance(message, dict):
-            raise ValueError("a frame must hold a JSON object")
-        return message
+        self._close(self.take_fd())  # a frame that was never asked for its descriptor
+        try:
+            header = self._read_exact(4)
+            body = None if header is None else self._read_exact(int.from_bytes(header, "little"))
+            if body is None:
+                return None
+            message = json.loads(body.decode("utf-8", "replace"))
+            if not isinstance(message, dict):
+                raise ValueError("a frame must hold a JSON object")
+            if message.get("fd") is True and state.received_fds:
+                self._claimed = state.received_fds.popleft()
+            return message
+        finally:
+            while state.received_fds:  # unclaimed: never left open for user code to find
+                self._close(state.received_fds.popleft())
+
+    def take_fd(self) -> int | None:
+        """The descriptor the last frame carried (it said ``"fd": true``), now the caller's to
+        close; None when it carried none or it was already taken."""
+        fd, self._claimed = self._claimed, None
+        return fd
 
     def send(self, message: dict, wait_until_read: bool = True) -> None:
         if os.getpid() != state.pid:
@@ -70,6 +102,21 @@ class Channel:
             raise KeyboardInterrupt
 
     def _read_exact(self, size: int) -> bytes | None:
+        if self._sock is None:
+            return self._read_plain(size)
+        data = b""
+        while len(data) < size:
+            # MSG_CMSG_CLOEXEC: a descriptor is close-on-exec from the moment it exists here.
+            part, ancillary, _flags, _addr = self._sock.recvmsg(
+                size - len(data), _ANCILLARY_SPACE, socket.MSG_CMSG_CLOEXEC)
+            if ancillary:
+                _keep_fds(ancillary)
+            if not part:
+                return None
+            data = part if not data else data + part
+        return data
+
+    def _read_plain(self, size: int) -> bytes | None:
         data = bytearray()
         while len(data) < size:
             part = os.read(self.fd, size - len(data))
@@ -77,6 +124,14 @@ class Channel:
                 return None
             data += part
         return bytes(data)
+
+    @staticmethod
+    def _close(fd: int | None) -> None:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -97,6 +152,15 @@ class Channel:
                 return
             time.sleep(delay)
             delay = min(delay * 2, 0.002)
+
+
+def _keep_fds(ancillary: list) -> None:
+    """Queues the descriptors of SCM_RIGHTS messages in arrival order."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds = array.array("i")
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            state.received_fds.extend(fds)
 
 
 def emit(message: dict) -> None:

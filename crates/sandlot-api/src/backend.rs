@@ -7,8 +7,9 @@ use futures::FutureExt;
 use sandlot_runtime::archive::ArchiveSummary;
 use sandlot_runtime::{ByteStream, Runtime, RuntimeError};
 use sandlot_types::{
-    ApiError, BackgroundOutput, Context, CreateSandbox, ExecuteRequest, ExecutionRecord,
-    ExecutionResult, FileEntry, OutputEvent, Sandbox, Template, TemplateSpec,
+    ApiError, BackgroundOutput, Context, CreateSandbox, CreateSnapshot, ExecuteRequest,
+    ExecutionRecord, ExecutionResult, FileEntry, ForkRequest, ForkResult, OutputEvent, Sandbox,
+    Snapshot, Template, TemplateSpec,
 };
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -66,6 +67,47 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// Forks a sandbox into `req.count` children.
+    fn fork_sandbox(
+        &self,
+        id: &str,
+        req: ForkRequest,
+    ) -> impl Future<Output = Result<ForkResult, ApiError>> + Send {
+        let _ = (id, req);
+        async { Err(not_served()) }
+    }
+    fn pause_sandbox(&self, id: &str) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        let _ = id;
+        async { Err(not_served()) }
+    }
+    fn resume_sandbox(&self, id: &str) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        let _ = id;
+        async { Err(not_served()) }
+    }
+    fn create_snapshot(
+        &self,
+        id: &str,
+        req: CreateSnapshot,
+    ) -> impl Future<Output = Result<Snapshot, ApiError>> + Send {
+        let _ = (id, req);
+        async { Err(not_served()) }
+    }
+    fn list_snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, ApiError>> + Send {
+        async { Err(not_served()) }
+    }
+    /// A snapshot; with `verify`, after checking its saved state on the host.
+    fn get_snapshot(
+        &self,
+        id: &str,
+        verify: bool,
+    ) -> impl Future<Output = Result<Snapshot, ApiError>> + Send {
+        let _ = (id, verify);
+        async { Err(not_served()) }
+    }
+    fn delete_snapshot(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = id;
+        async { Err(not_served()) }
+    }
     /// Extracts a tar (or gzip tar) body into a directory of the workspace.
     fn extract_archive(
         &self,
@@ -213,6 +255,46 @@ impl Backend for Runtime {
         Runtime::delete_file(self, id, path).map(api)
     }
 
+    fn fork_sandbox(
+        &self,
+        id: &str,
+        req: ForkRequest,
+    ) -> impl Future<Output = Result<ForkResult, ApiError>> + Send {
+        Runtime::fork_sandbox(self, id, req).map(api)
+    }
+    fn pause_sandbox(&self, id: &str) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        Runtime::pause_sandbox(self, id).map(api)
+    }
+    fn resume_sandbox(&self, id: &str) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        Runtime::resume_sandbox(self, id).map(api)
+    }
+    fn create_snapshot(
+        &self,
+        id: &str,
+        req: CreateSnapshot,
+    ) -> impl Future<Output = Result<Snapshot, ApiError>> + Send {
+        Runtime::create_snapshot(self, id, req).map(api)
+    }
+    fn list_snapshots(&self) -> impl Future<Output = Result<Vec<Snapshot>, ApiError>> + Send {
+        Runtime::list_snapshots(self).map(api)
+    }
+    fn get_snapshot(
+        &self,
+        id: &str,
+        verify: bool,
+    ) -> impl Future<Output = Result<Snapshot, ApiError>> + Send {
+        let (rt, id) = (self.clone(), id.to_string());
+        async move {
+            if verify {
+                api(rt.verify_snapshot(&id).await)
+            } else {
+                api(rt.get_snapshot(&id).await)
+            }
+        }
+    }
+    fn delete_snapshot(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_snapshot(self, id).map(api)
+    }
     fn extract_archive(
         &self,
         id: &str,

@@ -73,7 +73,13 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::TooManyContexts { .. }
         | R::DefaultContextPermanent
         | R::ContextRefused { .. }
+        | R::BadForkCount { .. }
+        | R::BadSnapshotName
+        | R::SnapshotTemplate { .. }
         | R::BadArtifactName => C::InvalidArgument,
+        R::SnapshotNotFound { .. } => C::SnapshotNotFound,
+        R::StateCorrupt { .. } => C::StateCorrupt,
+        R::CaptureFailed { .. } => C::CaptureFailed,
         R::UploadRead { .. } => C::InvalidRequest,
         R::CodeTooLarge { .. } => C::PayloadTooLarge,
         R::UploadTooLarge { .. } => C::FileTooLarge,
@@ -98,6 +104,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::JailFailed { .. }
         | R::DiedStarting { .. }
         | R::ContextNoAnswer { .. }
+        | R::StateLoad { .. }
         | R::DiedInContextRequest { .. } => C::SandboxFailed,
 
         R::NotRoot
@@ -117,6 +124,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::OpenWorkspaces { .. }
         | R::Artifacts { .. }
         | R::Task { .. }
+        | R::StateFile { .. }
         | R::Encode { .. } => C::Internal,
     }
 }
@@ -171,6 +179,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::QuotaExceeded => StatusCode::INSUFFICIENT_STORAGE,
         ErrorCode::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
         ErrorCode::InvalidArchive => StatusCode::BAD_REQUEST,
+        ErrorCode::SnapshotNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::StateCorrupt => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::CaptureFailed => StatusCode::CONFLICT,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -15,6 +15,7 @@ mod execute;
 mod extract;
 mod files;
 mod sandboxes;
+mod state;
 mod templates;
 #[cfg(test)]
 mod tests;
@@ -176,6 +177,17 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         ),
         route(Get, "/v1/sandboxes/{id}/executions", execute::list::<B>),
         route(Get, "/v1/sandboxes/{id}/background", background::get::<B>),
+        route(Post, "/v1/sandboxes/{id}/fork", state::fork::<B>),
+        route(Post, "/v1/sandboxes/{id}/pause", state::pause::<B>),
+        route(Post, "/v1/sandboxes/{id}/resume", state::resume::<B>),
+        route(
+            Post,
+            "/v1/sandboxes/{id}/snapshots",
+            state::create_snapshot::<B>,
+        ),
+        route(Get, "/v1/snapshots", state::list_snapshots::<B>),
+        route(Get, "/v1/snapshots/{id}", state::get_snapshot::<B>),
+        route(Delete, "/v1/snapshots/{id}", state::delete_snapshot::<B>),
         route(Post, CONTEXTS, contexts::create::<B>),
         route(Get, CONTEXTS, contexts::list::<B>),
         route(

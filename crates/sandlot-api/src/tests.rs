@@ -60,6 +60,20 @@ fn sample_sandbox(id: &str) -> Sandbox {
             reason: "oom".into(),
             at: "2025-01-01T00:00:01Z".into(),
         }),
+        on_idle: sandlot_types::IdleAction::Pause,
+        forked_from: Some("sb_parent".into()),
+        from_snapshot: Some("snap_0123456789abcdef0123456789abcdef".into()),
+        paused_at: Some("2025-01-01T00:00:02Z".into()),
+        last_restore: Some(sandlot_types::LastRestore {
+            at: "2025-01-01T00:00:01Z".into(),
+            source: "fork".into(),
+            variables: 2,
+            not_restored: vec![sandlot_types::NotCaptured {
+                name: "f".into(),
+                context: "default".into(),
+                reason: "open file".into(),
+            }],
+        }),
     }
 }
 
@@ -812,6 +826,9 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::QuotaExceeded, 507),
     (ErrorCode::InsufficientStorage, 507),
     (ErrorCode::InvalidArchive, 400),
+    (ErrorCode::SnapshotNotFound, 404),
+    (ErrorCode::StateCorrupt, 422),
+    (ErrorCode::CaptureFailed, 409),
     (ErrorCode::Internal, 500),
 ];
 
@@ -1407,6 +1424,8 @@ fn samples_validate_against_the_schemas() {
         },
         idle_timeout: Some(5),
         max_lifetime: Some(6),
+        from_snapshot: Some("snap_0123456789abcdef0123456789abcdef".into()),
+        on_idle: Some(sandlot_types::IdleAction::Pause),
     };
     let cases: Vec<(&str, Value)> = vec![
         ("Sandbox", to(&sample_sandbox("sb"))),

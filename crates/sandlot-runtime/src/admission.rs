@@ -75,7 +75,11 @@ impl Runtime {
     /// is at its bound.
     pub(crate) fn enqueue_create(&self) -> Result<CreateTicket, RuntimeError> {
         let inner = &self.inner;
-        let live_count = lock(&inner.sandboxes).len();
+        // Paused sandboxes hold no process and no memory: they do not count.
+        let live_count = lock(&inner.sandboxes)
+            .values()
+            .filter(|e| e.state() != sandlot_types::SandboxState::Paused)
+            .count();
         if live_count + inner.creating.load(Ordering::SeqCst) >= inner.config.max_sandboxes {
             return Err(RuntimeError::AtCapacity {
                 max: inner.config.max_sandboxes,

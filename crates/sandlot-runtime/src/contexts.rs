@@ -8,8 +8,9 @@
 //! "context": "<id>", "ok": bool, "error": "..."}`.
 
 use crate::error::RuntimeError;
+use crate::request::{ask, Failure};
 use crate::restart::Turn;
-use crate::sandbox::{Live, Pumped};
+use crate::sandbox::Live;
 use crate::util::{lock, new_id, now_rfc3339};
 use crate::{Entry, Runtime};
 use sandlot_types::Context;
@@ -53,49 +54,20 @@ impl Live {
     }
 }
 
-/// Why a context request failed.
-enum Failure {
-    /// The driver answered no (its message).
-    Refused(String),
-    /// No answer in time; the sandbox lives on.
-    NoAnswer,
-    /// The sandbox's processes are gone.
-    Died(String),
-}
-
 /// Sends one context request and waits for its `context_done`. Must be called with the
-/// sandbox's execution lock held. Output and frames arriving meanwhile belong to no execution
-/// and are discarded.
+/// sandbox's execution lock held.
 async fn ask_driver(live: &Live, kind: &'static str, ctx: &str) -> Result<(), Failure> {
-    let mut events = live.events.lock().await;
-    while let Ok(stale) = events.try_recv() {
-        if let Pumped::Closed(why) = stale {
-            return Err(Failure::Died(why));
-        }
-    }
     let msg = serde_json::json!({ "type": kind, "context": ctx });
-    if let Err(e) = live.send(&msg).await {
-        return Err(Failure::Died(format!("sending the request failed: {e}")));
-    }
-    let deadline = tokio::time::Instant::now() + ANSWER_TIMEOUT;
-    loop {
-        match tokio::time::timeout_at(deadline, events.recv()).await {
-            Err(_) => return Err(Failure::NoAnswer),
-            Ok(None) => return Err(Failure::Died("the sandbox's event stream ended".into())),
-            Ok(Some(Pumped::Closed(why))) => return Err(Failure::Died(why)),
-            Ok(Some(Pumped::Frame(v)))
-                if v.get("type").and_then(|t| t.as_str()) == Some("context_done")
-                    && v.get("context").and_then(|c| c.as_str()) == Some(ctx) =>
-            {
-                if v.get("ok").and_then(|o| o.as_bool()) == Some(true) {
-                    return Ok(());
-                }
-                let error = v.get("error").and_then(|e| e.as_str()).unwrap_or("refused");
-                return Err(Failure::Refused(error.chars().take(1000).collect()));
-            }
-            Ok(Some(_)) => continue,
-        }
-    }
+    ask(
+        live,
+        &msg,
+        None,
+        "context_done",
+        ("context", ctx),
+        ANSWER_TIMEOUT,
+    )
+    .await
+    .map(|_| ())
 }
 
 impl Runtime {

@@ -167,6 +167,32 @@ pub enum RuntimeError {
     #[error("the sandbox's processes died ({why}); its state is lost")]
     DiedInContextRequest { why: String },
 
+    // Saved state: pause and resume, forks, snapshots.
+    #[error("no snapshot {id}")]
+    SnapshotNotFound { id: String },
+    #[error("{what} is corrupt: {reason}")]
+    StateCorrupt { what: String, reason: String },
+    #[error("the sandbox's state could not be saved ({reason}); the sandbox is unchanged")]
+    CaptureFailed { reason: String },
+    #[error("the saved state could not be loaded into the new processes: {reason}")]
+    StateLoad { reason: String },
+    #[error("count must be between 1 and {max}, not {count}")]
+    BadForkCount { count: u64, max: u64 },
+    #[error("a snapshot name is 1 to 128 characters without control characters")]
+    BadSnapshotName,
+    #[error("snapshot {snapshot} is of template {has:?}, not {asked:?}")]
+    SnapshotTemplate {
+        snapshot: String,
+        has: String,
+        asked: String,
+    },
+    #[error("{op} {path}: {source}")]
+    StateFile {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+
     // Files and artifacts.
     #[error(transparent)]
     File(#[from] FileError),

@@ -47,7 +47,11 @@ impl Runtime {
             .collect();
         let kept = inner
             .store
-            .sandboxes_in(&[SandboxState::Stopped, SandboxState::Failed])
+            .sandboxes_in(&[
+                SandboxState::Stopped,
+                SandboxState::Failed,
+                SandboxState::Paused,
+            ])
             .map_err(store("listing stopped sandboxes"))?;
         let mut restored = BTreeSet::new();
         for (mut info, uid) in kept {
@@ -67,6 +71,9 @@ impl Runtime {
             let entry = Arc::new(crate::Entry::restored(info, uid, cg));
             lock(&inner.sandboxes).insert(entry.id.clone(), entry);
         }
+        // Snapshots keep their workspace copies among the workspaces.
+        restored.extend(self.snapshot_ids());
+        self.sweep_state_leftovers();
         for id in on_disk.difference(&restored) {
             if let Err(e) = workspaces.remove(id) {
                 tracing::warn!(workspace = %id, error = %e, "could not reclaim a workspace no sandbox owns");
@@ -75,10 +82,29 @@ impl Runtime {
         tracing::info!(
             stopped = stopped.len(),
             restored = restored.len(),
-            reclaimed = on_disk.len() - restored.len(),
+            reclaimed = on_disk.difference(&restored).count(),
             "took over what a previous run left"
         );
         Ok(())
+    }
+
+    /// Removes what a crash left of saves in flight: partial state files and forks' states.
+    fn sweep_state_leftovers(&self) {
+        let dirs = [
+            self.state_dir(),
+            self.inner.data_dir.join(crate::saved::SNAPSHOT_DIR),
+        ];
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".partial") || name.starts_with("fork-") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
     }
 
     /// Runs housekeeping in the background for as long as the runtime exists.
@@ -108,12 +134,13 @@ impl Runtime {
             };
             let busy = e.exec_lock.try_lock().is_err() || e.waiting.load(Ordering::SeqCst) > 0;
             let idle_for = lock(&e.last_active).elapsed();
-            if e.created.elapsed() >= Duration::from_secs(lifetime) {
+            if e.state() == SandboxState::Paused {
+                self.check_paused(&e).await;
+            } else if std::time::Instant::now() >= *lock(&e.expires) {
                 let why = format!("expired: reached its maximum lifetime of {lifetime} s");
                 self.end(&e, SandboxState::Expired, &why).await;
             } else if !busy && idle_for >= Duration::from_secs(idle) {
-                let why = format!("expired: idle for more than its idle timeout of {idle} s");
-                self.end(&e, SandboxState::Expired, &why).await;
+                self.idle_out(&e, idle).await;
             } else if let Ok(turn) = e.exec_lock.clone().try_lock_owned() {
                 // Processes that died between executions (a background process that used all
                 // the memory, a crash) come back now rather than on the next request.

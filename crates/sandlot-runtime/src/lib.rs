@@ -26,12 +26,17 @@ mod contexts;
 pub mod error;
 mod exec;
 pub mod files;
+mod fork;
 mod housekeeping;
+mod pause;
 mod pool;
 mod recorder;
+mod request;
 mod restart;
 mod sandbox;
 mod sandboxes;
+mod saved;
+mod snapshots;
 mod spawn;
 mod teardown;
 pub mod templates;
@@ -101,6 +106,8 @@ pub struct RuntimeConfig {
     /// Which workspace backend to use in `<data-dir>/disk` (Btrfs where the kernel and
     /// `mkfs.btrfs` allow, else per-sandbox loop images).
     pub workspace_backend: sandlot_workspace::BackendChoice,
+    /// How long a paused sandbox is kept before it expires; `None` keeps it until deleted.
+    pub paused_retention_secs: Option<u64>,
     /// Size the Btrfs workspace image is first allocated at (it grows in steps while the host
     /// has room); `None` keeps the workspace crate's default (4 GiB).
     pub workspace_image_bytes: Option<u64>,
@@ -142,6 +149,7 @@ impl RuntimeConfig {
             artifact_retention_secs: 7 * 24 * 3600,
             workspace_backend: Default::default(),
             workspace_image_bytes: None,
+            paused_retention_secs: Some(30 * 24 * 3600),
         }
     }
 }
@@ -150,7 +158,9 @@ impl RuntimeConfig {
 /// with different data dirs on one host do not hand out the same uid.
 struct Slots {
     base: u32,
-    free: Vec<u32>,
+    /// Free slots (offsets from `base`); the lowest is handed out first. A set, so a server
+    /// that finds thousands of paused sandboxes on disk reserves their uids quickly.
+    free: std::collections::BTreeSet<u32>,
     /// Uids held by zygotes (the rest of those handed out are sandboxes').
     zygotes: std::collections::HashSet<u32>,
 }
@@ -163,12 +173,12 @@ impl Slots {
         let base = 0x4000_0000 + (h % 16000) * 65536;
         Self {
             base,
-            free: (1..65535).rev().collect(),
+            free: (1..65535).collect(),
             zygotes: Default::default(),
         }
     }
     fn alloc(&mut self) -> Option<u32> {
-        self.free.pop().map(|s| self.base + s)
+        self.free.pop_first().map(|s| self.base + s)
     }
     fn alloc_zygote(&mut self) -> Option<u32> {
         let uid = self.alloc()?;
@@ -177,23 +187,15 @@ impl Slots {
     }
     /// Takes a specific uid (a sandbox found on disk at start keeps the uid it had).
     fn reserve(&mut self, uid: u32) -> bool {
-        let Some(slot) = uid.checked_sub(self.base) else {
-            return false;
-        };
-        match self.free.iter().position(|&s| s == slot) {
-            Some(i) => {
-                self.free.remove(i);
-                true
-            }
+        match uid.checked_sub(self.base) {
+            Some(slot) => self.free.remove(&slot),
             None => false,
         }
     }
     fn release(&mut self, uid: u32) {
         self.zygotes.remove(&uid);
         if let Some(slot) = uid.checked_sub(self.base).filter(|s| *s > 0 && *s < 65535) {
-            if !self.free.contains(&slot) {
-                self.free.push(slot);
-            }
+            self.free.insert(slot);
         }
     }
     /// Whether `uid` is one this server gives sandboxes (not a zygote's).
@@ -218,7 +220,8 @@ struct Entry {
     /// fair). Owned guards let a restart keep it after the request that caused it answered.
     exec_lock: Arc<tokio::sync::Mutex<()>>,
     last_active: Mutex<Instant>,
-    created: Instant,
+    /// When its maximum lifetime is reached (moved later by the time it spends paused).
+    expires: Mutex<Instant>,
     waiting: AtomicUsize,
     /// When its recent restarts happened, for the restart-loop bound.
     restarts: Mutex<std::collections::VecDeque<Instant>>,
@@ -236,6 +239,7 @@ struct Slot {
 impl Entry {
     /// A new entry for a sandbox running in `live`.
     fn new(info: Sandbox, live: Arc<Live>) -> Self {
+        let lifetime = Duration::from_secs(info.max_lifetime);
         Self {
             id: info.id.clone(),
             host_uid: live.host_uid,
@@ -248,22 +252,17 @@ impl Entry {
             }),
             exec_lock: Default::default(),
             last_active: Mutex::new(Instant::now()),
-            created: Instant::now(),
+            expires: Mutex::new(Instant::now() + lifetime),
             waiting: AtomicUsize::new(0),
             restarts: Default::default(),
         }
     }
 
-    /// An entry for a sandbox a previous server run left `stopped` (or `failed`) with its
-    /// workspace on disk: no processes until its next execution restarts them in place. Its
-    /// lifetime counts from its creation; its idle time from now.
+    /// An entry for a sandbox a previous server run left `stopped`, `failed` or `paused` with
+    /// its workspace on disk: no processes until its next execution restarts (or resumes) them
+    /// in place. Its lifetime ends at its recorded `expires_at`; its idle time counts from now.
     fn restored(info: Sandbox, host_uid: u32, cgroup: Cgroup) -> Self {
-        let age = time::OffsetDateTime::parse(
-            &info.created_at,
-            &time::format_description::well_known::Rfc3339,
-        )
-        .map(|t| (time::OffsetDateTime::now_utc() - t).unsigned_abs())
-        .unwrap_or_default();
+        let expires = util::instant_of(&info.expires_at);
         Self {
             id: info.id.clone(),
             host_uid,
@@ -273,7 +272,7 @@ impl Entry {
             slot: Default::default(),
             exec_lock: Default::default(),
             last_active: Mutex::new(Instant::now()),
-            created: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+            expires: Mutex::new(expires),
             waiting: AtomicUsize::new(0),
             restarts: Default::default(),
         }
@@ -321,6 +320,8 @@ struct Inner {
     /// The sandboxes' workspaces, in `<data-dir>/disk` (`workspace.rs`).
     /// `None` once shutdown has unmounted them.
     workspaces: Mutex<Option<Arc<sandlot_workspace::Workspaces>>>,
+    /// The data dir, canonical.
+    data_dir: PathBuf,
 }
 
 impl Runtime {
@@ -406,6 +407,7 @@ impl Runtime {
             graves: Default::default(),
             artifacts: artifact_store,
             workspaces: Mutex::new(Some(Arc::new(workspaces))),
+            data_dir: data_dir.clone(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),

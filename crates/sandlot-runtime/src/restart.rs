@@ -69,6 +69,10 @@ impl Runtime {
         if state == SandboxState::Failed {
             return Err(failed(e));
         }
+        if state == SandboxState::Paused {
+            let (turn, live) = self.resume_in(e, turn).await?;
+            return Ok((turn, live, None));
+        }
         if let Some(live) = current {
             if !live.is_dead() && !live.init_exited() {
                 return Ok((turn, live, None));
@@ -130,7 +134,7 @@ impl Runtime {
 
     /// [`Runtime::reboot`] in a task of its own, so a caller that goes away cannot cut it
     /// short; the turn comes back with the outcome.
-    async fn reboot_in_task(
+    pub(crate) async fn reboot_in_task(
         &self,
         e: Arc<Entry>,
         turn: Turn,

@@ -89,6 +89,55 @@ impl Live {
         }
     }
 
+    /// Sends one frame carrying `fd` (as `SCM_RIGHTS` on the frame's first bytes; the frame
+    /// says `"fd": true`). The driver keeps received descriptors in order and a frame that says
+    /// so takes the first; see `saved.rs`. Bounded like [`Live::send`].
+    pub async fn send_with_fd(
+        &self,
+        v: &Value,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let buf = frame::encode(v.to_string().as_bytes());
+        let write = async {
+            let mut w = self.writer.lock().await;
+            let sent = {
+                let sock: &tokio::net::UnixStream = (*w).as_ref();
+                loop {
+                    sock.writable().await?;
+                    let attempt = sock.try_io(tokio::io::Interest::WRITABLE, || {
+                        let iov = [std::io::IoSlice::new(&buf)];
+                        let fds = [fd.as_raw_fd()];
+                        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+                        nix::sys::socket::sendmsg::<()>(
+                            sock.as_raw_fd(),
+                            &iov,
+                            &cmsg,
+                            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+                            None,
+                        )
+                        .map_err(std::io::Error::from)
+                    });
+                    match attempt {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            // A stream socket may take part of the frame; the descriptor went with the first
+            // byte, the rest follows plainly.
+            w.write_all(&buf[sent..]).await
+        };
+        match tokio::time::timeout(SEND_TIMEOUT, write).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the sandbox stopped reading its control stream",
+            )),
+        }
+    }
+
     /// Sends SIGINT to the driver.
     pub fn interrupt(&self) {
         pidfd_signal(&self.driver_fd, libc::SIGINT);

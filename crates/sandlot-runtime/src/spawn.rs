@@ -64,6 +64,9 @@ impl Runtime {
     /// mid-way (dropping this future) cannot cut the handshake short and leave processes,
     /// a cgroup or a uid behind; a sandbox whose creator is gone when it is ready is deleted.
     pub async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, RuntimeError> {
+        if let Some(snapshot) = req.from_snapshot.clone() {
+            return self.create_from_snapshot(req, &snapshot).await;
+        }
         let admitted = self.admit(&req)?;
         let ticket = self.enqueue_create()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -82,7 +85,7 @@ impl Runtime {
     }
 
     /// Deletes a sandbox whose creator went away before it was ready.
-    async fn abandon_created(&self, id: &str) {
+    pub(crate) async fn abandon_created(&self, id: &str) {
         tracing::info!(
             sandbox = id,
             "the client went away during creation; deleting the sandbox"
@@ -131,7 +134,21 @@ impl Runtime {
             ended_reason: None,
             restart_count: 0,
             last_restart: None,
+            on_idle: req.on_idle.unwrap_or_default(),
+            forked_from: None,
+            from_snapshot: None,
+            paused_at: None,
+            last_restore: None,
         };
+        self.adopt(live, info).await
+    }
+
+    /// Records a booted sandbox as the client's and lists it. On failure it is discarded.
+    pub(crate) async fn adopt(
+        &self,
+        live: Arc<Live>,
+        info: Sandbox,
+    ) -> Result<Sandbox, RuntimeError> {
         let recorded = self
             .inner
             .store

@@ -201,6 +201,9 @@ impl Runtime {
     /// and frees its uid. What cannot go yet (a group that still holds processes) is left to
     /// housekeeping, and the uid stays reserved meanwhile. Blocking.
     fn release(&self, id: &str, uid: u32, cg: &Cgroup, workspace: bool) {
+        if workspace {
+            self.remove_paused_state(id);
+        }
         let mut removed = false;
         for _ in 0..20 {
             if cg.remove().is_ok() {

@@ -24,6 +24,27 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|source| RuntimeError::Task { task, source })
 }
 
+/// The monotonic instant of an RFC 3339 time (now when it does not parse).
+pub(crate) fn instant_of(text: &str) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let Ok(t) = OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) else {
+        return now;
+    };
+    let delta = t - OffsetDateTime::now_utc();
+    if delta.is_negative() {
+        now.checked_sub(delta.unsigned_abs()).unwrap_or(now)
+    } else {
+        now + delta.unsigned_abs()
+    }
+}
+
+/// Seconds from the RFC 3339 time `since` until now (0 when it does not parse or is ahead).
+pub(crate) fn secs_since(since: &str) -> f64 {
+    OffsetDateTime::parse(since, &time::format_description::well_known::Rfc3339)
+        .map(|t| (OffsetDateTime::now_utc() - t).as_seconds_f64().max(0.0))
+        .unwrap_or(0.0)
+}
+
 /// Now as RFC 3339 UTC with microseconds (fixed width, so text order is time order).
 pub fn now_rfc3339() -> String {
     rfc3339(OffsetDateTime::now_utc())

@@ -7,14 +7,18 @@
 //!
 //! # Schema
 //!
-//! Two tables. Whatever is queried or filtered on is a real column; nested values are JSON text
+//! Three tables. Whatever is queried or filtered on is a real column; nested values are JSON text
 //! in the same shape as the wire model of [`sandlot_types`]:
 //!
 //! - `sandboxes`: `id`, `template`, `template_version`, `state`, `env` (JSON), `metadata`
 //!   (JSON), `limits` (JSON), `idle_timeout`, `max_lifetime`, `created_at`, `last_active_at`,
 //!   `expires_at`, `ended_reason`, `restart_count`, `last_restart` (JSON), and `host_uid` (the
 //!   host uid its workspace belongs to: not part of the wire model, kept so a restarted server
-//!   gives a stopped sandbox back its uid); indexed by `(state, created_at)` and `created_at`.
+//!   gives a stopped sandbox back its uid), `on_idle`, `forked_from`, `from_snapshot`,
+//!   `paused_at`, `last_restore` (JSON); indexed by `(state, created_at)` and `created_at`.
+//! - `snapshots`: the wire model's fields ([`Snapshot`], `not_captured` as JSON) plus
+//!   `state_sha256` (of the saved state's body, checked before it is loaded and by `sandlot
+//!   snapshots verify`) and `contexts` (JSON); no foreign key: a snapshot outlives its sandbox.
 //! - `executions`: `id`, `sandbox_id` (foreign key to `sandboxes`), `language`, `code`,
 //!   `started_at`, and once finished `end_state`, `duration_ms`, `cpu_time_ms`,
 //!   `peak_memory_bytes` and `result` (the whole [`ExecutionResult`] as JSON, which is what is
@@ -43,8 +47,8 @@ use std::time::{Duration, Instant};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use sandlot_types::{
-    EndState, ExecError, ExecutionRecord, ExecutionResult, Language, Sandbox, SandboxState,
-    Truncation,
+    Context, EndState, ExecError, ExecutionRecord, ExecutionResult, IdleAction, Language, Sandbox,
+    SandboxState, Snapshot, Truncation,
 };
 
 #[cfg(test)]
@@ -55,7 +59,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
 /// Never edit a migration that has shipped; append a new one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE sandboxes (
@@ -99,12 +103,41 @@ ALTER TABLE sandboxes ADD COLUMN last_restart TEXT;
 ALTER TABLE sandboxes ADD COLUMN host_uid INTEGER;
 ";
 
+/// Version 3: pause and resume, forks and snapshots.
+const SCHEMA_V3: &str = "
+ALTER TABLE sandboxes ADD COLUMN on_idle TEXT NOT NULL DEFAULT 'delete';
+ALTER TABLE sandboxes ADD COLUMN forked_from TEXT;
+ALTER TABLE sandboxes ADD COLUMN from_snapshot TEXT;
+ALTER TABLE sandboxes ADD COLUMN paused_at TEXT;
+ALTER TABLE sandboxes ADD COLUMN last_restore TEXT;
+
+CREATE TABLE snapshots (
+    id               TEXT PRIMARY KEY NOT NULL,
+    name             TEXT,
+    sandbox_id       TEXT NOT NULL,
+    template         TEXT NOT NULL,
+    template_version TEXT NOT NULL,
+    created_at       TEXT NOT NULL,
+    state_bytes      INTEGER NOT NULL,
+    state_sha256     TEXT NOT NULL,
+    workspace        INTEGER NOT NULL,
+    variables        INTEGER NOT NULL,
+    not_captured     TEXT NOT NULL,
+    contexts         TEXT NOT NULL,
+    version          INTEGER NOT NULL
+);
+CREATE INDEX snapshots_created ON snapshots (created_at);
+";
+
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
      idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason, \
-     restart_count, last_restart";
+     restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore";
+
+const SNAPSHOT_COLUMNS: &str = "id, name, sandbox_id, template, template_version, created_at, \
+     state_bytes, state_sha256, workspace, variables, not_captured, contexts, version";
 
 const EXECUTION_COLUMNS: &str = "id, sandbox_id, code, language, started_at, result";
 
@@ -151,6 +184,13 @@ pub enum StoreError {
     },
     #[error("cannot read sandbox {id}")]
     GetSandbox {
+        id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot {op} snapshot {id}")]
+    Snapshot {
+        op: &'static str,
         id: String,
         #[source]
         source: rusqlite::Error,
@@ -206,7 +246,8 @@ impl StoreError {
             StoreError::InsertSandbox { source, .. }
             | StoreError::UpdateSandbox { source, .. }
             | StoreError::InsertExecution { source, .. }
-            | StoreError::FinishExecution { source, .. } => source,
+            | StoreError::FinishExecution { source, .. }
+            | StoreError::Snapshot { source, .. } => source,
             _ => return false,
         };
         source.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
@@ -272,7 +313,8 @@ impl Store {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17, ?18, ?19, ?20)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -290,6 +332,14 @@ impl Store {
                 s.ended_reason,
                 s.restart_count,
                 last_restart_json(s)?,
+                s.on_idle.as_str(),
+                s.forked_from,
+                s.from_snapshot,
+                s.paused_at,
+                s.last_restore
+                    .as_ref()
+                    .map(|r| to_json(serde_json::to_string(r)))
+                    .transpose()?,
             ])?;
             Ok(())
         };
@@ -307,7 +357,8 @@ impl Store {
                 "UPDATE sandboxes SET template = ?2, template_version = ?3, state = ?4, \
                  env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
                  created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
-                 restart_count = ?14, last_restart = ?15 WHERE id = ?1",
+                 restart_count = ?14, last_restart = ?15, on_idle = ?16, forked_from = ?17, \
+                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -325,6 +376,14 @@ impl Store {
                 s.ended_reason,
                 s.restart_count,
                 last_restart_json(s)?,
+                s.on_idle.as_str(),
+                s.forked_from,
+                s.from_snapshot,
+                s.paused_at,
+                s.last_restore
+                    .as_ref()
+                    .map(|r| to_json(serde_json::to_string(r)))
+                    .transpose()?,
             ])
         };
         match run() {
@@ -510,11 +569,90 @@ impl Store {
             ))?;
             let names: Vec<&str> = states.iter().map(|s| state_str(*s)).collect();
             let rows = stmt.query_map(rusqlite::params_from_iter(names), |row| {
-                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(15)?))
+                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(20)?))
             })?;
             rows.collect()
         };
         run().map_err(|source| StoreError::ListSandboxes { source })
+    }
+
+    /// Records a snapshot. Fails (a constraint violation) if the id is already recorded.
+    pub fn insert_snapshot(&self, r: &SnapshotRecord) -> Result<(), StoreError> {
+        let s = &r.snapshot;
+        let run = || -> rusqlite::Result<()> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            ))?;
+            stmt.execute(params![
+                s.id,
+                s.name,
+                s.sandbox_id,
+                s.template,
+                s.template_version,
+                s.created_at,
+                s.state_bytes,
+                r.state_sha256,
+                s.workspace,
+                s.variables,
+                to_json(serde_json::to_string(&s.not_captured))?,
+                to_json(serde_json::to_string(&r.contexts))?,
+                s.version,
+            ])?;
+            Ok(())
+        };
+        run().map_err(|source| StoreError::Snapshot {
+            op: "insert",
+            id: s.id.clone(),
+            source,
+        })
+    }
+
+    /// The snapshot recorded under `id`, if any.
+    pub fn get_snapshot(&self, id: &str) -> Result<Option<SnapshotRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Option<SnapshotRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE id = ?1"
+            ))?;
+            stmt.query_row([id], snapshot_from_row).optional()
+        };
+        run().map_err(|source| StoreError::Snapshot {
+            op: "get",
+            id: id.to_owned(),
+            source,
+        })
+    }
+
+    /// Every snapshot, oldest first.
+    pub fn list_snapshots(&self) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Vec<SnapshotRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots ORDER BY created_at, rowid"
+            ))?;
+            let rows = stmt.query_map([], snapshot_from_row)?;
+            rows.collect()
+        };
+        run().map_err(|source| StoreError::Snapshot {
+            op: "list",
+            id: String::new(),
+            source,
+        })
+    }
+
+    /// Forgets a snapshot; true when it was recorded.
+    pub fn delete_snapshot(&self, id: &str) -> Result<bool, StoreError> {
+        let run = || -> rusqlite::Result<usize> {
+            let conn = self.conn();
+            conn.execute("DELETE FROM snapshots WHERE id = ?1", [id])
+        };
+        run().map(|n| n > 0).map_err(|source| StoreError::Snapshot {
+            op: "delete",
+            id: id.to_owned(),
+            source,
+        })
     }
 
     /// Records an execution as it starts (`rec.result` is normally `None`; a result given here
@@ -702,6 +840,51 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
                 Some(serde_json::from_str(&text).map_err(|e| conversion_failure(14, Box::new(e)))?)
             }
         },
+        on_idle: enum_column(row, 15, "idle action", |s| {
+            Some(match s {
+                "delete" => IdleAction::Delete,
+                "pause" => IdleAction::Pause,
+                _ => return None,
+            })
+        })?,
+        forked_from: row.get(16)?,
+        from_snapshot: row.get(17)?,
+        paused_at: row.get(18)?,
+        last_restore: match row.get::<_, Option<String>>(19)? {
+            None => None,
+            Some(text) => {
+                Some(serde_json::from_str(&text).map_err(|e| conversion_failure(19, Box::new(e)))?)
+            }
+        },
+    })
+}
+
+/// A snapshot as recorded: the wire model plus the sha256 of its state file's body and the
+/// code contexts it holds (ids and creation times), which a sandbox started from it gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub snapshot: Snapshot,
+    pub state_sha256: String,
+    pub contexts: Vec<Context>,
+}
+
+fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
+    Ok(SnapshotRecord {
+        snapshot: Snapshot {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            sandbox_id: row.get(2)?,
+            template: row.get(3)?,
+            template_version: row.get(4)?,
+            created_at: row.get(5)?,
+            state_bytes: row.get(6)?,
+            workspace: row.get(8)?,
+            variables: row.get(9)?,
+            not_captured: json_column(row, 10, |s| serde_json::from_str(s))?,
+            version: row.get(12)?,
+        },
+        state_sha256: row.get(7)?,
+        contexts: json_column(row, 11, |s| serde_json::from_str(s))?,
     })
 }
 
@@ -785,6 +968,7 @@ fn state_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<SandboxState> {
             "deleted" => SandboxState::Deleted,
             "expired" => SandboxState::Expired,
             "lost" => SandboxState::Lost,
+            "paused" => SandboxState::Paused,
             _ => return None,
         })
     })

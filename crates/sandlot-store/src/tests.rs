@@ -30,6 +30,11 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         },
         restart_count: 0,
         last_restart: None,
+        on_idle: IdleAction::Delete,
+        forked_from: None,
+        from_snapshot: None,
+        paused_at: None,
+        last_restore: None,
     }
 }
 
@@ -126,6 +131,7 @@ fn enum_columns_match_the_wire_names() {
         SandboxState::Deleted,
         SandboxState::Expired,
         SandboxState::Lost,
+        SandboxState::Paused,
     ] {
         assert_eq!(state_str(s), json(serde_json::to_value(s).unwrap()));
     }
@@ -168,6 +174,78 @@ fn sandbox_roundtrip_and_update() {
         store.get_sandbox("sb-1").unwrap().unwrap().ended_reason,
         None
     );
+}
+
+#[test]
+fn paused_forked_sandbox_roundtrip() {
+    let store = Store::open_in_memory().unwrap();
+    let mut sb = sandbox("sb-2", "2025-01-01T00:00:00.000Z", SandboxState::Running);
+    sb.on_idle = IdleAction::Pause;
+    sb.forked_from = Some("sb-1".to_owned());
+    sb.from_snapshot = Some("snap_1".to_owned());
+    store.insert_sandbox(&sb).unwrap();
+    store.set_host_uid("sb-2", Some(4242)).unwrap();
+    assert_eq!(store.get_sandbox("sb-2").unwrap(), Some(sb.clone()));
+    sb.state = SandboxState::Paused;
+    sb.paused_at = Some("2025-01-01T00:01:00.000Z".to_owned());
+    sb.last_restore = Some(sandlot_types::LastRestore {
+        at: "2025-01-01T00:00:01.000Z".to_owned(),
+        source: "fork".to_owned(),
+        variables: 3,
+        not_restored: vec![sandlot_types::NotCaptured {
+            name: "f".to_owned(),
+            context: "default".to_owned(),
+            reason: "open file".to_owned(),
+        }],
+    });
+    store.update_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-2").unwrap(), Some(sb.clone()));
+    let paused = store.sandboxes_in(&[SandboxState::Paused]).unwrap();
+    assert_eq!(paused, vec![(sb, Some(4242))]);
+}
+
+#[test]
+fn snapshot_roundtrip_list_and_delete() {
+    let store = Store::open_in_memory().unwrap();
+    let rec = |id: &str, at: &str| SnapshotRecord {
+        snapshot: Snapshot {
+            id: id.to_owned(),
+            name: Some("before training".to_owned()),
+            sandbox_id: "sb-1".to_owned(),
+            template: "default".to_owned(),
+            template_version: "sha256:abc".to_owned(),
+            created_at: at.to_owned(),
+            state_bytes: 1234,
+            workspace: true,
+            variables: 7,
+            not_captured: vec![sandlot_types::NotCaptured {
+                name: "sock".to_owned(),
+                context: "default".to_owned(),
+                reason: "cannot pickle socket".to_owned(),
+            }],
+            version: 1,
+        },
+        state_sha256: "ab".repeat(32),
+        contexts: vec![Context {
+            id: "default".to_owned(),
+            created_at: at.to_owned(),
+        }],
+    };
+    let (a, b) = (
+        rec("snap_b", "2025-01-02T00:00:00.000Z"),
+        rec("snap_a", "2025-01-01T00:00:00.000Z"),
+    );
+    store.insert_snapshot(&a).unwrap();
+    store.insert_snapshot(&b).unwrap();
+    assert!(store
+        .insert_snapshot(&a)
+        .unwrap_err()
+        .is_constraint_violation());
+    assert_eq!(store.get_snapshot("snap_b").unwrap(), Some(a.clone()));
+    assert_eq!(store.list_snapshots().unwrap(), vec![b.clone(), a.clone()]);
+    assert!(store.delete_snapshot("snap_b").unwrap());
+    assert!(!store.delete_snapshot("snap_b").unwrap());
+    assert_eq!(store.get_snapshot("snap_b").unwrap(), None);
 }
 
 #[test]

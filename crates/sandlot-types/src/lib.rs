@@ -54,6 +54,32 @@ pub struct CreateSandbox {
     /// Seconds after creation after which the sandbox is deleted regardless of use.
     #[serde(default)]
     pub max_lifetime: Option<u64>,
+    /// Start from this snapshot: its workspace files and interpreter state.
+    #[serde(default)]
+    pub from_snapshot: Option<String>,
+    /// What reaching the idle timeout does: delete the sandbox (default) or pause it.
+    #[serde(default)]
+    pub on_idle: Option<IdleAction>,
+}
+
+/// What a sandbox's idle timeout does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleAction {
+    /// The sandbox and its files are deleted.
+    #[default]
+    Delete,
+    /// The sandbox is paused: its state is saved, its processes stop, the next call resumes it.
+    Pause,
+}
+
+impl IdleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleAction::Delete => "delete",
+            IdleAction::Pause => "pause",
+        }
+    }
 }
 
 /// Lifecycle state of a sandbox as stored and reported.
@@ -74,6 +100,9 @@ pub enum SandboxState {
     Expired,
     /// Its processes died and its state was not kept (records of older servers).
     Lost,
+    /// Its interpreter state and files are saved on disk and it holds no process, memory or
+    /// cgroup; the next call to it (or `resume`) brings it back with its variables.
+    Paused,
 }
 
 impl SandboxState {
@@ -86,6 +115,7 @@ impl SandboxState {
             SandboxState::Deleted => "deleted",
             SandboxState::Expired => "expired",
             SandboxState::Lost => "lost",
+            SandboxState::Paused => "paused",
         }
     }
 
@@ -132,6 +162,103 @@ pub struct Sandbox {
     pub restart_count: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart: Option<LastRestart>,
+    /// What its idle timeout does.
+    #[serde(default)]
+    pub on_idle: IdleAction,
+    /// The sandbox it was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    /// The snapshot it was started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<String>,
+    /// When it was paused (RFC 3339), while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+    /// The last time interpreter state was loaded into it (fork, snapshot, resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restore: Option<LastRestore>,
+}
+
+/// A load of saved interpreter state into a sandbox, and what did not come back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastRestore {
+    /// RFC 3339.
+    pub at: String,
+    /// `fork`, `snapshot` or `resume`.
+    pub source: String,
+    /// Variables restored.
+    pub variables: u64,
+    pub not_restored: Vec<NotCaptured>,
+}
+
+/// A variable (or module, or Bash session) that could not be saved or loaded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotCaptured {
+    pub name: String,
+    pub context: String,
+    pub reason: String,
+}
+
+/// `POST /v1/sandboxes/{id}/fork` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many children (1 to 100).
+    #[serde(default = "one")]
+    pub count: u64,
+    /// Children keep the parent's random state instead of fresh entropy.
+    #[serde(default)]
+    pub same_seed: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Default for ForkRequest {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            same_seed: false,
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/fork` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkResult {
+    pub sandboxes: Vec<Sandbox>,
+    /// What of the parent's state the children did not get.
+    pub not_captured: Vec<NotCaptured>,
+    pub took_ms: f64,
+}
+
+/// `POST /v1/sandboxes/{id}/snapshots` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// A saved sandbox state (interpreter state and workspace files) new sandboxes start from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub id: String,
+    pub name: Option<String>,
+    /// The sandbox it was taken of.
+    pub sandbox_id: String,
+    pub template: String,
+    pub template_version: String,
+    pub created_at: String,
+    /// Size of the saved interpreter state in bytes.
+    pub state_bytes: u64,
+    /// Whether the workspace's files were captured (always, on a disk workspace).
+    pub workspace: bool,
+    pub variables: u64,
+    pub not_captured: Vec<NotCaptured>,
+    /// Format version of the saved state.
+    pub version: u32,
 }
 
 /// Limits with every value filled in.
@@ -400,6 +527,12 @@ pub enum ErrorCode {
     InsufficientStorage,
     /// An archive entry is hostile or malformed (400).
     InvalidArchive,
+    /// No snapshot with that id (404).
+    SnapshotNotFound,
+    /// A saved state on disk is truncated or corrupted (422).
+    StateCorrupt,
+    /// The sandbox's state could not be saved; the sandbox is unchanged (409).
+    CaptureFailed,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -426,6 +559,9 @@ impl ErrorCode {
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::InvalidArchive => "invalid_archive",
+            ErrorCode::SnapshotNotFound => "snapshot_not_found",
+            ErrorCode::StateCorrupt => "state_corrupt",
+            ErrorCode::CaptureFailed => "capture_failed",
             ErrorCode::Internal => "internal",
         }
     }

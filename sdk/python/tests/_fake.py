@@ -29,6 +29,11 @@ def api_error(status: int, code: str, message: str) -> httpx.Response:
     return httpx.Response(status, json={"error": {"code": code, "message": message}})
 
 
+# States of a sandbox that has ended: answered 410 sandbox_gone, left out of a plain list.
+ENDED = ("deleted", "expired", "lost")
+NOW = "2025-11-22T03:35:00Z"
+
+
 class FakeSandlot:
     """Routes like the real API. ``execute_result`` is what every execute returns;
     ``requests`` records (method, path, headers, body bytes) of each request."""
@@ -54,6 +59,14 @@ class FakeSandlot:
         self.background: Dict[str, Dict[str, Any]] = {}
         self.template_polls = 2
         self._polls: Dict[str, int] = {}
+        # saved state: snapshot id -> Snapshot JSON (and the files it captured); what a fork,
+        # pause or snapshot reports it could not capture; sandboxes whose saved state is
+        # "corrupt" (their resume answers 422) and ones whose capture fails (409)
+        self.snapshots: Dict[str, Dict[str, Any]] = {}
+        self.snapshot_files: Dict[str, Dict[str, bytes]] = {}
+        self.not_captured: List[Dict[str, str]] = fixture("fork_result.json")["not_captured"]
+        self.corrupt: set = set()
+        self.capture_fails: set = set()
 
     # the MockTransport handler (sync and async transports accept the same callable)
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -82,23 +95,15 @@ class FakeSandlot:
             return httpx.Response(200, content=self.artifacts[sha], headers={"content-type": "text/csv"})
         if parts[:2] == ["v1", "templates"]:
             return self.templates_route(request, body, parts[2:])
+        if parts[:2] == ["v1", "snapshots"]:
+            return self.snapshots_route(m, [unquote(p) for p in parts[2:]])
         if parts[:2] != ["v1", "sandboxes"]:
             return api_error(404, "invalid_request", "no such route")
         if len(parts) == 2:
             if m == "POST":
-                req = json.loads(body)
-                self.counter += 1
-                sid = f"sbx_fake{self.counter:04d}"
-                sb = copy.deepcopy(fixture("sandbox.json"))
-                sb.update(id=sid, env=req.get("env", {}), metadata=req.get("metadata", {}), template=req.get("template") or "default")
-                if "idle_timeout" in req:
-                    sb["idle_timeout"] = req["idle_timeout"]
-                self.sandboxes[sid] = sb
-                self.files[sid] = {}
-                self.contexts[sid] = [{"id": "default", "created_at": sb["created_at"]}]
-                return httpx.Response(201, json=sb)
+                return self.create(json.loads(body) if body else {})
             allowed = request.url.params.get("all") == "true"
-            return httpx.Response(200, json={"sandboxes": [s for s in self.sandboxes.values() if allowed or s["state"] == "running"]})
+            return httpx.Response(200, json={"sandboxes": [s for s in self.sandboxes.values() if allowed or s["state"] not in ENDED]})
         sid = unquote(parts[2])
         sb = self.sandboxes.get(sid)
         if sb is None:
@@ -108,12 +113,26 @@ class FakeSandlot:
             if m == "GET":
                 return httpx.Response(200, json=sb)
             if m == "DELETE":
-                if sb["state"] != "running":
+                if sb["state"] in ENDED:
                     return api_error(410, "sandbox_gone", "already deleted")
                 sb["state"] = "deleted"
+                sb.pop("paused_at", None)
                 return httpx.Response(204)
-        if sb["state"] != "running":
+        if sb["state"] in ENDED:
             return api_error(410, "sandbox_gone", f"sandbox {sid} was deleted")
+        if rest == ["pause"] and m == "POST":
+            return self.pause(sid)
+        if rest == ["resume"] and m == "POST":
+            return self.resume(sid)
+        if sb["state"] == "paused" and rest and rest[0] in ("execute", "contexts", "fork", "snapshots"):
+            # like the server: the next call to a paused sandbox resumes it
+            resumed = self.resume(sid)
+            if resumed.status_code != 200:
+                return resumed
+        if rest == ["fork"] and m == "POST":
+            return self.fork(sid, json.loads(body) if body else {})
+        if rest == ["snapshots"] and m == "POST":
+            return self.snapshot(sid, json.loads(body) if body else {})
         if rest == ["execute"] and m == "POST":
             req = json.loads(body)
             ctx = req.get("context") or "default"
@@ -141,6 +160,114 @@ class FakeSandlot:
         if rest and rest[0] == "contexts":
             return self.contexts_route(sid, m, [unquote(r) for r in rest[1:]])
         return api_error(404, "invalid_request", "no such route")
+
+    def new_sandbox(self, **fields: Any) -> Dict[str, Any]:
+        self.counter += 1
+        sid = f"sbx_fake{self.counter:04d}"
+        sb = copy.deepcopy(fixture("sandbox.json"))
+        sb.update(fields, id=sid)
+        self.sandboxes[sid] = sb
+        self.files[sid] = {}
+        self.contexts[sid] = [{"id": "default", "created_at": sb["created_at"]}]
+        return sb
+
+    def create(self, req: Dict[str, Any]) -> httpx.Response:
+        snap = None
+        if req.get("from_snapshot") is not None:
+            snap = self.snapshots.get(req["from_snapshot"])
+            if snap is None:
+                return api_error(404, "snapshot_not_found", f"no snapshot {req['from_snapshot']}")
+            if req.get("template") not in (None, snap["template"]):
+                return api_error(400, "invalid_argument", f"snapshot {snap['id']} is of template {snap['template']}")
+        if req.get("on_idle") not in (None, "delete", "pause"):
+            return api_error(400, "invalid_request", "on_idle: unknown variant")
+        sb = self.new_sandbox(
+            env=req.get("env", {}),
+            metadata=req.get("metadata", {}),
+            template=req.get("template") or (snap["template"] if snap else "default"),
+            on_idle=req.get("on_idle") or "delete",
+        )
+        if "idle_timeout" in req:
+            sb["idle_timeout"] = req["idle_timeout"]
+        if snap is not None:
+            if snap["id"] in self.corrupt:
+                del self.sandboxes[sb["id"]]
+                return api_error(422, "state_corrupt", f"snapshot {snap['id']}: the state file is truncated")
+            sb.update(from_snapshot=snap["id"], last_restore=self.restore("snapshot", snap["variables"]))
+            self.files[sb["id"]] = dict(self.snapshot_files[snap["id"]])
+        return httpx.Response(201, json=sb)
+
+    @staticmethod
+    def restore(source: str, variables: int = 3) -> Dict[str, Any]:
+        return {"at": NOW, "source": source, "variables": variables, "not_restored": []}
+
+    def pause(self, sid: str) -> httpx.Response:
+        sb = self.sandboxes[sid]
+        if sid in self.capture_fails:
+            return api_error(409, "capture_failed", f"sandbox {sid}: saving its state failed: no space left on device")
+        if sb["state"] != "paused":
+            sb.update(state="paused", paused_at=NOW)
+        return httpx.Response(200, json=sb)
+
+    def resume(self, sid: str) -> httpx.Response:
+        sb = self.sandboxes[sid]
+        if sb["state"] == "paused":
+            if sid in self.corrupt:
+                return api_error(422, "state_corrupt", f"sandbox {sid}: its saved state is corrupt (checksum mismatch)")
+            sb["state"] = "running"
+            sb.pop("paused_at", None)
+            sb["last_restore"] = self.restore("resume")
+        return httpx.Response(200, json=sb)
+
+    def fork(self, sid: str, req: Dict[str, Any]) -> httpx.Response:
+        count = req.get("count", 1)
+        if not isinstance(count, int) or not 1 <= count <= 100:
+            return api_error(400, "invalid_argument", f"count must be 1 to 100, not {count}")
+        if sid in self.capture_fails:
+            return api_error(409, "capture_failed", f"sandbox {sid}: saving its state failed")
+        parent = self.sandboxes[sid]
+        children = []
+        for _ in range(count):
+            keep = {k: copy.deepcopy(parent[k]) for k in ("template", "template_version", "env", "metadata", "limits", "idle_timeout", "max_lifetime", "on_idle")}
+            child = self.new_sandbox(**keep, forked_from=sid, last_restore=self.restore("fork"))
+            self.files[child["id"]] = dict(self.files[sid])
+            children.append(child)
+        return httpx.Response(201, json={"sandboxes": children, "not_captured": self.not_captured, "took_ms": 12.5 + count})
+
+    def snapshot(self, sid: str, req: Dict[str, Any]) -> httpx.Response:
+        name = req.get("name")
+        if name is not None and not 1 <= len(name) <= 128:
+            return api_error(400, "invalid_argument", "a snapshot name has 1 to 128 characters")
+        if sid in self.capture_fails:
+            return api_error(409, "capture_failed", f"sandbox {sid}: saving its state failed")
+        sb = self.sandboxes[sid]
+        self.counter += 1
+        snap = dict(
+            fixture("snapshot.json"),
+            id=f"snap_{self.counter:032x}",
+            name=name,
+            sandbox_id=sid,
+            template=sb["template"],
+            template_version=sb["template_version"],
+            not_captured=self.not_captured,
+        )
+        self.snapshots[snap["id"]] = snap
+        self.snapshot_files[snap["id"]] = dict(self.files[sid])
+        return httpx.Response(201, json=snap)
+
+    def snapshots_route(self, m: str, rest: List[str]) -> httpx.Response:
+        if not rest and m == "GET":
+            return httpx.Response(200, json={"snapshots": list(self.snapshots.values())})
+        if len(rest) == 1 and m in ("GET", "DELETE"):
+            snap = self.snapshots.get(rest[0])
+            if snap is None:
+                return api_error(404, "snapshot_not_found", f"no snapshot {rest[0]}")
+            if m == "GET":
+                return httpx.Response(200, json=snap)
+            del self.snapshots[rest[0]]
+            del self.snapshot_files[rest[0]]
+            return httpx.Response(204)
+        return api_error(405, "method_not_allowed", "method not allowed")
 
     def contexts_route(self, sid: str, m: str, rest: List[str]) -> httpx.Response:
         ctxs = self.contexts[sid]

@@ -18,7 +18,7 @@ FLOORS: List[List[str]] = [
     ["models"],  # artifacts read through models.ArtifactReader, which the HTTP layer implements
     ["_core"],  # configuration, request bodies, the streaming state machine
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
-    ["sandbox", "templates", "tools"],
+    ["sandbox", "templates", "snapshots", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
     ["__init__"],
 ]

@@ -295,6 +295,9 @@ def test_stream_state_errors():
         (503, "capacity_exhausted", E.CapacityExhausted),
         (500, "sandbox_failed", E.SandboxFailed),
         (500, "internal", E.ServerError),
+        (404, "snapshot_not_found", E.SnapshotNotFound),
+        (422, "state_corrupt", E.StateCorrupt),
+        (409, "capture_failed", E.CaptureFailed),
     ],
 )
 def test_error_codes_map_to_classes(status, code, cls):
@@ -312,6 +315,7 @@ def test_error_fallbacks():
     assert isinstance(E.error_from_response(418, b"teapot"), E.InvalidRequest)
     assert E.SandboxNotFound.__mro__[1] is E.NotFoundError
     assert issubclass(E.FileTooLarge, E.PayloadTooLarge) and issubclass(E.SandboxFailed, E.ServerError)
+    assert issubclass(E.SnapshotNotFound, E.NotFoundError)
     assert issubclass(sandlot.ConnectionError, builtins.ConnectionError)
 
 
@@ -926,6 +930,244 @@ async def test_async_sandbox_flow(tmp_path):
         await AsyncSandbox.connect("sbx_nope", url="http://sandlot.test", transport=t)
     with pytest.raises(TypeError):
         AsyncSandbox()
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved state: fork, pause and resume, snapshots
+# ---------------------------------------------------------------------------------------------
+
+LOCK = sandlot.NotCaptured(name="lock", context="default", reason="TypeError: cannot pickle '_thread.lock' object")
+
+
+def test_saved_state_fixtures_parse():
+    paused = SandboxInfo.from_json(fixture("sandbox_paused.json"))
+    assert paused.paused and not paused.running and paused.on_idle == "pause"
+    assert paused.paused_at == "2025-11-22T03:49:58Z" and paused.last_restore is None
+    resumed = SandboxInfo.from_json(fixture("sandbox_resumed.json"))
+    assert resumed.running and resumed.paused_at is None
+    assert resumed.last_restore == sandlot.LastRestore(at="2025-11-22T04:10:00.021Z", source="resume", variables=3, not_restored=[])
+    plain = SandboxInfo.from_json(fixture("sandbox.json"))
+    assert (plain.on_idle, plain.forked_from, plain.from_snapshot, plain.last_restore) == ("delete", None, None, None)
+    started = SandboxInfo.from_json(fixture("sandbox_from_snapshot.json"))
+    assert started.from_snapshot == "snap_0f1e2d3c4b5a69788796a5b4c3d2e1f0" and started.last_restore.source == "snapshot"
+    assert [n.name for n in started.last_restore.not_restored] == ["model"]
+    snap = sandlot.Snapshot.from_json(fixture("snapshot.json"))
+    assert (snap.id, snap.name, snap.sandbox_id, str(snap)) == (
+        "snap_0f1e2d3c4b5a69788796a5b4c3d2e1f0", "with-df", "sbx_7f3a9c2e4b1d4e6f", "snap_0f1e2d3c4b5a69788796a5b4c3d2e1f0")
+    assert (snap.state_bytes, snap.workspace, snap.variables, snap.version) == (52613120, True, 3, 1)
+    assert snap.not_captured == [LOCK] and snap.created_at == "2025-11-22T03:36:00Z"
+    unnamed = sandlot.Snapshot.from_json(fixture("snapshots_list.json")["snapshots"][1])
+    assert unnamed.name is None and unnamed.not_captured == []
+    infos, not_captured, took = sandlot.ForkResult.parse(fixture("fork_result.json"))
+    assert [i.forked_from for i in infos] == ["sbx_7f3a9c2e4b1d4e6f"] * 2 and not_captured == [LOCK] and took == 18.4
+
+
+def test_fork_through_fake():
+    fake = FakeSandlot()
+    with fake_sandbox(fake, on_idle="pause", metadata={"m": "v"}) as sb:
+        sb.files.write("data.txt", "parent data")
+        forks = sb.fork(2)
+        req = fake.requests[-1]
+        assert (req["method"], req["path"]) == ("POST", f"/v1/sandboxes/{sb.id}/fork")
+        assert json.loads(req["body"]) == {"count": 2, "same_seed": False}
+        assert isinstance(forks, list) and isinstance(forks, sandlot.ForkResult) and len(forks) == 2
+        assert all(type(c) is Sandbox for c in forks) and len({c.id for c in forks} | {sb.id}) == 3
+        assert forks.not_captured == [LOCK] and forks.took_ms == 14.5
+        assert [i.id for i in forks.infos] == [c.id for c in forks] and forks.raw["took_ms"] == 14.5
+        # each child is its own handle: its own connection, closed by its own kill
+        assert all(c._http is not sb._http for c in forks) and forks[0]._http is not forks[1]._http
+        child = forks[0]
+        info = child.info()
+        assert info.forked_from == sb.id and info.last_restore.source == "fork"
+        assert (info.metadata, info.on_idle) == ({"m": "v"}, "pause")
+        assert child.files.read_text("data.txt") == "parent data"
+        child.files.write("data.txt", "child data")
+        assert sb.files.read_text("data.txt") == "parent data"
+        assert child.kill() is True and forks[1].kill() is True
+        assert sb.is_running() and fake.sandboxes[child.id]["state"] == "deleted"
+        # one child by default, the same seed when asked
+        assert len(sb.fork()) == 1 and json.loads(fake.requests[-1]["body"]) == {"count": 1, "same_seed": False}
+        sb.fork(same_seed=True)
+        assert json.loads(fake.requests[-1]["body"]) == {"count": 1, "same_seed": True}
+        # the count is checked before anything is sent
+        sent = len(fake.requests)
+        for bad in (0, 101, True, 2.0):
+            with pytest.raises(E.InvalidArgument):
+                sb.fork(bad)
+        assert len(fake.requests) == sent
+        fake.capture_fails.add(sb.id)
+        with pytest.raises(E.CaptureFailed) as err:
+            sb.fork(3)
+        assert err.value.status == 409 and "saving its state failed" in err.value.message
+
+
+def test_pause_and_resume_through_fake():
+    fake = FakeSandlot()
+    with fake_sandbox(fake) as sb:
+        sb.run_code("x = 1")
+        info = sb.pause()
+        assert fake.requests[-1]["method"] == "POST" and fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/pause"
+        assert info.paused and info.paused_at and sb.info().state == "paused" and not sb.is_running()
+        assert sb.pause().paused  # pausing a paused sandbox answers it unchanged
+        # the next call resumes it
+        assert sb.run_code("x").end_state == "ok"
+        info = sb.info()
+        assert info.running and info.paused_at is None and info.last_restore.source == "resume"
+        sb.pause()
+        info = sb.resume()
+        assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/resume" and info.running
+        assert sb.resume().running  # resuming a running sandbox answers it unchanged
+        # a saved state damaged on disk: the sandbox stays paused
+        sb.pause()
+        fake.corrupt.add(sb.id)
+        with pytest.raises(E.StateCorrupt) as err:
+            sb.resume()
+        assert err.value.status == 422 and sb.id in err.value.message
+        with pytest.raises(E.StateCorrupt):
+            sb.run_code("x")
+        assert sb.info().paused
+        fake.corrupt.clear()
+        sb.resume()
+        # a pause that cannot save: the sandbox keeps running
+        fake.capture_fails.add(sb.id)
+        with pytest.raises(E.CaptureFailed):
+            sb.pause()
+        assert sb.is_running()
+
+
+def test_close_with_pause_then_connect_resumes():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    sb = fake_sandbox(fake)
+    sid = sb.id
+    sb.close(pause=True)
+    assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sid}/pause" and fake.sandboxes[sid]["state"] == "paused"
+    assert sb.kill() is False  # the handle is closed; the sandbox is not deleted
+    assert fake.sandboxes[sid]["state"] == "paused"
+    # connect without resuming: a handle to the paused sandbox
+    sent = len(fake.requests)
+    idle = Sandbox.connect(sid, url="http://sandlot.test", transport=t, resume=False)
+    assert [r["method"] for r in fake.requests[sent:]] == ["GET"] and idle._info.paused
+    idle.close(kill=False)
+    again = Sandbox.connect(sid, url="http://sandlot.test", transport=t)
+    assert [(r["method"], r["path"]) for r in fake.requests[-2:]] == [
+        ("GET", f"/v1/sandboxes/{sid}"), ("POST", f"/v1/sandboxes/{sid}/resume")]
+    assert again.info().running and again.info().last_restore.source == "resume"
+    # close(pause=True) works on a handle already closed with kill=False (a fresh connection)
+    again.close(kill=False)
+    again.close(pause=True)
+    assert fake.sandboxes[sid]["state"] == "paused"
+    # a pause that fails leaves the handle open and the sandbox running
+    third = Sandbox.connect(sid, url="http://sandlot.test", transport=t)
+    fake.capture_fails.add(sid)
+    with pytest.raises(E.CaptureFailed):
+        third.close(pause=True)
+    assert third.is_running()
+    fake.capture_fails.clear()
+    # the context manager still deletes
+    with third:
+        pass
+    assert fake.sandboxes[sid]["state"] == "deleted"
+    with pytest.raises(E.SandboxGone):
+        Sandbox.connect(sid, url="http://sandlot.test", transport=t)
+
+
+def test_on_idle_and_from_snapshot_in_the_create_body():
+    fake = FakeSandlot()
+    with fake_sandbox(fake, on_idle="pause", timeout=60) as sb:
+        assert json.loads(fake.requests[0]["body"]) == {"idle_timeout": 60, "on_idle": "pause"}
+        assert sb.info().on_idle == "pause"
+    sent = len(fake.requests)
+    with pytest.raises(E.InvalidArgument):
+        fake_sandbox(fake, on_idle="sleep")
+    with pytest.raises(TypeError):
+        fake_sandbox(fake, from_snapshot=3)
+    assert len(fake.requests) == sent
+
+
+def test_snapshots_through_fake():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    conn = {"url": "http://sandlot.test", "transport": t}
+    with fake_sandbox(fake, template="default") as sb:
+        sb.files.write("model.txt", "weights")
+        snap = sb.snapshot("base")
+        req = fake.requests[-1]
+        assert (req["method"], req["path"], json.loads(req["body"])) == ("POST", f"/v1/sandboxes/{sb.id}/snapshots", {"name": "base"})
+        assert isinstance(snap, sandlot.Snapshot) and snap.id.startswith("snap_") and snap.name == "base"
+        assert snap.sandbox_id == sb.id and snap.not_captured == [LOCK] and snap.version == 1
+        unnamed = sb.snapshot()
+        assert json.loads(fake.requests[-1]["body"]) == {} and unnamed.name is None
+        sb.files.write("model.txt", "changed after the snapshot")
+    # two sandboxes from it (a Snapshot or its id), each with the snapshot's files
+    with fake_sandbox(fake, from_snapshot=snap) as a, fake_sandbox(fake, from_snapshot=snap.id) as b:
+        assert json.loads(fake.requests[-1]["body"]) == {"from_snapshot": snap.id}
+        for s in (a, b):
+            info = s.info()
+            assert info.from_snapshot == snap.id and info.last_restore.source == "snapshot"
+            assert s.files.read_text("model.txt") == "weights"
+    # list, get, delete: module-level helpers and the client
+    assert [s.id for s in sandlot.list_snapshots(**conn)] == [snap.id, unnamed.id]
+    assert fake.requests[-1]["path"] == "/v1/snapshots"
+    assert sandlot.get_snapshot(snap.id, **conn) == snap
+    assert fake.requests[-1]["path"] == f"/v1/snapshots/{snap.id}"
+    with sandlot.Snapshots(**conn) as snapshots:
+        assert snapshots.get(unnamed).id == unnamed.id
+        snapshots.delete(unnamed)
+        assert (fake.requests[-1]["method"], fake.requests[-1]["path"]) == ("DELETE", f"/v1/snapshots/{unnamed.id}")
+        assert [s.id for s in snapshots.list()] == [snap.id]
+        with pytest.raises(E.SnapshotNotFound) as err:
+            snapshots.get(unnamed.id)
+        assert err.value.status == 404 and isinstance(err.value, E.NotFoundError)
+        with pytest.raises(E.SnapshotNotFound):
+            snapshots.delete(unnamed.id)
+    sandlot.delete_snapshot(snap, **conn)
+    assert sandlot.list_snapshots(**conn) == []
+    with pytest.raises(E.SnapshotNotFound):
+        fake_sandbox(fake, from_snapshot=snap)
+    # a snapshot damaged on disk
+    with fake_sandbox(fake) as sb:
+        bad = sb.snapshot("bad")
+    fake.corrupt.add(bad.id)
+    with pytest.raises(E.StateCorrupt) as err:
+        fake_sandbox(fake, from_snapshot=bad)
+    assert bad.id in err.value.message
+
+
+async def test_async_saved_state():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    async with AsyncSandbox.create(url="http://sandlot.test", transport=t, on_idle="pause") as sb:
+        assert json.loads(fake.requests[0]["body"]) == {"on_idle": "pause"}
+        forks = await sb.fork(3, same_seed=True)
+        assert json.loads(fake.requests[-1]["body"]) == {"count": 3, "same_seed": True}
+        assert len(forks) == 3 and all(type(c) is AsyncSandbox for c in forks) and forks.not_captured == [LOCK]
+        assert (await forks[0].info()).forked_from == sb.id
+        for c in forks:
+            assert await c.kill() is True
+        with pytest.raises(E.InvalidArgument):
+            await sb.fork(0)
+        assert (await sb.pause()).paused
+        assert (await sb.run_code("x")).end_state == "ok" and (await sb.info()).last_restore.source == "resume"
+        await sb.pause()
+        assert (await sb.resume()).running
+        snap = await sb.snapshot("a")
+        assert snap.name == "a" and snap.sandbox_id == sb.id
+        async with AsyncSandbox.create(url="http://sandlot.test", transport=t, from_snapshot=snap) as child:
+            assert (await child.info()).from_snapshot == snap.id
+        async with sandlot.AsyncSnapshots(url="http://sandlot.test", transport=t) as snapshots:
+            assert [s.id for s in await snapshots.list()] == [snap.id]
+            assert (await snapshots.get(snap)).name == "a"
+            await snapshots.delete(snap.id)
+            with pytest.raises(E.SnapshotNotFound):
+                await snapshots.get(snap.id)
+        sid = sb.id
+        await sb.close(pause=True)
+    assert fake.sandboxes[sid]["state"] == "paused"  # exiting a closed handle deletes nothing
+    again = await AsyncSandbox.connect(sid, url="http://sandlot.test", transport=t)
+    assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sid}/resume" and (await again.info()).running
+    await again.close()
+    assert fake.sandboxes[sid]["state"] == "deleted"
 
 
 # ---------------------------------------------------------------------------------------------

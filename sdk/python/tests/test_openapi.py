@@ -35,6 +35,12 @@ JSON_FIXTURES: Dict[str, List[Tuple[str, str]]] = {
     "template_ready.json": [("getTemplate", "200")],
     "template_failed.json": [("getTemplate", "200")],
     "templates_list.json": [("listTemplates", "200")],
+    "sandbox_paused.json": [("pauseSandbox", "200"), ("getSandbox", "200")],
+    "sandbox_resumed.json": [("resumeSandbox", "200"), ("getSandbox", "200")],
+    "fork_result.json": [("forkSandbox", "201")],
+    "snapshot.json": [("createSnapshot", "201"), ("getSnapshot", "200")],
+    "snapshots_list.json": [("listSnapshots", "200")],
+    "sandbox_from_snapshot.json": [("createSandbox", "201"), ("getSandbox", "200")],
 }
 SSE_FIXTURES = {"stream_dataframe_plots.sse": ("execute", "200")}
 BYTES_FIXTURES = {"artifact_scores.csv": ("getArtifact", "200")}
@@ -109,6 +115,15 @@ def test_the_checks_refuse_what_the_server_would_not_send():
     assert errors_of(SPEC.validator("execute", "200"), {k: v for k, v in result.items() if k != "stdout"}) != []
     assert errors_of(SPEC.validator("getSandbox", "200"), dict(fixture("sandbox.json"), state="napping")) != []
     assert errors_of(SPEC.validator("getSandbox", "200"), dict(fixture("sandbox.json"), created_at="yesterday")) != []
+    assert errors_of(SPEC.validator("getSandbox", "200"), {k: v for k, v in fixture("sandbox.json").items() if k != "on_idle"}) != []
+    assert errors_of(SPEC.validator("getSandbox", "200"), dict(fixture("sandbox.json"), on_idle="sleep")) != []
+    restore = fixture("sandbox_resumed.json")["last_restore"]
+    assert errors_of(SPEC.validator("resumeSandbox", "200"), dict(fixture("sandbox.json"), last_restore=dict(restore, source="magic"))) != []
+    assert errors_of(SPEC.validator("getSnapshot", "200"), dict(fixture("snapshot.json"), id="snap_xyz")) != []
+    assert errors_of(SPEC.validator("getSnapshot", "200"), dict(fixture("snapshot.json"), name=None)) == []
+    assert errors_of(SPEC.validator("forkSandbox", "201"), dict(fixture("fork_result.json"), not_captured=[{"name": "x"}])) != []
+    for code in ("snapshot_not_found", "state_corrupt", "capture_failed"):
+        assert errors_of(SPEC.component("Error"), {"error": {"code": code, "message": "m"}}) == []
     assert _check_sse('event: stdout\ndata: {"type":"stdout","text":"x"}\n\n', "execute", "200") != []
     assert _check_sse('event: api_error\ndata: {"error":{"code":"sandbox_gone","message":"m"}}\n\n', "execute", "200") == []
     assert _check_sse('event: api_error\ndata: {"error":{"code":"gone","message":"m"}}\n\n', "execute", "200") != []
@@ -161,6 +176,24 @@ def test_the_fake_server_answers_like_the_server():
         ("GET", "/v1/templates/answer", None),
         ("GET", "/v1/sandboxes/sbx_missing", None),
         ("GET", "/v1/health", None),
+        # saved state: fork, pause (and the auto-resume of an execute), resume, snapshots
+        ("POST", "/v1/sandboxes/sbx_fake0001/fork", {"count": 2, "same_seed": False}),
+        ("POST", "/v1/sandboxes/sbx_fake0001/fork", {"count": 101}),
+        ("POST", "/v1/sandboxes/sbx_fake0001/pause", None),
+        ("POST", "/v1/sandboxes/sbx_fake0001/pause", None),
+        ("GET", "/v1/sandboxes/sbx_fake0001", None),
+        ("POST", "/v1/sandboxes/sbx_fake0001/execute", {"code": "1"}),
+        ("POST", "/v1/sandboxes/sbx_fake0001/pause", None),
+        ("POST", "/v1/sandboxes/sbx_fake0001/resume", None),
+        ("POST", "/v1/sandboxes/sbx_fake0001/resume", None),
+        ("POST", "/v1/sandboxes/sbx_fake0001/snapshots", {"name": "base"}),  # the fake's 5th id
+        ("POST", "/v1/sandboxes/sbx_fake0001/snapshots", {}),
+        ("GET", "/v1/snapshots", None),
+        ("GET", f"/v1/snapshots/snap_{5:032x}", None),
+        ("POST", "/v1/sandboxes", {"from_snapshot": f"snap_{5:032x}", "on_idle": "pause"}),
+        ("POST", "/v1/sandboxes", {"from_snapshot": "snap_missing"}),
+        ("DELETE", f"/v1/snapshots/snap_{5:032x}", None),
+        ("GET", f"/v1/snapshots/snap_{5:032x}", None),
     ]
     problems = []
     for method, path, body in calls:
@@ -169,6 +202,9 @@ def test_the_fake_server_answers_like_the_server():
         operation = SPEC.match(method, path)
         assert operation is not None, f"{method} {path} is not an operation of the API"
         status = str(resp.status_code)
+        if resp.status_code == 204:
+            assert SPEC.content_types(operation, status) == {}, f"{method} {path}: 204 with a body"
+            continue
         problems += [f"{method} {path} {status}: {e}" for e in errors_of(SPEC.validator(operation, status), resp.json())]
     stream = client.post("/v1/sandboxes/sbx_fake0001/execute", json={"code": "1", "stream": True})
     problems += [f"stream: {p}" for p in _check_sse(stream.text, "execute", "200")]

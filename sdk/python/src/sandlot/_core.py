@@ -25,7 +25,7 @@ import httpx
 from . import errors
 from ._sse import SSEEvent
 from ._version import __version__
-from .models import ArtifactClient, Context, ExecError, Execution, Limits, Logs, OutputMessage, Result
+from .models import ArtifactClient, Context, ExecError, Execution, Limits, Logs, OutputMessage, Result, Snapshot
 
 DEFAULT_URL = "http://127.0.0.1:7878"
 DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -36,6 +36,9 @@ WORKSPACE = "/workspace"
 
 LimitsArg = Union[Limits, Mapping[str, Any], None]
 ContextArg = Union[Context, str, None]
+SnapshotArg = Union[Snapshot, str]
+IDLE_ACTIONS = ("delete", "pause")
+MAX_FORK = 100
 
 
 @dataclass
@@ -183,6 +186,19 @@ def template_body(spec: Optional[Mapping[str, Any]], fields: Mapping[str, Any]) 
     return body
 
 
+def snapshot_id(snapshot: SnapshotArg) -> str:
+    """The id of a :class:`~sandlot.Snapshot` or a snapshot id given as a string."""
+    if isinstance(snapshot, Snapshot):
+        return snapshot.id
+    if isinstance(snapshot, str) and snapshot:
+        return snapshot
+    raise TypeError(f"a snapshot must be a Snapshot or a snapshot id (str), not {snapshot!r}")
+
+
+def snapshot_path(snapshot: Optional[SnapshotArg] = None) -> str:
+    return "/v1/snapshots" if snapshot is None else "/v1/snapshots/" + quote(snapshot_id(snapshot), safe="")
+
+
 def sandbox_path(sandbox_id: str, *rest: str) -> str:
     p = "/v1/sandboxes/" + quote(sandbox_id, safe="")
     for r in rest:
@@ -199,6 +215,8 @@ def create_body(
     metadata: Optional[Mapping[str, str]],
     limits: LimitsArg,
     max_lifetime: Optional[int],
+    from_snapshot: Optional[SnapshotArg] = None,
+    on_idle: Optional[str] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -214,7 +232,31 @@ def create_body(
         body["idle_timeout"] = int(timeout)
     if max_lifetime is not None:
         body["max_lifetime"] = int(max_lifetime)
+    if from_snapshot is not None:
+        body["from_snapshot"] = snapshot_id(from_snapshot)
+    if on_idle is not None:
+        if on_idle not in IDLE_ACTIONS:
+            raise errors.InvalidArgument(f"on_idle must be 'delete' or 'pause', not {on_idle!r}", code="invalid_argument")
+        body["on_idle"] = on_idle
     return body
+
+
+def fork_body(n: int, same_seed: bool) -> Dict[str, Any]:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORK:
+        raise errors.InvalidArgument(f"a fork makes 1 to {MAX_FORK} sandboxes, not {n!r}", code="invalid_argument")
+    return {"count": n, "same_seed": bool(same_seed)}
+
+
+def snapshot_body(name: Optional[str]) -> Dict[str, Any]:
+    return {} if name is None else {"name": str(name)}
+
+
+def state_timeout(cfg: ConnectionConfig, n: int = 1) -> httpx.Timeout:
+    """HTTP timeouts for a fork (of ``n`` sandboxes), pause, resume or snapshot: the server
+    waits for a running cell to end before it saves the state, and a fork then starts ``n``
+    sandboxes, so the answer may take longer than an ordinary request's."""
+    read = max(cfg.request_timeout, 120.0) + 2.0 * n
+    return httpx.Timeout(cfg.request_timeout, connect=min(DEFAULT_CONNECT_TIMEOUT, cfg.request_timeout), read=read)
 
 
 def execute_body(
@@ -351,7 +393,7 @@ class StreamState:
 def _stream_api_error(data: Mapping[str, Any]) -> errors.SandlotError:
     body = json.dumps(data).encode("utf-8")
     code = str(data["error"].get("code", ""))
-    status = {"sandbox_gone": 410, "sandbox_not_found": 404, "sandbox_busy": 409}.get(code, 500)
+    status = {"sandbox_gone": 410, "sandbox_not_found": 404, "sandbox_busy": 409, "state_corrupt": 422}.get(code, 500)
     return errors.error_from_response(status, body)
 
 

@@ -106,6 +106,11 @@ class SyncHTTP:
     def close(self) -> None:
         self.client.close()
 
+    def sibling(self) -> "SyncHTTP":
+        """A new connection to the same server with the same settings, for a sandbox this
+        one's calls created (a fork's children): each handle closes its own."""
+        return SyncHTTP(self.cfg, self._transport)
+
     def download(self, path: str, local: str) -> str:
         """Streams ``GET path`` to ``local``, written to ``<local>.part`` first, then renamed.
         Returns ``local``."""
@@ -192,6 +197,10 @@ class AsyncHTTP:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    def sibling(self) -> "AsyncHTTP":
+        """See :meth:`SyncHTTP.sibling`."""
+        return AsyncHTTP(self.cfg, self._transport)
 
     async def download(self, path: str, local: str) -> str:
         """See :meth:`SyncHTTP.download`."""

@@ -26,15 +26,19 @@ from ._core import (
     ConnectionConfig,
     ContextArg,
     LimitsArg,
+    SnapshotArg,
     StreamState,
     create_body,
     decode_json,
     encode_file_path,
     execute_body,
     execute_timeout,
+    fork_body,
     is_event_stream,
     replay_callbacks,
     sandbox_path,
+    snapshot_body,
+    state_timeout,
     transfer_timeout,
     transport_error,
     workspace_relative,
@@ -43,7 +47,7 @@ from ._archive import DirUpload, extract_file
 from ._archive import remote_dir as remote_dir_param
 from ._http import AsyncHTTP, Data, async_body
 from ._sse import SSEDecoder
-from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
 from .sandbox import (
     WriteEntries,
     _check_running,
@@ -126,17 +130,21 @@ class AsyncSandbox:
         api_key: Optional[str] = None,
         *,
         max_lifetime: Optional[int] = None,
+        from_snapshot: Optional[SnapshotArg] = None,
+        on_idle: Optional[str] = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _Creating:
         """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
+        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle)
 
         async def make() -> "AsyncSandbox":
-            http = AsyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
+            cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
+            http = AsyncHTTP(cfg, transport)
             try:
                 resp = await http.request(
-                    "POST", "/v1/sandboxes", json=create_body(template, timeout, env, metadata, limits, max_lifetime)
+                    "POST", "/v1/sandboxes", json=body, timeout=state_timeout(cfg) if from_snapshot else None
                 )
                 info = SandboxInfo.from_json(decode_json(resp))
             except BaseException:
@@ -153,14 +161,22 @@ class AsyncSandbox:
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         *,
+        resume: bool = True,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> "AsyncSandbox":
+        """See :meth:`Sandbox.connect <sandlot.Sandbox.connect>`: a paused sandbox is resumed
+        unless ``resume=False``."""
         http = AsyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
         try:
             info = SandboxInfo.from_json(decode_json(await http.request("GET", sandbox_path(sandbox_id))))
-            _check_running(info)
+            if info.state == "paused":
+                if resume:
+                    resp = await http.request("POST", sandbox_path(sandbox_id, "resume"), timeout=state_timeout(http.cfg))
+                    info = SandboxInfo.from_json(decode_json(resp))
+            else:
+                _check_running(info)
         except BaseException:
             await http.aclose()
             raise
@@ -217,12 +233,53 @@ class AsyncSandbox:
         await self._http.aclose()
         return deleted
 
-    async def close(self, kill: bool = True) -> None:
-        if kill:
+    async def close(self, kill: bool = True, *, pause: bool = False) -> None:
+        """See :meth:`Sandbox.close <sandlot.Sandbox.close>`; ``pause=True`` pauses the
+        sandbox instead of deleting it."""
+        if pause:
+            async with self._http.open() as http:
+                resp = await http.request("POST", sandbox_path(self.id, "pause"), timeout=state_timeout(http.cfg))
+                self._info = SandboxInfo.from_json(decode_json(resp))
+            if not self._closed:
+                self._closed = True
+                await self._http.aclose()
+        elif kill:
             await self.kill()
         elif not self._closed:
             self._closed = True
             await self._http.aclose()
+
+    # -- saved state: fork, pause and resume, snapshots ------------------------------------
+    async def fork(self, n: int = 1, same_seed: bool = False) -> "ForkResult[AsyncSandbox]":
+        """See :meth:`Sandbox.fork <sandlot.Sandbox.fork>`: the children are
+        :class:`AsyncSandbox` handles."""
+        resp = await self._http.request(
+            "POST", sandbox_path(self.id, "fork"), json=fork_body(n, same_seed), timeout=state_timeout(self._http.cfg, n)
+        )
+        doc = decode_json(resp)
+        raw = doc if isinstance(doc, dict) else {}
+        infos, not_captured, took_ms = ForkResult.parse(raw)
+        children = [type(self)._from(self._http.sibling(), info) for info in infos]
+        return ForkResult(children, not_captured=not_captured, took_ms=took_ms, infos=infos, raw=raw)
+
+    async def pause(self) -> SandboxInfo:
+        """See :meth:`Sandbox.pause <sandlot.Sandbox.pause>`."""
+        resp = await self._http.request("POST", sandbox_path(self.id, "pause"), timeout=state_timeout(self._http.cfg))
+        self._info = SandboxInfo.from_json(decode_json(resp))
+        return self._info
+
+    async def resume(self) -> SandboxInfo:
+        """See :meth:`Sandbox.resume <sandlot.Sandbox.resume>`."""
+        resp = await self._http.request("POST", sandbox_path(self.id, "resume"), timeout=state_timeout(self._http.cfg))
+        self._info = SandboxInfo.from_json(decode_json(resp))
+        return self._info
+
+    async def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """See :meth:`Sandbox.snapshot <sandlot.Sandbox.snapshot>`."""
+        resp = await self._http.request(
+            "POST", sandbox_path(self.id, "snapshots"), json=snapshot_body(name), timeout=state_timeout(self._http.cfg)
+        )
+        return Snapshot.from_json(decode_json(resp))
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

@@ -24,6 +24,7 @@ __all__ = [
     "SandboxNotFound",
     "ExecutionNotFound",
     "TemplateNotFound",
+    "SnapshotNotFound",
     "TemplateNotReady",
     "TemplateBuildFailed",
     "TemplateBuildTimeout",
@@ -37,6 +38,8 @@ __all__ = [
     "AuthenticationError",
     "ServerError",
     "SandboxFailed",
+    "StateCorrupt",
+    "CaptureFailed",
     "ConnectionError",
     "ExecutionError",
     "ExecutionTimeout",
@@ -97,6 +100,10 @@ class ExecutionNotFound(NotFoundError):
 
 class TemplateNotFound(NotFoundError):
     """No template with that name (``template_not_found``)."""
+
+
+class SnapshotNotFound(NotFoundError):
+    """No snapshot with that id, or it was deleted (``snapshot_not_found``)."""
 
 
 class TemplateNotReady(SandlotError):
@@ -173,6 +180,18 @@ class SandboxFailed(ServerError):
     """The sandbox died while serving the request (``sandbox_failed``)."""
 
 
+class StateCorrupt(SandlotError):
+    """A saved interpreter state (a snapshot's, or a paused sandbox's) is corrupt or truncated
+    on the server's disk (``state_corrupt``); the message names it. Nothing was loaded, other
+    snapshots and sandboxes are untouched, and a paused sandbox stays paused."""
+
+
+class CaptureFailed(SandlotError):
+    """The sandbox's state could not be saved for a fork, pause or snapshot (the server's disk
+    filled, the save outran its time bound) (``capture_failed``). The sandbox is unchanged and
+    keeps running."""
+
+
 class ConnectionError(SandlotError, builtins.ConnectionError):  # noqa: A001 - public name by design
     """The server could not be reached, or the connection broke before a full response arrived.
 
@@ -226,6 +245,9 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "sandbox_busy": SandboxBusy,
     "capacity_exhausted": CapacityExhausted,
     "sandbox_failed": SandboxFailed,
+    "snapshot_not_found": SnapshotNotFound,
+    "state_corrupt": StateCorrupt,
+    "capture_failed": CaptureFailed,
     "internal": ServerError,
     "unauthorized": AuthenticationError,
     "forbidden": AuthenticationError,

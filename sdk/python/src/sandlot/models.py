@@ -10,7 +10,7 @@ import base64
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
 from .errors import (
     ExecutionError,
@@ -37,6 +37,10 @@ __all__ = [
     "Restarted",
     "BackgroundEntry",
     "BackgroundOutput",
+    "NotCaptured",
+    "LastRestore",
+    "Snapshot",
+    "ForkResult",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -603,6 +607,11 @@ class SandboxInfo:
     last_active_at: Optional[str] = None
     expires_at: Optional[str] = None
     ended_reason: Optional[str] = None
+    on_idle: str = "delete"
+    forked_from: Optional[str] = None
+    from_snapshot: Optional[str] = None
+    paused_at: Optional[str] = None
+    last_restore: Optional["LastRestore"] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -612,6 +621,10 @@ class SandboxInfo:
     @property
     def running(self) -> bool:
         return self.state == "running"
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "paused"
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -629,6 +642,11 @@ class SandboxInfo:
             last_active_at=d.get("last_active_at"),
             expires_at=d.get("expires_at"),
             ended_reason=d.get("ended_reason"),
+            on_idle=str(d.get("on_idle") or "delete"),
+            forked_from=d.get("forked_from"),
+            from_snapshot=d.get("from_snapshot"),
+            paused_at=d.get("paused_at"),
+            last_restore=LastRestore.from_json(lr) if isinstance((lr := d.get("last_restore")), Mapping) else None,
             raw=dict(d),
         )
 
@@ -969,3 +987,133 @@ class Template:
             prepare_seconds=float(ps) if isinstance(ps, (int, float)) else None,
             raw=dict(d),
         )
+
+
+# -- saved state: forks, pauses, snapshots --------------------------------------------------
+
+@dataclass
+class NotCaptured:
+    """Something a fork, pause or snapshot could not carry over, or a restore could not bring
+    back: ``name`` (a variable, or a module that failed to re-import), the code ``context`` it
+    belongs to (``default`` or ``ctx_...``) and ``reason`` (e.g. ``TypeError: cannot pickle
+    '_thread.lock' object``, ``timed out after 2 s``)."""
+
+    name: str
+    context: str
+    reason: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NotCaptured":
+        return cls(name=str(d.get("name", "")), context=str(d.get("context", "")), reason=str(d.get("reason", "")))
+
+
+def _not_captured(value: Any) -> List[NotCaptured]:
+    return [NotCaptured.from_json(x) for x in (value if isinstance(value, list) else []) if isinstance(x, Mapping)]
+
+
+@dataclass
+class LastRestore:
+    """The last time a sandbox's interpreter state was loaded from a saved state
+    (:attr:`SandboxInfo.last_restore`): ``at`` (RFC 3339), ``source`` (``fork``, ``snapshot``
+    or ``resume``), how many ``variables`` were restored and what was ``not_restored``."""
+
+    at: str
+    source: str
+    variables: int = 0
+    not_restored: List[NotCaptured] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "LastRestore":
+        return cls(
+            at=str(d.get("at", "")),
+            source=str(d.get("source", "")),
+            variables=int(d.get("variables") or 0),
+            not_restored=_not_captured(d.get("not_restored")),
+        )
+
+
+@dataclass
+class Snapshot:
+    """A sandbox's interpreter state and workspace, saved (``sb.snapshot(name)``); start any
+    number of sandboxes from it with ``Sandbox(from_snapshot=snap)``. It outlives its sandbox
+    until deleted.
+
+    ``sandbox_id`` is the sandbox it was taken from; ``state_bytes`` the size of the saved
+    state; ``workspace`` whether the files were captured; ``variables`` how many were saved
+    and ``not_captured`` what was not; ``version`` the state's format version.
+    """
+
+    id: str
+    name: Optional[str] = None
+    sandbox_id: str = ""
+    template: str = ""
+    template_version: str = ""
+    created_at: Optional[str] = None
+    state_bytes: int = 0
+    workspace: bool = False
+    variables: int = 0
+    not_captured: List[NotCaptured] = field(default_factory=list)
+    version: int = 1
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Snapshot":
+        name = d.get("name")
+        return cls(
+            id=str(d.get("id", "")),
+            name=str(name) if name is not None else None,
+            sandbox_id=str(d.get("sandbox_id", "")),
+            template=str(d.get("template", "")),
+            template_version=str(d.get("template_version", "")),
+            created_at=d.get("created_at"),
+            state_bytes=int(d.get("state_bytes") or 0),
+            workspace=bool(d.get("workspace")),
+            variables=int(d.get("variables") or 0),
+            not_captured=_not_captured(d.get("not_captured")),
+            version=int(d.get("version") or 1),
+            raw=dict(d),
+        )
+
+    def __str__(self) -> str:
+        return self.id
+
+
+T = TypeVar("T")
+
+
+class ForkResult(List[T]):
+    """What ``sb.fork(n)`` returns: a list of the new sandboxes (handles of the same kind as
+    the parent, each already running with the parent's state), plus what the fork could not
+    carry over (``not_captured``, the same for every child), ``took_ms`` as the server
+    measured it, and each child as the server reported it (``infos``)."""
+
+    not_captured: List[NotCaptured]
+    took_ms: float
+    infos: List[SandboxInfo]
+    raw: Dict[str, Any]
+
+    def __init__(
+        self,
+        sandboxes: Iterable[T] = (),
+        *,
+        not_captured: Optional[List[NotCaptured]] = None,
+        took_ms: float = 0.0,
+        infos: Optional[List[SandboxInfo]] = None,
+        raw: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__(sandboxes)
+        self.not_captured = list(not_captured or [])
+        self.took_ms = took_ms
+        self.infos = list(infos or [])
+        self.raw = dict(raw or {})
+
+    @staticmethod
+    def parse(d: Mapping[str, Any]) -> Tuple[List[SandboxInfo], List[NotCaptured], float]:
+        """(children, not captured, took_ms) of a ForkResult body."""
+        kids = d.get("sandboxes")
+        infos = [SandboxInfo.from_json(x) for x in (kids if isinstance(kids, list) else []) if isinstance(x, Mapping)]
+        took = d.get("took_ms")
+        return infos, _not_captured(d.get("not_captured")), float(took) if isinstance(took, (int, float)) else 0.0
+
+    def __repr__(self) -> str:
+        return f"ForkResult({list.__repr__(self)}, not_captured={self.not_captured!r}, took_ms={self.took_ms!r})"

@@ -13,6 +13,7 @@ from ._core import (
     ConnectionConfig,
     ContextArg,
     LimitsArg,
+    SnapshotArg,
     StreamState,
     context_id,
     create_body,
@@ -20,9 +21,12 @@ from ._core import (
     encode_file_path,
     execute_body,
     execute_timeout,
+    fork_body,
     is_event_stream,
     replay_callbacks,
     sandbox_path,
+    snapshot_body,
+    state_timeout,
     transfer_timeout,
     transport_error,
     workspace_relative,
@@ -31,7 +35,7 @@ from ._archive import DirUpload, extract_stream
 from ._archive import remote_dir as remote_dir_param
 from ._http import Data, SyncHTTP, sync_body
 from ._sse import SSEDecoder
-from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, SandboxInfo
+from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
 
 __all__ = ["Sandbox", "Files", "Contexts"]
 
@@ -50,9 +54,11 @@ class Sandbox:
             print(sb.run_code("x + 1").text)  # "42"
 
     ``timeout`` is the idle timeout in seconds (the server deletes the sandbox after that long
-    without an execution or file operation); ``limits`` is a :class:`~sandlot.Limits` or a dict
-    with ``memory_mb``, ``cpu_millis``, ``pids``, ``disk_mb``. ``url`` and ``api_key`` default
-    to ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
+    without an execution or file operation, or pauses it with ``on_idle="pause"``); ``limits``
+    is a :class:`~sandlot.Limits` or a dict with ``memory_mb``, ``cpu_millis``, ``pids``,
+    ``disk_mb``. ``from_snapshot`` (a :class:`~sandlot.Snapshot` or its id) starts the sandbox
+    with the snapshot's variables and files. ``url`` and ``api_key`` default to
+    ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
     """
 
     files: "Files"
@@ -72,16 +78,17 @@ class Sandbox:
         api_key: Optional[str] = None,
         *,
         max_lifetime: Optional[int] = None,
+        from_snapshot: Optional[SnapshotArg] = None,
+        on_idle: Optional[str] = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
+        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle)
         cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
         http = SyncHTTP(cfg, transport)
         try:
-            resp = http.request(
-                "POST", "/v1/sandboxes", json=create_body(template, timeout, env, metadata, limits, max_lifetime)
-            )
+            resp = http.request("POST", "/v1/sandboxes", json=body, timeout=state_timeout(cfg) if from_snapshot else None)
             info = SandboxInfo.from_json(decode_json(resp))
         except BaseException:
             http.close()
@@ -108,16 +115,24 @@ class Sandbox:
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         *,
+        resume: bool = True,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> "Sandbox":
-        """A handle to an existing sandbox. Raises :class:`~sandlot.SandboxNotFound` for an
-        unknown id and :class:`~sandlot.SandboxGone` for one that has ended."""
+        """A handle to an existing sandbox. A paused one is resumed (its variables restored)
+        unless ``resume=False``; its next call would resume it anyway. Raises
+        :class:`~sandlot.SandboxNotFound` for an unknown id and :class:`~sandlot.SandboxGone`
+        for one that has ended."""
         http = SyncHTTP(ConnectionConfig.resolve(url, api_key, request_timeout, retries), transport)
         try:
             info = SandboxInfo.from_json(decode_json(http.request("GET", sandbox_path(sandbox_id))))
-            _check_running(info)
+            if info.state == "paused":
+                if resume:
+                    resp = http.request("POST", sandbox_path(sandbox_id, "resume"), timeout=state_timeout(http.cfg))
+                    info = SandboxInfo.from_json(decode_json(resp))
+            else:
+                _check_running(info)
         except BaseException:
             http.close()
             raise
@@ -194,14 +209,79 @@ class Sandbox:
         self._http.close()
         return deleted
 
-    def close(self, kill: bool = True) -> None:
+    def close(self, kill: bool = True, *, pause: bool = False) -> None:
         """Release the connection; with ``kill=True`` (the default) delete the sandbox first.
-        ``close(kill=False)`` leaves it running for :meth:`connect`."""
-        if kill:
+        ``close(kill=False)`` leaves it running for :meth:`connect`; ``close(pause=True)``
+        pauses it first (see :meth:`pause`) so that it holds no memory until
+        ``Sandbox.connect(id)`` resumes it. If the pause fails (:class:`~sandlot.CaptureFailed`)
+        the sandbox keeps running and this handle stays open."""
+        if pause:
+            with self._http.open() as http:
+                self._info = SandboxInfo.from_json(
+                    decode_json(http.request("POST", sandbox_path(self.id, "pause"), timeout=state_timeout(http.cfg)))
+                )
+            if not self._closed:
+                self._closed = True
+                self._http.close()
+        elif kill:
             self.kill()
         elif not self._closed:
             self._closed = True
             self._http.close()
+
+    # -- saved state: fork, pause and resume, snapshots ------------------------------------
+    def fork(self, n: int = 1, same_seed: bool = False) -> "ForkResult[Sandbox]":
+        """``n`` (1 to 100) new sandboxes that start with this one's state: every code
+        context's variables, functions, classes and imports, each Bash session's cwd and
+        exported variables, and a copy-on-write copy of the workspace. This sandbox keeps
+        running untouched (a cell running now is waited for; a paused sandbox is resumed).
+
+        Returns a :class:`~sandlot.ForkResult`: a list of the new :class:`Sandbox` handles
+        (each with its own connection; delete them with :meth:`kill`), with ``not_captured``,
+        what could not be carried over (open files, sockets, threads, generators, objects
+        whose pickling raised or took too long), and ``took_ms``. Each child gets fresh
+        entropy (``random``, NumPy's global generator) unless ``same_seed=True``. All or
+        nothing: :class:`~sandlot.CapacityExhausted` when the server cannot run ``n`` more."""
+        resp = self._http.request(
+            "POST", sandbox_path(self.id, "fork"), json=fork_body(n, same_seed), timeout=state_timeout(self._http.cfg, n)
+        )
+        doc = decode_json(resp)
+        raw = doc if isinstance(doc, dict) else {}
+        infos, not_captured, took_ms = ForkResult.parse(raw)
+        children: List[Sandbox] = []
+        for info in infos:
+            child = type(self).__new__(type(self))
+            child._setup(self._http.sibling(), info)
+            children.append(child)
+        return ForkResult(children, not_captured=not_captured, took_ms=took_ms, infos=infos, raw=raw)
+
+    def pause(self) -> SandboxInfo:
+        """Save the sandbox's state on the server's disk and end its processes: a paused
+        sandbox holds no memory, survives a server restart and is resumed by its next call
+        (or :meth:`resume`, or ``Sandbox.connect(id)``). Raises
+        :class:`~sandlot.CaptureFailed` if the state could not be saved (the sandbox then
+        keeps running). Returns the sandbox, ``state == "paused"``."""
+        resp = self._http.request("POST", sandbox_path(self.id, "pause"), timeout=state_timeout(self._http.cfg))
+        self._info = SandboxInfo.from_json(decode_json(resp))
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Resume a paused sandbox (a running one is returned as it is); ``last_restore`` of
+        the result says what was restored. :class:`~sandlot.StateCorrupt` if its saved state
+        is damaged on disk (it then stays paused)."""
+        resp = self._http.request("POST", sandbox_path(self.id, "resume"), timeout=state_timeout(self._http.cfg))
+        self._info = SandboxInfo.from_json(decode_json(resp))
+        return self._info
+
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """Save the sandbox's state and workspace as a :class:`~sandlot.Snapshot` (optionally
+        named, 1 to 128 characters) that outlives it; the sandbox keeps running untouched.
+        Start sandboxes from it with ``Sandbox(from_snapshot=snap)``; list and delete
+        snapshots with :func:`~sandlot.list_snapshots`, :func:`~sandlot.delete_snapshot`."""
+        resp = self._http.request(
+            "POST", sandbox_path(self.id, "snapshots"), json=snapshot_body(name), timeout=state_timeout(self._http.cfg)
+        )
+        return Snapshot.from_json(decode_json(resp))
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -1,0 +1,332 @@
+//! Fork: N new sandboxes from one running sandbox, each with its parent's interpreter state
+//! (every code context's variables, functions, classes and imports; each Bash session's cwd
+//! and exports) and a copy-on-write copy of its workspace; the parent runs on untouched.
+//!
+//! Under the parent's execution lock (a fork of a sandbox that is executing waits for the cell
+//! to end, like any request, in arrival order) its state is saved once (`saved.rs`) and its
+//! workspace snapshotted once into a fork base; then the lock is released and the parent's
+//! next cell runs while the children boot. Each child gets its own id, host uid and cgroup, a
+//! snapshot of the fork base re-owned to its uid, fresh processes from the template's zygote,
+//! and loads the saved state with fresh entropy (unless `same_seed`). All or nothing: the
+//! children are admitted together against capacity, and if one fails the others are removed.
+//! What could not be carried over is listed by name and reason.
+//!
+//! [`Runtime::boot_from`] (a sandbox from a saved state and a workspace) is shared with
+//! sandboxes started from a snapshot (`snapshots.rs`).
+
+use crate::admission::cgroup_limits;
+use crate::error::RuntimeError;
+use crate::sandbox::Live;
+use crate::saved::{self, Saved, StateFailure};
+use crate::templates::Tmpl;
+use crate::util::{self, blocking, lock, new_id, now_rfc3339};
+use crate::Runtime;
+use futures::StreamExt;
+use sandlot_jail::cgroup::Cgroup;
+use sandlot_types::{EffectiveLimits, ForkRequest, ForkResult, LastRestore, Sandbox, SandboxState};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most children one fork may make.
+pub(crate) const MAX_FORK: u64 = 100;
+
+/// A sandbox booted from a saved state, not yet the client's.
+pub(crate) struct Restored {
+    pub live: Arc<Live>,
+    pub restore: LastRestore,
+}
+
+impl Runtime {
+    /// Forks a sandbox into `count` children; see the module documentation.
+    pub async fn fork_sandbox(
+        &self,
+        id: &str,
+        req: ForkRequest,
+    ) -> Result<ForkResult, RuntimeError> {
+        if !(1..=MAX_FORK).contains(&req.count) {
+            return Err(RuntimeError::BadForkCount {
+                count: req.count,
+                max: MAX_FORK,
+            });
+        }
+        let e = self.entry(id)?;
+        // All or nothing: every child's place is taken before anything is done.
+        let tickets = (0..req.count)
+            .map(|_| self.enqueue_create())
+            .collect::<Result<Vec<_>, _>>()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let rt = self.clone();
+        // In a task of its own: a client that goes away cannot leave half a fork behind.
+        tokio::spawn(async move {
+            let _tickets = tickets;
+            let forked = rt.fork_now(&e, &req).await;
+            if let Err(Ok(result)) = tx.send(forked) {
+                for child in result.sandboxes {
+                    rt.abandon_created(&child.id).await;
+                }
+            }
+        });
+        rx.await.unwrap_or(Err(RuntimeError::AdmissionClosed))
+    }
+
+    async fn fork_now(
+        &self,
+        e: &Arc<crate::Entry>,
+        req: &ForkRequest,
+    ) -> Result<ForkResult, RuntimeError> {
+        let t0 = Instant::now();
+        let turn = self.turn(e).await;
+        let (turn, live, _) = self.ready_live(e, turn).await?;
+        self.touch(e);
+        let state = self.fork_state();
+        let saved = match saved::save(&live, &state).await {
+            Ok(s) => s,
+            Err(StateFailure::Refused(reason)) => {
+                return Err(RuntimeError::CaptureFailed { reason })
+            }
+            Err(StateFailure::Died(why)) => {
+                live.signal_kill();
+                self.restart_after(e, turn, crate::restart::reason::CRASHED);
+                return Err(RuntimeError::CaptureFailed {
+                    reason: format!(
+                        "its processes died while saving ({why}); they restart in place"
+                    ),
+                });
+            }
+            Err(StateFailure::Host(err)) => return Err(err),
+        };
+        let base = new_id("forkbase_");
+        let snapped = {
+            let (rt, src, dst) = (self.clone(), e.id.clone(), base.clone());
+            blocking("snapshotting a workspace", move || {
+                rt.workspaces()?
+                    .snapshot(&src, &dst)
+                    .map(|_| ())
+                    .map_err(|err| crate::workspace::workspace_error("snapshot", err))
+            })
+            .await
+            .and_then(|r| r)
+        };
+        // The parent's state and files are captured: its next cell may run.
+        drop(turn);
+        let parent = lock(&e.info).clone();
+        let children = match snapped {
+            Ok(()) => {
+                self.fork_children(&parent, &base, &state, &saved, req)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        let (rt, state2, base2) = (self.clone(), state.clone(), base.clone());
+        let _ = blocking("clearing a fork's leftovers", move || {
+            let _ = std::fs::remove_file(&state2);
+            rt.remove_workspace(&base2);
+        })
+        .await;
+        let sandboxes = children?;
+        Ok(ForkResult {
+            sandboxes,
+            not_captured: saved.not_captured,
+            took_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Boots and adopts every child, a few at a time; on any failure the ones made go again.
+    async fn fork_children(
+        &self,
+        parent: &Sandbox,
+        base: &str,
+        state: &Path,
+        saved: &Saved,
+        req: &ForkRequest,
+    ) -> Result<Vec<Sandbox>, RuntimeError> {
+        let tmpl = self.template(&parent.template)?;
+        let slots = self.inner.config.max_concurrent_creates.max(1);
+        let booted: Vec<Result<Restored, RuntimeError>> =
+            futures::stream::iter((0..req.count).map(|_| {
+                self.boot_from(
+                    &tmpl,
+                    parent.limits,
+                    &parent.env,
+                    base,
+                    state,
+                    saved,
+                    !req.same_seed,
+                    "fork",
+                )
+            }))
+            .buffer_unordered(slots)
+            .collect()
+            .await;
+        let (ok, failed): (Vec<_>, Vec<_>) = booted.into_iter().partition(|r| r.is_ok());
+        let ok: Vec<Restored> = ok.into_iter().filter_map(Result::ok).collect();
+        if let Some(Err(err)) = failed.into_iter().next() {
+            for r in ok {
+                self.discard(r.live);
+            }
+            return Err(err);
+        }
+        let mut made: Vec<Sandbox> = Vec::with_capacity(ok.len());
+        let mut lives = ok.into_iter();
+        while let Some(r) = lives.next() {
+            let info = child_info(parent, &r, Some(parent.id.clone()), None);
+            match self.adopt(r.live, info).await {
+                Ok(s) => made.push(s),
+                Err(err) => {
+                    for rest in lives {
+                        self.discard(rest.live);
+                    }
+                    for child in &made {
+                        self.abandon_created(&child.id).await;
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(made)
+    }
+
+    /// A new sandbox of `tmpl`: its own id, uid and cgroup; its workspace a copy-on-write
+    /// snapshot of workspace `base` re-owned to its uid; fresh processes into which `state` is
+    /// loaded (fresh entropy when `reseed`). Not yet the client's (see `adopt`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn boot_from(
+        &self,
+        tmpl: &Arc<Tmpl>,
+        limits: EffectiveLimits,
+        env: &std::collections::BTreeMap<String, String>,
+        base: &str,
+        state: &Path,
+        saved: &Saved,
+        reseed: bool,
+        source: &str,
+    ) -> Result<Restored, RuntimeError> {
+        let id = new_id("sb_");
+        let uid = lock(&self.inner.slots)
+            .alloc()
+            .ok_or(RuntimeError::NoFreeUid)?;
+        let rel = self.inner.cgroup_base.join(&id);
+        let cg = match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
+            Ok(cg) => cg,
+            Err(source) => {
+                self.release_uid(uid);
+                return Err(RuntimeError::SandboxCgroup { source });
+            }
+        };
+        let booted = self
+            .boot_restored(tmpl, &id, uid, &cg, limits, env, base, state, saved, reseed)
+            .await;
+        match booted {
+            Ok((live, loaded)) => Ok(Restored {
+                live,
+                restore: LastRestore {
+                    at: now_rfc3339(),
+                    source: source.to_string(),
+                    variables: loaded.variables,
+                    not_restored: loaded.not_restored,
+                },
+            }),
+            Err(err) => {
+                self.abandon_boot(&id, uid, cg).await;
+                Err(err)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn boot_restored(
+        &self,
+        tmpl: &Arc<Tmpl>,
+        id: &str,
+        uid: u32,
+        cg: &Cgroup,
+        limits: EffectiveLimits,
+        env: &std::collections::BTreeMap<String, String>,
+        base: &str,
+        state: &Path,
+        saved: &Saved,
+        reseed: bool,
+    ) -> Result<(Arc<Live>, saved::Loaded), RuntimeError> {
+        if !self.zygote(tmpl).await?.workspace_fd {
+            return Err(RuntimeError::CaptureFailed {
+                reason: "this template's sandboxes have no workspace on disk to copy".into(),
+            });
+        }
+        {
+            let (rt, base, id) = (self.clone(), base.to_string(), id.to_string());
+            let disk = limits.disk_mb << 20;
+            blocking("copying a workspace", move || {
+                let ws = rt.workspaces()?;
+                let err = |op| move |e| crate::workspace::workspace_error(op, e);
+                ws.snapshot(&base, &id).map_err(err("snapshot"))?;
+                ws.set_limit(&id, disk).map_err(err("set_limit"))?;
+                ws.reown(&id, uid, uid).map_err(err("reown"))?;
+                Ok::<_, RuntimeError>(())
+            })
+            .await??;
+        }
+        let live = self.spawn_in(tmpl, id, uid, cg, limits, true).await?;
+        let ready = async {
+            if !env.is_empty() {
+                let msg = serde_json::json!({"type": "env", "env": env});
+                live.send(&msg)
+                    .await
+                    .map_err(|source| RuntimeError::DiedStarting { source })?;
+            }
+            match saved::load(&live, state, &saved.sha256, reseed).await {
+                Ok(loaded) => {
+                    *lock(&live.contexts) = saved.contexts.clone();
+                    Ok(loaded)
+                }
+                Err(StateFailure::Refused(reason)) => Err(RuntimeError::StateCorrupt {
+                    what: "the saved state".into(),
+                    reason,
+                }),
+                Err(StateFailure::Died(reason)) => Err(RuntimeError::StateLoad { reason }),
+                Err(StateFailure::Host(err)) => Err(err),
+            }
+        };
+        match ready.await {
+            Ok(loaded) => Ok((live, loaded)),
+            Err(err) => {
+                // Only the processes go here: `boot_from` gives back the cgroup, workspace and
+                // uid once (`abandon_boot`).
+                let _ = blocking("killing a failed restore", move || live.kill()).await;
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The record of a sandbox made from `parent`'s settings.
+pub(crate) fn child_info(
+    parent: &Sandbox,
+    r: &Restored,
+    forked_from: Option<String>,
+    from_snapshot: Option<String>,
+) -> Sandbox {
+    let now = time::OffsetDateTime::now_utc();
+    Sandbox {
+        id: r.live.id.clone(),
+        template: parent.template.clone(),
+        template_version: parent.template_version.clone(),
+        state: SandboxState::Running,
+        env: parent.env.clone(),
+        metadata: parent.metadata.clone(),
+        limits: parent.limits,
+        idle_timeout: parent.idle_timeout,
+        max_lifetime: parent.max_lifetime,
+        created_at: util::rfc3339(now),
+        last_active_at: util::rfc3339(now),
+        expires_at: util::rfc3339(now + Duration::from_secs(parent.max_lifetime)),
+        ended_reason: None,
+        restart_count: 0,
+        last_restart: None,
+        on_idle: parent.on_idle,
+        forked_from,
+        from_snapshot,
+        paused_at: None,
+        last_restore: Some(r.restore.clone()),
+    }
+}

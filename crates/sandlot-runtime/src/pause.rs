@@ -1,0 +1,264 @@
+//! Pause and resume. A paused sandbox holds no process, no memory and no cgroup: its
+//! interpreter state is saved into `<data-dir>/state/<id>.state` (`saved.rs`), its processes
+//! are killed and its cgroup removed; it keeps its id, its workspace on disk and its host uid
+//! (reserved, so no other sandbox runs under the uid that owns its files). It survives a
+//! server restart (`housekeeping.rs` finds it `paused`), does not count against the running
+//! sandboxes, and its paused time does not count toward its maximum lifetime. It expires after
+//! the server's paused retention (default 30 days; unlimited allowed).
+//!
+//! Resume boots fresh processes for it in place (`restart.rs`'s `reboot`) and loads the state
+//! into them with the random state it had. Any call that needs its processes (execute, a
+//! context request, fork, snapshot, `resume`) resumes it, under its execution lock: two
+//! resumes at once are one resume and the same sandbox; a resume racing a delete loses.
+//!
+//! A pause that cannot save (the disk fills, an object never finishes pickling past the
+//! bounds, the driver dies) fails with `capture_failed` and leaves the sandbox running.
+
+use crate::error::RuntimeError;
+use crate::restart::Turn;
+use crate::sandbox::Live;
+use crate::saved::{self, Saved, StateFailure};
+use crate::util::{blocking, lock, now_rfc3339, secs_since};
+use crate::{Entry, Runtime};
+use sandlot_types::{IdleAction, LastRestore, Sandbox, SandboxState};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Runtime {
+    /// Pauses a sandbox (a paused one stays paused) and returns it.
+    pub async fn pause_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
+        let e = self.entry(id)?;
+        let turn = self.turn(&e).await;
+        self.pause_with(&e, turn).await?;
+        let info = lock(&e.info).clone();
+        Ok(info)
+    }
+
+    /// Resumes a paused sandbox (a running one is returned as it is; a stopped one restarts).
+    pub async fn resume_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
+        let e = self.entry(id)?;
+        let turn = self.turn(&e).await;
+        let (_turn, _live, _) = self.ready_live(&e, turn).await?;
+        let info = lock(&e.info).clone();
+        Ok(info)
+    }
+
+    /// Saves the sandbox's state and stops its processes; call with its turn (given back
+    /// when the sandbox is paused, or kept by a restart when the processes died saving).
+    pub(crate) async fn pause_with(&self, e: &Arc<Entry>, turn: Turn) -> Result<(), RuntimeError> {
+        match e.state() {
+            SandboxState::Paused => return Ok(()),
+            SandboxState::Failed => {
+                return Err(RuntimeError::CaptureFailed {
+                    reason: "the sandbox is in the failed state".into(),
+                })
+            }
+            _ => {}
+        }
+        if lock(&e.slot).ended {
+            return Err(RuntimeError::SandboxGone {
+                id: e.id.clone(),
+                state: "ending",
+                reason: "it is being removed".into(),
+            });
+        }
+        if !e.disk {
+            return Err(RuntimeError::CaptureFailed {
+                reason: "its workspace is not on disk, so its files would not outlive it".into(),
+            });
+        }
+        let path = self.paused_state(&e.id);
+        let meta = meta_of(&path);
+        let live = e.live().filter(|l| !l.is_dead() && !l.init_exited());
+        // A stopped sandbox has no interpreter state to save: it resumes as it would restart.
+        let (turn, saved) = match live {
+            Some(live) => {
+                let (turn, saved) = self.save_or_explain(e, turn, &live, &path).await?;
+                (turn, Some(saved))
+            }
+            None => {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(&meta);
+                (turn, None)
+            }
+        };
+        let stopped = {
+            let old = lock(&e.slot).live.take();
+            let rt = self.clone();
+            let cg = e.cgroup.clone();
+            blocking("stopping a paused sandbox's processes", move || {
+                if let Some(old) = old {
+                    old.kill();
+                }
+                rt.clear_failed_boot(&cg);
+                let _ = cg.remove();
+                saved.map(|s| saved::write_json(&meta, &s)).transpose()
+            })
+            .await?
+        };
+        if let Err(source) = stopped {
+            // Without its record the state cannot be checked on load; the processes are gone,
+            // so the sandbox resumes fresh rather than from a state it cannot trust.
+            tracing::error!(sandbox = %e.id, error = %source, "recording a paused state failed");
+            let _ = std::fs::remove_file(&path);
+        }
+        {
+            let mut info = lock(&e.info);
+            info.state = SandboxState::Paused;
+            info.paused_at = Some(now_rfc3339());
+            info.ended_reason = None;
+        }
+        self.save(e);
+        drop(turn);
+        tracing::info!(sandbox = %e.id, "paused");
+        Ok(())
+    }
+
+    /// Saves `live`'s state to `path`; when that fails the sandbox is left running (or, if its
+    /// processes died meanwhile, restarting in place) and the error says why.
+    async fn save_or_explain(
+        &self,
+        e: &Arc<Entry>,
+        turn: Turn,
+        live: &Arc<Live>,
+        path: &std::path::Path,
+    ) -> Result<(Turn, Saved), RuntimeError> {
+        match saved::save(live, path).await {
+            Ok(s) => Ok((turn, s)),
+            Err(StateFailure::Refused(reason)) => Err(RuntimeError::CaptureFailed { reason }),
+            Err(StateFailure::Died(why)) => {
+                live.signal_kill();
+                self.restart_after(e, turn, crate::restart::reason::CRASHED);
+                Err(RuntimeError::CaptureFailed {
+                    reason: format!(
+                        "its processes died while saving ({why}); they restart in place"
+                    ),
+                })
+            }
+            Err(StateFailure::Host(err)) => Err(err),
+        }
+    }
+
+    /// Boots a paused sandbox's processes and loads its state; call from `ready_live` with its
+    /// turn. On failure the sandbox stays paused with its state kept.
+    pub(crate) async fn resume_in(
+        &self,
+        e: &Arc<Entry>,
+        turn: Turn,
+    ) -> Result<(Turn, Arc<Live>), RuntimeError> {
+        let path = self.paused_state(&e.id);
+        let meta_path = meta_of(&path);
+        let meta: Option<Saved> = std::fs::read(&meta_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .filter(|_| path.exists());
+        let (turn, booted) = self.reboot_in_task(e.clone(), turn).await?;
+        let live = booted?;
+        let mut restore = None;
+        if let Some(saved) = &meta {
+            match saved::load(&live, &path, &saved.sha256, false).await {
+                Ok(loaded) => {
+                    *lock(&live.contexts) = saved.contexts.clone();
+                    restore = Some(LastRestore {
+                        at: now_rfc3339(),
+                        source: "resume".into(),
+                        variables: loaded.variables,
+                        not_restored: loaded.not_restored,
+                    });
+                }
+                Err(failure) => {
+                    self.back_to_paused(e, live).await;
+                    return Err(match failure {
+                        StateFailure::Refused(reason) => RuntimeError::StateCorrupt {
+                            what: format!("the paused state of sandbox {}", e.id),
+                            reason,
+                        },
+                        StateFailure::Died(reason) => RuntimeError::StateLoad { reason },
+                        StateFailure::Host(err) => err,
+                    });
+                }
+            }
+        }
+        {
+            let mut info = lock(&e.info);
+            let paused_for = info.paused_at.as_deref().map(secs_since).unwrap_or(0.0);
+            let paused_for = Duration::from_secs_f64(paused_for);
+            // Paused time does not count toward the lifetime.
+            *lock(&e.expires) += paused_for;
+            if let Ok(t) = time::OffsetDateTime::parse(
+                &info.expires_at,
+                &time::format_description::well_known::Rfc3339,
+            ) {
+                info.expires_at = crate::util::rfc3339(t + paused_for);
+            }
+            info.paused_at = None;
+            if restore.is_some() {
+                info.last_restore = restore;
+            }
+        }
+        self.save(e);
+        self.touch(e);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&meta_path);
+        tracing::info!(sandbox = %e.id, "resumed");
+        Ok((turn, live))
+    }
+
+    /// Undoes a resume whose load failed: the fresh processes go, the sandbox is paused again.
+    async fn back_to_paused(&self, e: &Arc<Entry>, live: Arc<Live>) {
+        lock(&e.slot).live = None;
+        let (rt, cg) = (self.clone(), e.cgroup.clone());
+        let _ = blocking("stopping a failed resume", move || {
+            live.kill();
+            rt.clear_failed_boot(&cg);
+            let _ = cg.remove();
+        })
+        .await;
+        lock(&e.info).state = SandboxState::Paused;
+        self.save(e);
+    }
+
+    /// The idle timeout reached: pause or delete, as the sandbox asked.
+    pub(crate) async fn idle_out(&self, e: &Arc<Entry>, idle: u64) {
+        let action = lock(&e.info).on_idle;
+        if action == IdleAction::Pause {
+            if let Ok(turn) = e.exec_lock.clone().try_lock_owned() {
+                match self.pause_with(e, turn).await {
+                    Ok(()) => return,
+                    Err(err) => {
+                        tracing::warn!(sandbox = %e.id, error = %err, "pausing an idle sandbox failed; it is deleted instead");
+                    }
+                }
+            } else {
+                return; // busy after all: the next round looks again
+            }
+        }
+        let why = format!("expired: idle for more than its idle timeout of {idle} s");
+        self.end(e, SandboxState::Expired, &why).await;
+    }
+
+    /// A paused sandbox past the paused retention expires.
+    pub(crate) async fn check_paused(&self, e: &Arc<Entry>) {
+        let Some(keep) = self.inner.config.paused_retention_secs else {
+            return;
+        };
+        let paused_for = lock(&e.info).paused_at.as_deref().map(secs_since);
+        if paused_for.is_some_and(|s| s >= keep as f64) {
+            let why = format!("expired: paused for more than the paused retention of {keep} s");
+            self.end(e, SandboxState::Expired, &why).await;
+        }
+    }
+
+    /// Removes a sandbox's paused state, if it has one (the sandbox ended). Blocking.
+    pub(crate) fn remove_paused_state(&self, id: &str) {
+        let path = self.paused_state(id);
+        let _ = std::fs::remove_file(meta_of(&path));
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The JSON record next to a paused state file.
+fn meta_of(state: &std::path::Path) -> PathBuf {
+    state.with_extension("json")
+}
