@@ -6,6 +6,10 @@ writes the cell's exit status back into the same socket (``>&0``). The cell itse
 with stdin from /dev/null, so no process a cell starts ever holds the socket: user processes
 see fds 0, 1 and 2 only (bash keeps its own saved copy close-on-exec while a cell runs).
 
+A saved state carries each session's working directory and exported variables
+(``saved_state``); a loaded one hands them to the context's session (``restore``), which applies
+them before its first cell, or at once if it runs.
+
 A session that died (``exit``, a kill, the OOM killer), was stopped by a signal, or ignored an
 interrupt is replaced: the next cell starts a new one and says so on stderr. A session that
 cannot start, or a cell that cannot be written, because the sandbox hit a limit (processes,
@@ -16,8 +20,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -38,6 +44,12 @@ BASH_INTERRUPT_GRACE = 0.5
 _CHECK_INTERVAL_MS = 100
 
 _RESET = "the working directory, variables and functions are reset"
+
+# Exported variables bash sets itself, never carried by a saved state.
+_BASH_OWN_EXPORTS = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Every variable name starts with one of these; "${!X@}" lists the names that start with X.
+_NAME_STARTS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
 
 
 class BashUnavailable(Exception):
@@ -80,6 +92,7 @@ class BashSession:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None  # our end: commands out, status lines in
         self._cells = 0
+        self._setup = b""  # commands a restored session runs first (see restore)
 
     def run(self, code: str) -> tuple[str, int]:
         self._ensure_running()
@@ -132,6 +145,81 @@ class BashSession:
                 pass
         self._proc = None
 
+    def saved_state(self, timeout: float) -> dict | None:
+        """The session's working directory and the variables it exported beyond the driver's
+        own environment, as ``{"cwd", "env"}``; None when it never started or has ended.
+        Raises TimeoutError when bash does not answer within ``timeout`` (busy or stopped).
+
+        Builtins only (no subshell, nothing forked), all written back into the command socket:
+        a start token, then NUL-terminated fields, the cwd first, then ``NAME=value`` of each
+        exported variable, then the token on a line of its own."""
+        if self._proc is None or self._proc.poll() is not None or self._sock is None:
+            return None
+        token = secrets.token_hex(8)
+        names = " ".join(f'"${{!{c}@}}"' for c in _NAME_STARTS)
+        # Safe under the user's `set -eux` and any IFS: -v is tested first (an unset name
+        # under -u would end bash), `if` never fails, stderr (xtrace) is dropped. Arrays are
+        # skipped: bash cannot export them.
+        command = ("{ "
+                   f"builtin printf '%s\\0' {token} \"$PWD\"; "
+                   f"for __sandlot_n in {names}; do "
+                   "if [[ -v $__sandlot_n && ${!__sandlot_n@a} == *x* "
+                   "&& ${!__sandlot_n@a} != *[aA]* ]]; then "
+                   'builtin printf \'%s=%s\\0\' "$__sandlot_n" "${!__sandlot_n}"; fi; '
+                   "done; builtin unset __sandlot_n; "
+                   f"builtin printf '%s\\n' {token}; }} >&0 2>/dev/null\n")
+        if not self._send(command.encode()):
+            return None
+        data = self._read_until(f"\0{token}\n".encode(), timeout)
+        start = data.find(f"{token}\0".encode())
+        if start < 0:
+            raise ValueError("the bash session's answer was garbled")
+        fields = data[start + len(token) + 1:].split(b"\0")[:-1]
+        env = {}
+        for field in fields[1:]:
+            name, _, value = field.decode("utf-8", "surrogateescape").partition("=")
+            if name not in _BASH_OWN_EXPORTS and os.environ.get(name) != value:
+                env[name] = value
+        return {"cwd": fields[0].decode("utf-8", "surrogateescape"), "env": env}
+
+    def restore(self, cwd: str | None, env: dict) -> None:
+        """Makes the session work in ``cwd`` with ``env`` exported: before its first cell if it
+        has not started, at once if it runs. Names that are not shell identifiers are skipped
+        (bash could not have exported them); a cwd that does not exist leaves bash where it
+        starts."""
+        lines = []  # each one harmless under a running session's `set -e`
+        if isinstance(cwd, str) and cwd:
+            lines.append(f"builtin cd -- {shlex.quote(cwd)} 2>/dev/null || :")
+        for name, value in env.items():
+            if isinstance(name, str) and _NAME.fullmatch(name) and isinstance(value, str):
+                lines.append(f"builtin export {name}={shlex.quote(value)} 2>/dev/null || :")
+        if not lines:
+            return
+        commands = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+        if self._proc is not None and self._proc.poll() is None:
+            self._send(commands)
+        else:
+            self._setup = commands
+
+    def _read_until(self, end: bytes, timeout: float) -> bytes:
+        """What bash writes into the socket, up to and including ``end``."""
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        data = b""
+        while not data.endswith(end):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(remaining * 1000):
+                raise TimeoutError(f"the bash session did not answer within {timeout:g} s")
+            try:
+                chunk = os.read(self._sock.fileno(), 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise EOFError("the bash session ended")
+            data += chunk
+        return data
+
     # -- the session's life -----------------------------------------------------------------
 
     def _ensure_running(self) -> None:
@@ -171,6 +259,9 @@ class BashSession:
         self._sock = ours
         # 2>/dev/null: a SIGINT racing the end of a cell finds bash idle, where `return` fails.
         self._send(b"trap 'return 130 2>/dev/null' INT\n")
+        if self._setup:  # a restored session: once, a replaced one starts afresh
+            self._send(self._setup)
+            self._setup = b""
 
     def _send(self, data: bytes) -> bool:
         """Writes to bash; False when bash is gone."""

@@ -7,8 +7,8 @@ for when the server is gone."""
 
 from __future__ import annotations
 
-import fcntl
 import array
+import fcntl
 import json
 import os
 import socket
@@ -104,17 +104,18 @@ class Channel:
     def _read_exact(self, size: int) -> bytes | None:
         if self._sock is None:
             return self._read_plain(size)
-        data = b""
-        while len(data) < size:
+        parts, got = [], 0
+        while got < size:
             # MSG_CMSG_CLOEXEC: a descriptor is close-on-exec from the moment it exists here.
             part, ancillary, _flags, _addr = self._sock.recvmsg(
-                size - len(data), _ANCILLARY_SPACE, socket.MSG_CMSG_CLOEXEC)
+                size - got, _ANCILLARY_SPACE, socket.MSG_CMSG_CLOEXEC)
             if ancillary:
                 _keep_fds(ancillary)
             if not part:
                 return None
-            data = part if not data else data + part
-        return data
+            parts.append(part)
+            got += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _read_plain(self, size: int) -> bytes | None:
         data = bytearray()

@@ -1,9 +1,11 @@
 """The protocol loop: reads each message the server sends and dispatches it (execute, warm,
-context operations, env); every execute is answered with exactly one done frame."""
+context operations, saving and loading state, env); every execute is answered with exactly one
+done frame, every state request with one state_saved or state_loaded."""
 
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 
 from .bash_session import BashUnavailable, run_bash
@@ -13,6 +15,7 @@ from .contexts import context_op, enter_context
 from .jsonsafe import safe_str
 from .protocol import Channel, emit
 from .python_cells import run_python
+from .snapshot import load_state, save_state
 from .state import state
 
 
@@ -64,6 +67,8 @@ def _warm() -> None:
 
 def serve(channel: Channel) -> None:
     """Answers the server's messages until it closes the control stream."""
+    if state.module_baseline is None:  # what the sandbox got from the zygote (see snapshot.py)
+        state.module_baseline = frozenset(sys.modules)
     while True:
         try:
             message = channel.recv()
@@ -72,16 +77,29 @@ def serve(channel: Channel) -> None:
             continue
         if message is None:
             return
-        kind = message.get("type")
-        if kind == "execute":
-            _execute(message)
-        elif kind == "warm":
-            _warm()
-        elif kind in ("context_create", "context_restart", "context_delete"):
-            context_op(kind, message)
-        elif kind == "env":
-            # The creator's environment variables come on the sandbox's own channel, never
-            # through the zygote, so no other sandbox's memory ever holds them.
-            env = message.get("env")
-            if isinstance(env, dict):
-                os.environ.update({str(k): str(v) for k, v in env.items()})
+        fd = channel.take_fd()  # the descriptor a frame with "fd": true carried; ours to close
+        try:
+            _dispatch(message, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _dispatch(message: dict, fd: int | None) -> None:
+    kind = message.get("type")
+    if kind == "execute":
+        _execute(message)
+    elif kind == "warm":
+        _warm()
+    elif kind in ("context_create", "context_restart", "context_delete"):
+        context_op(kind, message)
+    elif kind == "state_save":
+        state.channel.send(save_state(message, fd), wait_until_read=False)
+    elif kind == "state_load":
+        state.channel.send(load_state(message, fd), wait_until_read=False)
+    elif kind == "env":
+        # The creator's environment variables come on the sandbox's own channel, never
+        # through the zygote, so no other sandbox's memory ever holds them.
+        env = message.get("env")
+        if isinstance(env, dict):
+            os.environ.update({str(k): str(v) for k, v in env.items()})

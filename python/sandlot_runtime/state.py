@@ -4,6 +4,7 @@ IPython's hooks, the control channel and the protocol loop all read and write.""
 from __future__ import annotations
 
 import io
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: this module sits below every other one
@@ -56,6 +57,14 @@ class State:
         # The zygote's sys.stdout/sys.stderr, kept referenced so they are never flushed (on
         # garbage collection) into this sandbox's pipes.
         self.inherited_streams: tuple = ()
+        # Descriptors that came on the control stream, oldest first, until the frame they came
+        # with is complete: it claims the first, the rest are closed (see protocol.Channel).
+        self.received_fds: deque[int] = deque()
+        # sys.modules' names when this sandbox began serving (what it inherited from the
+        # zygote): a saved state records the modules imported since, to import them on load.
+        self.module_baseline: frozenset[str] | None = None
+        # The namespace a state_load is unpickling a variable into (see snapshot.py).
+        self.loading_namespace: dict | None = None
 
 
 state = State()

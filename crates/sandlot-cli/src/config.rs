@@ -25,6 +25,9 @@ pub const MAX_PENDING_CREATES: &str = "SANDLOT_MAX_PENDING_CREATES";
 pub const POOL_SIZE: &str = "SANDLOT_POOL_SIZE";
 /// Size in MiB the workspaces' Btrfs image is first allocated at (`--disk-image-mb`).
 pub const DISK_IMAGE_MB: &str = "SANDLOT_DISK_IMAGE_MB";
+/// Days a paused sandbox is kept before it expires (`--paused-retention-days`); 0 keeps it
+/// until it is deleted.
+pub const PAUSED_RETENTION_DAYS: &str = "SANDLOT_PAUSED_RETENTION_DAYS";
 /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `sandlot_runtime=debug`).
 pub const LOG: &str = "SANDLOT_LOG";
 /// The Python the environment is built from; read by `sandlot-env` (which owns the name).
@@ -104,6 +107,11 @@ pub const VARS: &[Var] = &[
         help: "MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room",
     },
     Var {
+        name: PAUSED_RETENTION_DAYS,
+        default: "30",
+        help: "days a paused sandbox is kept before it expires (0: until deleted)",
+    },
+    Var {
         name: LOG,
         default: "info for serve, warn otherwise",
         help: "log filter, e.g. debug or sandlot_runtime=debug",
@@ -130,6 +138,7 @@ pub const SERVE_VARS: &[&str] = &[
     MAX_PENDING_CREATES,
     POOL_SIZE,
     DISK_IMAGE_MB,
+    PAUSED_RETENTION_DAYS,
 ];
 /// The variables `sandlot env` reads.
 pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];
@@ -161,6 +170,8 @@ pub struct Capacity {
     pub max_pending_creates: Option<usize>,
     pub pool_size: Option<usize>,
     pub disk_image_mb: Option<u64>,
+    /// Days a paused sandbox is kept; `Some(0)` keeps it until deleted.
+    pub paused_retention_days: Option<u64>,
 }
 
 impl Capacity {
@@ -180,6 +191,11 @@ impl Capacity {
         }
         if let Some(v) = self.disk_image_mb {
             cfg.workspace_image_bytes = Some(v << 20);
+        }
+        match self.paused_retention_days {
+            Some(0) => cfg.paused_retention_secs = None,
+            Some(days) => cfg.paused_retention_secs = Some(days.saturating_mul(24 * 3600)),
+            None => {}
         }
     }
 }
@@ -274,8 +290,11 @@ mod tests {
             max_pending_creates: Some(7),
             pool_size: None,
             disk_image_mb: None,
+            paused_retention_days: Some(0),
         }
         .apply(&mut changed);
+        assert_eq!(changed.paused_retention_secs, None);
+        assert_eq!(cfg.paused_retention_secs, Some(30 * 24 * 3600));
         assert_eq!(
             (
                 changed.max_sandboxes,

@@ -3,12 +3,14 @@
 //! The binary is thin: it parses the command line, sets up logging and hands over to the
 //! runtime, the API router or the jail's probe.
 
+mod client;
 mod config;
 mod doctor;
 mod provision;
 mod run;
 mod serve;
 mod setup;
+mod snapshots;
 mod sse;
 mod template;
 
@@ -51,6 +53,51 @@ enum Command {
     /// Build and list templates on a server.
     #[command(subcommand)]
     Template(TemplateCommand),
+    /// List, verify, delete and collect a server's snapshots.
+    #[command(subcommand)]
+    Snapshots(SnapshotsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotsCommand {
+    /// List the server's snapshots.
+    #[command(after_help = config::env_help(&[config::URL]))]
+    Ls {
+        #[command(flatten)]
+        url: UrlArg,
+        /// Print the snapshots as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete snapshots (sandboxes started from them keep their own copies).
+    #[command(after_help = config::env_help(&[config::URL]))]
+    Rm {
+        #[command(flatten)]
+        url: UrlArg,
+        #[arg(value_name = "ID", required = true)]
+        ids: Vec<String>,
+    },
+    /// Check snapshots' saved state on disk without loading it; exits 1 if any is corrupt.
+    #[command(after_help = config::env_help(&[config::URL]))]
+    Verify {
+        #[command(flatten)]
+        url: UrlArg,
+        /// Snapshots to check [default: all]
+        #[arg(value_name = "ID")]
+        ids: Vec<String>,
+    },
+    /// Delete snapshots older than a number of days.
+    #[command(after_help = config::env_help(&[config::URL]))]
+    Gc {
+        #[command(flatten)]
+        url: UrlArg,
+        /// Age in days past which a snapshot is deleted
+        #[arg(long, value_name = "DAYS", default_value_t = 30)]
+        older_than: u64,
+        /// Only print what would be deleted
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +192,9 @@ struct ServeArgs {
     /// MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room [default: 4096]
     #[arg(long, value_name = "MIB", env = config::DISK_IMAGE_MB)]
     disk_image_mb: Option<u64>,
+    /// Days a paused sandbox is kept before it expires; 0 keeps it until deleted [default: 30]
+    #[arg(long, value_name = "DAYS", env = config::PAUSED_RETENTION_DAYS)]
+    paused_retention_days: Option<u64>,
 }
 
 impl ServeArgs {
@@ -155,6 +205,7 @@ impl ServeArgs {
             max_pending_creates: self.max_pending_creates,
             pool_size: self.pool_size,
             disk_image_mb: self.disk_image_mb,
+            paused_retention_days: self.paused_retention_days,
         }
     }
 }
@@ -248,6 +299,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor(args),
         Command::Env(args) => env(args),
         Command::Template(cmd) => template(cmd),
+        Command::Snapshots(cmd) => snapshots_command(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -278,6 +330,21 @@ fn env(args: EnvArgs) -> anyhow::Result<u8> {
         None => Dirs::resolve(args.data_dir, None)?.env_dir,
     };
     provision::env(&env_dir, &args.extras, args.print_python)
+}
+
+fn snapshots_command(cmd: SnapshotsCommand) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    let rt = tokio_runtime()?;
+    match cmd {
+        SnapshotsCommand::Ls { url, json } => rt.block_on(snapshots::list(&url.url, json)),
+        SnapshotsCommand::Rm { url, ids } => rt.block_on(snapshots::remove(&url.url, &ids)),
+        SnapshotsCommand::Verify { url, ids } => rt.block_on(snapshots::verify(&url.url, &ids)),
+        SnapshotsCommand::Gc {
+            url,
+            older_than,
+            dry_run,
+        } => rt.block_on(snapshots::gc(&url.url, older_than, dry_run)),
+    }
 }
 
 fn template(cmd: TemplateCommand) -> anyhow::Result<u8> {

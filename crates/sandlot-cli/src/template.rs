@@ -15,9 +15,10 @@
 //! memory_mb = 2048
 //! ```
 
-use anyhow::{anyhow, Context};
+use crate::client::Client;
+use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
-use sandlot_types::{ApiError, ErrorBody, Limits, Template, TemplateSpec, TemplateStatus};
+use sandlot_types::{Limits, Template, TemplateSpec, TemplateStatus};
 use serde::Deserialize;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -162,51 +163,13 @@ pub fn parse_requirements(path: &Path, text: &str) -> Result<Vec<String>, Templa
 // ---------------------------------------------------------------------------------------------
 // Talking to the server.
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-}
-
 impl Client {
-    fn new(url: &str) -> anyhow::Result<Client> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .context("could not build the HTTP client")?;
-        Ok(Client {
-            http,
-            base: url.trim_end_matches('/').to_owned(),
-        })
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn unreachable(&self) -> String {
-        format!("could not reach the server at {}", self.base)
-    }
-
     async fn create(&self, spec: &TemplateSpec) -> anyhow::Result<Template> {
-        let resp = self
-            .http
-            .post(self.url("/v1/templates"))
-            .json(spec)
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        Ok(api_result(resp).await?.json().await?)
+        self.post_json("/v1/templates", spec).await
     }
 
     async fn get(&self, name: &str) -> anyhow::Result<Template> {
-        let resp = self
-            .http
-            .get(self.url(&format!("/v1/templates/{name}")))
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        Ok(api_result(resp).await?.json().await?)
+        self.get_json(&format!("/v1/templates/{name}")).await
     }
 
     async fn list(&self) -> anyhow::Result<Vec<Template>> {
@@ -214,26 +177,7 @@ impl Client {
         struct List {
             templates: Vec<Template>,
         }
-        let resp = self
-            .http
-            .get(self.url("/v1/templates"))
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        Ok(api_result(resp).await?.json::<List>().await?.templates)
-    }
-}
-
-/// The response, or its error body as an [`ApiError`].
-async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
-        Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
+        Ok(self.get_json::<List>("/v1/templates").await?.templates)
     }
 }
 

@@ -1,0 +1,85 @@
+//! The HTTP client of the commands that talk to a running server (`sandlot template`,
+//! `sandlot snapshots`): JSON in and out, and the server's error body turned into an
+//! [`ApiError`] with its stable code.
+
+use anyhow::{anyhow, Context};
+use sandlot_types::{ApiError, ErrorBody};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::time::Duration;
+
+pub(crate) struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    pub(crate) fn new(url: &str) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(600))
+            .build()
+            .context("could not build the HTTP client")?;
+        Ok(Client {
+            http,
+            base: url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn unreachable(&self) -> String {
+        format!("could not reach the server at {}", self.base)
+    }
+
+    pub(crate) async fn get_json<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        Ok(api_result(resp).await?.json().await?)
+    }
+
+    pub(crate) async fn post_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        Ok(api_result(resp).await?.json().await?)
+    }
+
+    pub(crate) async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .delete(self.url(path))
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        api_result(resp).await?;
+        Ok(())
+    }
+}
+
+/// The response, or its error body as an [`ApiError`].
+async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
+        Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
+    }
+}
