@@ -19,6 +19,10 @@ from .snapshot import load_state, save_state
 from .state import state
 
 
+# Requests that come with a descriptor (the state file).
+_TAKES_FD = ("state_save", "state_load")
+
+
 def _execute(message: dict) -> None:
     """Runs one execute request and always answers with exactly one done."""
     state.exec_id = message.get("id")
@@ -77,12 +81,23 @@ def serve(channel: Channel) -> None:
             continue
         if message is None:
             return
-        fd = channel.take_fd()  # the descriptor a frame with "fd": true carried; ours to close
+        # The descriptor a frame with "fd": true carried: ours to close, and closed before
+        # anything runs unless the request is one that uses it.
+        fd = channel.take_fd()
+        if fd is not None and message.get("type") not in _TAKES_FD:
+            fd = _close(fd)
         try:
             _dispatch(message, fd)
         finally:
-            if fd is not None:
-                os.close(fd)
+            _close(fd)
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _dispatch(message: dict, fd: int | None) -> None:

@@ -21,15 +21,17 @@ each is bounded in time by SIGALRM (``object_secs``, and ``total_secs`` for the 
 Functions and classes defined in cells are pickled by value, but their globals are not: they
 are bound on load to the namespace of the context they are loaded into, so they see the
 restored variables and later cells' changes as they did before. What is not carried: the
-execution counter, ``In``/``Out``/``_`` history, IPython's own names, the template's setup
-names (a fresh namespace has them), and objects shared between two variables stay shared only
-for classes (cloudpickle tracks those).
+execution counter, ``In``/``Out``/``_`` history, IPython's own names and the template's setup
+names (a fresh namespace has them). An object two variables share comes back as two copies,
+except a class defined in a cell (cloudpickle tracks those by id within a process).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
+import io
 import mmap
 import os
 import pickle
@@ -77,6 +79,9 @@ _ALARM_REPEAT = 0.05
 _IPYTHON_NAMES = frozenset({"In", "Out", "_ih", "_oh", "_dh", "_", "__", "___", "exit", "quit",
                             "get_ipython"})
 _HISTORY_NAME = re.compile(r"_i+\d*|_\d+")
+# Open files: reported, not pickled.
+_OPEN_FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
+                    io.TextIOWrapper)
 
 
 class Refused(Exception):
@@ -123,7 +128,9 @@ def save_state(message: dict, fd: int | None) -> dict:
         state.python_running = False
         reply.update(ok=False, error="the save was interrupted")
     except _WriteFailed as failed:
-        hint = limit_hint(failed.error.errno)
+        # The file is the server's (ENOSPC is its disk), but the sandbox's own RLIMIT_FSIZE
+        # bounds every write it makes.
+        hint = limit_hint(failed.error.errno) if failed.error.errno == errno.EFBIG else ""
         reply.update(ok=False, error=f"writing the state file failed: {failed.error}"
                      + (f" ({hint})" if hint else ""))
     except Refused as exc:
@@ -214,7 +221,9 @@ def _save_value(value: object, ns: dict, writer: _BodyWriter,
         raise
     except _TimedOut:
         writer.rollback()
-        return None, f"timed out after {bounds.last_secs:g} s"
+        if bounds.last_was_total:
+            return None, f"timed out: the save's bound of {bounds.total_secs:g} s was reached"
+        return None, f"timed out after {bounds.object_secs:g} s"
     except _OutOfTime:
         writer.rollback()
         return None, f"not tried: the save's bound of {bounds.total_secs:g} s was used up"
@@ -228,6 +237,8 @@ def _save_value(value: object, ns: dict, writer: _BodyWriter,
 
 
 def _dump(writer: _BodyWriter, value: object, ns: dict) -> None:
+    # In band: a NumPy array's buffer reaches writer.write as a PickleBuffer, written from
+    # the array's own memory.
     _ContextPickler(writer, ns).dump(value)
 
 
@@ -290,6 +301,14 @@ class _ContextPickler(cloudpickle.Pickler):
         super().__init__(file, protocol=5)
         self._namespace = namespace
 
+    def reducer_override(self, obj):
+        # cloudpickle would read a file open for reading to its end and load it as a StringIO.
+        if isinstance(obj, _OPEN_FILE_TYPES):
+            raise TypeError(f"cannot pickle an open file ({type(obj).__name__} "
+                            f"{safe_str(getattr(obj, 'name', '?'))!r}); open it again after "
+                            "the load")
+        return super().reducer_override(obj)
+
     def _dynamic_function_reduce(self, func):
         reduced = super()._dynamic_function_reduce(func)
         if func.__globals__ is not self._namespace:
@@ -310,7 +329,7 @@ class _TimeBounds:
 
     def __init__(self, object_secs: float, total_secs: float) -> None:
         self.object_secs, self.total_secs = object_secs, total_secs
-        self.last_secs = object_secs  # the bound of the last object tried
+        self.last_was_total = False  # the last object got what was left of the total
         self._started = self._deadline = 0.0
         self._old_handler = None
         self._old_timer = (0.0, 0.0)
@@ -339,7 +358,7 @@ class _TimeBounds:
         secs = min(self.object_secs, self.remaining())
         if secs <= 0:
             raise _OutOfTime
-        self.last_secs = secs
+        self.last_was_total = secs < self.object_secs
         signal.setitimer(signal.ITIMER_REAL, secs, _ALARM_REPEAT)
         try:
             _bounded_call(fn, args)

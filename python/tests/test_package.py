@@ -20,6 +20,7 @@ FLOORS = [
     ["display", "python_cells"],
     ["shell"],
     ["contexts"],
+    ["snapshot"],
     ["serve"],
     ["driver"],
     ["zygote"],

@@ -5,9 +5,11 @@
 //! hot `1+1` round trip against jupyter_client + ipykernel, (3) memory and latency with N live
 //! sandboxes, (4) sustained create+delete throughput, (5) restart in place after the driver
 //! is killed, (6) a burst of concurrent creates after a quiet period, with a peer's published
-//! figure beside it, (7) the workspace's disk throughput against the host disk's. Prints
-//! medians and p99s and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count
-//! and time; all traffic goes to loopback.
+//! figure beside it, (7) the workspace's disk throughput against the host disk's, and (issue 12)
+//! (8) fork, (9) pause and resume, (10) create from a snapshot, (11) a server start with N paused
+//! sandboxes on disk, with peers' published figures quoted beside them. Prints medians and p99s
+//! and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all
+//! traffic goes to loopback.
 
 mod bench;
 mod burst;
@@ -18,6 +20,7 @@ mod peers;
 mod report;
 mod restart;
 mod server;
+mod state;
 mod stats;
 
 use anyhow::Context;
@@ -29,7 +32,7 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000"
 )]
 struct Cli {
     /// The benchmarks to run, on one server (in the order of the list below, whatever the
@@ -54,10 +57,18 @@ enum Bench {
     Burst,
     /// 7. dd write + read of a file in /workspace against the host disk
     Disk,
+    /// 8. fork(1), fork(5) and fork(100) until every child answered (issue 12)
+    Fork,
+    /// 9. pause, and an execute on the paused sandbox until its answer (issue 12)
+    Pause,
+    /// 10. snapshot, and create from it until the first result (issue 12)
+    Snapshot,
     /// 4. sustained create+delete throughput
     Throughput,
     /// 3. memory and hot-exec latency with N live idle sandboxes
     Density,
+    /// 11. a second server restarted with N paused sandboxes on disk (issue 12)
+    PausedStart,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -150,6 +161,22 @@ pub struct Opts {
     /// disk: do not drop the host's page cache before the second read
     #[arg(long)]
     no_drop_caches: bool,
+
+    /// fork: timed forks of 1 and 5 (small sandbox) and of 5 (50 MB sandbox), each
+    #[arg(long, default_value_t = 20)]
+    fork_iters: usize,
+    /// fork: timed forks of 100 (children deleted between them)
+    #[arg(long, default_value_t = 3)]
+    fork100_iters: usize,
+    /// pause, snapshot: timed pause/resume rounds and creates from a snapshot, per sandbox kind
+    #[arg(long, default_value_t = 20)]
+    state_iters: usize,
+    /// paused-start: numbers of paused sandboxes on disk to restart the server with
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    paused_n: Vec<usize>,
+    /// paused-start: server starts timed at each level
+    #[arg(long, default_value_t = 3)]
+    paused_starts: usize,
 }
 
 impl Opts {
@@ -205,6 +232,17 @@ impl Opts {
         anyhow::ensure!(
             (1..=8192).contains(&self.disk_mib) && (1..=10).contains(&self.disk_reps),
             "--disk-mib must be 1..=8192 and --disk-reps 1..=10"
+        );
+        anyhow::ensure!(
+            (1..=1000).contains(&self.fork_iters)
+                && (1..=20).contains(&self.fork100_iters)
+                && (1..=1000).contains(&self.state_iters),
+            "--fork-iters and --state-iters must be 1..=1000, --fork100-iters 1..=20"
+        );
+        anyhow::ensure!(
+            self.paused_n.iter().all(|&n| (1..=20_000).contains(&n))
+                && (1..=20).contains(&self.paused_starts),
+            "--paused-n takes counts in 1..=20000 and --paused-starts must be 1..=20"
         );
         Ok(())
     }
@@ -302,6 +340,10 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         restart: None,
         burst: None,
         disk: None,
+        fork: None,
+        pause: None,
+        snapshot: None,
+        paused_start: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -334,6 +376,24 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Err(e) => failed("disk", e),
         }
     }
+    if want(Bench::Fork) {
+        match state::fork(&mut ctx) {
+            Ok(r) => run.fork = Some(r),
+            Err(e) => failed("fork", e),
+        }
+    }
+    if want(Bench::Pause) {
+        match state::pause(&mut ctx) {
+            Ok(r) => run.pause = Some(r),
+            Err(e) => failed("pause", e),
+        }
+    }
+    if want(Bench::Snapshot) {
+        match state::snapshot(&mut ctx) {
+            Ok(r) => run.snapshot = Some(r),
+            Err(e) => failed("snapshot", e),
+        }
+    }
     // Throughput before density, so it does not run in the wake of a thousand deletions.
     if want(Bench::Throughput) {
         match bench::throughput(&mut ctx) {
@@ -345,6 +405,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         match bench::density(&mut ctx) {
             Ok(r) => run.density = Some(r),
             Err(e) => failed("density", e),
+        }
+    }
+    // On a second server of its own, which it stops and starts again.
+    if want(Bench::PausedStart) {
+        match state::paused_start(&mut ctx) {
+            Ok(r) => run.paused_start = Some(r),
+            Err(e) => failed("paused-start", e),
         }
     }
     drop(ctx);
@@ -368,6 +435,8 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "workspaces": run.workspaces,
             "create": run.create, "hot": run.hot, "density": run.density, "throughput": run.throughput,
             "restart": run.restart, "burst": run.burst, "disk": run.disk,
+            "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
+            "paused_start": run.paused_start,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)

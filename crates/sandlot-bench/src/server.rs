@@ -20,27 +20,47 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub log: PathBuf,
+    /// When the process was spawned, and how long after that it announced its address.
+    pub spawned_at: Instant,
     pub started_in: Duration,
 }
 
 impl Server {
     pub fn start(bin: &Path, work: &Path, env_dir: &Path) -> anyhow::Result<Server> {
+        Server::start_with(
+            bin,
+            &work.join("data"),
+            &work.join("server.log"),
+            env_dir,
+            &[],
+        )
+    }
+
+    /// Starts a server on `data_dir` (kept if it exists: a restart), logging to `log`, with
+    /// extra `serve` options.
+    pub fn start_with(
+        bin: &Path,
+        data_dir: &Path,
+        log: &Path,
+        env_dir: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<Server> {
         if !bin.exists() {
             bail!(
                 "{} does not exist: build it with `cargo build --release --workspace` or pass --sandlot",
                 bin.display()
             );
         }
-        let data_dir = work.join("data");
-        std::fs::create_dir_all(&data_dir)?;
-        let log = work.join("server.log");
+        std::fs::create_dir_all(data_dir)?;
+        let log = log.to_path_buf();
         let log_file = std::fs::File::create(&log)?;
         let started = Instant::now();
         let mut child = Command::new(bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
+            .arg(data_dir)
             .arg("--env-dir")
             .arg(env_dir)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))
@@ -59,6 +79,7 @@ impl Server {
             child,
             addr: "127.0.0.1:0".parse()?,
             log,
+            spawned_at: started,
             started_in: Duration::ZERO,
         };
         let deadline = started + START_TIMEOUT;

@@ -65,7 +65,10 @@ fn fork_children_get_state_files_and_fresh_entropy_and_their_own_uid() {
     let parent = server.create_sandbox();
     let r = server.execute(&parent, PARENT_SETUP);
     assert_eq!(r["end_state"], "ok", "{r:#}");
-    let r = server.execute_bash(&parent, "mkdir -p /workspace/sub && cd /workspace/sub && export GREETING=hello");
+    let r = server.execute_bash(
+        &parent,
+        "mkdir -p /workspace/sub && cd /workspace/sub && export GREETING=hello",
+    );
     assert_eq!(r["end_state"], "ok", "{r:#}");
 
     let out = fork(&server, &parent, &json!({ "count": 3 }));
@@ -83,12 +86,15 @@ fn fork_children_get_state_files_and_fresh_entropy_and_their_own_uid() {
     let mut seen_uids = vec![parent_uid];
     let mut draws = Vec::new();
     for child in &children {
-        let s = server.get(&format!("/v1/sandboxes/{child}")).expect(200).clone();
+        let s = server
+            .get(&format!("/v1/sandboxes/{child}"))
+            .expect(200)
+            .clone();
         assert_eq!(s["forked_from"], parent.as_str());
         assert_eq!(s["last_restore"]["source"], "fork");
         let got = text(&server.execute(
             child,
-            "(x, f(x), p.a, math.pi > 3, np.arange(3).sum(), open('/workspace/notes.txt').read(), 'lock' in globals())",
+            "(x, f(x), p.a, math.pi > 3, int(np.arange(3).sum()), open('/workspace/notes.txt').read(), 'lock' in globals())",
         ));
         assert_eq!(got, "(41, 82, 7, True, 3, 'from the parent', False)");
         let r = server.execute_bash(child, "echo \"$(pwd) $GREETING\"");
@@ -105,7 +111,10 @@ fn fork_children_get_state_files_and_fresh_entropy_and_their_own_uid() {
     draws.dedup();
     assert_eq!(draws.len(), 3, "children drew the same numbers: {draws:?}");
     // The parent is untouched.
-    assert_eq!(text(&server.execute(&parent, "(x, open('/workspace/notes.txt').read())")), "(41, 'from the parent')");
+    assert_eq!(
+        text(&server.execute(&parent, "(x, open('/workspace/notes.txt').read())")),
+        "(41, 'from the parent')"
+    );
 }
 
 #[test]
@@ -122,15 +131,22 @@ fn same_seed_children_draw_what_the_parent_draws_next() {
 
 #[test]
 fn fork_counts_out_of_range_and_over_capacity_are_refused_whole() {
-    let server = TestServer::start_with_env(&[("SANDLOT_MAX_SANDBOXES", "4"), ("SANDLOT_POOL_SIZE", "0")]);
+    let server =
+        TestServer::start_with_env(&[("SANDLOT_MAX_SANDBOXES", "4"), ("SANDLOT_POOL_SIZE", "0")]);
     let parent = server.create_sandbox();
     for count in [0, 101] {
         server
-            .post(&format!("/v1/sandboxes/{parent}/fork"), &json!({ "count": count }))
+            .post(
+                &format!("/v1/sandboxes/{parent}/fork"),
+                &json!({ "count": count }),
+            )
             .expect_error(400, "invalid_argument");
     }
     server
-        .post(&format!("/v1/sandboxes/{parent}/fork"), &json!({ "count": 4 }))
+        .post(
+            &format!("/v1/sandboxes/{parent}/fork"),
+            &json!({ "count": 4 }),
+        )
         .expect_error(503, "capacity_exhausted");
     // Nothing of the refused fork exists.
     let list = server.get("/v1/sandboxes").expect(200).clone();
@@ -155,7 +171,10 @@ fn a_pickle_that_never_ends_is_cut_and_reported() {
     let lost = &out["not_captured"];
     assert_eq!(lost.as_array().unwrap().len(), 1, "{out:#}");
     assert_eq!(lost[0]["name"], "stuck");
-    assert!(lost[0]["reason"].as_str().unwrap().contains("time"), "{out:#}");
+    assert!(
+        lost[0]["reason"].as_str().unwrap().contains("time"),
+        "{out:#}"
+    );
     let child = &ids(&out)[0];
     assert_eq!(text(&server.execute(child, "kept")), "[1, 2, 3]");
     assert_eq!(text(&server.execute(&parent, "len(kept)")), "3");
@@ -168,52 +187,83 @@ fn pause_frees_everything_and_the_next_call_resumes_with_variables() {
     let id = server.create_sandbox();
     server.execute(&id, "import random\nrandom.seed(3)\ndata = {'k': list(range(5))}\nopen('kept.txt', 'w').write('kept')");
     let uid = owner(&server, &id);
-    let s = server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200).clone();
+    let s = server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200)
+        .clone();
     common::assert_schema("Sandbox", &s);
     assert_eq!(s["state"], "paused");
     assert!(s["paused_at"].is_string());
     // No process, no cgroup; files readable; the uid is still its own.
     assert!(common::processes_with_uid(uid).is_empty());
-    assert!(host.cgroup_dirs(&id).is_empty(), "{:?}", host.cgroup_dirs(&id));
+    assert!(
+        host.cgroup_dirs(&id).is_empty(),
+        "{:?}",
+        host.cgroup_dirs(&id)
+    );
     let (status, _, body) = server.get_bytes(&format!("/v1/sandboxes/{id}/files/kept.txt"));
     assert_eq!((status, body), (200, b"kept".to_vec()));
     let listed = server.get("/v1/sandboxes").expect(200).clone();
-    assert!(listed["sandboxes"].as_array().unwrap().iter().any(|s| s["id"] == id.as_str()));
+    assert!(listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == id.as_str()));
     // Pausing again is a no-op.
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
 
     // The next call resumes it, with the random state it had.
     let r = server.execute(&id, "(data['k'][-1], random.random())");
     let want = {
         let other = server.create_sandbox();
-        text(&server.execute(&other, "import random\nrandom.seed(3)\n(4, random.random())"))
+        text(&server.execute(
+            &other,
+            "import random\nrandom.seed(3)\n(4, random.random())",
+        ))
     };
     assert_eq!(text(&r), want);
     assert!(r["restarted"].is_null(), "{r:#}");
-    let s = server.get(&format!("/v1/sandboxes/{id}")).expect(200).clone();
+    let s = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
     assert_eq!(s["state"], "running");
     assert_eq!(s["restart_count"], 0);
     assert_eq!(s["last_restore"]["source"], "resume");
     assert!(s["paused_at"].is_null());
     assert_eq!(owner(&server, &id), uid);
     // Resume of a running sandbox answers it as it is.
-    let s = server.post(&format!("/v1/sandboxes/{id}/resume"), &json!({})).expect(200).clone();
+    let s = server
+        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+        .expect(200)
+        .clone();
     assert_eq!(s["state"], "running");
 }
 
 #[test]
 fn a_paused_sandbox_survives_a_server_restart_and_does_not_count_against_capacity() {
-    let mut server = TestServer::start_with_env(&[("SANDLOT_MAX_SANDBOXES", "1"), ("SANDLOT_POOL_SIZE", "0")]);
+    let mut server =
+        TestServer::start_with_env(&[("SANDLOT_MAX_SANDBOXES", "1"), ("SANDLOT_POOL_SIZE", "0")]);
     let id = server.create_sandbox();
     server.execute(&id, "answer = 42");
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
     // Paused: another sandbox fits.
     let other = server.create_sandbox();
     server.delete(&format!("/v1/sandboxes/{other}"));
     server.restart();
-    let s = server.get(&format!("/v1/sandboxes/{id}")).expect(200).clone();
+    let s = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
     assert_eq!(s["state"], "paused");
-    let s = server.post(&format!("/v1/sandboxes/{id}/resume"), &json!({})).expect(200).clone();
+    let s = server
+        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+        .expect(200)
+        .clone();
     assert_eq!(s["state"], "running");
     assert_eq!(text(&server.execute(&id, "answer")), "42");
 }
@@ -223,26 +273,48 @@ fn resumes_at_once_are_one_and_a_resume_racing_a_delete_leaves_nothing() {
     let server = TestServer::start();
     let id = server.create_sandbox();
     server.execute(&id, "v = 'here'");
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
     let answers: Vec<Value> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| server.post(&format!("/v1/sandboxes/{id}/resume"), &json!({})).expect(200).clone()))
+            .map(|_| {
+                s.spawn(|| {
+                    server
+                        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+                        .expect(200)
+                        .clone()
+                })
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert!(answers.iter().all(|a| a["state"] == "running" && a["id"] == id.as_str()));
+    assert!(answers
+        .iter()
+        .all(|a| a["state"] == "running" && a["id"] == id.as_str()));
     assert_eq!(text(&server.execute(&id, "v")), "'here'");
 
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
     let (resumed, deleted) = std::thread::scope(|s| {
-        let a = s.spawn(|| server.post(&format!("/v1/sandboxes/{id}/resume"), &json!({})).status);
+        let a = s.spawn(|| {
+            server
+                .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+                .status
+        });
         let b = s.spawn(|| server.delete(&format!("/v1/sandboxes/{id}")).status);
         (a.join().unwrap(), b.join().unwrap())
     });
     assert_eq!(deleted, 204);
-    assert!([200, 404, 410].contains(&resumed), "resume answered {resumed}");
+    assert!(
+        [200, 404, 410].contains(&resumed),
+        "resume answered {resumed}"
+    );
     let host = HostView::of(&server);
-    assert!(common::wait_until(Duration::from_secs(10), || host.cgroup_dirs(&id).is_empty()));
+    assert!(common::wait_until(Duration::from_secs(10), || host
+        .cgroup_dirs(&id)
+        .is_empty()));
     assert!(!workspace_dir(&server, &id).exists());
     assert!(!server.data_dir().join(format!("state/{id}.state")).exists());
 }
@@ -264,12 +336,20 @@ fn a_disk_that_fills_during_a_pause_leaves_the_sandbox_running() {
     let r = server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({}));
     let _ = std::process::Command::new("umount").arg(&dir).status();
     r.expect_error(409, "capture_failed");
-    let s = server.get(&format!("/v1/sandboxes/{id}")).expect(200).clone();
+    let s = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
     assert_eq!(s["state"], "running");
     assert_eq!(s["restart_count"], 0);
-    assert_eq!(text(&server.execute(&id, "(len(big), small)")), "(8388608, 1)");
+    assert_eq!(
+        text(&server.execute(&id, "(len(big), small)")),
+        "(8388608, 1)"
+    );
     // With room again, the pause works.
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
     assert_eq!(text(&server.execute(&id, "len(big)")), "8388608");
 }
 
@@ -279,7 +359,10 @@ fn snapshots_start_many_sandboxes_and_outlive_their_sandbox() {
     let id = server.create_sandbox();
     server.execute(&id, "import pandas as pd\ndf = pd.DataFrame({'a': range(10)})\nopen('/workspace/data.txt', 'w').write('snap')");
     let snap = server
-        .post(&format!("/v1/sandboxes/{id}/snapshots"), &json!({ "name": "ten rows" }))
+        .post(
+            &format!("/v1/sandboxes/{id}/snapshots"),
+            &json!({ "name": "ten rows" }),
+        )
         .expect(201)
         .clone();
     common::assert_schema("Snapshot", &snap);
@@ -293,25 +376,43 @@ fn snapshots_start_many_sandboxes_and_outlive_their_sandbox() {
         let s = server.create_sandbox_with(&json!({ "from_snapshot": sid }));
         assert_eq!(s["from_snapshot"], sid.as_str());
         let child = s["id"].as_str().unwrap();
-        assert_eq!(text(&server.execute(child, "(int(df.a.sum()), open('/workspace/data.txt').read())")), "(45, 'snap')");
+        assert_eq!(
+            text(&server.execute(
+                child,
+                "(int(df.a.sum()), open('/workspace/data.txt').read())"
+            )),
+            "(45, 'snap')"
+        );
         server.execute(child, "open('/workspace/data.txt', 'w').write('changed')");
     }
     let list = server.get("/v1/snapshots").expect(200).clone();
     assert_eq!(list["snapshots"].as_array().unwrap().len(), 1);
-    server.get(&format!("/v1/snapshots/{sid}?verify=true")).expect(200);
+    server
+        .get(&format!("/v1/snapshots/{sid}?verify=true"))
+        .expect(200);
     assert_eq!(server.delete(&format!("/v1/snapshots/{sid}")).status, 204);
-    server.get(&format!("/v1/snapshots/{sid}")).expect_error(404, "snapshot_not_found");
-    server.delete(&format!("/v1/snapshots/{sid}")).expect_error(404, "snapshot_not_found");
+    server
+        .get(&format!("/v1/snapshots/{sid}"))
+        .expect_error(404, "snapshot_not_found");
+    server
+        .delete(&format!("/v1/snapshots/{sid}"))
+        .expect_error(404, "snapshot_not_found");
     server
         .post("/v1/sandboxes", &json!({ "from_snapshot": sid }))
         .expect_error(404, "snapshot_not_found");
     server
-        .post(&format!("/v1/sandboxes/{}/snapshots", "sb_nope"), &json!({}))
+        .post(
+            &format!("/v1/sandboxes/{}/snapshots", "sb_nope"),
+            &json!({}),
+        )
         .expect_error(404, "sandbox_not_found");
     let bad_name = "x".repeat(129);
     let other = server.create_sandbox();
     server
-        .post(&format!("/v1/sandboxes/{other}/snapshots"), &json!({ "name": bad_name }))
+        .post(
+            &format!("/v1/sandboxes/{other}/snapshots"),
+            &json!({ "name": bad_name }),
+        )
         .expect_error(400, "invalid_argument");
 }
 
@@ -350,7 +451,10 @@ fn a_corrupt_or_truncated_snapshot_is_refused_by_name_and_harms_nothing() {
     }
     // The others are untouched, and nothing of the refused creations is left.
     let s = server.create_sandbox_with(&json!({ "from_snapshot": good }));
-    assert_eq!(text(&server.execute(s["id"].as_str().unwrap(), "kept")), "'yes'");
+    assert_eq!(
+        text(&server.execute(s["id"].as_str().unwrap(), "kept")),
+        "'yes'"
+    );
     assert_eq!(text(&server.execute(&id, "kept")), "'yes'");
     let list = server.get("/v1/sandboxes").expect(200).clone();
     assert_eq!(list["sandboxes"].as_array().unwrap().len(), 2, "{list:#}");
@@ -371,19 +475,34 @@ fn a_crafted_pickle_in_a_workspace_is_never_loaded_by_the_host_or_another_family
     );
     assert_eq!(server.execute(&id, &code)["end_state"], "ok");
     let out = fork(&server, &id, &json!({}));
-    let snap = server.post(&format!("/v1/sandboxes/{id}/snapshots"), &json!({})).expect(201).clone();
-    server.post(&format!("/v1/sandboxes/{id}/pause"), &json!({})).expect(200);
-    server.post(&format!("/v1/sandboxes/{id}/resume"), &json!({})).expect(200);
-    server.get(&format!("/v1/snapshots/{}?verify=true", snap["id"].as_str().unwrap())).expect(200);
+    let snap = server
+        .post(&format!("/v1/sandboxes/{id}/snapshots"), &json!({}))
+        .expect(201)
+        .clone();
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+        .expect(200);
+    server
+        .get(&format!(
+            "/v1/snapshots/{}?verify=true",
+            snap["id"].as_str().unwrap()
+        ))
+        .expect(200);
     assert!(!marker_path.exists(), "the host ran the sandbox's pickle");
     // Inside the sandboxes the load ran in their own jail, where the host path is not theirs.
     let child = &ids(&out)[0];
     assert!(!marker_path.exists());
     // No sandbox can see where states and snapshots are kept.
-    let r = server.execute(child, &format!(
-        "import os\n[os.path.exists(p) for p in ({:?}, {:?})]",
-        server.data_dir().join("snapshots").display().to_string(),
-        server.data_dir().join("state").display().to_string()
-    ));
+    let r = server.execute(
+        child,
+        &format!(
+            "import os\n[os.path.exists(p) for p in ({:?}, {:?})]",
+            server.data_dir().join("snapshots").display().to_string(),
+            server.data_dir().join("state").display().to_string()
+        ),
+    );
     assert_eq!(text(&r), "[False, False]");
 }

@@ -62,6 +62,10 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/changes.py"),
     ),
     (
+        "python/sandlot_runtime/snapshot.py",
+        include_str!("../../../python/sandlot_runtime/snapshot.py"),
+    ),
+    (
         "python/sandlot_runtime/serve.py",
         include_str!("../../../python/sandlot_runtime/serve.py"),
     ),

@@ -136,6 +136,10 @@ impl Runtime {
         let e = self.entry(id)?;
         Ok(match e.live() {
             Some(live) if !live.is_dead() => live.context_list(),
+            // Paused: the contexts its saved state brings back.
+            _ if e.state() == sandlot_types::SandboxState::Paused => self
+                .paused_contexts(&e.id)
+                .unwrap_or_else(|| vec![default_context()]),
             // Stopped, failed or restarting: a restart brings only the default context back.
             _ => vec![default_context()],
         })

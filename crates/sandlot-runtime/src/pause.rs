@@ -250,6 +250,14 @@ impl Runtime {
         }
     }
 
+    /// The code contexts a paused sandbox's saved state holds.
+    pub(crate) fn paused_contexts(&self, id: &str) -> Option<Vec<sandlot_types::Context>> {
+        let meta = std::fs::read(meta_of(&self.paused_state(id))).ok()?;
+        serde_json::from_slice::<Saved>(&meta)
+            .ok()
+            .map(|s| s.contexts)
+    }
+
     /// Removes a sandbox's paused state, if it has one (the sandbox ended). Blocking.
     pub(crate) fn remove_paused_state(&self, id: &str) {
         let path = self.paused_state(id);

@@ -153,7 +153,8 @@ impl Runtime {
         .await;
         {
             let mut info = lock(&e.info);
-            if info.state != SandboxState::Failed {
+            // A failed sandbox stays failed and a paused one paused (its state is on disk).
+            if !matches!(info.state, SandboxState::Failed | SandboxState::Paused) {
                 info.state = SandboxState::Stopped;
                 info.ended_reason = Some(
                     "the server stopped; the sandbox's processes were stopped and its files kept"

@@ -524,8 +524,9 @@ pub(super) fn history_row(run: &Run) -> String {
             )
         })
         .unwrap_or_default();
+    let s = state_history_cell(run);
     format!(
-        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} |",
+        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} | {s} |",
         run.date, run.commit, run.command
     )
 }

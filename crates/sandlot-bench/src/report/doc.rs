@@ -46,8 +46,8 @@ pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
 }
 
 pub(super) const TARGETS_HEADER: &str =
-    "| key | target (issues 3 and 9) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
-pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
+    "| key | target (issues 3, 9 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
+pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
 
 /// Data rows of a table block (every `|` line after the header and separator).
 pub(super) fn table_rows(block: &str) -> Vec<String> {
@@ -76,6 +76,10 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.restart.is_some()
         || run.burst.is_some()
         || run.disk.is_some()
+        || run.fork.is_some()
+        || run.pause.is_some()
+        || run.snapshot.is_some()
+        || run.paused_start.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -119,6 +123,23 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
             "disk",
             "### 7. workspace disk throughput against the host disk",
             &disk_block(run, d),
+        );
+    }
+    if let Some(f) = &run.fork {
+        doc = upsert_result_block(&doc, "fork", FORK_HEADING, &fork_block(run, f));
+    }
+    if let Some(p) = &run.pause {
+        doc = upsert_result_block(&doc, "pause", PAUSE_HEADING, &pause_block(run, p));
+    }
+    if let Some(s) = &run.snapshot {
+        doc = upsert_result_block(&doc, "snapshot", SNAPSHOT_HEADING, &snapshot_block(run, s));
+    }
+    if let Some(p) = &run.paused_start {
+        doc = upsert_result_block(
+            &doc,
+            "paused-start",
+            PAUSED_START_HEADING,
+            &paused_start_block(run, p),
         );
     }
 
@@ -203,6 +224,27 @@ pub fn print_report(run: &Run) {
     }
     if let Some(d) = &run.disk {
         println!("== 7. disk ==\n{}", strip_md(&disk_block(run, d)));
+    }
+    if let Some(f) = &run.fork {
+        println!("== 8. fork ==\n{}", strip_md(&fork_block(run, f)));
+    }
+    if let Some(p) = &run.pause {
+        println!(
+            "== 9. pause and resume ==\n{}",
+            strip_md(&pause_block(run, p))
+        );
+    }
+    if let Some(s) = &run.snapshot {
+        println!(
+            "== 10. create from a snapshot ==\n{}",
+            strip_md(&snapshot_block(run, s))
+        );
+    }
+    if let Some(p) = &run.paused_start {
+        println!(
+            "== 11. server start with N paused sandboxes ==\n{}",
+            strip_md(&paused_start_block(run, p))
+        );
     }
     println!("== targets ==");
     for t in targets(run) {

@@ -13,14 +13,17 @@ use crate::burst::{self, BurstResult};
 use crate::disk::DiskResult;
 use crate::machine::Machine;
 use crate::restart::RestartResult;
+use crate::state::{ForkResult, PauseResult, PausedStartResult, SnapshotResult};
 use crate::stats::{fmt_bytes, fmt_ms, Summary};
 use std::fmt::Write as _;
 
 mod blocks;
 mod doc;
+mod state;
 
 pub use blocks::*;
 pub use doc::*;
+pub use state::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -40,9 +43,13 @@ pub struct Run {
     pub restart: Option<RestartResult>,
     pub burst: Option<BurstResult>,
     pub disk: Option<DiskResult>,
+    pub fork: Option<ForkResult>,
+    pub pause: Option<PauseResult>,
+    pub snapshot: Option<SnapshotResult>,
+    pub paused_start: Option<PausedStartResult>,
 }
 
-/// One target of issue 3 or 9 and how this run did against it.
+/// One target of issue 3, 9 or 12 and how this run did against it.
 pub struct Target {
     pub key: &'static str,
     pub goal: &'static str,
@@ -154,6 +161,15 @@ const TARGET_KEYS: &[&str] = &[
     "burst-p99",
     "disk-write",
     "disk-read",
+    "fork-1",
+    "fork-5-50mb",
+    "fork-100",
+    "pause-50mb",
+    "resume-small",
+    "resume-50mb",
+    "snapshot-create-small",
+    "snapshot-create-50mb",
+    "paused-start",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -374,6 +390,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
             ),
         ));
     }
+    state_targets(run, &mut t);
     t
 }
 
@@ -466,6 +483,10 @@ mod tests {
             "restart",
             "burst",
             "disk",
+            "fork",
+            "pause",
+            "snapshot",
+            "paused-start",
             "history",
         ] {
             assert!(block(TEMPLATE, name).is_some(), "{name}");
