@@ -1,6 +1,7 @@
 """The protocol loop: reads each message the server sends and dispatches it (execute, warm,
-context operations, saving and loading state, env); every execute is answered with exactly one
-done frame, every state request with one state_saved or state_loaded."""
+context operations, saving, loading and digesting state, env); every execute is answered with
+exactly one done frame, every state request with one state_saved, state_loaded or
+state_digested."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .contexts import context_op, enter_context
 from .jsonsafe import safe_str
 from .protocol import Channel, emit
 from .python_cells import run_python
-from .snapshot import load_state, save_state
+from .snapshot import digest_state, load_state, save_state
 from .state import state
 
 
@@ -112,6 +113,8 @@ def _dispatch(message: dict, fd: int | None) -> None:
         state.channel.send(save_state(message, fd), wait_until_read=False)
     elif kind == "state_load":
         state.channel.send(load_state(message, fd), wait_until_read=False)
+    elif kind == "state_digest":
+        state.channel.send(digest_state(message), wait_until_read=False)
     elif kind == "env":
         # The creator's environment variables come on the sandbox's own channel, never
         # through the zygote, so no other sandbox's memory ever holds them.

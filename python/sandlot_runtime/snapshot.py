@@ -16,6 +16,10 @@ streamed straight into the file (a DataFrame's buffer goes from its own memory t
 without a copy) and hashed on a helper thread meanwhile; a load maps the file, checks the hash
 before it unpickles anything, and unpickles each variable from the mapping.
 
+``state_digest`` (``digest_state``) pickles the same variables the same way into a sink
+that only hashes, for the server to compare two sandboxes of one family without ever seeing a
+pickle.
+
 One pickle per variable, so one failure skips one name (reported with the exception's text);
 each is bounded in time by SIGALRM (``object_secs``, and ``total_secs`` for the whole save).
 Functions and classes defined in cells are pickled by value, but their globals are not: they
@@ -172,24 +176,20 @@ def _save(fd: int, object_secs: float, total_secs: float) -> dict:
 
 def _save_context(name: str, writer: _BodyWriter, bounds: _TimeBounds) -> tuple[dict, list]:
     """One context's entry of the index, and what of it was not captured."""
-    ctx = state.contexts[name]
-    active = name == state.active_context
-    ns = state.shell.user_ns if active else ctx.user_ns
-    hidden = state.shell.user_ns_hidden if active else ctx.user_ns_hidden
+    ns, variables = _user_variables(name)
     entry: dict = {"vars": {}, "modules_as": {}, "bash": None}
     failed: list[dict] = []
-    for var, value in list((ns or {}).items()):
-        if _skipped(var, value, hidden):
-            continue
-        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
-            entry["modules_as"][var] = value.__name__
+    for var, value in variables:
+        module = _module_alias(value)
+        if module is not None:
+            entry["modules_as"][var] = module
             continue
         span, reason = _save_value(value, ns, writer, bounds)
         if reason is None:
             entry["vars"][var] = span
         else:
             failed.append({"name": var, "context": name, "reason": reason})
-    session = state.bash if active else ctx.bash
+    session = state.bash if name == state.active_context else state.contexts[name].bash
     if session is not None:
         try:
             entry["bash"] = session.saved_state(max(min(bounds.object_secs,
@@ -197,6 +197,25 @@ def _save_context(name: str, writer: _BodyWriter, bounds: _TimeBounds) -> tuple[
         except (OSError, EOFError, ValueError) as exc:  # TimeoutError is an OSError
             failed.append({"name": BASH_SESSION, "context": name, "reason": _reason(exc)})
     return entry, failed
+
+
+def _user_variables(name: str) -> tuple[dict, list[tuple[str, object]]]:
+    """Context ``name``'s namespace and the variables of it a saved state carries (and a digest
+    compares): every name but those ``_skipped`` leaves out, in the namespace's order."""
+    ctx = state.contexts[name]
+    active = name == state.active_context
+    ns = (state.shell.user_ns if active else ctx.user_ns) or {}
+    hidden = state.shell.user_ns_hidden if active else ctx.user_ns_hidden
+    return ns, [(var, value) for var, value in list(ns.items())
+                if not _skipped(var, value, hidden)]
+
+
+def _module_alias(value: object) -> str | None:
+    """The module's name when ``value`` is an importable module (saved as a reference to it,
+    ``import <module> as <name>``), else None."""
+    if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
+        return value.__name__
+    return None
 
 
 def _skipped(name: object, value: object, hidden: dict) -> bool:
@@ -219,21 +238,24 @@ def _save_value(value: object, ns: dict, writer: _BodyWriter,
         bounds.run(_dump, writer, value, ns)
     except (_WriteFailed, KeyboardInterrupt):
         raise
-    except _TimedOut:
+    except BaseException as exc:  # its pickling raised or ran out of time: this name only
         writer.rollback()
-        if bounds.last_was_total:
-            return None, f"timed out: the save's bound of {bounds.total_secs:g} s was reached"
-        return None, f"timed out after {bounds.object_secs:g} s"
-    except _OutOfTime:
-        writer.rollback()
-        return None, f"not tried: the save's bound of {bounds.total_secs:g} s was used up"
-    except _TooLarge:
-        writer.rollback()
-        return None, f"its pickle is over the limit of {MAX_VARIABLE_BYTES >> 30} GiB"
-    except BaseException as exc:  # its pickling raised: this name is skipped, no other
-        writer.rollback()
-        return None, _reason(exc)
+        return None, _why_not(exc, bounds, "save")
     return (start - HEADER_LEN, writer.offset - start), None
+
+
+def _why_not(exc: BaseException, bounds: _TimeBounds, what: str) -> str:
+    """The reason reported for a variable whose pickling (for a ``what``: save, digest) did
+    not finish with ``exc``."""
+    if isinstance(exc, _TimedOut):
+        if bounds.last_was_total:
+            return f"timed out: the {what}'s bound of {bounds.total_secs:g} s was reached"
+        return f"timed out after {bounds.object_secs:g} s"
+    if isinstance(exc, _OutOfTime):
+        return f"not tried: the {what}'s bound of {bounds.total_secs:g} s was used up"
+    if isinstance(exc, _TooLarge):
+        return f"its pickle is over the limit of {MAX_VARIABLE_BYTES >> 30} GiB"
+    return _reason(exc)
 
 
 def _dump(writer: _BodyWriter, value: object, ns: dict) -> None:
@@ -302,23 +324,32 @@ class _ContextPickler(cloudpickle.Pickler):
         self._namespace = namespace
 
     def reducer_override(self, obj):
-        # cloudpickle would read a file open for reading to its end and load it as a StringIO.
-        if isinstance(obj, _OPEN_FILE_TYPES):
-            raise TypeError(f"cannot pickle an open file ({type(obj).__name__} "
-                            f"{safe_str(getattr(obj, 'name', '?'))!r}); open it again after "
-                            "the load")
+        _refuse_open_file(obj)
         return super().reducer_override(obj)
 
     def _dynamic_function_reduce(self, func):
-        reduced = super()._dynamic_function_reduce(func)
-        if func.__globals__ is not self._namespace:
-            return reduced
-        try:  # cloudpickle 3.x's shape; anything else is left as cloudpickle made it
-            make, (code, _globals, name, argdefs, closure), (attrs, slots), *rest = reduced
-            slots = {**slots, "__globals__": {}}
-        except (TypeError, ValueError, AttributeError):
-            return reduced
-        return (make, (code, _TARGET_NAMESPACE, name, argdefs, closure), (attrs, slots), *rest)
+        return _bound_to_target(super()._dynamic_function_reduce(func), func, self._namespace)
+
+
+def _refuse_open_file(obj: object) -> None:
+    # cloudpickle would read a file open for reading to its end and load it as a StringIO.
+    if isinstance(obj, _OPEN_FILE_TYPES):
+        raise TypeError(f"cannot pickle an open file ({type(obj).__name__} "
+                        f"{safe_str(getattr(obj, 'name', '?'))!r}); open it again after "
+                        "the load")
+
+
+def _bound_to_target(reduced, func, namespace: dict):
+    """cloudpickle's reduction of ``func``, with the globals of a function of ``namespace``
+    replaced by "the namespace it is loaded into"."""
+    if func.__globals__ is not namespace:
+        return reduced
+    try:  # cloudpickle 3.x's shape; anything else is left as cloudpickle made it
+        make, (code, _globals, name, argdefs, closure), (attrs, slots), *rest = reduced
+        slots = {**slots, "__globals__": {}}
+    except (TypeError, ValueError, AttributeError):
+        return reduced
+    return (make, (code, _TARGET_NAMESPACE, name, argdefs, closure), (attrs, slots), *rest)
 
 
 class _TimeBounds:
@@ -520,6 +551,273 @@ def header_for(digest: str) -> bytes:
     """The HEADER_LEN bytes before a body whose SHA-256 is ``digest``."""
     head = MAGIC + f"{FORMAT_VERSION}\n{digest}\n".encode()
     return head + b" " * (HEADER_LEN - len(head) - 1) + b"\n"
+
+
+# -- digests -----------------------------------------------------------------------------------
+
+
+def digest_state(message: dict) -> dict:
+    """Answers a state_digest (for ``GET /v1/sandboxes/{a}/diff/{b}``, the server's
+    ``diff.rs``): per code context, each variable a save would carry, with its type's name and
+    the size and SHA-256 of its cloudpickle, computed as a save would pickle it but kept
+    nowhere. Same names, same pickler, same time bounds as ``state_save``; what could not be
+    pickled is listed in ``not_digested``. The server compares two sandboxes' digests; it never
+    sees a pickle."""
+    reply = {"type": "state_digested", "id": message.get("id")}
+    try:
+        object_secs = _positive(message.get("object_secs"), DEFAULT_OBJECT_SECS)
+        total_secs = _positive(message.get("total_secs"), DEFAULT_TOTAL_SECS)
+        reply.update(_digest(object_secs, total_secs), ok=True)
+    except KeyboardInterrupt:
+        reply.update(ok=False, error="the digest was interrupted")
+    except Exception as exc:  # a driver bug: report it, keep the sandbox
+        write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
+        reply.update(ok=False, error=f"{type(exc).__name__}: {safe_str(exc)}")
+    finally:
+        state.python_running = False
+    return reply
+
+
+# Most variables one digest lists, and the longest name it lists: the answer is one frame,
+# which must stay well below the control stream's 64 MiB. The rest are counted in
+# not_digested.
+MAX_DIGESTED = 50_000
+MAX_DIGEST_NAME = 1024
+# Longest type name reported.
+_MAX_TYPE_NAME = 200
+
+
+def _digest(object_secs: float, total_secs: float) -> dict:
+    contexts: dict = {}
+    not_digested: list[dict] = []
+    room = MAX_DIGESTED
+    with _TimeBounds(object_secs, total_secs) as bounds:
+        # As in a save: user code (__reduce__) runs, and SIGINT stops it.
+        state.python_running = True
+        try:
+            for name in list(state.contexts):
+                entries, failed, room = _digest_context(name, bounds, room)
+                contexts[name] = entries
+                not_digested += failed
+        finally:
+            state.python_running = False
+    return {"contexts": contexts, "not_digested": not_digested}
+
+
+def _digest_context(name: str, bounds: _TimeBounds, room: int) -> tuple[dict, list, int]:
+    """One context's ``{variable: {type, size, sha256}}``, what of it was not digested, and
+    the room left."""
+    ns, variables = _user_variables(name)
+    pickler = _DigestPickler(ns)  # one per context: parts two variables share are hashed once
+    entries: dict = {}
+    failed: list[dict] = []
+    over = 0
+    for var, value in variables:
+        if room <= 0 or len(var) > MAX_DIGEST_NAME:
+            over += 1
+            continue
+        room -= 1
+        module = _module_alias(value)
+        if module is not None:  # saved as a reference: nothing but its module's name
+            entries[var] = {"type": "module", "size": 0,
+                            "sha256": hashlib.sha256(module.encode("utf-8", "replace")).hexdigest()}
+            continue
+        result: list = []
+        try:
+            bounds.run(_digest_into, result, pickler, value)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # its pickling raised or ran out of time: this name only
+            failed.append({"name": var, "context": name,
+                           "reason": _why_not(exc, bounds, "digest")})
+            continue
+        size, sha256 = result[0]
+        entries[var] = {"type": type(value).__name__[:_MAX_TYPE_NAME], "size": size,
+                        "sha256": sha256}
+    if over:
+        failed.append({"name": "", "context": name,
+                       "reason": f"{over} more variables were not digested (at most "
+                                 f"{MAX_DIGESTED} per digest, names of at most "
+                                 f"{MAX_DIGEST_NAME} characters)"})
+    return entries, failed, room
+
+
+def _digest_into(result: list, pickler: _DigestPickler, value: object) -> None:
+    result.append(pickler.digest(value))
+
+
+# What a digest writes inline, without a part of its own: values with no parts, whose bytes
+# are the same however many names share them.
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
+
+
+class _Part:
+    """One object being written by a _DigestPickler: the hash of what it wrote so far, its
+    size as a whole pickle, its depth, and the shallowest object being written that it refers
+    back to (a cycle)."""
+
+    __slots__ = ("hash", "size", "depth", "reach")
+
+    def __init__(self, depth: int) -> None:
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.depth = depth
+        self.reach = depth
+
+
+class _DigestPickler(pickle._Pickler):
+    """The digest of a value: the same reductions a save pickles it with (cloudpickle's, and a
+    cell's functions bound to their namespace), hashed so that equal values give equal digests
+    however their parts are shared. Pickle writes an object it meets a second time as a
+    reference to the first, so its bytes say which parts are one object, and a loaded copy
+    shares differently from its original (two equal strings become one, one dtype becomes
+    two): after a fork, the parent's DataFrames and functions would differ from the child's.
+    So each part is hashed on its own and its parent hashes only its digest (a Merkle tree):
+    a part met twice counts the same as two equal parts. A reference to an object still being
+    written (a cycle, or cloudpickle's state setters) is written as how many levels up it
+    is. Also left out: the order of a set's items, whether a buffer is read-only, and
+    ``__slotnames__``, which copyreg caches on a class once an instance is pickled.
+
+    Pure Python (the C pickler has no hook per object), built on the interpreter's own pure
+    pickler with cloudpickle's reducers: objects of many small parts digest slower than they
+    save; large buffers are hashed from their own memory, never copied."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch_table = cloudpickle.Pickler.dispatch_table
+    # cloudpickle's function reducers use nothing of its C pickler (no super()).
+    _function_reduce = cloudpickle.Pickler._function_reduce
+    _function_getnewargs = cloudpickle.Pickler._function_getnewargs
+
+    def __init__(self, namespace: dict) -> None:
+        super().__init__(io.BytesIO(), protocol=5)  # never written: every write is hashed
+        self.write = self._emit
+        self._write_large_bytes = self._emit_large
+        self.globals_ref: dict = {}
+        self._namespace = namespace
+        self._parts = [_Part(0)]
+        self._depth: dict[int, int] = {}
+        # Parts written whole that refer to nothing outside themselves: (digest, size, the
+        # object, kept so its id is not reused) by id, for the next time one is met.
+        self._done: dict[int, tuple] = {}
+
+    def digest(self, value: object) -> tuple[int, str]:
+        """``value``'s size as a pickle (each shared part counted where it is met) and its
+        digest (hex)."""
+        try:
+            token, size = self._token(value)
+        except BaseException:
+            self._parts, self._depth, self.memo = [_Part(0)], {}, {}
+            raise
+        return size, token[1:].hex()
+
+    # -- the parts -----------------------------------------------------------------------------
+
+    def save(self, obj, save_persistent_id=True):
+        if type(obj) in _ATOMS:
+            super().save(obj, save_persistent_id)
+            return
+        token, size = self._token(obj, save_persistent_id)
+        top = self._parts[-1]
+        top.hash.update(token)
+        top.size += size
+
+    def _token(self, obj, save_persistent_id=True) -> tuple[bytes, int]:
+        """What the part being written hashes for ``obj``: its digest, or the reference to an
+        object being written; and its size."""
+        key = id(obj)
+        depth = self._depth.get(key)
+        if depth is not None:
+            return self.get(depth), 2
+        done = self._done.get(key)
+        if done is not None:
+            return done[0], done[1]
+        part = _Part(len(self._parts))
+        self._parts.append(part)
+        self._depth[key] = part.depth
+        try:
+            super().save(obj, save_persistent_id)
+        finally:
+            self._parts.pop()
+            del self._depth[key]
+            self.memo.pop(key, None)
+        token = b"=" + part.hash.digest()
+        outer = self._parts[-1]
+        outer.reach = min(outer.reach, part.reach)
+        if part.reach >= part.depth:
+            self._done[key] = (token, part.size, obj)
+        return token, part.size
+
+    def memoize(self, obj):
+        # Only objects being written are ever referred to (see get).
+        depth = self._depth.get(id(obj))
+        if depth is not None:
+            self.memo[id(obj)] = depth, obj
+
+    def get(self, i):
+        """A reference to the object being written at depth ``i``: how many levels up."""
+        top = self._parts[-1]
+        top.reach = min(top.reach, i)
+        return b"<" + (len(self._parts) - 1 - i).to_bytes(4, "little")
+
+    def _emit(self, data) -> None:
+        top = self._parts[-1]
+        top.hash.update(data)
+        top.size += len(data)
+
+    def _emit_large(self, header: bytes, payload) -> None:
+        top = self._parts[-1]
+        top.hash.update(header)
+        top.hash.update(payload)
+        top.size += len(header) + memoryview(payload).nbytes
+
+    # -- what a save would carry -------------------------------------------------------------
+
+    def reducer_override(self, obj):
+        _refuse_open_file(obj)
+        reduced = cloudpickle.Pickler.reducer_override(self, obj)
+        if isinstance(obj, type) and isinstance(reduced, tuple) and len(reduced) > 2:
+            state_ = reduced[2]
+            if isinstance(state_, tuple) and state_ and isinstance(state_[0], dict) \
+                    and "__slotnames__" in state_[0]:
+                clsdict = {k: v for k, v in state_[0].items() if k != "__slotnames__"}
+                reduced = (*reduced[:2], (clsdict, *state_[1:]), *reduced[3:])
+        return reduced
+
+    def _dynamic_function_reduce(self, func):
+        return _bound_to_target(cloudpickle.Pickler._dynamic_function_reduce(self, func), func,
+                                self._namespace)
+
+    # -- what the order of bytes would change ------------------------------------------------
+
+    def _save_items(self, obj, opening: bytes, closing: bytes) -> None:
+        tokens = sorted(self._token(item) for item in obj)
+        self.write(opening)
+        for token, size in tokens:
+            top = self._parts[-1]
+            top.hash.update(token)
+            top.size += size
+        self.write(closing)
+
+    def _save_set(self, obj) -> None:
+        self.write(pickle.EMPTY_SET)
+        self.memoize(obj)
+        self._save_items(obj, pickle.MARK, pickle.ADDITEMS)
+
+    def _save_frozenset(self, obj) -> None:
+        self.memoize(obj)
+        self._save_items(obj, pickle.MARK, pickle.FROZENSET)
+
+    def _save_picklebuffer(self, obj) -> None:
+        with obj.raw() as m:
+            if not m.contiguous:
+                raise pickle.PicklingError("PickleBuffer can not be pickled when pointing to a "
+                                           "non-contiguous buffer")
+            # One opcode whether it is read-only or not: a loaded copy's may differ.
+            self._emit_large(pickle.BYTEARRAY8 + m.nbytes.to_bytes(8, "little"), m)
+
+    dispatch[set] = _save_set
+    dispatch[frozenset] = _save_frozenset
+    dispatch[pickle.PickleBuffer] = _save_picklebuffer
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def _send(sock, obj):
 
 def _recv(sock):
     fds = array.array("i")
-    msg, anc, _flags, _addr = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(8 * fds.itemsize))
+    # Control stream, stdout, stderr, the workspace, and at most 8 volumes.
+    msg, anc, _flags, _addr = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(16 * fds.itemsize))
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
@@ -67,11 +68,12 @@ def _prepare(template, lib):
 
 def _spawn(sock, lib, msg, fds):
     sandbox_id = msg.get("id", "")
-    if len(fds) not in (3, 4):
+    # Control stream, stdout, stderr, then the workspace and up to 8 volumes' mounts.
+    if not 3 <= len(fds) <= 12:
         for fd in fds:
             os.close(fd)
         _send(sock, {"op": "error", "id": sandbox_id,
-                     "message": f"expected 3 or 4 fds, got {len(fds)}"})
+                     "message": f"expected 3 to 12 fds, got {len(fds)}"})
         return
     threads = _native_threads()
     if threads != 1:
@@ -92,8 +94,11 @@ def _spawn(sock, lib, msg, fds):
 
 def _child(lib, jail, env, fds):
     try:
-        workspace = fds[3] if len(fds) == 4 else -1  # -1: a tmpfs workspace
-        rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2], workspace)
+        workspace = fds[3] if len(fds) >= 4 else -1  # -1: a tmpfs workspace
+        volumes = fds[4:]  # the named volumes' detached mounts, in the jail config's order
+        array = (ctypes.c_int * max(len(volumes), 1))(*volumes)
+        rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2], workspace,
+                                     array, len(volumes))
         if rc != 0:
             os._exit(EXIT_JAIL_FAILED)
         # Only the confined driver gets here; fds 0-3 are in place, everything else (the
@@ -116,7 +121,8 @@ def main():
     template = _load_template(sys.argv[1])
     lib = ctypes.CDLL(sys.argv[2])
     lib.sandlot_child_enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
-                                        ctypes.c_int, ctypes.c_int, ctypes.c_int]
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                        ctypes.POINTER(ctypes.c_int), ctypes.c_size_t]
     lib.sandlot_child_enter.restype = ctypes.c_int
     sock = socket.socket(fileno=ZYGOTE_FD)
     try:

@@ -509,3 +509,106 @@ def test_save_and_load_times(make_driver, tmp_path, size):
           f"(all {[round(s * 1e3, 1) for s in loads]})")
     # Generous bounds: the machine is shared; the figures above are what is reported.
     assert min(saves) < 1.0 and min(loads) < 1.0
+
+
+# -- digests (state_digest, for the server's diff of two sandboxes) ----------------------------
+
+
+def digest(driver, **fields) -> dict:
+    op = uuid.uuid4().hex
+    driver.pending.clear()
+    driver.send({"type": "state_digest", "id": op, **fields})
+    return answer(driver, "state_digested", op)
+
+
+def test_a_digest_lists_what_a_save_carries_with_sizes_and_hashes(make_driver, tmp_path):
+    parent = make_driver()
+    context_create(parent, "ctx_a")
+    assert run_in(parent, None, code("""
+        import numpy as np, pandas as pd
+        import cloudpickle
+        x = 40
+        def f(v):
+            return v + x
+        class Point:
+            def __init__(self, a):
+                self.a = a
+        p = Point(3)
+        df = pd.DataFrame({"a": np.arange(1000), "b": ["s"] * 1000})
+        want = (len(cloudpickle.dumps(df, protocol=5)),
+                __import__("hashlib").sha256(cloudpickle.dumps(df, protocol=5)).hexdigest())
+    """)).status == "ok"
+    run_in(parent, "ctx_a", "only_a = [1, 2, 3]")
+    got = digest(parent)
+    assert got["ok"] is True and got["not_digested"] == [], got
+    ctx = got["contexts"]
+    assert set(ctx) == {"default", "ctx_a"}
+    # The names a save carries: no IPython names, history or setup names.
+    assert set(ctx["default"]) == {"np", "pd", "cloudpickle", "x", "f", "Point", "p", "df", "want"}
+    assert set(ctx["ctx_a"]) == {"only_a"}
+    assert ctx["default"]["df"]["type"] == "DataFrame"
+    assert ctx["default"]["np"] == {"type": "module", "size": 0,
+                                    "sha256": hashlib.sha256(b"numpy").hexdigest()}
+    assert ctx["default"]["p"]["type"] == "Point" and ctx["default"]["f"]["type"] == "function"
+    # Size and hash are those of the variable's cloudpickle.
+    size, sha = eval(value(parent, "want"))
+    assert (ctx["default"]["df"]["size"], ctx["default"]["df"]["sha256"]) == (size, sha)
+    assert all(len(e["sha256"]) == 64 and e["size"] >= 0 for c in ctx.values() for e in c.values())
+    # Nothing changed: the same digest again, and a save still carries everything.
+    # (pickling `p` cached __slotnames__ on Point meanwhile: a digest leaves such caches out)
+    assert digest(parent)["contexts"] == ctx
+    assert value(parent, "f(2), p.a, len(df)") == "(42, 3, 1000)"
+
+    # A sandbox loaded from the parent's state digests the same, until a variable changes.
+    assert save(parent, tmp_path / "state")["ok"] is True
+    child = make_driver()
+    assert load(child, tmp_path / "state")["ok"] is True
+    same = digest(child)["contexts"]
+    assert same == ctx
+    run_in(child, None, "df.loc[0, 'a'] = -1\nx = 41\nnew = 'n'\ndel p")
+    changed = digest(child)["contexts"]["default"]
+    assert changed["df"]["sha256"] != ctx["default"]["df"]["sha256"]
+    assert changed["df"]["size"] == ctx["default"]["df"]["size"]
+    assert changed["x"]["sha256"] != ctx["default"]["x"]["sha256"]
+    assert changed["f"] == ctx["default"]["f"]  # its globals are not part of it
+    assert "new" in changed and "p" not in changed
+
+
+def test_what_cannot_be_digested_is_reported_and_the_time_bounds_apply(make_driver):
+    parent = make_driver()
+    assert run_in(parent, None, code("""
+        import threading, time
+        class Forever:
+            def __reduce__(self):
+                while True:
+                    pass
+        class Slow:
+            def __reduce__(self):
+                time.sleep(0.4)
+                return (int, ())
+        lock = threading.Lock()
+        gen = (i for i in range(3))
+        forever = Forever()
+        slow = [Slow() for _ in range(10)]
+        keep = "kept"
+    """)).status == "ok"
+    started = time.monotonic()
+    got = digest(parent, object_secs=0.3, total_secs=2)
+    assert time.monotonic() - started < 4
+    assert got["ok"] is True, got
+    reasons = names(got["not_digested"])
+    assert set(reasons) == {("default", n) for n in ("lock", "gen", "forever", "slow")}
+    assert reasons[("default", "forever")] == "timed out after 0.3 s"
+    assert "cannot pickle" in reasons[("default", "lock")]
+    assert {"keep", "threading", "time", "Forever", "Slow"} <= set(got["contexts"]["default"])
+    assert value(parent, "keep") == "'kept'"
+
+
+def test_a_digest_over_its_count_reports_the_rest(make_driver):
+    capped = make_driver(script=DRIVER_WITH.format(setup="snapshot.MAX_DIGESTED = 5"))
+    run_in(capped, None, "\n".join(f"v{i} = {i}" for i in range(8)))
+    got = digest(capped)
+    assert got["ok"] is True
+    assert len(got["contexts"]["default"]) == 5
+    [rest] = got["not_digested"]
+    assert rest["name"] == "" and rest["reason"].startswith("3 more variables")

@@ -7,9 +7,9 @@ use futures::FutureExt;
 use sandlot_runtime::archive::ArchiveSummary;
 use sandlot_runtime::{ByteStream, Runtime, RuntimeError};
 use sandlot_types::{
-    ApiError, BackgroundOutput, Context, CreateSandbox, CreateSnapshot, ExecuteRequest,
-    ExecutionRecord, ExecutionResult, FileEntry, ForkRequest, ForkResult, OutputEvent, Sandbox,
-    Snapshot, Template, TemplateSpec,
+    ApiError, BackgroundOutput, Context, CreateSandbox, CreateSnapshot, CreateVolume,
+    ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry, ForkRequest, ForkResult,
+    OutputEvent, Sandbox, Snapshot, Template, TemplateSpec, Volume,
 };
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -106,6 +106,58 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     }
     fn delete_snapshot(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
         let _ = id;
+        async { Err(not_served()) }
+    }
+    fn create_volume(
+        &self,
+        req: CreateVolume,
+    ) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        let _ = req;
+        async { Err(not_served()) }
+    }
+    fn list_volumes(&self) -> impl Future<Output = Result<Vec<Volume>, ApiError>> + Send {
+        async { Err(not_served()) }
+    }
+    fn get_volume(&self, name: &str) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        let _ = name;
+        async { Err(not_served()) }
+    }
+    fn delete_volume(&self, name: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = name;
+        async { Err(not_served()) }
+    }
+    fn write_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<FileEntry, ApiError>> + Send {
+        let _ = (name, path, body);
+        async { Err(not_served()) }
+    }
+    fn read_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(u64, tokio::fs::File), ApiError>> + Send {
+        let _ = (name, path);
+        async { Err(not_served()) }
+    }
+    fn list_volume_files(
+        &self,
+        name: &str,
+        path: &str,
+        recursive: bool,
+    ) -> impl Future<Output = Result<Vec<FileEntry>, ApiError>> + Send {
+        let _ = (name, path, recursive);
+        async { Err(not_served()) }
+    }
+    fn delete_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = (name, path);
         async { Err(not_served()) }
     }
     /// Extracts a tar (or gzip tar) body into a directory of the workspace.
@@ -294,6 +346,51 @@ impl Backend for Runtime {
     }
     fn delete_snapshot(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
         Runtime::delete_snapshot(self, id).map(api)
+    }
+    fn create_volume(
+        &self,
+        req: CreateVolume,
+    ) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        Runtime::create_volume(self, req).map(api)
+    }
+    fn list_volumes(&self) -> impl Future<Output = Result<Vec<Volume>, ApiError>> + Send {
+        Runtime::list_volumes(self).map(api)
+    }
+    fn get_volume(&self, name: &str) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        Runtime::get_volume(self, name).map(api)
+    }
+    fn delete_volume(&self, name: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_volume(self, name).map(api)
+    }
+    fn write_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<FileEntry, ApiError>> + Send {
+        Runtime::write_volume_file(self, name, path, body).map(api)
+    }
+    fn read_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(u64, tokio::fs::File), ApiError>> + Send {
+        Runtime::read_volume_file(self, name, path).map(api)
+    }
+    fn list_volume_files(
+        &self,
+        name: &str,
+        path: &str,
+        recursive: bool,
+    ) -> impl Future<Output = Result<Vec<FileEntry>, ApiError>> + Send {
+        Runtime::list_volume_files(self, name, path, recursive).map(api)
+    }
+    fn delete_volume_file(
+        &self,
+        name: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_volume_file(self, name, path).map(api)
     }
     fn extract_archive(
         &self,

@@ -76,10 +76,15 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::BadForkCount { .. }
         | R::BadSnapshotName
         | R::SnapshotTemplate { .. }
+        | R::BadVolumeName { .. }
+        | R::BadVolumePath { .. }
+        | R::TooManyVolumes { .. }
         | R::BadArtifactName => C::InvalidArgument,
         R::SnapshotNotFound { .. } => C::SnapshotNotFound,
         R::StateCorrupt { .. } => C::StateCorrupt,
         R::CaptureFailed { .. } => C::CaptureFailed,
+        R::VolumeNotFound { .. } => C::VolumeNotFound,
+        R::VolumeExists { .. } | R::VolumeInUse { .. } => C::VolumeInUse,
         R::UploadRead { .. } => C::InvalidRequest,
         R::CodeTooLarge { .. } => C::PayloadTooLarge,
         R::UploadTooLarge { .. } => C::FileTooLarge,
@@ -125,6 +130,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::Artifacts { .. }
         | R::Task { .. }
         | R::StateFile { .. }
+        | R::VolumeMount { .. }
         | R::Encode { .. } => C::Internal,
     }
 }
@@ -182,6 +188,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::SnapshotNotFound => StatusCode::NOT_FOUND,
         ErrorCode::StateCorrupt => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::CaptureFailed => StatusCode::CONFLICT,
+        ErrorCode::VolumeNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::VolumeInUse => StatusCode::CONFLICT,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -51,6 +51,38 @@ pub(crate) async fn put<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
+    upload(st, headers, body, move |b, stream| async move {
+        b.write_file(&id, &path, stream).await
+    })
+    .await
+}
+
+/// `PUT /v1/volumes/{name}/files/{*path}`.
+pub(crate) async fn put_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((name, path)): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, HttpError> {
+    upload(st, headers, body, move |b, stream| async move {
+        b.write_volume_file(&name, &path, stream).await
+    })
+    .await
+}
+
+/// An upload to wherever `write` puts it: the size limit checked on the declared length and
+/// on the bytes as they arrive, the rest of a refused body drained.
+async fn upload<B, W, F>(
+    st: AppState<B>,
+    headers: HeaderMap,
+    body: Body,
+    write: W,
+) -> Result<Response, HttpError>
+where
+    B: Backend,
+    W: FnOnce(B, ByteStream) -> F,
+    F: std::future::Future<Output = Result<FileEntry, sandlot_types::ApiError>>,
+{
     let limit = st.cfg.max_file_bytes;
     if declared_length(&headers).is_some_and(|len| len > limit) {
         discard(body).await;
@@ -58,14 +90,11 @@ pub(crate) async fn put<B: Backend>(
     }
     let exceeded = Arc::new(AtomicBool::new(false));
     let body = Arc::new(Mutex::new(body.into_data_stream()));
-    let written = st
-        .backend
-        .write_file(
-            &id,
-            &path,
-            limited_stream(body.clone(), limit, exceeded.clone()),
-        )
-        .await;
+    let written = write(
+        st.backend.clone(),
+        limited_stream(body.clone(), limit, exceeded.clone()),
+    )
+    .await;
     // Whatever the runtime left unread (it refused the file, or the limit cut it) is read and
     // dropped, so the client gets this response rather than a reset connection.
     discard_stream(&mut *body.lock().await).await;
@@ -115,7 +144,18 @@ pub(crate) async fn get<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath((id, path)): ApiPath<(String, String)>,
 ) -> Result<Response, HttpError> {
-    let (size, file) = st.backend.read_file(&id, &path).await?;
+    download(st.backend.read_file(&id, &path).await?)
+}
+
+/// `GET /v1/volumes/{name}/files/{*path}`.
+pub(crate) async fn get_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((name, path)): ApiPath<(String, String)>,
+) -> Result<Response, HttpError> {
+    download(st.backend.read_volume_file(&name, &path).await?)
+}
+
+fn download((size, file): (u64, tokio::fs::File)) -> Result<Response, HttpError> {
     // `take` keeps the body to the length announced even if the file grows meanwhile.
     let body = Body::from_stream(ReaderStream::new(file.take(size)));
     let mut resp = body.into_response();
@@ -135,6 +175,28 @@ pub(crate) async fn list<B: Backend>(
 ) -> Result<Json<FileList>, HttpError> {
     let entries = st.backend.list_files(&id, &q.path, q.recursive).await?;
     Ok(Json(FileList { entries }))
+}
+
+/// `GET /v1/volumes/{name}/files`.
+pub(crate) async fn list_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<FileList>, HttpError> {
+    let entries = st
+        .backend
+        .list_volume_files(&name, &q.path, q.recursive)
+        .await?;
+    Ok(Json(FileList { entries }))
+}
+
+/// `DELETE /v1/volumes/{name}/files/{*path}`.
+pub(crate) async fn delete_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath((name, path)): ApiPath<(String, String)>,
+) -> Result<StatusCode, HttpError> {
+    st.backend.delete_volume_file(&name, &path).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub(crate) async fn delete<B: Backend>(

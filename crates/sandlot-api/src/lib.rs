@@ -162,6 +162,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     const FILE: &str = "/v1/sandboxes/{id}/files/{*path}";
     const CONTEXTS: &str = "/v1/sandboxes/{id}/contexts";
     const ARCHIVE: &str = "/v1/sandboxes/{id}/archive";
+    const VOLUME_FILE: &str = "/v1/volumes/{name}/files/{*path}";
     vec![
         route(Get, "/v1/health", health),
         route(Get, "/v1/openapi.json", openapi),
@@ -188,6 +189,14 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Get, "/v1/snapshots", state::list_snapshots::<B>),
         route(Get, "/v1/snapshots/{id}", state::get_snapshot::<B>),
         route(Delete, "/v1/snapshots/{id}", state::delete_snapshot::<B>),
+        route(Post, "/v1/volumes", state::create_volume::<B>),
+        route(Get, "/v1/volumes", state::list_volumes::<B>),
+        route(Get, "/v1/volumes/{name}", state::get_volume::<B>),
+        route(Delete, "/v1/volumes/{name}", state::delete_volume::<B>),
+        route(Get, "/v1/volumes/{name}/files", files::list_volume::<B>),
+        route(Put, VOLUME_FILE, files::put_volume::<B>),
+        route(Get, VOLUME_FILE, files::get_volume::<B>),
+        route(Delete, VOLUME_FILE, files::delete_volume::<B>),
         route(Post, CONTEXTS, contexts::create::<B>),
         route(Get, CONTEXTS, contexts::list::<B>),
         route(

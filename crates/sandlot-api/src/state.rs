@@ -1,15 +1,16 @@
-//! Routes that save and restore a sandbox's state: fork, pause, resume, and snapshots (see
-//! `sandlot_runtime`'s `fork.rs`, `pause.rs` and `snapshots.rs`).
+//! Routes of state that outlives processes: fork, pause, resume, snapshots and volumes (see
+//! `sandlot_runtime`'s `fork.rs`, `pause.rs`, `snapshots.rs` and `volumes.rs`). Volumes' file
+//! routes are in `files.rs`.
 
 use crate::backend::Backend;
 use crate::error::HttpError;
-use crate::extract::{ApiJsonOrDefault, ApiPath, ApiQuery};
+use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandlot_types::{CreateSnapshot, ForkRequest, Sandbox, Snapshot};
+use sandlot_types::{CreateSnapshot, CreateVolume, ForkRequest, Sandbox, Snapshot, Volume};
 use serde::{Deserialize, Serialize};
 
 /// `GET /v1/snapshots` response.
@@ -84,5 +85,45 @@ pub(crate) async fn delete_snapshot<B: Backend>(
     ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, HttpError> {
     st.backend.delete_snapshot(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/volumes` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VolumeList {
+    pub volumes: Vec<Volume>,
+}
+
+/// `POST /v1/volumes`.
+pub(crate) async fn create_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiJson(req): ApiJson<CreateVolume>,
+) -> Result<Response, HttpError> {
+    let volume = st.backend.create_volume(req).await?;
+    Ok((StatusCode::CREATED, Json(volume)).into_response())
+}
+
+/// `GET /v1/volumes`.
+pub(crate) async fn list_volumes<B: Backend>(
+    State(st): State<AppState<B>>,
+) -> Result<Json<VolumeList>, HttpError> {
+    let volumes = st.backend.list_volumes().await?;
+    Ok(Json(VolumeList { volumes }))
+}
+
+/// `GET /v1/volumes/{name}`.
+pub(crate) async fn get_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Volume>, HttpError> {
+    Ok(Json(st.backend.get_volume(&name).await?))
+}
+
+/// `DELETE /v1/volumes/{name}`.
+pub(crate) async fn delete_volume<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, HttpError> {
+    st.backend.delete_volume(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

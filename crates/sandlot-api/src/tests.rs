@@ -74,6 +74,11 @@ fn sample_sandbox(id: &str) -> Sandbox {
                 reason: "open file".into(),
             }],
         }),
+        volumes: vec![sandlot_types::VolumeMount {
+            name: "data".into(),
+            path: "data".into(),
+            read_only: true,
+        }],
     }
 }
 
@@ -829,6 +834,8 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::SnapshotNotFound, 404),
     (ErrorCode::StateCorrupt, 422),
     (ErrorCode::CaptureFailed, 409),
+    (ErrorCode::VolumeNotFound, 404),
+    (ErrorCode::VolumeInUse, 409),
     (ErrorCode::Internal, 500),
 ];
 
@@ -1426,6 +1433,11 @@ fn samples_validate_against_the_schemas() {
         max_lifetime: Some(6),
         from_snapshot: Some("snap_0123456789abcdef0123456789abcdef".into()),
         on_idle: Some(sandlot_types::IdleAction::Pause),
+        volumes: vec![sandlot_types::VolumeMount {
+            name: "data".into(),
+            path: "/workspace/data".into(),
+            read_only: false,
+        }],
     };
     let cases: Vec<(&str, Value)> = vec![
         ("Sandbox", to(&sample_sandbox("sb"))),

@@ -69,14 +69,17 @@ pub enum Role {
 ///
 /// `workspace` is the sandbox's disk workspace, a detached mount the server made with
 /// `open_tree(OPEN_TREE_CLONE)`, or a negative number for a tmpfs workspace.
+///
+/// `volumes` are the detached mounts of the named volumes in `cfg.volumes`, in that order.
 pub fn enter(
     cfg: &JailConfig,
     ctrl: RawFd,
     stdout: RawFd,
     stderr: RawFd,
     workspace: RawFd,
+    volumes: &[RawFd],
 ) -> Result<Role, JailError> {
-    let workspace = setup_fds(ctrl, stdout, stderr, workspace)?;
+    let (workspace, volumes) = setup_fds(ctrl, stdout, stderr, workspace, volumes)?;
     // The zygote ignores SIGCHLD to auto-reap; sandboxes need the default for waitpid.
     // SAFETY: installing SIG_DFL runs no handler code.
     unsafe { signal(Signal::SIGCHLD, SigHandler::SigDfl) }.step("reset SIGCHLD")?;
@@ -97,7 +100,7 @@ pub fn enter(
     // user namespace for the mounts below.
     setresuid(u, u, u).step("setresuid")?;
     unshare(CloneFlags::CLONE_NEWCGROUP).step("unshare cgroup namespace")?;
-    mounts::mount_writable(cfg, workspace)?;
+    mounts::mount_writable(cfg, workspace, volumes)?;
     sethostname(&cfg.hostname).step("sethostname")?;
     net::loopback_up()?;
 
@@ -181,15 +184,21 @@ fn await_init_confined(confined: &OwnedFd) -> Result<(), JailError> {
     }
 }
 
-/// Moves the inherited fds to 1, 2, 3 and (the workspace mount, when there is one)
-/// [`WORKSPACE_FD`], opens /dev/null as 0, and closes every other fd. Returns the workspace
-/// mount.
+/// Moves the inherited fds to 1, 2, 3, (the workspace mount, when there is one)
+/// [`WORKSPACE_FD`] and the volumes' mounts right after it, opens /dev/null as 0, and closes
+/// every other fd. Returns the workspace mount and the volumes' mounts.
 fn setup_fds(
     ctrl: RawFd,
     stdout: RawFd,
     stderr: RawFd,
     workspace: RawFd,
-) -> Result<Option<OwnedFd>, JailError> {
+    volumes: &[RawFd],
+) -> Result<(Option<OwnedFd>, Vec<OwnedFd>), JailError> {
+    if volumes.len() > crate::config::MAX_VOLUMES || (workspace < 0 && !volumes.is_empty()) {
+        return Err(JailError::Protocol(
+            "volumes need a disk workspace and are at most 8".into(),
+        ));
+    }
     // Lift them all above 4 first so that moving one never clobbers another.
     let lift = |fd: RawFd| -> Result<RawFd, JailError> {
         // SAFETY: F_DUPFD_CLOEXEC on an fd we were handed; returns a new fd or -1.
@@ -209,8 +218,15 @@ fn setup_fds(
     } else {
         None
     };
+    let lifted_volumes = volumes
+        .iter()
+        .map(|v| lift(*v))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut moves = vec![(o, 1), (e, 2), (c, CTRL_FD)];
     moves.extend(w.map(|w| (w, WORKSPACE_FD)));
+    for (i, v) in lifted_volumes.iter().enumerate() {
+        moves.push((*v, WORKSPACE_FD + 1 + i as RawFd));
+    }
     for (from, to) in moves {
         // SAFETY: dup2 onto a small fixed number; the target is replaced atomically.
         if unsafe { libc::dup2(from, to) } < 0 {
@@ -235,7 +251,7 @@ fn setup_fds(
         Errno::result(unsafe { libc::close(null) }).step("close /dev/null")?;
     }
     let first_unused = if w.is_some() {
-        WORKSPACE_FD + 1
+        WORKSPACE_FD + 1 + volumes.len() as RawFd
     } else {
         CTRL_FD + 1
     };
@@ -246,9 +262,13 @@ fn setup_fds(
             source: nix::Error::last(),
         });
     }
-    // SAFETY: WORKSPACE_FD was just made a copy of the workspace mount's fd, and nothing else
-    // in this process owns it.
-    Ok(w.map(|_| unsafe { OwnedFd::from_raw_fd(WORKSPACE_FD) }))
+    // SAFETY: WORKSPACE_FD and the fds after it were just made copies of the mounts' fds, and
+    // nothing else in this process owns them.
+    let owned = |fd: RawFd| unsafe { OwnedFd::from_raw_fd(fd) };
+    let volumes = (0..volumes.len())
+        .map(|i| owned(WORKSPACE_FD + 1 + i as RawFd))
+        .collect();
+    Ok((w.map(|_| owned(WORKSPACE_FD)), volumes))
 }
 
 /// Tells the server the namespaces exist and waits for it to map ids and set the cgroup.

@@ -28,6 +28,22 @@ pub struct JailConfig {
     pub landlock: bool,
     /// Apply the seccomp allowlist (last).
     pub seccomp: bool,
+    /// Named volumes, in the order of their detached mounts after the workspace's fd: each is
+    /// attached at its path under `/workspace`.
+    #[serde(default)]
+    pub volumes: Vec<VolumeTarget>,
+}
+
+/// Most volumes one sandbox may mount.
+pub const MAX_VOLUMES: usize = 8;
+
+/// Where a volume is attached: `path` is relative to `/workspace` (checked again in the child:
+/// plain components only).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeTarget {
+    pub path: String,
+    pub read_only: bool,
 }
 
 impl Default for JailConfig {
@@ -41,6 +57,7 @@ impl Default for JailConfig {
             rlimits: RlimitConfig::default(),
             landlock: true,
             seccomp: true,
+            volumes: Vec::new(),
         }
     }
 }

@@ -22,12 +22,20 @@ pub unsafe extern "C" fn sandlot_child_enter(
     stdout: c_int,
     stderr: c_int,
     workspace: c_int,
+    volumes: *const c_int,
+    nvolumes: usize,
 ) -> c_int {
     // SAFETY: the caller guarantees `cfg` points to `len` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(cfg as *const u8, len) };
+    let volumes: &[c_int] = if nvolumes == 0 || volumes.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller guarantees `volumes` points to `nvolumes` ints.
+        unsafe { std::slice::from_raw_parts(volumes, nvolumes) }
+    };
     let result = serde_json::from_slice::<JailConfig>(bytes)
         .map_err(Into::into)
-        .and_then(|cfg| child::enter(&cfg, ctrl, stdout, stderr, workspace));
+        .and_then(|cfg| child::enter(&cfg, ctrl, stdout, stderr, workspace, volumes));
     match result {
         Ok(child::Role::Driver) => 0,
         Err(err) => {

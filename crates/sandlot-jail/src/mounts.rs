@@ -5,14 +5,17 @@
 
 use crate::config::{JailConfig, INSIDE_GID, INSIDE_UID};
 use crate::error::{JailError, Step};
+use nix::fcntl::OFlag;
 use nix::mount::{mount, MsFlags};
-use std::os::fd::{AsRawFd, OwnedFd};
+use nix::sys::stat::Mode;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 const FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 
 /// `move_mount(2)`: the source is the fd itself (a detached mount), not a path beneath it.
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 
@@ -23,6 +26,14 @@ struct MountAttr {
     attr_clr: u64,
     propagation: u64,
     userns_fd: u64,
+}
+
+/// `struct open_how` of `openat2(2)`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
 }
 
 /// Files of `/proc` that sandboxes see as empty: `/dev/null` is bound over each, read-only.
@@ -57,10 +68,24 @@ pub const READ_ONLY: &[&str] = &[
 /// Mounts the writable mounts: `/workspace` (the disk workspace when the server passed one,
 /// else a tmpfs), `/tmp` and `/dev/shm`. Called in the new mount namespace, before the pid
 /// namespace's init exists.
-pub fn mount_writable(cfg: &JailConfig, workspace: Option<OwnedFd>) -> Result<(), JailError> {
+pub fn mount_writable(
+    cfg: &JailConfig,
+    workspace: Option<OwnedFd>,
+    volumes: Vec<OwnedFd>,
+) -> Result<(), JailError> {
     match workspace {
         Some(tree) => move_workspace(tree)?,
         None => mount_workspace_tmpfs(cfg)?,
+    }
+    if volumes.len() != cfg.volumes.len() {
+        return Err(JailError::Protocol(format!(
+            "{} volume mounts for {} volumes",
+            volumes.len(),
+            cfg.volumes.len()
+        )));
+    }
+    for (tree, target) in volumes.into_iter().zip(&cfg.volumes) {
+        attach_volume(tree, target)?;
     }
     let tmp = format!("mode=1777,size={},nr_inodes=65536", cfg.tmp_bytes);
     mount(
@@ -145,6 +170,108 @@ fn move_workspace(tree: OwnedFd) -> Result<(), JailError> {
         });
     }
     drop(tree);
+    Ok(())
+}
+
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const RESOLVE_NO_XDEV: u64 = 0x01;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+/// Attaches a volume's detached mount (made by the server, read-only already when it should
+/// be) at `target.path` under `/workspace`: each directory on the way is made if missing and
+/// opened beneath `/workspace` without following a symlink or crossing a mount, so a link the
+/// sandbox planted in its workspace cannot send the mount elsewhere. nosuid and nodev (and
+/// read-only when asked) are forced on the attached mount.
+fn attach_volume(tree: OwnedFd, target: &crate::config::VolumeTarget) -> Result<(), JailError> {
+    let parts: Vec<&str> = target.path.split('/').collect();
+    if parts.is_empty()
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == ".." || p.len() > 255)
+    {
+        return Err(JailError::Protocol(format!(
+            "volume path {:?} is not a plain relative path",
+            target.path
+        )));
+    }
+    let sys = |step: &'static str| move |source| JailError::Sys { step, source };
+    let mut dir = nix::fcntl::open(
+        "/workspace",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(sys("open /workspace for a volume"))?;
+    for part in parts {
+        let name = std::ffi::CString::new(part)
+            .map_err(|_| JailError::Protocol("volume path holds NUL".into()))?;
+        // SAFETY: mkdirat with a directory fd we own and a NUL-terminated name.
+        let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
+        if rc != 0 && nix::Error::last() != nix::Error::EEXIST {
+            return Err(sys("make a volume's mount point")(nix::Error::last()));
+        }
+        let how = OpenHow {
+            flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+            mode: 0,
+            resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
+        };
+        // SAFETY: openat2(2) with a directory fd we own, a NUL-terminated name and an
+        // `open_how` of the size we pass; returns a new fd or -1.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if fd < 0 {
+            return Err(sys("open a volume's mount point")(nix::Error::last()));
+        }
+        // SAFETY: a fresh fd we own.
+        dir = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    }
+    // SAFETY: move_mount(2) from a detached tree we own onto a directory fd we own; both paths
+    // are empty (F_EMPTY_PATH and T_EMPTY_PATH: the fds are source and target).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            dir.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(sys("attach a volume")(nix::Error::last()));
+    }
+    let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if target.read_only {
+        set |= MOUNT_ATTR_RDONLY;
+    }
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr(2) on the attached tree's fd (AT_EMPTY_PATH) with a `struct
+    // mount_attr` of the size we pass; setting flags only ever restricts the mount.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(sys("restrict a volume's mount")(nix::Error::last()));
+    }
     Ok(())
 }
 

@@ -21,6 +21,8 @@ pub(crate) struct Admitted {
     /// Idle timeout and maximum lifetime, in seconds.
     pub idle: u64,
     pub lifetime: u64,
+    /// The named volumes to mount, checked, paths normalized.
+    pub volumes: Vec<sandlot_types::VolumeMount>,
 }
 
 /// A creation's place among those counted against capacity (queued or running); given back
@@ -63,11 +65,13 @@ impl Runtime {
         let cfg = &self.inner.config;
         let idle = lifetime("idle_timeout", req.idle_timeout, cfg.default_idle_timeout)?;
         let lifetime = lifetime("max_lifetime", req.max_lifetime, cfg.default_max_lifetime)?;
+        let volumes = self.check_volume_mounts(&req.volumes)?;
         Ok(Admitted {
             tmpl,
             limits,
             idle,
             lifetime,
+            volumes,
         })
     }
 

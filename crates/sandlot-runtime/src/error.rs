@@ -45,7 +45,9 @@ pub enum RuntimeError {
     #[error("{op}: {source}")]
     Store {
         op: &'static str,
-        source: StoreError,
+        /// Boxed: the store's errors carry ids and SQLite's error, and would make every
+        /// `Result` of the runtime as large.
+        source: Box<StoreError>,
     },
 
     // Templates and their zygotes.
@@ -186,6 +188,24 @@ pub enum RuntimeError {
         has: String,
         asked: String,
     },
+    #[error("a volume name is 1 to 48 of a-z, 0-9, '_' and '-', starting with a letter or digit, not {name:?}")]
+    BadVolumeName { name: String },
+    #[error("volume path {path:?}: {reason}")]
+    BadVolumePath { path: String, reason: &'static str },
+    #[error("a sandbox mounts at most {max} volumes")]
+    TooManyVolumes { max: usize },
+    #[error("no volume named {name:?}")]
+    VolumeNotFound { name: String },
+    #[error("a volume named {name:?} exists already")]
+    VolumeExists { name: String },
+    #[error("volume {name:?} is mounted {how} by sandbox {by}")]
+    VolumeInUse {
+        name: String,
+        by: String,
+        how: &'static str,
+    },
+    #[error("preparing a volume's mount: {source}")]
+    VolumeMount { source: io::Error },
     #[error("{op} {path}: {source}")]
     StateFile {
         op: &'static str,
@@ -374,5 +394,8 @@ pub(crate) fn encoding(what: &'static str) -> impl FnOnce(serde_json::Error) -> 
 
 /// Tags a store failure with the operation.
 pub(crate) fn store(op: &'static str) -> impl FnOnce(StoreError) -> RuntimeError {
-    move |source| RuntimeError::Store { op, source }
+    move |source| RuntimeError::Store {
+        op,
+        source: Box::new(source),
+    }
 }

@@ -529,6 +529,19 @@ impl WorkspaceRoot {
 }
 
 impl Runtime {
+    /// Where the host reaches the directory of workspace `id` on disk (a volume's), whose files
+    /// belong to `uid`, capped at `disk_mb`.
+    pub(crate) fn disk_root(&self, id: &str, uid: u32, disk_mb: u64) -> WorkspaceRoot {
+        WorkspaceRoot {
+            root: Root::Disk {
+                rt: self.clone(),
+                id: id.to_string(),
+            },
+            uid,
+            disk_mb,
+        }
+    }
+
     /// Where the host reaches the workspace of sandbox `id` (any state but ended), which is
     /// marked active.
     pub(crate) fn workspace_root(&self, id: &str) -> Result<WorkspaceRoot, RuntimeError> {
@@ -557,9 +570,19 @@ impl Runtime {
         &self,
         id: &str,
         path: &str,
+        body: ByteStream,
+    ) -> Result<FileEntry, RuntimeError> {
+        self.write_file_in(self.workspace_root(id)?, path, body)
+            .await
+    }
+
+    /// [`Runtime::write_file`] under any root (a workspace, a volume).
+    pub(crate) async fn write_file_in(
+        &self,
+        ws: WorkspaceRoot,
+        path: &str,
         mut body: ByteStream,
     ) -> Result<FileEntry, RuntimeError> {
-        let ws = self.workspace_root(id)?;
         let (p, w1, uid) = (path.to_string(), ws.clone(), ws.uid);
         let opened = blocking("opening the file", move || {
             w1.open().and_then(|root| create_file(&root, uid, &p))
@@ -623,13 +646,7 @@ impl Runtime {
         id: &str,
         path: &str,
     ) -> Result<(u64, tokio::fs::File), RuntimeError> {
-        let ws = self.workspace_root(id)?;
-        let p = path.to_string();
-        let (f, size) = blocking("opening the file", move || {
-            ws.open().and_then(|root| open_file(&root, &p))
-        })
-        .await??;
-        Ok((size, tokio::fs::File::from_std(f)))
+        read_file_in(self.workspace_root(id)?, path).await
     }
 
     /// Lists a directory of the workspace (`""` is the root), recursively when asked.
@@ -639,25 +656,52 @@ impl Runtime {
         path: &str,
         recursive: bool,
     ) -> Result<Vec<FileEntry>, RuntimeError> {
-        let ws = self.workspace_root(id)?;
-        let p = path.to_string();
-        let entries = blocking("listing files", move || {
-            ws.open().and_then(|root| list(&root, &p, recursive))
-        })
-        .await??;
-        Ok(entries)
+        list_files_in(self.workspace_root(id)?, path, recursive).await
     }
 
     /// Removes a file or (recursively) a directory of the workspace.
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), RuntimeError> {
-        let ws = self.workspace_root(id)?;
+        delete_file_in(self.workspace_root(id)?, path).await
+    }
+}
+
+/// [`Runtime::read_file`] under any root.
+pub(crate) async fn read_file_in(
+    ws: WorkspaceRoot,
+    path: &str,
+) -> Result<(u64, tokio::fs::File), RuntimeError> {
+    {
         let p = path.to_string();
-        blocking("deleting a file", move || {
-            ws.open().and_then(|root| remove(&root, &p))
+        let (f, size) = blocking("opening the file", move || {
+            ws.open().and_then(|root| open_file(&root, &p))
         })
         .await??;
-        Ok(())
+        Ok((size, tokio::fs::File::from_std(f)))
     }
+}
+
+/// [`Runtime::list_files`] under any root.
+pub(crate) async fn list_files_in(
+    ws: WorkspaceRoot,
+    path: &str,
+    recursive: bool,
+) -> Result<Vec<FileEntry>, RuntimeError> {
+    let p = path.to_string();
+    let entries = blocking("listing files", move || {
+        ws.open().and_then(|root| list(&root, &p, recursive))
+    })
+    .await??;
+    Ok(entries)
+}
+
+/// [`Runtime::delete_file`] under any root.
+pub(crate) async fn delete_file_in(ws: WorkspaceRoot, path: &str) -> Result<(), RuntimeError> {
+    let p = path.to_string();
+    blocking("deleting a file", move || {
+        ws.open().and_then(|root| remove(&root, &p))
+    })
+    .await??;
+    Ok(())
 }
 
 #[cfg(test)]

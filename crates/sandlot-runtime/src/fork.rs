@@ -23,7 +23,10 @@ use crate::util::{self, blocking, lock, new_id, now_rfc3339};
 use crate::Runtime;
 use futures::StreamExt;
 use sandlot_jail::cgroup::Cgroup;
-use sandlot_types::{EffectiveLimits, ForkRequest, ForkResult, LastRestore, Sandbox, SandboxState};
+use sandlot_types::{
+    EffectiveLimits, ForkRequest, ForkResult, LastRestore, NotCaptured, Sandbox, SandboxState,
+    VolumeMount,
+};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -125,9 +128,18 @@ impl Runtime {
         })
         .await;
         let sandboxes = children?;
+        let mut not_captured = saved.not_captured;
+        for m in parent.volumes.iter().filter(|m| !m.read_only) {
+            not_captured.push(NotCaptured {
+                name: format!("volume {}", m.name),
+                context: String::new(),
+                reason: "mounted read-write by the parent; a volume is read-write in one sandbox at a time"
+                    .into(),
+            });
+        }
         Ok(ForkResult {
             sandboxes,
-            not_captured: saved.not_captured,
+            not_captured,
             took_ms: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }
@@ -143,11 +155,19 @@ impl Runtime {
     ) -> Result<Vec<Sandbox>, RuntimeError> {
         let tmpl = self.template(&parent.template)?;
         let slots = self.inner.config.max_concurrent_creates.max(1);
+        // A volume is read-write in one sandbox at a time: children get the read-only ones.
+        let volumes: Vec<VolumeMount> = parent
+            .volumes
+            .iter()
+            .filter(|m| m.read_only)
+            .cloned()
+            .collect();
         let booted: Vec<Result<Restored, RuntimeError>> =
             futures::stream::iter((0..req.count).map(|_| {
                 self.boot_from(
                     &tmpl,
                     parent.limits,
+                    &volumes,
                     &parent.env,
                     base,
                     state,
@@ -170,7 +190,8 @@ impl Runtime {
         let mut made: Vec<Sandbox> = Vec::with_capacity(ok.len());
         let mut lives = ok.into_iter();
         while let Some(r) = lives.next() {
-            let info = child_info(parent, &r, Some(parent.id.clone()), None);
+            let mut info = child_info(parent, &r, Some(parent.id.clone()), None);
+            info.volumes = volumes.clone();
             match self.adopt(r.live, info).await {
                 Ok(s) => made.push(s),
                 Err(err) => {
@@ -195,6 +216,7 @@ impl Runtime {
         &self,
         tmpl: &Arc<Tmpl>,
         limits: EffectiveLimits,
+        volumes: &[VolumeMount],
         env: &std::collections::BTreeMap<String, String>,
         base: &str,
         state: &Path,
@@ -206,16 +228,23 @@ impl Runtime {
         let uid = lock(&self.inner.slots)
             .alloc()
             .ok_or(RuntimeError::NoFreeUid)?;
+        if let Err(err) = self.claim_volumes(&id, uid, volumes).await {
+            self.release_uid(uid);
+            return Err(err);
+        }
         let rel = self.inner.cgroup_base.join(&id);
         let cg = match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
             Ok(cg) => cg,
             Err(source) => {
+                self.release_volumes(&id);
                 self.release_uid(uid);
                 return Err(RuntimeError::SandboxCgroup { source });
             }
         };
         let booted = self
-            .boot_restored(tmpl, &id, uid, &cg, limits, env, base, state, saved, reseed)
+            .boot_restored(
+                tmpl, &id, uid, &cg, limits, volumes, env, base, state, saved, reseed,
+            )
             .await;
         match booted {
             Ok((live, loaded)) => Ok(Restored {
@@ -228,6 +257,8 @@ impl Runtime {
                 },
             }),
             Err(err) => {
+                let (rt, sid) = (self.clone(), id.clone());
+                let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
                 self.abandon_boot(&id, uid, cg).await;
                 Err(err)
             }
@@ -242,6 +273,7 @@ impl Runtime {
         uid: u32,
         cg: &Cgroup,
         limits: EffectiveLimits,
+        volumes: &[VolumeMount],
         env: &std::collections::BTreeMap<String, String>,
         base: &str,
         state: &Path,
@@ -266,7 +298,9 @@ impl Runtime {
             })
             .await??;
         }
-        let live = self.spawn_in(tmpl, id, uid, cg, limits, true).await?;
+        let live = self
+            .spawn_in(tmpl, id, uid, cg, limits, Some(volumes))
+            .await?;
         let ready = async {
             if !env.is_empty() {
                 let msg = serde_json::json!({"type": "env", "env": env});
@@ -328,5 +362,6 @@ pub(crate) fn child_info(
         from_snapshot,
         paused_at: None,
         last_restore: Some(r.restore.clone()),
+        volumes: Vec::new(),
     }
 }

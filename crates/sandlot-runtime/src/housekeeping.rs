@@ -71,8 +71,16 @@ impl Runtime {
             let entry = Arc::new(crate::Entry::restored(info, uid, cg));
             lock(&inner.sandboxes).insert(entry.id.clone(), entry);
         }
-        // Snapshots keep their workspace copies among the workspaces.
+        // Snapshots keep their workspace copies among the workspaces, volumes their files.
         restored.extend(self.snapshot_ids());
+        if let Ok(volumes) = inner.store.list_volumes() {
+            restored.extend(
+                volumes
+                    .iter()
+                    .map(|v| crate::volumes::workspace_id(&v.name)),
+            );
+        }
+        self.recover_volumes();
         self.sweep_state_leftovers();
         for id in on_disk.difference(&restored) {
             if let Err(e) = workspaces.remove(id) {

@@ -41,6 +41,7 @@ mod spawn;
 mod teardown;
 pub mod templates;
 mod util;
+mod volumes;
 mod workspace;
 pub mod zygote;
 mod zygote_config;
@@ -322,6 +323,10 @@ struct Inner {
     workspaces: Mutex<Option<Arc<sandlot_workspace::Workspaces>>>,
     /// The data dir, canonical.
     data_dir: PathBuf,
+    /// Volume creations and deletions, one at a time.
+    volume_ops: tokio::sync::Mutex<()>,
+    /// Which sandbox holds each volume mounted read-write.
+    volume_claims: Mutex<HashMap<String, String>>,
 }
 
 impl Runtime {
@@ -408,6 +413,8 @@ impl Runtime {
             artifacts: artifact_store,
             workspaces: Mutex::new(Some(Arc::new(workspaces))),
             data_dir: data_dir.clone(),
+            volume_ops: Default::default(),
+            volume_claims: Default::default(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),

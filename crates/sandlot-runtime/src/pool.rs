@@ -80,7 +80,7 @@ impl Runtime {
                 if have >= want || !current || rt.inner.closing.load(Ordering::SeqCst) {
                     break;
                 }
-                match rt.boot(&tmpl, limits).await {
+                match rt.boot(&tmpl, limits, &[]).await {
                     Ok(live) => {
                         // Touch the pages a first cell needs now, not on the client's time.
                         let _ = live.send(&serde_json::json!({"type": "warm"})).await;

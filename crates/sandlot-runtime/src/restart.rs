@@ -168,9 +168,14 @@ impl Runtime {
         if lock(&e.slot).ended {
             return Err(ending(&e.id));
         }
-        let (template, limits, env) = {
+        let (template, limits, env, volumes) = {
             let info = lock(&e.info);
-            (info.template.clone(), info.limits, info.env.clone())
+            (
+                info.template.clone(),
+                info.limits,
+                info.env.clone(),
+                info.volumes.clone(),
+            )
         };
         let tmpl = self.template(&template)?;
         if let (TemplateStatus::Building, _) = tmpl.status() {
@@ -185,7 +190,14 @@ impl Runtime {
         )
         .map_err(|source| RuntimeError::SandboxCgroup { source })?;
         let live = match self
-            .spawn_in(&tmpl, &e.id, e.host_uid, &e.cgroup, limits, e.disk)
+            .spawn_in(
+                &tmpl,
+                &e.id,
+                e.host_uid,
+                &e.cgroup,
+                limits,
+                e.disk.then_some(&volumes[..]),
+            )
             .await
         {
             Ok(live) => live,

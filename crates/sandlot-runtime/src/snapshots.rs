@@ -214,6 +214,7 @@ impl Runtime {
                     .boot_from(
                         &admitted.tmpl,
                         admitted.limits,
+                        &admitted.volumes,
                         &req.env,
                         &snap_id,
                         &state,
@@ -251,8 +252,10 @@ impl Runtime {
                     from_snapshot: None,
                     paused_at: None,
                     last_restore: None,
+                    volumes: Vec::new(),
                 };
-                let info = child_info(&base, &r, None, Some(snap_id.clone()));
+                let mut info = child_info(&base, &r, None, Some(snap_id.clone()));
+                info.volumes = admitted.volumes.clone();
                 rt.adopt(r.live, info).await
             }
             .await;

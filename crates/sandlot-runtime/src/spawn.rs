@@ -42,8 +42,8 @@ use crate::zygote_config::sandbox_env;
 use crate::{contexts, Entry, Runtime};
 use sandlot_jail::cgroup::{Cgroup, CgroupError};
 use sandlot_jail::child::{GO, UNSHARED};
-use sandlot_jail::config::{JailConfig, RlimitConfig};
-use sandlot_types::{CreateSandbox, EffectiveLimits, Sandbox, SandboxState};
+use sandlot_jail::config::{JailConfig, RlimitConfig, VolumeTarget};
+use sandlot_types::{CreateSandbox, EffectiveLimits, Sandbox, SandboxState, VolumeMount};
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -103,9 +103,15 @@ impl Runtime {
 
     /// Gets a running sandbox for an admitted request and makes it the client's.
     async fn hand_out(&self, a: Admitted, req: &CreateSandbox) -> Result<Sandbox, RuntimeError> {
-        let live = match self.take_pooled(&a.tmpl, a.limits) {
+        // A pooled sandbox has its mounts already: one with volumes is booted for them.
+        let pooled = if a.volumes.is_empty() {
+            self.take_pooled(&a.tmpl, a.limits)
+        } else {
+            None
+        };
+        let live = match pooled {
             Some(live) => live,
-            None => self.boot(&a.tmpl, a.limits).await?,
+            None => self.boot(&a.tmpl, a.limits, &a.volumes).await?,
         };
         self.refill(&a.tmpl);
         // The creator's variables (often secrets) go on the sandbox's own channel, never
@@ -139,6 +145,7 @@ impl Runtime {
             from_snapshot: None,
             paused_at: None,
             last_restore: None,
+            volumes: a.volumes.clone(),
         };
         self.adopt(live, info).await
     }
@@ -174,11 +181,16 @@ impl Runtime {
         &self,
         tmpl: &Arc<Tmpl>,
         limits: EffectiveLimits,
+        volumes: &[VolumeMount],
     ) -> Result<Arc<Live>, RuntimeError> {
         let id = util::new_id("sb_");
         let uid = lock(&self.inner.slots)
             .alloc()
             .ok_or(RuntimeError::NoFreeUid)?;
+        if let Err(err) = self.claim_volumes(&id, uid, volumes).await {
+            self.release_uid(uid);
+            return Err(err);
+        }
         let rel = self.inner.cgroup_base.join(&id);
         let cg = match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
             Ok(cg) => cg,
@@ -192,11 +204,15 @@ impl Runtime {
             if disk {
                 self.create_workspace(&id, uid, limits.disk_mb).await?;
             }
-            self.spawn_in(tmpl, &id, uid, &cg, limits, disk).await
+            self.spawn_in(tmpl, &id, uid, &cg, limits, disk.then_some(volumes))
+                .await
         };
         match booted.await {
             Ok(live) => Ok(live),
             Err(e) => {
+                let rt = self.clone();
+                let sid = id.clone();
+                let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
                 self.abandon_boot(&id, uid, cg).await;
                 Err(e)
             }
@@ -216,11 +232,23 @@ impl Runtime {
         uid: u32,
         cg: &Cgroup,
         limits: EffectiveLimits,
-        disk: bool,
+        disk: Option<&[VolumeMount]>,
     ) -> Result<Arc<Live>, RuntimeError> {
         let mut times = Timeline::start();
-        let mount = disk.then(|| self.workspace_mount(id)).transpose()?;
-        let (p0, channels) = self.request_fork(tmpl, id, limits, mount).await?;
+        let mount = disk.map(|_| self.workspace_mount(id)).transpose()?;
+        let volumes = disk.unwrap_or_default();
+        let trees = self.volume_trees(volumes)?;
+        let targets: Vec<VolumeTarget> = volumes
+            .iter()
+            .take(trees.len())
+            .map(|m| VolumeTarget {
+                path: m.path.clone(),
+                read_only: m.read_only,
+            })
+            .collect();
+        let (p0, channels) = self
+            .request_fork(tmpl, id, limits, mount, (targets, trees))
+            .await?;
         let (mut ctrl, stdout, stderr) = channels.keep_ours()?;
         times.mark("fork");
         let mut joining = Some(join_cgroup(cg, p0));
@@ -262,9 +290,7 @@ impl Runtime {
             limits,
             host_uid: uid,
             cgroup: cg.clone(),
-            workspace_dir: disk
-                .then(|| self.workspaces().ok()?.path(id).ok())
-                .flatten(),
+            workspace_dir: disk.and_then(|_| self.workspaces().ok()?.path(id).ok()),
             init_pid,
             driver_pid,
             init_fd,
@@ -293,6 +319,7 @@ impl Runtime {
         id: &str,
         limits: EffectiveLimits,
         mut mount: Option<OwnedFd>,
+        (targets, trees): (Vec<VolumeTarget>, Vec<OwnedFd>),
     ) -> Result<(i32, Channels), RuntimeError> {
         let fsize_mb = if mount.is_some() {
             // The quota caps the workspace; a pooled sandbox may be handed out with a larger
@@ -301,8 +328,10 @@ impl Runtime {
         } else {
             limits.disk_mb
         };
-        let jail = serde_json::to_value(jail_config(limits, fsize_mb))
-            .map_err(encoding("the jail config"))?;
+        let mut cfg = jail_config(limits, fsize_mb);
+        cfg.volumes = targets;
+        let jail = serde_json::to_value(cfg).map_err(encoding("the jail config"))?;
+        let trees = Arc::new(trees);
         // Only the base environment goes through the zygote; the creator's variables are sent
         // on the sandbox's own channel once it is up.
         let env =
@@ -315,9 +344,11 @@ impl Runtime {
             // The channels move into the blocking call and come back with its answer, so their
             // fds stay open (and theirs) for as long as the zygote may be reading them.
             let ws = mount.take();
+            let vols = trees.clone();
             let (forked, channels, ws) = blocking("the fork request", move || {
                 let mut fds = channels.child_fds().to_vec();
                 fds.extend(ws.as_ref().map(|m| m.as_raw_fd()));
+                fds.extend(vols.iter().map(|t| t.as_raw_fd()));
                 let forked = z.spawn(&id, &jail, &env, &fds);
                 (forked, channels, ws)
             })
@@ -367,6 +398,7 @@ fn jail_config(limits: EffectiveLimits, fsize_mb: u64) -> JailConfig {
         },
         landlock: true,
         seccomp: true,
+        volumes: Vec::new(),
     }
 }
 

@@ -108,6 +108,8 @@ impl Runtime {
             for live in [current, last].into_iter().flatten() {
                 live.kill();
             }
+            // Before its uid is freed: the volumes it wrote go back to their own uids.
+            rt.release_volumes(&entry.id);
             rt.release(&entry.id, entry.host_uid, &entry.cgroup, entry.disk);
         });
         let mut info = lock(&e.info).clone();

@@ -7,7 +7,7 @@
 //!
 //! # Schema
 //!
-//! Three tables. Whatever is queried or filtered on is a real column; nested values are JSON text
+//! Four tables. Whatever is queried or filtered on is a real column; nested values are JSON text
 //! in the same shape as the wire model of [`sandlot_types`]:
 //!
 //! - `sandboxes`: `id`, `template`, `template_version`, `state`, `env` (JSON), `metadata`
@@ -19,6 +19,8 @@
 //! - `snapshots`: the wire model's fields ([`Snapshot`], `not_captured` as JSON) plus
 //!   `state_sha256` (of the saved state's body, checked before it is loaded and by `sandlot
 //!   snapshots verify`) and `contexts` (JSON); no foreign key: a snapshot outlives its sandbox.
+//! - `volumes`: `name`, `size_mb`, `created_at`, `host_uid` (who owns its files at rest); which
+//!   sandboxes mount it is their `volumes` column (JSON).
 //! - `executions`: `id`, `sandbox_id` (foreign key to `sandboxes`), `language`, `code`,
 //!   `started_at`, and once finished `end_state`, `duration_ms`, `cpu_time_ms`,
 //!   `peak_memory_bytes` and `result` (the whole [`ExecutionResult`] as JSON, which is what is
@@ -110,6 +112,14 @@ ALTER TABLE sandboxes ADD COLUMN forked_from TEXT;
 ALTER TABLE sandboxes ADD COLUMN from_snapshot TEXT;
 ALTER TABLE sandboxes ADD COLUMN paused_at TEXT;
 ALTER TABLE sandboxes ADD COLUMN last_restore TEXT;
+ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+
+CREATE TABLE volumes (
+    name       TEXT PRIMARY KEY NOT NULL,
+    size_mb    INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    host_uid   INTEGER NOT NULL
+);
 
 CREATE TABLE snapshots (
     id               TEXT PRIMARY KEY NOT NULL,
@@ -134,7 +144,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
      idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason, \
-     restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore";
+     restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore, volumes";
 
 const SNAPSHOT_COLUMNS: &str = "id, name, sandbox_id, template, template_version, created_at, \
      state_bytes, state_sha256, workspace, variables, not_captured, contexts, version";
@@ -195,6 +205,13 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("cannot {op} volume {name}")]
+    Volume {
+        op: &'static str,
+        name: String,
+        #[source]
+        source: rusqlite::Error,
+    },
     #[error("cannot list sandboxes")]
     ListSandboxes {
         #[source]
@@ -247,7 +264,8 @@ impl StoreError {
             | StoreError::UpdateSandbox { source, .. }
             | StoreError::InsertExecution { source, .. }
             | StoreError::FinishExecution { source, .. }
-            | StoreError::Snapshot { source, .. } => source,
+            | StoreError::Snapshot { source, .. }
+            | StoreError::Volume { source, .. } => source,
             _ => return false,
         };
         source.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
@@ -314,7 +332,7 @@ impl Store {
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18, ?19, ?20)"
+                 ?16, ?17, ?18, ?19, ?20, ?21)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -340,6 +358,7 @@ impl Store {
                     .as_ref()
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
+                to_json(serde_json::to_string(&s.volumes))?,
             ])?;
             Ok(())
         };
@@ -358,7 +377,8 @@ impl Store {
                  env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
                  created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
                  restart_count = ?14, last_restart = ?15, on_idle = ?16, forked_from = ?17, \
-                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20 WHERE id = ?1",
+                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21 \
+                 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -384,6 +404,7 @@ impl Store {
                     .as_ref()
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
+                to_json(serde_json::to_string(&s.volumes))?,
             ])
         };
         match run() {
@@ -569,7 +590,7 @@ impl Store {
             ))?;
             let names: Vec<&str> = states.iter().map(|s| state_str(*s)).collect();
             let rows = stmt.query_map(rusqlite::params_from_iter(names), |row| {
-                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(20)?))
+                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(21)?))
             })?;
             rows.collect()
         };
@@ -651,6 +672,58 @@ impl Store {
         run().map(|n| n > 0).map_err(|source| StoreError::Snapshot {
             op: "delete",
             id: id.to_owned(),
+            source,
+        })
+    }
+
+    /// Records a volume. Fails (a constraint violation) if the name is taken.
+    pub fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<usize> {
+            self.conn().execute(
+                "INSERT INTO volumes (name, size_mb, created_at, host_uid) VALUES (?1, ?2, ?3, ?4)",
+                params![v.name, v.size_mb, v.created_at, v.host_uid],
+            )
+        };
+        run().map(|_| ()).map_err(|source| StoreError::Volume {
+            op: "insert",
+            name: v.name.clone(),
+            source,
+        })
+    }
+
+    /// Every volume, by name.
+    pub fn list_volumes(&self) -> Result<Vec<VolumeRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Vec<VolumeRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, size_mb, created_at, host_uid FROM volumes ORDER BY name",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                Ok(VolumeRecord {
+                    name: row.get(0)?,
+                    size_mb: row.get(1)?,
+                    created_at: row.get(2)?,
+                    host_uid: row.get(3)?,
+                })
+            })?;
+            rows.collect()
+        };
+        run().map_err(|source| StoreError::Volume {
+            op: "list",
+            name: String::new(),
+            source,
+        })
+    }
+
+    /// Forgets a volume; true when it was recorded.
+    pub fn delete_volume(&self, name: &str) -> Result<bool, StoreError> {
+        let run = || {
+            self.conn()
+                .execute("DELETE FROM volumes WHERE name = ?1", [name])
+        };
+        run().map(|n| n > 0).map_err(|source| StoreError::Volume {
+            op: "delete",
+            name: name.to_owned(),
             source,
         })
     }
@@ -856,7 +929,18 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
                 Some(serde_json::from_str(&text).map_err(|e| conversion_failure(19, Box::new(e)))?)
             }
         },
+        volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
     })
+}
+
+/// A volume as recorded: its wire fields (without who mounts it, which the runtime knows)
+/// and the host uid its files belong to while no sandbox mounts it read-write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeRecord {
+    pub name: String,
+    pub size_mb: u64,
+    pub created_at: String,
+    pub host_uid: u32,
 }
 
 /// A snapshot as recorded: the wire model plus the sha256 of its state file's body and the

@@ -35,6 +35,7 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         from_snapshot: None,
         paused_at: None,
         last_restore: None,
+        volumes: Vec::new(),
     }
 }
 
@@ -182,6 +183,11 @@ fn paused_forked_sandbox_roundtrip() {
     let mut sb = sandbox("sb-2", "2025-01-01T00:00:00.000Z", SandboxState::Running);
     sb.on_idle = IdleAction::Pause;
     sb.forked_from = Some("sb-1".to_owned());
+    sb.volumes = vec![sandlot_types::VolumeMount {
+        name: "data".to_owned(),
+        path: "data".to_owned(),
+        read_only: true,
+    }];
     sb.from_snapshot = Some("snap_1".to_owned());
     store.insert_sandbox(&sb).unwrap();
     store.set_host_uid("sb-2", Some(4242)).unwrap();
@@ -246,6 +252,26 @@ fn snapshot_roundtrip_list_and_delete() {
     assert!(store.delete_snapshot("snap_b").unwrap());
     assert!(!store.delete_snapshot("snap_b").unwrap());
     assert_eq!(store.get_snapshot("snap_b").unwrap(), None);
+}
+
+#[test]
+fn volume_roundtrip_and_duplicate_names() {
+    let store = Store::open_in_memory().unwrap();
+    let v = VolumeRecord {
+        name: "data".to_owned(),
+        size_mb: 64,
+        created_at: "2025-01-01T00:00:00.000Z".to_owned(),
+        host_uid: 4243,
+    };
+    store.insert_volume(&v).unwrap();
+    assert!(store
+        .insert_volume(&v)
+        .unwrap_err()
+        .is_constraint_violation());
+    assert_eq!(store.list_volumes().unwrap(), vec![v]);
+    assert!(store.delete_volume("data").unwrap());
+    assert!(!store.delete_volume("data").unwrap());
+    assert!(store.list_volumes().unwrap().is_empty());
 }
 
 #[test]

@@ -60,6 +60,51 @@ pub struct CreateSandbox {
     /// What reaching the idle timeout does: delete the sandbox (default) or pause it.
     #[serde(default)]
     pub on_idle: Option<IdleAction>,
+    /// Named volumes to mount (each under `/workspace`).
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
+}
+
+/// A named volume mounted into a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    pub name: String,
+    /// Where it appears: a directory under `/workspace` (`/workspace/data` or `data`).
+    pub path: String,
+    /// Mounted read-only (any number of sandboxes at once) rather than read-write (one
+    /// sandbox at a time).
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// `POST /v1/volumes` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolume {
+    /// `[a-z0-9][a-z0-9_-]{0,47}`.
+    pub name: String,
+    /// Size cap in MiB (default 1024).
+    #[serde(default)]
+    pub size_mb: Option<u64>,
+}
+
+/// A named volume: files that live apart from any sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    pub name: String,
+    pub size_mb: u64,
+    pub created_at: String,
+    /// The sandboxes (not ended) that mount it.
+    pub mounted_by: Vec<VolumeUse>,
+}
+
+/// One sandbox's mount of a volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeUse {
+    pub sandbox_id: String,
+    pub path: String,
+    pub read_only: bool,
 }
 
 /// What a sandbox's idle timeout does to it.
@@ -177,6 +222,9 @@ pub struct Sandbox {
     /// The last time interpreter state was loaded into it (fork, snapshot, resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restore: Option<LastRestore>,
+    /// Named volumes it mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
 }
 
 /// A load of saved interpreter state into a sandbox, and what did not come back.
@@ -533,6 +581,10 @@ pub enum ErrorCode {
     StateCorrupt,
     /// The sandbox's state could not be saved; the sandbox is unchanged (409).
     CaptureFailed,
+    /// No volume with that name (404).
+    VolumeNotFound,
+    /// The volume exists already, or is mounted where that is not allowed (409).
+    VolumeInUse,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -562,6 +614,8 @@ impl ErrorCode {
             ErrorCode::SnapshotNotFound => "snapshot_not_found",
             ErrorCode::StateCorrupt => "state_corrupt",
             ErrorCode::CaptureFailed => "capture_failed",
+            ErrorCode::VolumeNotFound => "volume_not_found",
+            ErrorCode::VolumeInUse => "volume_in_use",
             ErrorCode::Internal => "internal",
         }
     }

@@ -266,8 +266,9 @@ pub fn paused_start_block(run: &Run, p: &PausedStartResult) -> String {
     }
     let _ = writeln!(
         o,
-        "\nA straight line through the `/v1/health` p50s: **{} ms per 1000 paused sandboxes**, so **{} ms at \
-         {PAUSED_TARGET_N}** (extrapolated{}).",
+        "\nA least-squares line through the `/v1/health` p50s: **{} ms per 1000 paused sandboxes** (a negative \
+         slope, which is noise, counts as 0); from the largest N along it: **{} ms at {PAUSED_TARGET_N}** \
+         (extrapolated{}).",
         trim(p.healthy_ms_per_1000),
         fmt_ms(p.healthy_at_10k_ms),
         match p.largest() {

@@ -149,7 +149,7 @@ pub fn start(
                 return SETUP_FAILED;
             }
             // The driver's output goes to the test's stderr.
-            match child::enter(cfg, ctrl, 2, 2, workspace) {
+            match child::enter(cfg, ctrl, 2, 2, workspace, &[]) {
                 Ok(child::Role::Driver) => {
                     let result = json!({"type": "result", "value": op()});
                     if child::write_frame(child::CTRL_FD, result.to_string().as_bytes()).is_err() {
