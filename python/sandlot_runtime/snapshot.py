@@ -643,7 +643,22 @@ def _digest_context(name: str, bounds: _TimeBounds, room: int) -> tuple[dict, li
 
 
 def _digest_into(result: list, pickler: _DigestPickler, value: object) -> None:
-    result.append(pickler.digest(value))
+    counter = _ByteCounter()
+    _dump(counter, value, pickler.namespace)  # the size a save writes for it, exactly
+    result.append((counter.size, pickler.digest(value)))
+
+
+class _ByteCounter:
+    """A file object that only counts what a pickler writes into it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data) -> int:
+        size = data.raw().nbytes if isinstance(data, pickle.PickleBuffer) else \
+            memoryview(data).nbytes
+        self.size += size
+        return size
 
 
 # What a digest writes inline, without a part of its own: values with no parts, whose bytes
@@ -693,22 +708,21 @@ class _DigestPickler(pickle._Pickler):
         self.write = self._emit
         self._write_large_bytes = self._emit_large
         self.globals_ref: dict = {}
-        self._namespace = namespace
+        self.namespace = namespace
         self._parts = [_Part(0)]
         self._depth: dict[int, int] = {}
         # Parts written whole that refer to nothing outside themselves: (digest, size, the
         # object, kept so its id is not reused) by id, for the next time one is met.
         self._done: dict[int, tuple] = {}
 
-    def digest(self, value: object) -> tuple[int, str]:
-        """``value``'s size as a pickle (each shared part counted where it is met) and its
-        digest (hex)."""
+    def digest(self, value: object) -> str:
+        """``value``'s digest (hex)."""
         try:
-            token, size = self._token(value)
+            token, _size = self._token(value)
         except BaseException:
             self._parts, self._depth, self.memo = [_Part(0)], {}, {}
             raise
-        return size, token[1:].hex()
+        return token[1:].hex()
 
     # -- the parts -----------------------------------------------------------------------------
 
@@ -777,15 +791,14 @@ class _DigestPickler(pickle._Pickler):
         reduced = cloudpickle.Pickler.reducer_override(self, obj)
         if isinstance(obj, type) and isinstance(reduced, tuple) and len(reduced) > 2:
             state_ = reduced[2]
-            if isinstance(state_, tuple) and state_ and isinstance(state_[0], dict) \
-                    and "__slotnames__" in state_[0]:
-                clsdict = {k: v for k, v in state_[0].items() if k != "__slotnames__"}
+            if isinstance(state_, tuple) and state_ and isinstance(state_[0], dict):
+                clsdict = _class_dict_digested(obj, state_[0])
                 reduced = (*reduced[:2], (clsdict, *state_[1:]), *reduced[3:])
         return reduced
 
     def _dynamic_function_reduce(self, func):
         return _bound_to_target(cloudpickle.Pickler._dynamic_function_reduce(self, func), func,
-                                self._namespace)
+                                self.namespace)
 
     # -- what the order of bytes would change ------------------------------------------------
 
@@ -818,6 +831,26 @@ class _DigestPickler(pickle._Pickler):
     dispatch[set] = _save_set
     dispatch[frozenset] = _save_frozenset
     dispatch[pickle.PickleBuffer] = _save_picklebuffer
+
+
+def _class_dict_digested(cls: type, clsdict: dict) -> dict:
+    """The class dict cloudpickle writes for ``cls``, as a digest hashes it: without
+    ``__slotnames__`` (copyreg's cache), and without what it inherits as equal atoms.
+    cloudpickle leaves out what the class inherits by identity, and a loaded class's
+    ``__module__`` is a string of its own where the original's was the base class's."""
+    inherited: dict = {}
+    for base in reversed(cls.__bases__):
+        inherited.update(base.__dict__)
+    missing = object()
+    kept = {}
+    for name, value in clsdict.items():
+        if name == "__slotnames__":
+            continue
+        base_value = inherited.get(name, missing)
+        if type(value) in _ATOMS and type(base_value) is type(value) and base_value == value:
+            continue
+        kept[name] = value
+    return kept
 
 
 # -- loading -----------------------------------------------------------------------------------
