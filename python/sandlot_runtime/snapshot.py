@@ -668,14 +668,12 @@ _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 
 class _Part:
     """One object being written by a _DigestPickler: the hash of what it wrote so far, its
-    size as a whole pickle, its depth, and the shallowest object being written that it refers
-    back to (a cycle)."""
+    depth, and the shallowest object being written that it refers back to (a cycle)."""
 
-    __slots__ = ("hash", "size", "depth", "reach")
+    __slots__ = ("hash", "depth", "reach")
 
     def __init__(self, depth: int) -> None:
         self.hash = hashlib.sha256()
-        self.size = 0
         self.depth = depth
         self.reach = depth
 
@@ -689,13 +687,14 @@ class _DigestPickler(pickle._Pickler):
     two): after a fork, the parent's DataFrames and functions would differ from the child's.
     So each part is hashed on its own and its parent hashes only its digest (a Merkle tree):
     a part met twice counts the same as two equal parts. A reference to an object still being
-    written (a cycle, or cloudpickle's state setters) is written as how many levels up it
-    is. Also left out: the order of a set's items, whether a buffer is read-only, and
-    ``__slotnames__``, which copyreg caches on a class once an instance is pickled.
+    written (a cycle, or cloudpickle's state setters) is written as how many levels up it is.
+    Also left out: the order of a set's items, whether a buffer is read-only, and what differs
+    in a class only by identity (see ``_class_dict_digested``).
 
-    Pure Python (the C pickler has no hook per object), built on the interpreter's own pure
-    pickler with cloudpickle's reducers: objects of many small parts digest slower than they
-    save; large buffers are hashed from their own memory, never copied."""
+    Pure Python (the C pickler has no hook per object), on the interpreter's own pure pickler
+    with cloudpickle's reducers: objects of many small parts digest slower than they save;
+    large buffers are hashed from their own memory, never copied. Deep nesting reaches the
+    recursion limit sooner than a save does (reported by name)."""
 
     dispatch = dict(pickle._Pickler.dispatch)
     dispatch_table = cloudpickle.Pickler.dispatch_table
@@ -711,14 +710,14 @@ class _DigestPickler(pickle._Pickler):
         self.namespace = namespace
         self._parts = [_Part(0)]
         self._depth: dict[int, int] = {}
-        # Parts written whole that refer to nothing outside themselves: (digest, size, the
-        # object, kept so its id is not reused) by id, for the next time one is met.
+        # Parts written whole that refer to nothing outside themselves, by id: (token, the
+        # object, kept so its id is not reused), for the next time one is met.
         self._done: dict[int, tuple] = {}
 
     def digest(self, value: object) -> str:
         """``value``'s digest (hex)."""
         try:
-            token, _size = self._token(value)
+            token = self._token(value)
         except BaseException:
             self._parts, self._depth, self.memo = [_Part(0)], {}, {}
             raise
@@ -729,22 +728,19 @@ class _DigestPickler(pickle._Pickler):
     def save(self, obj, save_persistent_id=True):
         if type(obj) in _ATOMS:
             super().save(obj, save_persistent_id)
-            return
-        token, size = self._token(obj, save_persistent_id)
-        top = self._parts[-1]
-        top.hash.update(token)
-        top.size += size
+        else:
+            self._parts[-1].hash.update(self._token(obj, save_persistent_id))
 
-    def _token(self, obj, save_persistent_id=True) -> tuple[bytes, int]:
-        """What the part being written hashes for ``obj``: its digest, or the reference to an
-        object being written; and its size."""
+    def _token(self, obj, save_persistent_id=True) -> bytes:
+        """What the part being written hashes for ``obj``: ``=`` and its digest, or ``<`` and
+        how many levels up it is when it is being written."""
         key = id(obj)
         depth = self._depth.get(key)
         if depth is not None:
-            return self.get(depth), 2
+            return self.get(depth)
         done = self._done.get(key)
         if done is not None:
-            return done[0], done[1]
+            return done[0]
         part = _Part(len(self._parts))
         self._parts.append(part)
         self._depth[key] = part.depth
@@ -758,8 +754,8 @@ class _DigestPickler(pickle._Pickler):
         outer = self._parts[-1]
         outer.reach = min(outer.reach, part.reach)
         if part.reach >= part.depth:
-            self._done[key] = (token, part.size, obj)
-        return token, part.size
+            self._done[key] = (token, obj)
+        return token
 
     def memoize(self, obj):
         # Only objects being written are ever referred to (see get).
@@ -774,15 +770,12 @@ class _DigestPickler(pickle._Pickler):
         return b"<" + (len(self._parts) - 1 - i).to_bytes(4, "little")
 
     def _emit(self, data) -> None:
-        top = self._parts[-1]
-        top.hash.update(data)
-        top.size += len(data)
+        self._parts[-1].hash.update(data)
 
     def _emit_large(self, header: bytes, payload) -> None:
         top = self._parts[-1]
         top.hash.update(header)
         top.hash.update(payload)
-        top.size += len(header) + memoryview(payload).nbytes
 
     # -- what a save would carry -------------------------------------------------------------
 
@@ -805,10 +798,8 @@ class _DigestPickler(pickle._Pickler):
     def _save_items(self, obj, opening: bytes, closing: bytes) -> None:
         tokens = sorted(self._token(item) for item in obj)
         self.write(opening)
-        for token, size in tokens:
-            top = self._parts[-1]
-            top.hash.update(token)
-            top.size += size
+        for token in tokens:
+            self.write(token)
         self.write(closing)
 
     def _save_set(self, obj) -> None:

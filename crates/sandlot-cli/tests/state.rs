@@ -449,6 +449,17 @@ fn a_corrupt_or_truncated_snapshot_is_refused_by_name_and_harms_nothing() {
             .get(&format!("/v1/snapshots/{bad}?verify=true"))
             .expect_error(422, "state_corrupt");
     }
+    // `sandlot snapshots verify` finds both, and only them.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["snapshots", "verify", "--url", server.url()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(&format!("ok       {good}")), "{stdout}");
+    for bad in [&flipped, &cut] {
+        assert!(stdout.contains(&format!("CORRUPT  {bad}")), "{stdout}");
+    }
     // The others are untouched, and nothing of the refused creations is left.
     let s = server.create_sandbox_with(&json!({ "from_snapshot": good }));
     assert_eq!(
