@@ -36,6 +36,7 @@ import errno
 import hashlib
 import importlib
 import io
+import itertools
 import mmap
 import os
 import pickle
@@ -663,7 +664,61 @@ class _ByteCounter:
 
 # What a digest writes inline, without a part of its own: values with no parts, whose bytes
 # are the same however many names share them.
-_ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray)
+_ATOMS = frozenset({type(None), bool, int, float, str, bytes, bytearray})
+
+
+# Containers made only of atoms and of such containers ("plain") are hashed by the C pickler
+# in one go, up to a hundred times faster than part by part: up to this many items (shared
+# ones counted each time they are met), this deep, and no bytes longer than this.
+_PLAIN_KINDS = frozenset({list, tuple, dict})
+_PLAIN_ITEMS = 10_000_000
+_PLAIN_DEPTH = 16
+_PLAIN_BYTES = 1 << 16
+
+
+def _plain(obj) -> bool:
+    """Whether a list, tuple or dict is plain (see _PLAIN_KINDS). Shared and cyclic parts
+    cannot fool it: it counts what it meets as often as it meets it, and stops at a depth."""
+    budget = _PLAIN_ITEMS
+    stack = [(obj, 0)]
+    while stack:
+        container, depth = stack.pop()
+        items = itertools.chain.from_iterable(container.items()) if type(container) is dict \
+            else container
+        for item in items:
+            budget -= 1
+            kind = type(item)
+            if budget < 0:
+                return False
+            if kind in _ATOMS:
+                if kind in (bytes, bytearray) and len(item) > _PLAIN_BYTES:
+                    return False
+            elif kind in _PLAIN_KINDS and depth < _PLAIN_DEPTH:
+                stack.append((item, depth + 1))
+            else:
+                return False
+    return True
+
+
+def _plain_token(obj) -> bytes:
+    """The token of a plain container: its C pickle without a memo (``fast``; it has no
+    cycle), so a part is written whole wherever it is met, as in the part-by-part path."""
+    sink = _HashingFile(b"plain\0")
+    pickler = pickle.Pickler(sink, protocol=5)
+    pickler.fast = True
+    pickler.dump(obj)
+    return b"=" + sink.hash.digest()
+
+
+class _HashingFile:
+    """A file object that only hashes what is written into it."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.hash = hashlib.sha256(prefix)
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return memoryview(data).nbytes
 
 
 class _Part:
@@ -726,8 +781,9 @@ class _DigestPickler(pickle._Pickler):
     # -- the parts -----------------------------------------------------------------------------
 
     def save(self, obj, save_persistent_id=True):
-        if type(obj) in _ATOMS:
-            super().save(obj, save_persistent_id)
+        kind = type(obj)
+        if kind in _ATOMS:  # straight to pickle's own writer: no reducer, memo or frame applies
+            self.dispatch[kind](self, obj)
         else:
             self._parts[-1].hash.update(self._token(obj, save_persistent_id))
 
@@ -741,6 +797,10 @@ class _DigestPickler(pickle._Pickler):
         done = self._done.get(key)
         if done is not None:
             return done[0]
+        if type(obj) in _PLAIN_KINDS and _plain(obj):
+            token = _plain_token(obj)
+            self._done[key] = (token, obj)
+            return token
         part = _Part(len(self._parts))
         self._parts.append(part)
         self._depth[key] = part.depth

@@ -266,6 +266,19 @@ fn a_paused_sandbox_survives_a_server_restart_and_does_not_count_against_capacit
         .clone();
     assert_eq!(s["state"], "running");
     assert_eq!(text(&server.execute(&id, "answer")), "42");
+    // A server killed outright keeps a paused sandbox just the same.
+    server.execute(&id, "answer += 1");
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
+    server.kill9();
+    server.restart();
+    let s = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
+    assert_eq!(s["state"], "paused");
+    assert_eq!(text(&server.execute(&id, "answer")), "43");
 }
 
 #[test]

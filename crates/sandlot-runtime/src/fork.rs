@@ -83,7 +83,7 @@ impl Runtime {
         let (turn, live, _) = self.ready_live(e, turn).await?;
         self.touch(e);
         let state = self.fork_state();
-        let saved = match saved::save(&live, &state).await {
+        let saved = match saved::save(&live, &state, saved::Durability::Transient).await {
             Ok(s) => s,
             Err(StateFailure::Refused(reason)) => {
                 return Err(RuntimeError::CaptureFailed { reason })
@@ -121,12 +121,12 @@ impl Runtime {
             }
             Err(err) => Err(err),
         };
+        // Off the answer's path: the children have their copies.
         let (rt, state2, base2) = (self.clone(), state.clone(), base.clone());
-        let _ = blocking("clearing a fork's leftovers", move || {
+        tokio::task::spawn_blocking(move || {
             let _ = std::fs::remove_file(&state2);
             rt.remove_workspace(&base2);
-        })
-        .await;
+        });
         let sandboxes = children?;
         let mut not_captured = saved.not_captured;
         for m in parent.volumes.iter().filter(|m| !m.read_only) {

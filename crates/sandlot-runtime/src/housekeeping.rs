@@ -66,6 +66,17 @@ impl Runtime {
                 }
                 continue;
             };
+            // A crash between a pause's save and its record, or during a resume before the
+            // state was loaded: the saved state is the sandbox's latest (no cell ran after it),
+            // so it comes back paused rather than losing its variables.
+            if info.state == SandboxState::Stopped && self.paused_contexts(&info.id).is_some() {
+                info.state = SandboxState::Paused;
+                info.paused_at = Some(now_rfc3339());
+                info.ended_reason = None;
+                if let Err(e) = inner.store.update_sandbox(&info) {
+                    tracing::error!(sandbox = %info.id, error = %e, "recording a paused sandbox failed");
+                }
+            }
             let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&info.id));
             restored.insert(info.id.clone());
             let entry = Arc::new(crate::Entry::restored(info, uid, cg));

@@ -124,7 +124,7 @@ impl Runtime {
         live: &Arc<Live>,
         path: &std::path::Path,
     ) -> Result<(Turn, Saved), RuntimeError> {
-        match saved::save(live, path).await {
+        match saved::save(live, path, saved::Durability::Durable).await {
             Ok(s) => Ok((turn, s)),
             Err(StateFailure::Refused(reason)) => Err(RuntimeError::CaptureFailed { reason }),
             Err(StateFailure::Died(why)) => {

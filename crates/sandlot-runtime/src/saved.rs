@@ -113,9 +113,22 @@ impl Runtime {
     }
 }
 
-/// Asks the driver of `live` to save its state into `dest` (written aside, fsynced, renamed
-/// into place). Call with the sandbox's execution lock held.
-pub(crate) async fn save(live: &Live, dest: &Path) -> Result<Saved, StateFailure> {
+/// How long a saved state must last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// It must survive a crash of the host (a pause, a snapshot): fsynced before it counts.
+    Durable,
+    /// It lives for one operation (a fork): a crash discards it anyway.
+    Transient,
+}
+
+/// Asks the driver of `live` to save its state into `dest` (written aside, fsynced when
+/// durable, renamed into place). Call with the sandbox's execution lock held.
+pub(crate) async fn save(
+    live: &Live,
+    dest: &Path,
+    durability: Durability,
+) -> Result<Saved, StateFailure> {
     let partial = partial_of(dest);
     let file = {
         let partial = partial.clone();
@@ -177,10 +190,13 @@ pub(crate) async fn save(live: &Live, dest: &Path) -> Result<Saved, StateFailure
             let _ = std::fs::remove_file(&partial);
             return Err(StateFailure::Refused(why));
         }
-        let done = file
-            .sync_all()
-            .and_then(|()| std::fs::rename(&partial, &dest))
-            .and_then(|()| sync_dir(&dest));
+        let done = if durability == Durability::Durable {
+            file.sync_all()
+                .and_then(|()| std::fs::rename(&partial, &dest))
+                .and_then(|()| sync_dir(&dest))
+        } else {
+            std::fs::rename(&partial, &dest)
+        };
         if let Err(source) = done {
             let _ = std::fs::remove_file(&partial);
             return Err(StateFailure::Host(RuntimeError::StateFile {

@@ -38,7 +38,7 @@ impl Runtime {
         self.touch(&e);
         let snap = new_id("snap_");
         let path = self.snapshot_state(&snap);
-        let saved = match saved::save(&live, &path).await {
+        let saved = match saved::save(&live, &path, saved::Durability::Durable).await {
             Ok(s) => s,
             Err(StateFailure::Refused(reason)) => {
                 return Err(RuntimeError::CaptureFailed { reason })

@@ -11,6 +11,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterable,
     List,
     Mapping,
     Optional,
@@ -25,7 +26,19 @@ import httpx
 from . import errors
 from ._sse import SSEEvent
 from ._version import __version__
-from .models import ArtifactClient, Context, ExecError, Execution, Limits, Logs, OutputMessage, Result, Snapshot
+from .models import (
+    ArtifactClient,
+    Context,
+    ExecError,
+    Execution,
+    Limits,
+    Logs,
+    OutputMessage,
+    Result,
+    Snapshot,
+    Volume,
+    VolumeMount,
+)
 
 DEFAULT_URL = "http://127.0.0.1:7878"
 DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -37,6 +50,9 @@ WORKSPACE = "/workspace"
 LimitsArg = Union[Limits, Mapping[str, Any], None]
 ContextArg = Union[Context, str, None]
 SnapshotArg = Union[Snapshot, str]
+VolumeArg = Union[Volume, str]
+# A mount: a VolumeMount, or a dict with "name" (a str or a Volume), "path" and "read_only"
+VolumesArg = Optional[Iterable[Union[VolumeMount, Mapping[str, Any]]]]
 IDLE_ACTIONS = ("delete", "pause")
 MAX_FORK = 100
 
@@ -199,6 +215,55 @@ def snapshot_path(snapshot: Optional[SnapshotArg] = None) -> str:
     return "/v1/snapshots" if snapshot is None else "/v1/snapshots/" + quote(snapshot_id(snapshot), safe="")
 
 
+def volume_name(volume: VolumeArg) -> str:
+    """The name of a :class:`~sandlot.Volume` or a volume name given as a string."""
+    if isinstance(volume, Volume):
+        return volume.name
+    if isinstance(volume, str) and volume:
+        return volume
+    raise TypeError(f"a volume must be a Volume or a volume name (str), not {volume!r}")
+
+
+def volume_path(volume: Optional[VolumeArg] = None, *rest: str) -> str:
+    p = "/v1/volumes" if volume is None else "/v1/volumes/" + quote(volume_name(volume), safe="")
+    for r in rest:
+        p += "/" + r
+    return p
+
+
+def volume_body(name: VolumeArg, size_mb: Optional[int]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"name": volume_name(name)}
+    if size_mb is not None:
+        if isinstance(size_mb, bool) or not isinstance(size_mb, int):
+            raise TypeError(f"size_mb must be an int (MiB), not {size_mb!r}")
+        body["size_mb"] = size_mb
+    return body
+
+
+_MOUNT_KEYS = frozenset(("name", "path", "read_only"))
+
+
+def volume_mounts_json(volumes: VolumesArg) -> List[Dict[str, Any]]:
+    """The ``volumes`` of a CreateSandbox from :class:`~sandlot.VolumeMount` objects or dicts
+    (``{"name": ..., "path": ..., "read_only": True}``); ``read_only`` defaults to False. The
+    server checks names, paths and conflicts; this refuses only what is not a mount at all."""
+    if volumes is None:
+        return []
+    if isinstance(volumes, (str, bytes, Mapping, VolumeMount)):
+        raise TypeError("volumes must be a list of mounts (VolumeMount or dict), not a single one")
+    out: List[Dict[str, Any]] = []
+    for m in volumes:
+        if isinstance(m, VolumeMount):
+            m = m.to_json()
+        if not isinstance(m, Mapping):
+            raise TypeError(f"a volume mount must be a VolumeMount or a dict with name and path, not {m!r}")
+        unknown = set(m) - _MOUNT_KEYS
+        if unknown or "name" not in m or "path" not in m:
+            raise TypeError(f"a volume mount has name, path and optionally read_only, not {dict(m)!r}")
+        out.append({"name": volume_name(m["name"]), "path": os.fspath(m["path"]), "read_only": bool(m.get("read_only", False))})
+    return out
+
+
 def sandbox_path(sandbox_id: str, *rest: str) -> str:
     p = "/v1/sandboxes/" + quote(sandbox_id, safe="")
     for r in rest:
@@ -217,6 +282,7 @@ def create_body(
     max_lifetime: Optional[int],
     from_snapshot: Optional[SnapshotArg] = None,
     on_idle: Optional[str] = None,
+    volumes: VolumesArg = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -238,6 +304,9 @@ def create_body(
         if on_idle not in IDLE_ACTIONS:
             raise errors.InvalidArgument(f"on_idle must be 'delete' or 'pause', not {on_idle!r}", code="invalid_argument")
         body["on_idle"] = on_idle
+    mounts = volume_mounts_json(volumes)
+    if mounts:
+        body["volumes"] = mounts
     return body
 
 

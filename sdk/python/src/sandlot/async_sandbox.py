@@ -4,14 +4,16 @@ the synchronous :class:`~sandlot.Sandbox` with coroutines."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import tempfile
 from typing import (
     Any,
+    AsyncContextManager,
+    AsyncIterator,
     Awaitable,
     Callable,
-    Dict,
     Generator,
     List,
     Mapping,
@@ -28,6 +30,7 @@ from ._core import (
     LimitsArg,
     SnapshotArg,
     StreamState,
+    VolumesArg,
     create_body,
     decode_json,
     encode_file_path,
@@ -54,6 +57,7 @@ from .sandbox import (
     _context_path,
     _entry_from_response,
     iter_write_entries,
+    list_params,
 )
 
 __all__ = ["AsyncSandbox", "AsyncFiles", "AsyncContexts"]
@@ -132,12 +136,13 @@ class AsyncSandbox:
         max_lifetime: Optional[int] = None,
         from_snapshot: Optional[SnapshotArg] = None,
         on_idle: Optional[str] = None,
+        volumes: VolumesArg = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _Creating:
         """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
-        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle)
+        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes)
 
         async def make() -> "AsyncSandbox":
             cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
@@ -384,23 +389,33 @@ class AsyncContexts:
         await resp.aclose()
 
 
-class AsyncFiles:
-    """The sandbox's ``/workspace``; see :class:`~sandlot.sandbox.Files`."""
+@contextlib.asynccontextmanager
+async def _same(http: AsyncHTTP) -> AsyncIterator[AsyncHTTP]:
+    # contextlib.nullcontext is an async context manager only from Python 3.10 on
+    yield http
 
-    def __init__(self, sandbox: AsyncSandbox) -> None:
-        self._sb = sandbox
+
+class AsyncBaseFiles:
+    """:class:`~sandlot.sandbox.BaseFiles` for asyncio: the files API of a sandbox's
+    ``/workspace`` (:class:`AsyncFiles`) or of a named volume
+    (:class:`~sandlot.volumes.AsyncVolumeFiles`), as coroutines."""
+
+    def _root(self) -> str:
+        raise NotImplementedError
+
+    def _open(self) -> AsyncContextManager[AsyncHTTP]:
+        raise NotImplementedError
 
     def _path(self, path: PathLike) -> str:
-        return sandbox_path(self._sb.id, "files", encode_file_path(path))
+        return self._root() + "/" + encode_file_path(path)
 
     async def write(self, path: PathLike, data: Data) -> FileEntry:
         """Create or replace ``path`` with bytes, str, or a file-like object (sync or with an
         ``async read``), streamed in chunks."""
         factory, headers = async_body(data)
-        resp = await self._sb._http.request(
-            "PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(self._sb._http.cfg)
-        )
-        return _entry_from_response(resp, path)
+        async with self._open() as http:
+            resp = await http.request("PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(http.cfg))
+            return _entry_from_response(resp, path)
 
     async def write_many(self, files: WriteEntries) -> List[FileEntry]:
         return [await self.write(p, d) for p, d in iter_write_entries(files)]
@@ -409,6 +424,52 @@ class AsyncFiles:
         remote = os.fspath(path) if path is not None else os.path.basename(os.fspath(local_path))
         with open(local_path, "rb") as f:
             return await self.write(remote, f)
+
+    async def read(self, path: PathLike) -> bytes:
+        async with self._open() as http:
+            resp = await http.request("GET", self._path(path), timeout=transfer_timeout(http.cfg))
+            return resp.content
+
+    async def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return (await self.read(path)).decode(encoding, errors)
+
+    async def download(self, path: PathLike, local_path: PathLike) -> str:
+        local = os.fspath(local_path)
+        async with self._open() as http:
+            return await http.download(self._path(path), local)
+
+    async def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
+        async with self._open() as http:
+            doc = decode_json(await http.request("GET", self._root(), params=list_params(path, recursive)))
+        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
+
+    async def exists(self, path: PathLike) -> bool:
+        rel = workspace_relative(path).strip("/")
+        if rel == "":
+            return True
+        parent, _, name = rel.rpartition("/")
+        try:
+            return any(e.name == name for e in await self.list(parent))
+        except (errors.FileNotFound, errors.NotARegularFile):
+            return False
+
+    async def remove(self, path: PathLike) -> None:
+        async with self._open() as http:
+            resp = await http.request("DELETE", self._path(path))
+            await resp.aclose()
+
+
+class AsyncFiles(AsyncBaseFiles):
+    """The sandbox's ``/workspace``; see :class:`~sandlot.sandbox.Files`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    def _root(self) -> str:
+        return sandbox_path(self._sb.id, "files")
+
+    def _open(self) -> AsyncContextManager[AsyncHTTP]:
+        return _same(self._sb._http)
 
     async def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
         """See :meth:`~sandlot.sandbox.Files.upload_dir`."""
@@ -449,38 +510,3 @@ class AsyncFiles:
             spool.seek(0)
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(None, extract_file, spool, local_dir)
-
-    async def read(self, path: PathLike) -> bytes:
-        resp = await self._sb._http.request("GET", self._path(path), timeout=transfer_timeout(self._sb._http.cfg))
-        return resp.content
-
-    async def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return (await self.read(path)).decode(encoding, errors)
-
-    async def download(self, path: PathLike, local_path: PathLike) -> str:
-        local = os.fspath(local_path)
-        return await self._sb._http.download(self._path(path), local)
-
-    async def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
-        params: Dict[str, str] = {}
-        rel = workspace_relative(path)
-        if rel:
-            params["path"] = rel
-        if recursive:
-            params["recursive"] = "true"
-        doc = decode_json(await self._sb._http.request("GET", sandbox_path(self._sb.id, "files"), params=params or None))
-        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
-
-    async def exists(self, path: PathLike) -> bool:
-        rel = workspace_relative(path).strip("/")
-        if rel == "":
-            return True
-        parent, _, name = rel.rpartition("/")
-        try:
-            return any(e.name == name for e in await self.list(parent))
-        except (errors.FileNotFound, errors.NotARegularFile):
-            return False
-
-    async def remove(self, path: PathLike) -> None:
-        resp = await self._sb._http.request("DELETE", self._path(path))
-        await resp.aclose()

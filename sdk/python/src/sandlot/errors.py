@@ -25,6 +25,8 @@ __all__ = [
     "ExecutionNotFound",
     "TemplateNotFound",
     "SnapshotNotFound",
+    "VolumeNotFound",
+    "VolumeInUse",
     "TemplateNotReady",
     "TemplateBuildFailed",
     "TemplateBuildTimeout",
@@ -104,6 +106,16 @@ class TemplateNotFound(NotFoundError):
 
 class SnapshotNotFound(NotFoundError):
     """No snapshot with that id, or it was deleted (``snapshot_not_found``)."""
+
+
+class VolumeNotFound(NotFoundError):
+    """No volume with that name, or it was deleted (``volume_not_found``)."""
+
+
+class VolumeInUse(SandlotError):
+    """The volume is taken (``volume_in_use``, HTTP 409): another sandbox holds it read-write
+    (a second read-write mount is refused), it cannot be deleted while any sandbox mounts it,
+    or a volume of that name already exists. The message names the sandbox that holds it."""
 
 
 class TemplateNotReady(SandlotError):
@@ -246,6 +258,8 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "capacity_exhausted": CapacityExhausted,
     "sandbox_failed": SandboxFailed,
     "snapshot_not_found": SnapshotNotFound,
+    "volume_not_found": VolumeNotFound,
+    "volume_in_use": VolumeInUse,
     "state_corrupt": StateCorrupt,
     "capture_failed": CaptureFailed,
     "internal": ServerError,

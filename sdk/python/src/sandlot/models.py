@@ -41,6 +41,9 @@ __all__ = [
     "LastRestore",
     "Snapshot",
     "ForkResult",
+    "VolumeMount",
+    "VolumeUse",
+    "Volume",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -612,6 +615,7 @@ class SandboxInfo:
     from_snapshot: Optional[str] = None
     paused_at: Optional[str] = None
     last_restore: Optional["LastRestore"] = None
+    volumes: List["VolumeMount"] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -647,6 +651,7 @@ class SandboxInfo:
             from_snapshot=d.get("from_snapshot"),
             paused_at=d.get("paused_at"),
             last_restore=LastRestore.from_json(lr) if isinstance((lr := d.get("last_restore")), Mapping) else None,
+            volumes=[VolumeMount.from_json(m) for m in (d.get("volumes") or []) if isinstance(m, Mapping)],
             raw=dict(d),
         )
 
@@ -1076,6 +1081,75 @@ class Snapshot:
 
     def __str__(self) -> str:
         return self.id
+
+
+# -- volumes --------------------------------------------------------------------------------
+
+@dataclass
+class VolumeMount:
+    """A named volume mounted into a sandbox: ask for it with ``Sandbox(volumes=[...])``, read
+    it back in :attr:`SandboxInfo.volumes`. ``path`` is a directory under ``/workspace``
+    (``"/workspace/data"`` or ``"data"``; the server answers the relative form). Any number of
+    sandboxes may mount a volume ``read_only`` at once; read-write, one at a time."""
+
+    name: str
+    path: str
+    read_only: bool = False
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "path": self.path, "read_only": self.read_only}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeMount":
+        return cls(name=str(d.get("name", "")), path=str(d.get("path", "")), read_only=bool(d.get("read_only")))
+
+
+@dataclass
+class VolumeUse:
+    """A sandbox that mounts a volume (:attr:`Volume.mounted_by`): where, and whether read-only."""
+
+    sandbox_id: str
+    path: str
+    read_only: bool
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeUse":
+        return cls(sandbox_id=str(d.get("sandbox_id", "")), path=str(d.get("path", "")), read_only=bool(d.get("read_only")))
+
+
+@dataclass
+class Volume:
+    """A named volume: files that live apart from any sandbox (deleting a sandbox never deletes
+    a volume), capped at ``size_mb``. ``mounted_by`` lists the sandboxes that mount it (running,
+    paused, stopped or failed).
+
+    ``files`` is its files API (``volume.files.write(path, data)``, ``read``, ``list``,
+    ``remove``, ...), set on the volumes that :class:`~sandlot.Volumes` and
+    :class:`~sandlot.AsyncVolumes` return (coroutines on the latter); ``None`` on one built by
+    hand. ``str(volume)`` is its name, so a Volume goes wherever a name does.
+    """
+
+    name: str
+    size_mb: int = 0
+    created_at: Optional[str] = None
+    mounted_by: List[VolumeUse] = field(default_factory=list)
+    files: Any = field(default=None, repr=False, compare=False)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], files: Any = None) -> "Volume":
+        users = d.get("mounted_by")
+        return cls(
+            name=str(d.get("name", "")),
+            size_mb=int(d.get("size_mb") or 0),
+            created_at=d.get("created_at"),
+            mounted_by=[VolumeUse.from_json(u) for u in (users if isinstance(users, list) else []) if isinstance(u, Mapping)],
+            files=files,
+            raw=dict(d),
+        )
+
+    def __str__(self) -> str:
+        return self.name
 
 
 T = TypeVar("T")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -15,6 +16,7 @@ from ._core import (
     LimitsArg,
     SnapshotArg,
     StreamState,
+    VolumesArg,
     context_id,
     create_body,
     decode_json,
@@ -57,7 +59,11 @@ class Sandbox:
     without an execution or file operation, or pauses it with ``on_idle="pause"``); ``limits``
     is a :class:`~sandlot.Limits` or a dict with ``memory_mb``, ``cpu_millis``, ``pids``,
     ``disk_mb``. ``from_snapshot`` (a :class:`~sandlot.Snapshot` or its id) starts the sandbox
-    with the snapshot's variables and files. ``url`` and ``api_key`` default to
+    with the snapshot's variables and files. ``volumes`` mounts named volumes (see
+    :class:`~sandlot.Volumes`) under ``/workspace``: a list of :class:`~sandlot.VolumeMount`
+    or dicts ``{"name": ..., "path": "data", "read_only": True}``; an unknown volume raises
+    :class:`~sandlot.VolumeNotFound`, a read-write mount of a volume another sandbox holds
+    read-write :class:`~sandlot.VolumeInUse`. ``url`` and ``api_key`` default to
     ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
     """
 
@@ -80,11 +86,12 @@ class Sandbox:
         max_lifetime: Optional[int] = None,
         from_snapshot: Optional[SnapshotArg] = None,
         on_idle: Optional[str] = None,
+        volumes: VolumesArg = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
-        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle)
+        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes)
         cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
         http = SyncHTTP(cfg, transport)
         try:
@@ -457,24 +464,29 @@ class Contexts:
         self._sb._http.request("DELETE", _context_path(self._sb.id, context)).close()
 
 
-class Files:
-    """The sandbox's ``/workspace``. Paths are relative to it; an absolute path must start with
-    ``/workspace/``."""
+class BaseFiles:
+    """The files API of one place on the server: a sandbox's ``/workspace`` (:class:`Files`)
+    or a named volume (:class:`~sandlot.volumes.VolumeFiles`). Subclasses say where its
+    endpoint is (``_root``) and which connection to use (``_open``); the calls are the same."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        self._sb = sandbox
+    def _root(self) -> str:
+        """The files endpoint, e.g. ``/v1/sandboxes/{id}/files``."""
+        raise NotImplementedError
+
+    def _open(self) -> ContextManager[SyncHTTP]:
+        """The connection to send a call through, for the duration of the call."""
+        raise NotImplementedError
 
     def _path(self, path: PathLike) -> str:
-        return sandbox_path(self._sb.id, "files", encode_file_path(path))
+        return self._root() + "/" + encode_file_path(path)
 
     def write(self, path: PathLike, data: Data) -> FileEntry:
         """Create or replace the file at ``path`` (parent directories included) with ``data``:
         bytes, str (UTF-8), or a binary file-like object, streamed in chunks."""
         factory, headers = sync_body(data)
-        resp = self._sb._http.request(
-            "PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(self._sb._http.cfg)
-        )
-        return _entry_from_response(resp, path)
+        with self._open() as http:
+            resp = http.request("PUT", self._path(path), body=factory, headers=headers, timeout=transfer_timeout(http.cfg))
+            return _entry_from_response(resp, path)
 
     def write_many(self, files: WriteEntries) -> List[FileEntry]:
         """Write several files: a dict path → data, or ``(path, data)`` pairs."""
@@ -485,6 +497,58 @@ class Files:
         remote = os.fspath(path) if path is not None else os.path.basename(os.fspath(local_path))
         with open(local_path, "rb") as f:
             return self.write(remote, f)
+
+    def read(self, path: PathLike) -> bytes:
+        """The file's bytes."""
+        with self._open() as http:
+            return http.request("GET", self._path(path), timeout=transfer_timeout(http.cfg)).content
+
+    def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.read(path).decode(encoding, errors)
+
+    def download(self, path: PathLike, local_path: PathLike) -> str:
+        """Stream the file at ``path`` to ``local_path`` (written to ``<local_path>.part``
+        first, then renamed). Returns ``local_path``."""
+        local = os.fspath(local_path)
+        with self._open() as http:
+            return http.download(self._path(path), local)
+
+    def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
+        """Entries of the directory ``path`` (the root by default)."""
+        with self._open() as http:
+            doc = decode_json(http.request("GET", self._root(), params=list_params(path, recursive)))
+        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
+
+    def exists(self, path: PathLike) -> bool:
+        """Whether ``path`` exists (file or directory)."""
+        rel = workspace_relative(path).strip("/")
+        if rel == "":
+            return True
+        parent, _, name = rel.rpartition("/")
+        try:
+            return any(e.name == name for e in self.list(parent))
+        except (errors.FileNotFound, errors.NotARegularFile):
+            return False
+
+    def remove(self, path: PathLike) -> None:
+        """Delete the file or directory at ``path``."""
+        with self._open() as http:
+            http.request("DELETE", self._path(path)).close()
+
+
+class Files(BaseFiles):
+    """The sandbox's ``/workspace``. Paths are relative to it; an absolute path must start with
+    ``/workspace/``."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def _root(self) -> str:
+        return sandbox_path(self._sb.id, "files")
+
+    def _open(self) -> ContextManager[SyncHTTP]:
+        # the sandbox's own connection: once the sandbox is closed, so are its files
+        return contextlib.nullcontext(self._sb._http)
 
     def upload_dir(self, local_dir: PathLike, remote_dir: PathLike = "") -> List[FileEntry]:
         """Upload the tree under ``local_dir`` into the directory ``remote_dir`` (created if
@@ -527,45 +591,16 @@ class Files:
         finally:
             resp.close()
 
-    def read(self, path: PathLike) -> bytes:
-        """The file's bytes."""
-        resp = self._sb._http.request("GET", self._path(path), timeout=transfer_timeout(self._sb._http.cfg))
-        return resp.content
 
-    def read_text(self, path: PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return self.read(path).decode(encoding, errors)
-
-    def download(self, path: PathLike, local_path: PathLike) -> str:
-        """Stream the file at ``path`` to ``local_path`` (written to ``<local_path>.part``
-        first, then renamed). Returns ``local_path``."""
-        local = os.fspath(local_path)
-        return self._sb._http.download(self._path(path), local)
-
-    def list(self, path: PathLike = "", recursive: bool = False) -> List[FileEntry]:
-        """Entries of the directory ``path`` (the workspace root by default)."""
-        params: Dict[str, str] = {}
-        rel = workspace_relative(path)
-        if rel:
-            params["path"] = rel
-        if recursive:
-            params["recursive"] = "true"
-        doc = decode_json(self._sb._http.request("GET", sandbox_path(self._sb.id, "files"), params=params or None))
-        return [FileEntry.from_json(d) for d in (doc.get("entries") or [])]
-
-    def exists(self, path: PathLike) -> bool:
-        """Whether ``path`` exists (file or directory)."""
-        rel = workspace_relative(path).strip("/")
-        if rel == "":
-            return True
-        parent, _, name = rel.rpartition("/")
-        try:
-            return any(e.name == name for e in self.list(parent))
-        except (errors.FileNotFound, errors.NotARegularFile):
-            return False
-
-    def remove(self, path: PathLike) -> None:
-        """Delete the file or directory at ``path``."""
-        self._sb._http.request("DELETE", self._path(path)).close()
+def list_params(path: PathLike, recursive: bool) -> Optional[Dict[str, str]]:
+    """The query of a files listing: the directory (the root when empty) and ``recursive``."""
+    params: Dict[str, str] = {}
+    rel = workspace_relative(path)
+    if rel:
+        params["path"] = rel
+    if recursive:
+        params["recursive"] = "true"
+    return params or None
 
 
 def _entry_from_response(resp: httpx.Response, path: PathLike) -> FileEntry:
