@@ -599,9 +599,16 @@ def test_a_loaded_copy_digests_like_its_original_until_it_changes(make_driver, t
         d = {"a": shared, "b": shared, "s": {"x", "y", "z", "w"}}
         cyc = []
         cyc.append(cyc)
+        one = Point(1)
+        shared_parts, own_parts = [[1, "a"]] * 2, [[1, "a"], [1, "a"]]
+        shared_points, own_points = [one, one], [Point(1), Point(1)]
     """)).status == "ok"
     before = digest(parent)
     assert before["ok"] is True and before["not_digested"] == [], before
+    # One object met twice digests like two equal ones.
+    default = before["contexts"]["default"]
+    assert default["shared_parts"]["sha256"] == default["own_parts"]["sha256"]
+    assert default["shared_points"]["sha256"] == default["own_points"]["sha256"]
     assert save(parent, tmp_path / "state")["ok"] is True
     child = make_driver()
     assert load(child, tmp_path / "state")["ok"] is True

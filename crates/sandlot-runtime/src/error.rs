@@ -188,6 +188,10 @@ pub enum RuntimeError {
         has: String,
         asked: String,
     },
+    #[error("sandboxes {a} and {b} are not of one family: neither descends from the other's first ancestor")]
+    NotOneFamily { a: String, b: String },
+    #[error("sandbox {sandbox} could not digest its variables: {reason}")]
+    DigestFailed { sandbox: String, reason: String },
     #[error("a volume name is 1 to 48 of a-z, 0-9, '_' and '-', starting with a letter or digit, not {name:?}")]
     BadVolumeName { name: String },
     #[error("volume path {path:?}: {reason}")]

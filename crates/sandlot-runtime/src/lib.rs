@@ -23,6 +23,7 @@ pub mod artifacts;
 pub mod assets;
 mod background;
 mod contexts;
+mod diff;
 pub mod error;
 mod exec;
 pub mod files;

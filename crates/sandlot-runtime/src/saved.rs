@@ -40,11 +40,12 @@ const MAGIC: &[u8] = b"SANDLOT-STATE\n";
 pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Bytes before the body.
 pub(crate) const HEADER_LEN: u64 = 96;
-/// Bounds the driver applies to pickling: one object, and the whole save.
-const OBJECT_SECS: f64 = 2.0;
-const TOTAL_SECS: f64 = 20.0;
+/// Bounds the driver applies to pickling: one object, and the whole save (a digest, `diff.rs`,
+/// has the same).
+pub(crate) const OBJECT_SECS: f64 = 2.0;
+pub(crate) const TOTAL_SECS: f64 = 20.0;
 /// How long the server waits for an answer beyond the driver's own bound.
-const ANSWER_SLACK: Duration = Duration::from_secs(10);
+pub(crate) const ANSWER_SLACK: Duration = Duration::from_secs(10);
 /// How long a load may take (a large state unpickles at hundreds of MB/s).
 const LOAD_WAIT: Duration = Duration::from_secs(60);
 

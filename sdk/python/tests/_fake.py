@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import re
 import tarfile
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -67,6 +68,10 @@ class FakeSandlot:
         self.not_captured: List[Dict[str, str]] = fixture("fork_result.json")["not_captured"]
         self.corrupt: set = set()
         self.capture_fails: set = set()
+        # named volumes: name -> Volume JSON without mounted_by (worked out from the sandboxes
+        # that mount it), and each volume's files
+        self.volumes: Dict[str, Dict[str, Any]] = {}
+        self.volume_files: Dict[str, Dict[str, bytes]] = {}
 
     # the MockTransport handler (sync and async transports accept the same callable)
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -97,6 +102,8 @@ class FakeSandlot:
             return self.templates_route(request, body, parts[2:])
         if parts[:2] == ["v1", "snapshots"]:
             return self.snapshots_route(m, [unquote(p) for p in parts[2:]])
+        if parts[:2] == ["v1", "volumes"]:
+            return self.volumes_route(request, body, parts[2:])
         if parts[:2] != ["v1", "sandboxes"]:
             return api_error(404, "invalid_request", "no such route")
         if len(parts) == 2:
@@ -156,7 +163,7 @@ class FakeSandlot:
         if rest == ["archive"]:
             return self.archive_route(sid, request, body)
         if rest and rest[0] == "files":
-            return self.files_route(sid, request, rest[1:])
+            return self.files_route(self.files[sid], request, rest[1:])
         if rest and rest[0] == "contexts":
             return self.contexts_route(sid, m, [unquote(r) for r in rest[1:]])
         return api_error(404, "invalid_request", "no such route")
@@ -181,6 +188,9 @@ class FakeSandlot:
                 return api_error(400, "invalid_argument", f"snapshot {snap['id']} is of template {snap['template']}")
         if req.get("on_idle") not in (None, "delete", "pause"):
             return api_error(400, "invalid_request", "on_idle: unknown variant")
+        mounts = self.check_mounts(req.get("volumes") or [])
+        if isinstance(mounts, httpx.Response):
+            return mounts
         sb = self.new_sandbox(
             env=req.get("env", {}),
             metadata=req.get("metadata", {}),
@@ -189,6 +199,8 @@ class FakeSandlot:
         )
         if "idle_timeout" in req:
             sb["idle_timeout"] = req["idle_timeout"]
+        if mounts:
+            sb["volumes"] = mounts
         if snap is not None:
             if snap["id"] in self.corrupt:
                 del self.sandboxes[sb["id"]]
@@ -266,6 +278,64 @@ class FakeSandlot:
                 return httpx.Response(200, json=snap)
             del self.snapshots[rest[0]]
             del self.snapshot_files[rest[0]]
+            return httpx.Response(204)
+        return api_error(405, "method_not_allowed", "method not allowed")
+
+    def mounted_by(self, name: str) -> List[Dict[str, Any]]:
+        """Like the server: every sandbox not ended that mounts volume ``name``."""
+        return [
+            {"sandbox_id": sid, "path": m["path"], "read_only": m["read_only"]}
+            for sid, sb in sorted(self.sandboxes.items())
+            if sb["state"] not in ENDED
+            for m in sb.get("volumes", [])
+            if m["name"] == name
+        ]
+
+    def check_mounts(self, wanted: List[Dict[str, Any]]) -> Any:
+        """The mounts of a create as the server records them (paths relative to /workspace),
+        or its error: an unknown volume, a path outside /workspace, a volume another sandbox
+        holds read-write."""
+        mounts = []
+        for m in wanted:
+            name, path = m["name"], m["path"]
+            if name not in self.volumes:
+                return api_error(404, "volume_not_found", f"no volume {name}")
+            rel = path[len("/workspace/"):] if path.startswith("/workspace/") else path
+            if rel.startswith("/") or not rel or ".." in rel.split("/"):
+                return api_error(400, "invalid_argument", f"volume path {path!r} is not under /workspace")
+            read_only = bool(m.get("read_only", False))
+            holder = next((u["sandbox_id"] for u in self.mounted_by(name) if not u["read_only"]), None)
+            if not read_only and holder is not None:
+                return api_error(409, "volume_in_use", f"volume {name} is mounted read-write by {holder}")
+            mounts.append({"name": name, "path": rel, "read_only": read_only})
+        return mounts
+
+    def volumes_route(self, request: httpx.Request, body: bytes, rest: List[str]) -> httpx.Response:
+        m = request.method
+        if not rest:
+            if m == "POST":
+                req = json.loads(body)
+                name, size = req.get("name", ""), req.get("size_mb")
+                if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,47}", name) or size == 0:
+                    return api_error(400, "invalid_argument", f"bad volume {req!r}")
+                if name in self.volumes:
+                    return api_error(409, "volume_in_use", f"a volume named {name} already exists")
+                self.volumes[name] = {"name": name, "size_mb": size or 1024, "created_at": NOW}
+                self.volume_files[name] = {}
+                return httpx.Response(201, json=dict(self.volumes[name], mounted_by=[]))
+            return httpx.Response(200, json={"volumes": [dict(v, mounted_by=self.mounted_by(k)) for k, v in sorted(self.volumes.items())]})
+        name = unquote(rest[0])
+        if name not in self.volumes:
+            return api_error(404, "volume_not_found", f"no volume {name}")
+        if rest[1:2] == ["files"]:
+            return self.files_route(self.volume_files[name], request, rest[2:])
+        if len(rest) == 1 and m == "GET":
+            return httpx.Response(200, json=dict(self.volumes[name], mounted_by=self.mounted_by(name)))
+        if len(rest) == 1 and m == "DELETE":
+            users = self.mounted_by(name)
+            if users:
+                return api_error(409, "volume_in_use", f"volume {name} is mounted by {users[0]['sandbox_id']}")
+            del self.volumes[name], self.volume_files[name]
             return httpx.Response(204)
         return api_error(405, "method_not_allowed", "method not allowed")
 
@@ -358,8 +428,8 @@ class FakeSandlot:
             return httpx.Response(200, content=out.getvalue(), headers={"content-type": "application/x-tar"})
         return api_error(405, "method_not_allowed", "method not allowed")
 
-    def files_route(self, sid: str, request: httpx.Request, rest: List[str]) -> httpx.Response:
-        store = self.files[sid]
+    def files_route(self, store: Dict[str, bytes], request: httpx.Request, rest: List[str]) -> httpx.Response:
+        """The files API over ``store`` (path -> bytes): a sandbox's workspace or a volume."""
         m = request.method
         if not rest:
             prefix = request.url.params.get("path", "").strip("/")

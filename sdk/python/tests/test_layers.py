@@ -20,6 +20,7 @@ FLOORS: List[List[str]] = [
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
     ["sandbox", "templates", "snapshots", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
+    ["volumes"],  # a volume's files are a sandbox's files API pointed at the volume
     ["__init__"],
 ]
 

@@ -298,6 +298,8 @@ def test_stream_state_errors():
         (404, "snapshot_not_found", E.SnapshotNotFound),
         (422, "state_corrupt", E.StateCorrupt),
         (409, "capture_failed", E.CaptureFailed),
+        (404, "volume_not_found", E.VolumeNotFound),
+        (409, "volume_in_use", E.VolumeInUse),
     ],
 )
 def test_error_codes_map_to_classes(status, code, cls):
@@ -315,7 +317,7 @@ def test_error_fallbacks():
     assert isinstance(E.error_from_response(418, b"teapot"), E.InvalidRequest)
     assert E.SandboxNotFound.__mro__[1] is E.NotFoundError
     assert issubclass(E.FileTooLarge, E.PayloadTooLarge) and issubclass(E.SandboxFailed, E.ServerError)
-    assert issubclass(E.SnapshotNotFound, E.NotFoundError)
+    assert issubclass(E.SnapshotNotFound, E.NotFoundError) and issubclass(E.VolumeNotFound, E.NotFoundError)
     assert issubclass(sandlot.ConnectionError, builtins.ConnectionError)
 
 
@@ -1168,6 +1170,150 @@ async def test_async_saved_state():
     assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sid}/resume" and (await again.info()).running
     await again.close()
     assert fake.sandboxes[sid]["state"] == "deleted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Volumes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_volume_fixtures_parse():
+    vol = sandlot.Volume.from_json(fixture("volume.json"))
+    assert (vol.name, vol.size_mb, vol.created_at, str(vol)) == ("dataset", 256, "2025-11-22T03:41:00Z", "dataset")
+    assert vol.mounted_by == [
+        sandlot.VolumeUse(sandbox_id="sbx_4a8c2e6f0b1d3e5f", path="data", read_only=True),
+        sandlot.VolumeUse(sandbox_id="sbx_9d1f3b5a7c2e4d6f", path="shared/dataset", read_only=False),
+    ]
+    assert vol.files is None  # built by hand: no connection to reach its files through
+    unused = sandlot.Volume.from_json(fixture("volumes_list.json")["volumes"][1])
+    assert (unused.name, unused.size_mb, unused.mounted_by) == ("scratch", 1024, [])
+    info = SandboxInfo.from_json(fixture("sandbox_with_volumes.json"))
+    assert info.volumes == [sandlot.VolumeMount(name="dataset", path="data", read_only=True)]
+    assert SandboxInfo.from_json(fixture("sandbox.json")).volumes == []
+    assert sandlot.VolumeMount("v", "data").to_json() == {"name": "v", "path": "data", "read_only": False}
+
+
+def test_volumes_through_fake():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    conn = {"url": "http://sandlot.test", "transport": t}
+    with sandlot.Volumes(**conn) as volumes:
+        vol = volumes.create("dataset", size_mb=64)
+        req = fake.requests[-1]
+        assert (req["method"], req["path"], json.loads(req["body"])) == ("POST", "/v1/volumes", {"name": "dataset", "size_mb": 64})
+        assert (vol.name, vol.size_mb, vol.mounted_by) == ("dataset", 64, [])
+        assert volumes.create("other").size_mb == 1024 and json.loads(fake.requests[-1]["body"]) == {"name": "other"}
+        with pytest.raises(E.VolumeInUse) as err:
+            volumes.create("dataset")  # the name is taken
+        assert err.value.status == 409
+        # the volume's files: the sandbox files API, pointed at the volume
+        assert isinstance(vol.files, sandlot.VolumeFiles)
+        entry = vol.files.write("in/a b.csv", "a,b\n1,2\n")
+        assert (entry.path, entry.size) == ("in/a b.csv", 8)
+        assert (fake.requests[-1]["method"], fake.requests[-1]["path"]) == ("PUT", "/v1/volumes/dataset/files/in/a%20b.csv")
+        assert vol.files.read("in/a b.csv") == b"a,b\n1,2\n" and vol.files.read_text("in/a b.csv") == "a,b\n1,2\n"
+        vol.files.write_many({"top.txt": b"top", "in/b.txt": "b"})
+        assert [e.path for e in vol.files.list()] == ["top.txt"]
+        assert [e.path for e in vol.files.list("in", recursive=True)] == ["in/a b.csv", "in/b.txt"]
+        assert fake.requests[-1]["path"] == "/v1/volumes/dataset/files?path=in&recursive=true"
+        assert vol.files.exists("in/b.txt") and not vol.files.exists("in/zzz")
+        vol.files.remove("in/b.txt")
+        assert (fake.requests[-1]["method"], fake.requests[-1]["path"]) == ("DELETE", "/v1/volumes/dataset/files/in/b.txt")
+        with pytest.raises(E.FileNotFound):
+            vol.files.read("in/b.txt")
+        assert volumes.files("dataset").read("top.txt") == b"top"  # no GET of the volume first
+        assert fake.volume_files["dataset"] == {"in/a b.csv": b"a,b\n1,2\n", "top.txt": b"top"}
+        assert fake.files == {}  # no sandbox's workspace was touched
+        # mounted read-only by two sandboxes (dicts or VolumeMount, a Volume for its name),
+        # read-write by one; a second writer is refused
+        ro = [{"name": vol, "path": "/workspace/data", "read_only": True}]
+        with fake_sandbox(fake, volumes=ro) as r1:
+            assert json.loads(fake.requests[-1]["body"]) == {"volumes": [{"name": "dataset", "path": "/workspace/data", "read_only": True}]}
+        with fake_sandbox(fake, volumes=ro) as r1, fake_sandbox(fake, volumes=[sandlot.VolumeMount("dataset", "data", read_only=True)]) as r2:
+            assert json.loads(fake.requests[-1]["body"]) == {"volumes": [{"name": "dataset", "path": "data", "read_only": True}]}
+            assert r1.info().volumes == r2.info().volumes == [sandlot.VolumeMount("dataset", "data", True)]
+            with fake_sandbox(fake, volumes=[{"name": "dataset", "path": "data"}]) as w:
+                assert json.loads(fake.requests[-1]["body"]) == {"volumes": [{"name": "dataset", "path": "data", "read_only": False}]}
+                with pytest.raises(E.VolumeInUse) as err:
+                    fake_sandbox(fake, volumes=[{"name": "dataset", "path": "data"}])
+                assert w.id in err.value.message
+                users = volumes.get("dataset").mounted_by
+                assert sorted((u.sandbox_id, u.read_only) for u in users) == sorted([(r1.id, True), (r2.id, True), (w.id, False)])
+                with pytest.raises(E.VolumeInUse):
+                    volumes.delete(vol)
+            # the writer is gone: another may take it
+            with fake_sandbox(fake, volumes=[{"name": "dataset", "path": "data"}]):
+                pass
+            with pytest.raises(E.VolumeInUse):
+                volumes.delete("dataset")
+        volumes.delete(vol)
+        assert (fake.requests[-1]["method"], fake.requests[-1]["path"]) == ("DELETE", "/v1/volumes/dataset")
+        assert [v.name for v in volumes.list()] == ["other"]
+        for call in (lambda: volumes.get("dataset"), lambda: volumes.delete("dataset"), lambda: vol.files.read("top.txt")):
+            with pytest.raises(E.VolumeNotFound) as err:
+                call()
+            assert err.value.status == 404 and isinstance(err.value, E.NotFoundError)
+        with pytest.raises(E.VolumeNotFound):
+            fake_sandbox(fake, volumes=[{"name": "dataset", "path": "data", "read_only": True}])
+    # a volume outlives the client that returned it: its files open a connection per call
+    assert volumes._http.client.is_closed
+    other = [v for v in sandlot.list_volumes(**conn) if v.name == "other"][0]
+    other.files.write("x.txt", "x")
+    assert sandlot.get_volume("other", **conn).files.read("x.txt") == b"x"
+    made = sandlot.create_volume("made", 8, **conn)
+    assert made.size_mb == 8 and made.files.list() == []
+    sandlot.delete_volume(made, **conn)
+    with pytest.raises(E.VolumeNotFound):
+        sandlot.get_volume("made", **conn)
+
+
+def test_volume_arguments_are_checked_before_sending():
+    fake = FakeSandlot()
+    sent = len(fake.requests)
+    for bad in (
+        {"name": "v", "path": "data"},  # one mount, not a list of them
+        sandlot.VolumeMount("v", "data"),
+        ["v"],
+        [{"name": "v"}],
+        [{"name": "v", "path": "data", "readonly": True}],
+        [{"name": 3, "path": "data"}],
+    ):
+        with pytest.raises(TypeError):
+            fake_sandbox(fake, volumes=bad)
+    with sandlot.Volumes(url="http://sandlot.test", transport=httpx.MockTransport(fake)) as volumes:
+        for name, size in (("", None), (None, None), ("v", "64"), ("v", True)):
+            with pytest.raises(TypeError):
+                volumes.create(name, size)
+    assert len(fake.requests) == sent
+    with fake_sandbox(fake, volumes=[]):
+        assert json.loads(fake.requests[-1]["body"]) == {}  # no mounts: the field is left out
+
+
+async def test_async_volumes():
+    fake = FakeSandlot()
+    t = httpx.MockTransport(fake)
+    async with sandlot.AsyncVolumes(url="http://sandlot.test", transport=t) as volumes:
+        vol = await volumes.create("shared")
+        assert isinstance(vol.files, sandlot.AsyncVolumeFiles)
+        assert (await vol.files.write("a.txt", b"A")).path == "a.txt"
+        assert await vol.files.read("a.txt") == b"A" and [e.path for e in await vol.files.list()] == ["a.txt"]
+        assert await vol.files.exists("a.txt")
+        mount = sandlot.VolumeMount("shared", "shared", read_only=True)
+        async with AsyncSandbox.create(url="http://sandlot.test", transport=t, volumes=[mount]) as sb:
+            assert json.loads(fake.requests[-1]["body"]) == {"volumes": [mount.to_json()]}
+            assert (await sb.info()).volumes == [mount]
+            assert [u.sandbox_id for u in (await volumes.get(vol)).mounted_by] == [sb.id]
+            with pytest.raises(E.VolumeInUse):
+                await volumes.delete("shared")
+        await vol.files.remove("a.txt")
+        assert await volumes.files("shared").list() == []
+        assert [v.name for v in await volumes.list()] == ["shared"]
+        await volumes.delete(vol)
+        with pytest.raises(E.VolumeNotFound):
+            await volumes.get("shared")
+    # its files still answer, through a connection of their own
+    with pytest.raises(E.VolumeNotFound):
+        await vol.files.read("a.txt")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ JSON_FIXTURES: Dict[str, List[Tuple[str, str]]] = {
     "snapshot.json": [("createSnapshot", "201"), ("getSnapshot", "200")],
     "snapshots_list.json": [("listSnapshots", "200")],
     "sandbox_from_snapshot.json": [("createSandbox", "201"), ("getSandbox", "200")],
+    "volume.json": [("createVolume", "201"), ("getVolume", "200")],
+    "volumes_list.json": [("listVolumes", "200")],
+    "sandbox_with_volumes.json": [("createSandbox", "201"), ("getSandbox", "200")],
 }
 SSE_FIXTURES = {"stream_dataframe_plots.sse": ("execute", "200")}
 BYTES_FIXTURES = {"artifact_scores.csv": ("getArtifact", "200")}
@@ -122,7 +125,9 @@ def test_the_checks_refuse_what_the_server_would_not_send():
     assert errors_of(SPEC.validator("getSnapshot", "200"), dict(fixture("snapshot.json"), id="snap_xyz")) != []
     assert errors_of(SPEC.validator("getSnapshot", "200"), dict(fixture("snapshot.json"), name=None)) == []
     assert errors_of(SPEC.validator("forkSandbox", "201"), dict(fixture("fork_result.json"), not_captured=[{"name": "x"}])) != []
-    for code in ("snapshot_not_found", "state_corrupt", "capture_failed"):
+    assert errors_of(SPEC.validator("getVolume", "200"), {k: v for k, v in fixture("volume.json").items() if k != "mounted_by"}) != []
+    assert errors_of(SPEC.validator("getSandbox", "200"), dict(fixture("sandbox.json"), volumes=[{"name": "v", "path": "p", "ro": True}])) != []
+    for code in ("snapshot_not_found", "state_corrupt", "capture_failed", "volume_not_found", "volume_in_use"):
         assert errors_of(SPEC.component("Error"), {"error": {"code": code, "message": "m"}}) == []
     assert _check_sse('event: stdout\ndata: {"type":"stdout","text":"x"}\n\n', "execute", "200") != []
     assert _check_sse('event: api_error\ndata: {"error":{"code":"sandbox_gone","message":"m"}}\n\n', "execute", "200") == []
@@ -194,6 +199,22 @@ def test_the_fake_server_answers_like_the_server():
         ("POST", "/v1/sandboxes", {"from_snapshot": "snap_missing"}),
         ("DELETE", f"/v1/snapshots/snap_{5:032x}", None),
         ("GET", f"/v1/snapshots/snap_{5:032x}", None),
+        # volumes: created (and a name taken), its files, mounted read-only and read-write (a
+        # second writer, an unknown volume refused), deleting one in use refused
+        ("POST", "/v1/volumes", {"name": "dataset", "size_mb": 64}),
+        ("POST", "/v1/volumes", {"name": "dataset"}),
+        ("POST", "/v1/volumes", {"name": "Bad/Name"}),
+        ("PUT", "/v1/volumes/dataset/files/in/a.csv", b"a,b\n1,2\n"),
+        ("GET", "/v1/volumes/dataset/files", None),
+        ("POST", "/v1/sandboxes", {"volumes": [{"name": "dataset", "path": "/workspace/data", "read_only": True}]}),
+        ("POST", "/v1/sandboxes", {"volumes": [{"name": "dataset", "path": "data"}]}),
+        ("POST", "/v1/sandboxes", {"volumes": [{"name": "dataset", "path": "data2"}]}),
+        ("POST", "/v1/sandboxes", {"volumes": [{"name": "nope", "path": "data"}]}),
+        ("GET", "/v1/volumes", None),
+        ("GET", "/v1/volumes/dataset", None),
+        ("DELETE", "/v1/volumes/dataset", None),
+        ("GET", "/v1/volumes/nope", None),
+        ("GET", "/v1/volumes/nope/files", None),
     ]
     problems = []
     for method, path, body in calls:

@@ -41,6 +41,8 @@ from .errors import (
     TemplateBuildTimeout,
     TemplateNotFound,
     TemplateNotReady,
+    VolumeInUse,
+    VolumeNotFound,
     WorkspaceFull,
 )
 from .models import (
@@ -64,10 +66,23 @@ from .models import (
     Snapshot,
     Template,
     Truncation,
+    Volume,
+    VolumeMount,
+    VolumeUse,
 )
 from .sandbox import Contexts, Files, Sandbox
 from .snapshots import AsyncSnapshots, Snapshots, delete_snapshot, get_snapshot, list_snapshots
 from .templates import AsyncTemplates, Templates
+from .volumes import (
+    AsyncVolumeFiles,
+    AsyncVolumes,
+    VolumeFiles,
+    Volumes,
+    create_volume,
+    delete_volume,
+    get_volume,
+    list_volumes,
+)
 
 __all__ = [
     "__version__",
@@ -84,6 +99,14 @@ __all__ = [
     "list_snapshots",
     "get_snapshot",
     "delete_snapshot",
+    "Volumes",
+    "AsyncVolumes",
+    "VolumeFiles",
+    "AsyncVolumeFiles",
+    "create_volume",
+    "list_volumes",
+    "get_volume",
+    "delete_volume",
     "ConnectionConfig",
     "Artifact",
     "BackgroundEntry",
@@ -105,6 +128,9 @@ __all__ = [
     "SandboxInfo",
     "Snapshot",
     "Truncation",
+    "Volume",
+    "VolumeMount",
+    "VolumeUse",
     "SandlotError",
     "InvalidRequest",
     "InvalidArgument",
@@ -115,6 +141,8 @@ __all__ = [
     "ExecutionNotFound",
     "TemplateNotFound",
     "SnapshotNotFound",
+    "VolumeNotFound",
+    "VolumeInUse",
     "TemplateNotReady",
     "TemplateBuildFailed",
     "TemplateBuildTimeout",

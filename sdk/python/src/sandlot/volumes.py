@@ -4,7 +4,7 @@ volume read-only at once; read-write, one at a time. Deleting a sandbox never de
 
 ::
 
-    from sandlot import Sandbox, Volumes
+    from sandlot import Sandbox, VolumeMount, Volumes, delete_volume
 
     with Volumes() as volumes:
         vol = volumes.create("dataset", size_mb=256)
@@ -22,7 +22,6 @@ is open, else through a connection opened for each call, so a volume from
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, AsyncContextManager, ContextManager, List, Optional
 
 import httpx
