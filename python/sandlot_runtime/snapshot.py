@@ -16,9 +16,9 @@ streamed straight into the file (a DataFrame's buffer goes from its own memory t
 without a copy) and hashed on a helper thread meanwhile; a load maps the file, checks the hash
 before it unpickles anything, and unpickles each variable from the mapping.
 
-``state_digest`` (``digest_state``) pickles the same variables the same way into a sink
-that only hashes, for the server to compare two sandboxes of one family without ever seeing a
-pickle.
+``state_digest`` (``digest_state``) digests the same variables with the same reductions,
+canonically (equal values, equal digests, however their parts are shared), for the server to
+compare two sandboxes of one family without ever seeing a pickle.
 
 One pickle per variable, so one failure skips one name (reported with the exception's text);
 each is bounded in time by SIGALRM (``object_secs``, and ``total_secs`` for the whole save).
@@ -559,11 +559,11 @@ def header_for(digest: str) -> bytes:
 
 def digest_state(message: dict) -> dict:
     """Answers a state_digest (for ``GET /v1/sandboxes/{a}/diff/{b}``, the server's
-    ``diff.rs``): per code context, each variable a save would carry, with its type's name and
-    the size and SHA-256 of its cloudpickle, computed as a save would pickle it but kept
-    nowhere. Same names, same pickler, same time bounds as ``state_save``; what could not be
-    pickled is listed in ``not_digested``. The server compares two sandboxes' digests; it never
-    sees a pickle."""
+    ``diff.rs``): per code context, each variable a save would carry, with its type's name,
+    the size of the pickle a save writes for it, and a SHA-256 digest that equal values share
+    however their parts are shared (``_DigestPickler``); nothing is kept. Same names,
+    reductions and time bounds as ``state_save``; what could not be pickled is listed in
+    ``not_digested``. The server compares two sandboxes' digests; it never sees a pickle."""
     reply = {"type": "state_digested", "id": message.get("id")}
     try:
         object_secs = _positive(message.get("object_secs"), DEFAULT_OBJECT_SECS)

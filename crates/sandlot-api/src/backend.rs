@@ -108,6 +108,15 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = id;
         async { Err(not_served()) }
     }
+    /// Which variables and workspace entries differ between two sandboxes of one family.
+    fn diff_sandboxes(
+        &self,
+        a: &str,
+        b: &str,
+    ) -> impl Future<Output = Result<sandlot_types::SandboxDiff, ApiError>> + Send {
+        let _ = (a, b);
+        async { Err(not_served()) }
+    }
     fn create_volume(
         &self,
         req: CreateVolume,
@@ -346,6 +355,13 @@ impl Backend for Runtime {
     }
     fn delete_snapshot(&self, id: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
         Runtime::delete_snapshot(self, id).map(api)
+    }
+    fn diff_sandboxes(
+        &self,
+        a: &str,
+        b: &str,
+    ) -> impl Future<Output = Result<sandlot_types::SandboxDiff, ApiError>> + Send {
+        Runtime::diff_sandboxes(self, a, b).map(api)
     }
     fn create_volume(
         &self,

@@ -76,13 +76,14 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::BadForkCount { .. }
         | R::BadSnapshotName
         | R::SnapshotTemplate { .. }
+        | R::NotOneFamily { .. }
         | R::BadVolumeName { .. }
         | R::BadVolumePath { .. }
         | R::TooManyVolumes { .. }
         | R::BadArtifactName => C::InvalidArgument,
         R::SnapshotNotFound { .. } => C::SnapshotNotFound,
         R::StateCorrupt { .. } => C::StateCorrupt,
-        R::CaptureFailed { .. } => C::CaptureFailed,
+        R::CaptureFailed { .. } | R::DigestFailed { .. } => C::CaptureFailed,
         R::VolumeNotFound { .. } => C::VolumeNotFound,
         R::VolumeExists { .. } | R::VolumeInUse { .. } => C::VolumeInUse,
         R::UploadRead { .. } => C::InvalidRequest,

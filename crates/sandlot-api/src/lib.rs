@@ -10,6 +10,7 @@ mod artifacts;
 mod backend;
 mod background;
 mod contexts;
+mod diff;
 mod error;
 mod execute;
 mod extract;
@@ -189,6 +190,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Get, "/v1/snapshots", state::list_snapshots::<B>),
         route(Get, "/v1/snapshots/{id}", state::get_snapshot::<B>),
         route(Delete, "/v1/snapshots/{id}", state::delete_snapshot::<B>),
+        route(Get, "/v1/sandboxes/{id}/diff/{other}", diff::get::<B>),
         route(Post, "/v1/volumes", state::create_volume::<B>),
         route(Get, "/v1/volumes", state::list_volumes::<B>),
         route(Get, "/v1/volumes/{name}", state::get_volume::<B>),

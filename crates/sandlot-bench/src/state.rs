@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A few small variables and a function, and a cell that reads one of them.
 pub const SMALL_SETUP: &str = "a = 41\nb = 'sandlot' * 10\nc = list(range(10))\nd = {'k': 'v'}\n\
@@ -710,6 +710,10 @@ pub struct PausedLevel {
     pub listening: Summary,
     /// Process spawned → the first `GET /v1/health` 200.
     pub healthy: Summary,
+    /// Process spawned → the server logged that it took over what the previous run left (the
+    /// paused sandboxes restored): the part of the start that grows with N. From the log's
+    /// timestamps (microseconds, UTC) against the spawn's wall-clock time.
+    pub took_over: Summary,
     /// Process spawned → a paused sandbox's answer to `a + 1` (empty at N = 0).
     pub first_answer: Summary,
     /// That execute alone (a resume).
@@ -726,9 +730,11 @@ pub struct PausedStartResult {
     pub conditions: Conditions,
     pub starts_per_level: usize,
     pub levels: Vec<PausedLevel>,
-    /// Least-squares slope of the healthy p50 over N (ms per 1000 paused, never below 0), and
-    /// the largest level's p50 carried along that slope to N = 10 000.
-    pub healthy_ms_per_1000: f64,
+    /// Least-squares slope of the `took_over` p50s over N (ms per 1000 paused, never below 0):
+    /// what each paused sandbox adds to a start. The rest of a start (the zygote's boot, about
+    /// 1.1 s) does not depend on N and varies more from start to start than that part grows.
+    pub took_over_ms_per_1000: f64,
+    /// The largest level's healthy p50 carried along that slope to N = 10 000.
     pub healthy_at_10k_ms: f64,
     pub stopped: Option<String>,
 }
@@ -818,13 +824,19 @@ pub fn paused_start(ctx: &mut Ctx) -> anyhow::Result<PausedStartResult> {
             break;
         }
     }
-    let points: Vec<(f64, f64)> = levels.iter().map(|l| (l.n as f64, l.healthy.p50)).collect();
-    let (slope, at_10k) = extrapolate(&points, 10_000.0);
+    let points: Vec<(f64, f64)> = levels
+        .iter()
+        .map(|l| (l.n as f64, l.took_over.p50))
+        .collect();
+    let (slope, _) = extrapolate(&points, 10_000.0);
+    let at_10k = levels.iter().max_by_key(|l| l.n).map_or(0.0, |l| {
+        l.healthy.p50 + slope * (10_000.0 - l.n as f64).max(0.0)
+    });
     Ok(PausedStartResult {
         conditions: watch.finish(ctx),
         starts_per_level: o.paused_starts,
         levels,
-        healthy_ms_per_1000: slope * 1000.0,
+        took_over_ms_per_1000: slope * 1000.0,
         healthy_at_10k_ms: at_10k,
         stopped,
     })
@@ -910,10 +922,15 @@ fn measure_starts(
         Samples::new(),
         Samples::new(),
     );
+    let mut took_over = Vec::new();
     let mut warnings = 0;
     for rep in 0..reps {
         let mut srv = start(rep)?;
         listening.push(srv.started_in);
+        let spawned_wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(srv.spawned_at.elapsed());
         let mut c = Conn::new(srv.addr);
         let t_health = Instant::now();
         loop {
@@ -940,6 +957,10 @@ fn measure_starts(
                 200,
             )?;
         }
+        let log = std::fs::read_to_string(&srv.log).unwrap_or_default();
+        if let Some(ms) = logged_after(&log, TOOK_OVER, spawned_wall) {
+            took_over.push(ms);
+        }
         warnings += srv.log_problems().len();
         // Closed first: a server stopping waits a while for open keep-alive connections.
         drop(c);
@@ -950,12 +971,35 @@ fn measure_starts(
         made_s: 0.0,
         listening: listening.summary(),
         healthy: healthy.summary(),
+        took_over: Summary::of(&took_over),
         first_answer: first.summary(),
         resume: resume.summary(),
         stop: stop.summary(),
         state_bytes: 0,
         server_warnings: warnings,
     })
+}
+
+/// What the server logs once it has restored what its previous run left (paused sandboxes).
+const TOOK_OVER: &str = "took over what a previous run left";
+
+/// Milliseconds from `since` (wall clock, since the epoch) to the first log line containing
+/// `needle`, by the line's leading RFC 3339 UTC timestamp (`2026-11-25T14:14:07.710466Z …`).
+/// Only the time of day is read, so a start that spans midnight still comes out right.
+fn logged_after(log: &str, needle: &str, since: Duration) -> Option<f64> {
+    let line = log.lines().find(|l| l.contains(needle))?;
+    let clock = line
+        .split_whitespace()
+        .next()?
+        .get(11..)?
+        .trim_end_matches('Z');
+    let mut parts = clock.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    let logged = h * 3600.0 + m * 60.0 + s;
+    let spawned = since.as_secs_f64() % 86_400.0;
+    Some((logged - spawned).rem_euclid(86_400.0) * 1000.0)
 }
 
 /// Total size of the regular files directly in `dir` (0 when it does not exist).
@@ -1004,6 +1048,21 @@ mod tests {
         );
         assert_eq!(extrapolate(&[(0.0, 7.0)], 10_000.0), (0.0, 7.0));
         assert_eq!(extrapolate(&[], 10_000.0), (0.0, 0.0));
+    }
+
+    #[test]
+    fn reads_when_a_line_was_logged() {
+        let log = "2026-11-25T14:14:07.655Z  INFO a\n2026-11-25T14:14:07.710466Z  INFO x: took over what a previous run left stopped=0 restored=1000\n";
+        // Spawned at 14:14:07.500 UTC on some day.
+        let since =
+            Duration::from_secs_f64(20_000.0 * 86_400.0 + 14.0 * 3600.0 + 14.0 * 60.0 + 7.5);
+        let ms = logged_after(log, TOOK_OVER, since).unwrap();
+        assert!((ms - 210.466).abs() < 0.01, "{ms}");
+        // Across midnight.
+        let log = "2026-11-26T00:00:00.100000Z  INFO took over what a previous run left\n";
+        let since = Duration::from_secs_f64(20_001.0 * 86_400.0 - 0.2);
+        assert!((logged_after(log, TOOK_OVER, since).unwrap() - 300.0).abs() < 0.01);
+        assert_eq!(logged_after("no such line", TOOK_OVER, since), None);
     }
 
     #[test]

@@ -224,6 +224,22 @@ impl Runtime {
         reseed: bool,
         source: &str,
     ) -> Result<Restored, RuntimeError> {
+        // A warm sandbox from the pool, with the files cloned into its (empty) workspace, is
+        // the fast way; one with volumes is booted for its mounts.
+        if volumes.is_empty() {
+            if let Some(live) = self.take_pooled(tmpl, limits) {
+                self.refill(tmpl);
+                let restored = self
+                    .restore_into_pooled(live, env, base, state, saved, reseed, source)
+                    .await;
+                match restored {
+                    Ok(r) => return Ok(r),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "restoring into a pooled sandbox failed; booting one")
+                    }
+                }
+            }
+        }
         let id = new_id("sb_");
         let uid = lock(&self.inner.slots)
             .alloc()
@@ -260,6 +276,57 @@ impl Runtime {
                 let (rt, sid) = (self.clone(), id.clone());
                 let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
                 self.abandon_boot(&id, uid, cg).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Gives a pooled sandbox the files of workspace `base` (reflinks, owned by its uid) and
+    /// the saved state. On failure it is discarded.
+    #[allow(clippy::too_many_arguments)]
+    async fn restore_into_pooled(
+        &self,
+        live: Arc<Live>,
+        env: &std::collections::BTreeMap<String, String>,
+        base: &str,
+        state: &Path,
+        saved: &Saved,
+        reseed: bool,
+        source: &str,
+    ) -> Result<Restored, RuntimeError> {
+        let ready = async {
+            let (rt, base, id, uid) = (
+                self.clone(),
+                base.to_string(),
+                live.id.clone(),
+                live.host_uid,
+            );
+            blocking("cloning a workspace", move || {
+                rt.workspaces()?
+                    .clone_files_into(&base, &id, uid, uid)
+                    .map_err(|e| crate::workspace::workspace_error("clone_files_into", e))
+            })
+            .await??;
+            if !env.is_empty() {
+                let msg = serde_json::json!({"type": "env", "env": env});
+                live.send(&msg)
+                    .await
+                    .map_err(|source| RuntimeError::DiedStarting { source })?;
+            }
+            load_into(&live, state, saved, reseed).await
+        };
+        match ready.await {
+            Ok(loaded) => Ok(Restored {
+                live,
+                restore: LastRestore {
+                    at: now_rfc3339(),
+                    source: source.to_string(),
+                    variables: loaded.variables,
+                    not_restored: loaded.not_restored,
+                },
+            }),
+            Err(err) => {
+                self.discard(live);
                 Err(err)
             }
         }
@@ -308,18 +375,7 @@ impl Runtime {
                     .await
                     .map_err(|source| RuntimeError::DiedStarting { source })?;
             }
-            match saved::load(&live, state, &saved.sha256, reseed).await {
-                Ok(loaded) => {
-                    *lock(&live.contexts) = saved.contexts.clone();
-                    Ok(loaded)
-                }
-                Err(StateFailure::Refused(reason)) => Err(RuntimeError::StateCorrupt {
-                    what: "the saved state".into(),
-                    reason,
-                }),
-                Err(StateFailure::Died(reason)) => Err(RuntimeError::StateLoad { reason }),
-                Err(StateFailure::Host(err)) => Err(err),
-            }
+            load_into(&live, state, saved, reseed).await
         };
         match ready.await {
             Ok(loaded) => Ok((live, loaded)),
@@ -330,6 +386,27 @@ impl Runtime {
                 Err(err)
             }
         }
+    }
+}
+
+/// Loads `state` into fresh processes and gives them the saved contexts.
+async fn load_into(
+    live: &Live,
+    state: &Path,
+    saved: &Saved,
+    reseed: bool,
+) -> Result<saved::Loaded, RuntimeError> {
+    match saved::load(live, state, &saved.sha256, reseed).await {
+        Ok(loaded) => {
+            *lock(&live.contexts) = saved.contexts.clone();
+            Ok(loaded)
+        }
+        Err(StateFailure::Refused(reason)) => Err(RuntimeError::StateCorrupt {
+            what: "the saved state".into(),
+            reason,
+        }),
+        Err(StateFailure::Died(reason)) => Err(RuntimeError::StateLoad { reason }),
+        Err(StateFailure::Host(err)) => Err(err),
     }
 }
 

@@ -204,3 +204,50 @@ async def test_async_fork_pause_snapshot(sandlot_url):
         finally:
             async with sandlot.AsyncSnapshots(url=sandlot_url) as snapshots:
                 await snapshots.delete(snap)
+
+
+def test_diff_of_a_fork_shows_what_diverged(sandlot_url):
+    with Sandbox(url=sandlot_url) as parent:
+        _ok(parent.run_code(PARENT_STATE))
+        parent.files.write("notes.txt", "from the parent")
+        [child] = parent.fork(1)
+        try:
+            fresh = parent.diff(child)
+            assert isinstance(fresh, sandlot.models.Diff) and fresh.identical, fresh
+            assert (fresh.a, fresh.b) == (parent.id, child.id)
+            assert [(n.name, n.kind, n.sandbox) for n in fresh.not_compared] == [("lock", "variable", parent.id)]
+
+            _ok(child.run_code("x = 0\ny = [1, 2]\ndel p"))
+            child.files.write("notes.txt", "FROM the parent")
+            child.files.write("new/file.bin", b"\0" * 10)
+            d = parent.diff(child.id)
+            assert not d.identical and not d.truncated
+            changes = {(v.context, v.name): (v.change, v.a and v.a.type, v.b and v.b.type) for v in d.variables}
+            assert changes == {
+                ("default", "x"): ("changed", "int", "int"),
+                ("default", "y"): ("added", None, "list"),
+                ("default", "p"): ("removed", "Point", None),
+            }
+            files = {f.path: (f.change, f.a_kind, f.b_kind, f.a_size, f.b_size) for f in d.files}
+            assert files == {
+                "notes.txt": ("changed", "file", "file", 15, 15),
+                "new": ("added", None, "dir", None, 0),
+                "new/file.bin": ("added", None, "file", None, 10),
+            }
+        finally:
+            child.kill()
+    with Sandbox(url=sandlot_url) as one, Sandbox(url=sandlot_url) as other:
+        with pytest.raises(sandlot.InvalidArgument):
+            one.diff(other)
+
+
+async def test_async_diff(sandlot_url):
+    async with AsyncSandbox.create(url=sandlot_url) as sb:
+        _ok(await sb.run_code("v = 1"))
+        [child] = await sb.fork(1)
+        try:
+            _ok(await child.run_code("v = 2"))
+            d = await child.diff(sb)
+            assert [(v.name, v.change) for v in d.variables] == [("v", "changed")] and d.files == []
+        finally:
+            await child.kill()

@@ -230,8 +230,8 @@ pub fn paused_start_block(run: &Run, p: &PausedStartResult) -> String {
         p.starts_per_level
     );
     o.push_str(
-        "| paused on disk | spawn → address printed p50 / p99 | spawn → `/v1/health` 200 p50 / p99 | spawn → a paused sandbox's answer p50 / p99 | that resume alone p50 | stop p50 | state files | made in | starts | server warnings |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| paused on disk | spawn → paused ones restored (log) p50 / p99 | spawn → address printed p50 / p99 | spawn → `/v1/health` 200 p50 / p99 | spawn → a paused sandbox's answer p50 / p99 | that resume alone p50 | stop p50 | state files | made in | starts | server warnings |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     let pair = |s: &Summary| {
         if s.n == 0 {
@@ -243,8 +243,9 @@ pub fn paused_start_block(run: &Run, p: &PausedStartResult) -> String {
     for l in &p.levels {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             l.n,
+            pair(&l.took_over),
             pair(&l.listening),
             pair(&l.healthy),
             pair(&l.first_answer),
@@ -266,10 +267,13 @@ pub fn paused_start_block(run: &Run, p: &PausedStartResult) -> String {
     }
     let _ = writeln!(
         o,
-        "\nA least-squares line through the `/v1/health` p50s: **{} ms per 1000 paused sandboxes** (a negative \
-         slope, which is noise, counts as 0); from the largest N along it: **{} ms at {PAUSED_TARGET_N}** \
-         (extrapolated{}).",
-        trim(p.healthy_ms_per_1000),
+        "\nWhat grows with N is the restore of the paused sandboxes (spawn → the server's `took over what a \
+         previous run left … restored=N` log line): a least-squares line through those p50s gives **{} ms per \
+         1000 paused sandboxes** (a negative slope, which is noise, counts as 0). The rest of a start, mostly \
+         the default template's zygote importing the data stack, does not depend on N and varies more from one \
+         start to the next than that part grows. The largest N's `/v1/health` p50 carried along that slope: \
+         **{} ms at {PAUSED_TARGET_N}** (extrapolated{}).",
+        trim(p.took_over_ms_per_1000),
         fmt_ms(p.healthy_at_10k_ms),
         match p.largest() {
             Some(l) if l.n >= PAUSED_TARGET_N => ", but measured too".to_owned(),
@@ -525,6 +529,7 @@ mod tests {
             made_s: if n > 0 { 30.0 } else { 0.0 },
             listening: ms(h - 5.0),
             healthy: ms(h),
+            took_over: ms(n as f64 / 100.0 + 20.0),
             first_answer: if n > 0 {
                 ms(h + 20.0)
             } else {
@@ -575,7 +580,7 @@ mod tests {
                 conditions: Conditions::default(),
                 starts_per_level: 3,
                 levels: vec![level(0, 500.0), level(1000, 600.0)],
-                healthy_ms_per_1000: 100.0,
+                took_over_ms_per_1000: 8.0,
                 healthy_at_10k_ms: 1500.0,
                 stopped: None,
             }),

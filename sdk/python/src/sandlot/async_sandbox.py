@@ -20,6 +20,7 @@ from typing import (
     Optional,
     Union,
 )
+from urllib.parse import quote
 
 import httpx
 
@@ -50,7 +51,7 @@ from ._archive import DirUpload, extract_file
 from ._archive import remote_dir as remote_dir_param
 from ._http import AsyncHTTP, Data, async_body
 from ._sse import SSEDecoder
-from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
+from .models import BackgroundOutput, Context, Diff, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
 from .sandbox import (
     WriteEntries,
     _check_running,
@@ -285,6 +286,12 @@ class AsyncSandbox:
             "POST", sandbox_path(self.id, "snapshots"), json=snapshot_body(name), timeout=state_timeout(self._http.cfg)
         )
         return Snapshot.from_json(decode_json(resp))
+
+    async def diff(self, other: Union["AsyncSandbox", SandboxInfo, str]) -> Diff:
+        """See :meth:`Sandbox.diff <sandlot.Sandbox.diff>`."""
+        path = sandbox_path(self.id, "diff", quote(Diff.target(other), safe=""))
+        resp = await self._http.request("GET", path, timeout=state_timeout(self._http.cfg))
+        return Diff.from_json(decode_json(resp))
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

@@ -1191,3 +1191,151 @@ class ForkResult(List[T]):
 
     def __repr__(self) -> str:
         return f"ForkResult({list.__repr__(self)}, not_captured={self.not_captured!r}, took_ms={self.took_ms!r})"
+
+
+# -- divergence: sb.diff(other) -------------------------------------------------------------
+
+def _opt_int(value: Any) -> Optional[int]:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> Optional[str]:
+    return str(value) if value is not None else None
+
+
+@dataclass
+class VariableSummary:
+    """One side of a differing variable: its ``type`` name and ``size``, the bytes of its
+    pickle as a save writes it."""
+
+    type: str
+    size: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> Optional["VariableSummary"]:
+        if not isinstance(d, Mapping):
+            return None
+        return cls(type=str(d.get("type", "")), size=_opt_int(d.get("size")) or 0)
+
+
+@dataclass
+class VariableChange:
+    """A variable that differs between the two sandboxes of a :class:`Diff`: ``change`` is
+    ``added`` (only in ``b``), ``removed`` (only in ``a``) or ``changed``; ``a`` and ``b``
+    are each side's :class:`VariableSummary`, None on the side without it."""
+
+    context: str
+    name: str
+    change: str
+    a: Optional[VariableSummary] = None
+    b: Optional[VariableSummary] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VariableChange":
+        return cls(
+            context=str(d.get("context", "")),
+            name=str(d.get("name", "")),
+            change=str(d.get("change", "")),
+            a=VariableSummary.from_json(d.get("a")),
+            b=VariableSummary.from_json(d.get("b")),
+        )
+
+
+@dataclass
+class FileChange:
+    """A workspace entry that differs: its ``path`` (relative to ``/workspace``), ``change``
+    as for variables, and on each side its kind (``file``, ``dir``, ``symlink``, ``other``;
+    symlinks are never followed) and size, None on the side without it."""
+
+    path: str
+    change: str
+    a_kind: Optional[str] = None
+    b_kind: Optional[str] = None
+    a_size: Optional[int] = None
+    b_size: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileChange":
+        return cls(
+            path=str(d.get("path", "")),
+            change=str(d.get("change", "")),
+            a_kind=_opt_str(d.get("a_kind")),
+            b_kind=_opt_str(d.get("b_kind")),
+            a_size=_opt_int(d.get("a_size")),
+            b_size=_opt_int(d.get("b_size")),
+        )
+
+
+@dataclass
+class NotCompared:
+    """Something a diff could not compare: a variable (``kind == "variable"``, with its
+    ``context``) one sandbox could not digest, or a workspace entry (``kind == "file"``) it
+    could not read; ``sandbox`` is the sandbox concerned, None for both."""
+
+    sandbox: Optional[str]
+    kind: str
+    context: Optional[str]
+    name: str
+    reason: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NotCompared":
+        return cls(
+            sandbox=_opt_str(d.get("sandbox")),
+            kind=str(d.get("kind", "")),
+            context=_opt_str(d.get("context")),
+            name=str(d.get("name", "")),
+            reason=str(d.get("reason", "")),
+        )
+
+
+def _listed(value: Any, make: Any) -> List[Any]:
+    return [make(x) for x in (value if isinstance(value, list) else []) if isinstance(x, Mapping)]
+
+
+@dataclass
+class Diff:
+    """What ``sb.diff(other)`` returns: which variables and workspace files differ between
+    sandbox ``a`` (``sb``) and sandbox ``b`` (``other``), two sandboxes of one family (a fork's
+    parent and children, sandboxes from one snapshot, their descendants).
+
+    ``variables`` are :class:`VariableChange` s, ``files`` :class:`FileChange` s; ``added``
+    means only in ``b``. ``truncated`` says the file comparison stopped short (a workspace
+    too large to walk whole, or too many differences listed); ``not_compared`` lists what
+    could not be compared (:class:`NotCompared`: a lock, an open file, a pickling that timed
+    out...). ``identical`` is True when nothing compared differs."""
+
+    a: str
+    b: str
+    variables: List[VariableChange] = field(default_factory=list)
+    files: List[FileChange] = field(default_factory=list)
+    truncated: bool = False
+    not_compared: List[NotCompared] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Diff":
+        return cls(
+            a=str(d.get("a", "")),
+            b=str(d.get("b", "")),
+            variables=_listed(d.get("variables"), VariableChange.from_json),
+            files=_listed(d.get("files"), FileChange.from_json),
+            truncated=bool(d.get("truncated")),
+            not_compared=_listed(d.get("not_compared"), NotCompared.from_json),
+            raw=dict(d),
+        )
+
+    @property
+    def identical(self) -> bool:
+        return not self.variables and not self.files
+
+    @staticmethod
+    def target(other: Any) -> str:
+        """The id of what a diff compares with: a sandbox handle (sync or async), a
+        :class:`SandboxInfo`, or an id."""
+        if isinstance(other, str):
+            return other
+        other_id = getattr(other, "id", None)
+        if not isinstance(other_id, str) or not other_id:
+            raise TypeError(f"diff() compares with a sandbox or a sandbox id, not {type(other).__name__}")
+        return other_id

@@ -37,7 +37,7 @@ from ._archive import DirUpload, extract_stream
 from ._archive import remote_dir as remote_dir_param
 from ._http import Data, SyncHTTP, sync_body
 from ._sse import SSEDecoder
-from .models import BackgroundOutput, Context, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
+from .models import BackgroundOutput, Context, Diff, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
 
 __all__ = ["Sandbox", "Files", "Contexts"]
 
@@ -289,6 +289,17 @@ class Sandbox:
             "POST", sandbox_path(self.id, "snapshots"), json=snapshot_body(name), timeout=state_timeout(self._http.cfg)
         )
         return Snapshot.from_json(decode_json(resp))
+
+    def diff(self, other: Union["Sandbox", SandboxInfo, str]) -> Diff:
+        """Which variables (of every code context) and which workspace files differ between
+        this sandbox (``a``) and ``other`` (``b``: a sandbox or its id), two sandboxes of one
+        family: a fork's parent and children, sandboxes from one snapshot, their descendants.
+        Returns a :class:`~sandlot.Diff`; ``added`` means only in ``other``. Each sandbox is
+        asked between its cells (a running cell is waited for; a paused sandbox is resumed);
+        symlinks are compared as links, never followed. :class:`~sandlot.InvalidArgument`
+        for sandboxes of two families."""
+        path = sandbox_path(self.id, "diff", quote(Diff.target(other), safe=""))
+        return Diff.from_json(decode_json(self._http.request("GET", path, timeout=state_timeout(self._http.cfg))))
 
     def __enter__(self) -> "Sandbox":
         return self
