@@ -83,7 +83,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::BadArtifactName => C::InvalidArgument,
         R::SnapshotNotFound { .. } => C::SnapshotNotFound,
         R::StateCorrupt { .. } => C::StateCorrupt,
-        R::CaptureFailed { .. } | R::DigestFailed { .. } => C::CaptureFailed,
+        R::CaptureFailed { .. } | R::DiedSaving { .. } | R::DigestFailed { .. } => C::CaptureFailed,
         R::VolumeNotFound { .. } => C::VolumeNotFound,
         R::VolumeExists { .. } | R::VolumeInUse { .. } => C::VolumeInUse,
         R::UploadRead { .. } => C::InvalidRequest,

@@ -176,6 +176,11 @@ pub enum RuntimeError {
     StateCorrupt { what: String, reason: String },
     #[error("the sandbox's state could not be saved ({reason}); the sandbox is unchanged")]
     CaptureFailed { reason: String },
+    #[error(
+        "the sandbox's processes died while saving its state ({why}); they restart in place \
+         and its variables are lost (its files are kept)"
+    )]
+    DiedSaving { why: String },
     #[error("the saved state could not be loaded into the new processes: {reason}")]
     StateLoad { reason: String },
     #[error("count must be between 1 and {max}, not {count}")]

@@ -83,22 +83,9 @@ impl Runtime {
         let (turn, live, _) = self.ready_live(e, turn).await?;
         self.touch(e);
         let state = self.fork_state();
-        let saved = match saved::save(&live, &state, saved::Durability::Transient).await {
-            Ok(s) => s,
-            Err(StateFailure::Refused(reason)) => {
-                return Err(RuntimeError::CaptureFailed { reason })
-            }
-            Err(StateFailure::Died(why)) => {
-                live.signal_kill();
-                self.restart_after(e, turn, crate::restart::reason::CRASHED);
-                return Err(RuntimeError::CaptureFailed {
-                    reason: format!(
-                        "its processes died while saving ({why}); they restart in place"
-                    ),
-                });
-            }
-            Err(StateFailure::Host(err)) => return Err(err),
-        };
+        let (turn, saved) = self
+            .save_state(e, turn, &live, &state, saved::Durability::Transient)
+            .await?;
         let base = new_id("forkbase_");
         let snapped = {
             let (rt, src, dst) = (self.clone(), e.id.clone(), base.clone());

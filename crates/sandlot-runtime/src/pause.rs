@@ -74,7 +74,9 @@ impl Runtime {
         // A stopped sandbox has no interpreter state to save: it resumes as it would restart.
         let (turn, saved) = match live {
             Some(live) => {
-                let (turn, saved) = self.save_or_explain(e, turn, &live, &path).await?;
+                let (turn, saved) = self
+                    .save_state(e, turn, &live, &path, saved::Durability::Durable)
+                    .await?;
                 (turn, Some(saved))
             }
             None => {
@@ -113,31 +115,6 @@ impl Runtime {
         drop(turn);
         tracing::info!(sandbox = %e.id, "paused");
         Ok(())
-    }
-
-    /// Saves `live`'s state to `path`; when that fails the sandbox is left running (or, if its
-    /// processes died meanwhile, restarting in place) and the error says why.
-    async fn save_or_explain(
-        &self,
-        e: &Arc<Entry>,
-        turn: Turn,
-        live: &Arc<Live>,
-        path: &std::path::Path,
-    ) -> Result<(Turn, Saved), RuntimeError> {
-        match saved::save(live, path, saved::Durability::Durable).await {
-            Ok(s) => Ok((turn, s)),
-            Err(StateFailure::Refused(reason)) => Err(RuntimeError::CaptureFailed { reason }),
-            Err(StateFailure::Died(why)) => {
-                live.signal_kill();
-                self.restart_after(e, turn, crate::restart::reason::CRASHED);
-                Err(RuntimeError::CaptureFailed {
-                    reason: format!(
-                        "its processes died while saving ({why}); they restart in place"
-                    ),
-                })
-            }
-            Err(StateFailure::Host(err)) => Err(err),
-        }
     }
 
     /// Boots a paused sandbox's processes and loads its state; call from `ready_live` with its

@@ -108,6 +108,30 @@ impl Runtime {
             .join(format!("{id}.state"))
     }
 
+    /// Saves `live`'s state to `path` with the sandbox's turn held, and gives the turn back.
+    /// When that fails the sandbox is left as it was (`capture_failed`), or, if its processes
+    /// died meanwhile, restarting in place, holding the turn until they are up, and the error
+    /// says its variables are lost.
+    pub(crate) async fn save_state(
+        &self,
+        e: &std::sync::Arc<crate::Entry>,
+        turn: crate::restart::Turn,
+        live: &Live,
+        path: &Path,
+        durability: Durability,
+    ) -> Result<(crate::restart::Turn, Saved), RuntimeError> {
+        match save(live, path, durability).await {
+            Ok(s) => Ok((turn, s)),
+            Err(StateFailure::Refused(reason)) => Err(RuntimeError::CaptureFailed { reason }),
+            Err(StateFailure::Died(why)) => {
+                live.signal_kill();
+                self.restart_after(e, turn, crate::restart::reason::CRASHED);
+                Err(RuntimeError::DiedSaving { why })
+            }
+            Err(StateFailure::Host(err)) => Err(err),
+        }
+    }
+
     /// A path for the state of one fork in flight.
     pub(crate) fn fork_state(&self) -> PathBuf {
         self.state_dir().join(format!("{}.state", new_id("fork-")))

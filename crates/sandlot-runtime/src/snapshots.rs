@@ -13,7 +13,7 @@
 
 use crate::error::{store, RuntimeError};
 use crate::fork::child_info;
-use crate::saved::{self, StateFailure, FORMAT_VERSION};
+use crate::saved::{self, FORMAT_VERSION};
 use crate::util::{blocking, lock, new_id, now_rfc3339};
 use crate::Runtime;
 use sandlot_store::SnapshotRecord;
@@ -38,22 +38,9 @@ impl Runtime {
         self.touch(&e);
         let snap = new_id("snap_");
         let path = self.snapshot_state(&snap);
-        let saved = match saved::save(&live, &path, saved::Durability::Durable).await {
-            Ok(s) => s,
-            Err(StateFailure::Refused(reason)) => {
-                return Err(RuntimeError::CaptureFailed { reason })
-            }
-            Err(StateFailure::Died(why)) => {
-                live.signal_kill();
-                self.restart_after(&e, turn, crate::restart::reason::CRASHED);
-                return Err(RuntimeError::CaptureFailed {
-                    reason: format!(
-                        "its processes died while saving ({why}); they restart in place"
-                    ),
-                });
-            }
-            Err(StateFailure::Host(err)) => return Err(err),
-        };
+        let (turn, saved) = self
+            .save_state(&e, turn, &live, &path, saved::Durability::Durable)
+            .await?;
         let copied = {
             let (rt, src, dst) = (self.clone(), e.id.clone(), snap.clone());
             blocking("snapshotting a workspace", move || {

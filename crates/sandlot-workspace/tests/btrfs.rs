@@ -237,7 +237,11 @@ fn reopen_after_crash_keeps_data() {
         // 2. The mount is gone (and with it the autoclear loop device): mounted again, not
         //    reformatted.
         let mnt = fx.dir().join("mnt");
-        nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).unwrap();
+        // Another test's forked child may hold an fd of this mount for a moment (forked
+        // children inherit every fd, close-on-exec ones included): retry while it is busy.
+        assert!(wait_until(Duration::from_secs(10), || {
+            nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).is_ok()
+        }));
         assert!(wait_until(Duration::from_secs(5), || loops_backed_under(
             fx.dir()
         )
@@ -250,7 +254,11 @@ fn reopen_after_crash_keeps_data() {
         // 3. The mount is gone but the loop device is still bound (someone holds it open): the
         //    same device is mounted again rather than a second one with the same fsid.
         let holder = std::fs::File::open(&device).unwrap();
-        nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).unwrap();
+        // Another test's forked child may hold an fd of this mount for a moment (forked
+        // children inherit every fd, close-on-exec ones included): retry while it is busy.
+        assert!(wait_until(Duration::from_secs(10), || {
+            nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).is_ok()
+        }));
         let ws = fx.open();
         assert_eq!(ws.health().unwrap().image.unwrap().loop_device, device);
         assert_eq!(loops_backed_under(fx.dir()).len(), 1);

@@ -29,6 +29,15 @@ fn cell_of(kind: Kind) -> &'static str {
     }
 }
 
+/// Bytes as KiB below a MiB (a few variables' state is a few KiB), else as `fmt_bytes` does.
+fn fmt_size(b: f64) -> String {
+    if b.abs() < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        fmt_bytes(b)
+    }
+}
+
 fn quoted_row(o: &mut String, name: &str, p50: &str) {
     let _ = writeln!(
         o,
@@ -141,7 +150,7 @@ pub fn pause_block(run: &Run, p: &PauseResult) -> String {
         .iter()
         .filter_map(|c| {
             c.state_bytes
-                .map(|b| format!("{}: {}", c.kind.label(), fmt_bytes(b as f64)))
+                .map(|b| format!("{}: {}", c.kind.label(), fmt_size(b as f64)))
         })
         .collect();
     if !sizes.is_empty() {
@@ -192,7 +201,7 @@ pub fn snapshot_block(run: &Run, s: &SnapshotResult) -> String {
             "\nSnapshot of the sandbox with {}: state {}, {} variables, workspace captured: {}",
             c.kind.label(),
             c.state_bytes
-                .map(|b| fmt_bytes(b as f64))
+                .map(|b| fmt_size(b as f64))
                 .unwrap_or_else(|| "?".into()),
             c.variables
                 .map(|v| v.to_string())
@@ -255,7 +264,7 @@ pub fn paused_start_block(run: &Run, p: &PausedStartResult) -> String {
                 fmt_ms(l.resume.p50)
             },
             fmt_ms(l.stop.p50),
-            fmt_bytes(l.state_bytes as f64),
+            fmt_size(l.state_bytes as f64),
             if l.made_s > 0.0 {
                 format!("{:.1} s", l.made_s)
             } else {
@@ -585,6 +594,12 @@ mod tests {
                 stopped: None,
             }),
         }
+    }
+
+    #[test]
+    fn small_sizes_in_kib() {
+        assert_eq!(fmt_size(7362.0), "7.2 KiB");
+        assert_eq!(fmt_size(52_436_019.0), "50.0 MiB");
     }
 
     #[test]
