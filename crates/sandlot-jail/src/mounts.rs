@@ -247,8 +247,14 @@ fn attach_volume(tree: OwnedFd, target: &crate::config::VolumeTarget) -> Result<
     if rc != 0 {
         return Err(sys("attach a volume")(nix::Error::last()));
     }
+    restrict_mount(&tree, target.read_only).map_err(sys("restrict a volume's mount"))
+}
+
+/// Forces nosuid and nodev (and read-only when asked) on the mount `tree` is (a detached or an
+/// attached tree's fd). Setting flags only ever restricts a mount.
+pub fn restrict_mount(tree: &OwnedFd, read_only: bool) -> Result<(), nix::Error> {
     let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-    if target.read_only {
+    if read_only {
         set |= MOUNT_ATTR_RDONLY;
     }
     let attr = MountAttr {
@@ -257,8 +263,8 @@ fn attach_volume(tree: OwnedFd, target: &crate::config::VolumeTarget) -> Result<
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: mount_setattr(2) on the attached tree's fd (AT_EMPTY_PATH) with a `struct
-    // mount_attr` of the size we pass; setting flags only ever restricts the mount.
+    // SAFETY: mount_setattr(2) on the tree's fd (AT_EMPTY_PATH) with a `struct mount_attr` of
+    // the size we pass; the kernel only reads it.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
@@ -270,7 +276,7 @@ fn attach_volume(tree: OwnedFd, target: &crate::config::VolumeTarget) -> Result<
         )
     };
     if rc != 0 {
-        return Err(sys("restrict a volume's mount")(nix::Error::last()));
+        return Err(nix::Error::last());
     }
     Ok(())
 }

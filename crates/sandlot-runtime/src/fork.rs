@@ -14,7 +14,6 @@
 //! [`Runtime::boot_from`] (a sandbox from a saved state and a workspace) is shared with
 //! sandboxes started from a snapshot (`snapshots.rs`).
 
-use crate::admission::cgroup_limits;
 use crate::error::RuntimeError;
 use crate::sandbox::Live;
 use crate::saved::{self, Saved, StateFailure};
@@ -38,6 +37,20 @@ pub(crate) const MAX_FORK: u64 = 100;
 pub(crate) struct Restored {
     pub live: Arc<Live>,
     pub restore: LastRestore,
+}
+
+impl Restored {
+    fn new(live: Arc<Live>, loaded: saved::Loaded, source: &str) -> Self {
+        Restored {
+            live,
+            restore: LastRestore {
+                at: now_rfc3339(),
+                source: source.to_string(),
+                variables: loaded.variables,
+                not_restored: loaded.not_restored,
+            },
+        }
+    }
 }
 
 impl Runtime {
@@ -87,17 +100,7 @@ impl Runtime {
             .save_state(e, turn, &live, &state, saved::Durability::Transient)
             .await?;
         let base = new_id("forkbase_");
-        let snapped = {
-            let (rt, src, dst) = (self.clone(), e.id.clone(), base.clone());
-            blocking("snapshotting a workspace", move || {
-                rt.workspaces()?
-                    .snapshot(&src, &dst)
-                    .map(|_| ())
-                    .map_err(|err| crate::workspace::workspace_error("snapshot", err))
-            })
-            .await
-            .and_then(|r| r)
-        };
+        let snapped = self.snapshot_workspace(&e.id, &base).await;
         // The parent's state and files are captured: its next cell may run.
         drop(turn);
         let parent = lock(&e.info).clone();
@@ -227,42 +230,16 @@ impl Runtime {
                 }
             }
         }
-        let id = new_id("sb_");
-        let uid = lock(&self.inner.slots)
-            .alloc()
-            .ok_or(RuntimeError::NoFreeUid)?;
-        if let Err(err) = self.claim_volumes(&id, uid, volumes).await {
-            self.release_uid(uid);
-            return Err(err);
-        }
-        let rel = self.inner.cgroup_base.join(&id);
-        let cg = match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
-            Ok(cg) => cg,
-            Err(source) => {
-                self.release_volumes(&id);
-                self.release_uid(uid);
-                return Err(RuntimeError::SandboxCgroup { source });
-            }
-        };
+        let (id, uid, cg) = self.allocate(limits, volumes).await?;
         let booted = self
             .boot_restored(
                 tmpl, &id, uid, &cg, limits, volumes, env, base, state, saved, reseed,
             )
             .await;
         match booted {
-            Ok((live, loaded)) => Ok(Restored {
-                live,
-                restore: LastRestore {
-                    at: now_rfc3339(),
-                    source: source.to_string(),
-                    variables: loaded.variables,
-                    not_restored: loaded.not_restored,
-                },
-            }),
+            Ok((live, loaded)) => Ok(Restored::new(live, loaded, source)),
             Err(err) => {
-                let (rt, sid) = (self.clone(), id.clone());
-                let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
-                self.abandon_boot(&id, uid, cg).await;
+                self.abandon_allocated(&id, uid, cg).await;
                 Err(err)
             }
         }
@@ -303,15 +280,7 @@ impl Runtime {
             load_into(&live, state, saved, reseed).await
         };
         match ready.await {
-            Ok(loaded) => Ok(Restored {
-                live,
-                restore: LastRestore {
-                    at: now_rfc3339(),
-                    source: source.to_string(),
-                    variables: loaded.variables,
-                    not_restored: loaded.not_restored,
-                },
-            }),
+            Ok(loaded) => Ok(Restored::new(live, loaded, source)),
             Err(err) => {
                 self.discard(live);
                 Err(err)

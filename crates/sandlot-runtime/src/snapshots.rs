@@ -41,17 +41,7 @@ impl Runtime {
         let (turn, saved) = self
             .save_state(&e, turn, &live, &path, saved::Durability::Durable)
             .await?;
-        let copied = {
-            let (rt, src, dst) = (self.clone(), e.id.clone(), snap.clone());
-            blocking("snapshotting a workspace", move || {
-                rt.workspaces()?
-                    .snapshot(&src, &dst)
-                    .map(|_| ())
-                    .map_err(|err| crate::workspace::workspace_error("snapshot", err))
-            })
-            .await
-            .and_then(|r| r)
-        };
+        let copied = self.snapshot_workspace(&e.id, &snap).await;
         drop(turn);
         if let Err(err) = copied {
             let _ = std::fs::remove_file(&path);

@@ -175,14 +175,13 @@ impl Runtime {
         Ok(info)
     }
 
-    /// Boots a sandbox of `tmpl` with `limits`: a uid, a cgroup, a workspace on disk (when the
-    /// zygote can hand it to its child), a fork of the zygote jailed.
-    pub(crate) async fn boot(
+    /// What a new sandbox holds before it boots: its id, a uid (with its read-write volumes
+    /// claimed for it) and its cgroup. Give them back with [`Runtime::abandon_allocated`].
+    pub(crate) async fn allocate(
         &self,
-        tmpl: &Arc<Tmpl>,
         limits: EffectiveLimits,
         volumes: &[VolumeMount],
-    ) -> Result<Arc<Live>, RuntimeError> {
+    ) -> Result<(String, u32, Cgroup), RuntimeError> {
         let id = util::new_id("sb_");
         let uid = lock(&self.inner.slots)
             .alloc()
@@ -192,13 +191,34 @@ impl Runtime {
             return Err(err);
         }
         let rel = self.inner.cgroup_base.join(&id);
-        let cg = match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
-            Ok(cg) => cg,
+        match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
+            Ok(cg) => Ok((id, uid, cg)),
             Err(source) => {
+                let (rt, sid) = (self.clone(), id.clone());
+                let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
                 self.release_uid(uid);
-                return Err(RuntimeError::SandboxCgroup { source });
+                Err(RuntimeError::SandboxCgroup { source })
             }
-        };
+        }
+    }
+
+    /// Gives back what [`Runtime::allocate`] took, once a boot failed: volumes, then
+    /// whatever of the boot is left (`abandon_boot`).
+    pub(crate) async fn abandon_allocated(&self, id: &str, uid: u32, cg: Cgroup) {
+        let (rt, sid) = (self.clone(), id.to_string());
+        let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
+        self.abandon_boot(id, uid, cg).await;
+    }
+
+    /// Boots a sandbox of `tmpl` with `limits`: a uid, a cgroup, a workspace on disk (when the
+    /// zygote can hand it to its child), a fork of the zygote jailed.
+    pub(crate) async fn boot(
+        &self,
+        tmpl: &Arc<Tmpl>,
+        limits: EffectiveLimits,
+        volumes: &[VolumeMount],
+    ) -> Result<Arc<Live>, RuntimeError> {
+        let (id, uid, cg) = self.allocate(limits, volumes).await?;
         let booted = async {
             let disk = self.zygote(tmpl).await?.workspace_fd;
             if disk {
@@ -210,10 +230,7 @@ impl Runtime {
         match booted.await {
             Ok(live) => Ok(live),
             Err(e) => {
-                let rt = self.clone();
-                let sid = id.clone();
-                let _ = blocking("giving back volumes", move || rt.release_volumes(&sid)).await;
-                self.abandon_boot(&id, uid, cg).await;
+                self.abandon_allocated(&id, uid, cg).await;
                 Err(e)
             }
         }

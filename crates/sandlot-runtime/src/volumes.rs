@@ -21,7 +21,7 @@ use crate::util::{blocking, lock, now_rfc3339};
 use crate::{ByteStream, Runtime};
 use sandlot_store::VolumeRecord;
 use sandlot_types::{CreateVolume, FileEntry, Volume, VolumeMount, VolumeUse};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Size of a volume created without `size_mb`.
 const DEFAULT_SIZE_MB: u64 = 1024;
@@ -421,45 +421,14 @@ impl Runtime {
                     .open_tree(&workspace_id(&m.name))
                     .map_err(|e| crate::workspace::workspace_error("open_tree", e))?;
                 if m.read_only {
-                    make_read_only(&tree)?;
+                    sandlot_jail::mounts::restrict_mount(&tree, true).map_err(|e| {
+                        RuntimeError::VolumeMount {
+                            source: std::io::Error::from(e),
+                        }
+                    })?;
                 }
                 Ok(tree)
             })
             .collect()
     }
-}
-
-/// Sets `MOUNT_ATTR_RDONLY` on a detached mount.
-fn make_read_only(tree: &OwnedFd) -> Result<(), RuntimeError> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    let attr = MountAttr {
-        attr_set: 0x1, // MOUNT_ATTR_RDONLY
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: mount_setattr(2) on a detached mount's fd we own (AT_EMPTY_PATH) with a `struct
-    // mount_attr` of the size we pass; the kernel only reads it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(RuntimeError::VolumeMount {
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
 }

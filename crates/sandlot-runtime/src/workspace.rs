@@ -87,6 +87,23 @@ impl Runtime {
         .await?
     }
 
+    /// A copy-on-write snapshot of workspace `src` as the new workspace `dst` (a fork base, a
+    /// snapshot's files), with `src`'s owner and limit.
+    pub(crate) async fn snapshot_workspace(
+        &self,
+        src: &str,
+        dst: &str,
+    ) -> Result<(), RuntimeError> {
+        let (rt, src, dst) = (self.clone(), src.to_string(), dst.to_string());
+        blocking("snapshotting a workspace", move || {
+            rt.workspaces()?
+                .snapshot(&src, &dst)
+                .map(|_| ())
+                .map_err(|err| workspace_error("snapshot", err))
+        })
+        .await?
+    }
+
     /// A detached mount of the sandbox's workspace, for its child to move onto `/workspace`.
     pub(crate) fn workspace_mount(&self, id: &str) -> Result<OwnedFd, RuntimeError> {
         self.workspaces()?
