@@ -79,12 +79,20 @@ impl Runtime {
     /// is at its bound.
     pub(crate) fn enqueue_create(&self) -> Result<CreateTicket, RuntimeError> {
         let inner = &self.inner;
-        // Paused sandboxes hold no process and no memory: they do not count.
-        let live_count = lock(&inner.sandboxes)
-            .values()
-            .filter(|e| e.state() != sandlot_types::SandboxState::Paused)
-            .count();
-        if live_count + inner.creating.load(Ordering::SeqCst) >= inner.config.max_sandboxes {
+        // Paused sandboxes hold no process and no memory: they do not count. Counting them
+        // out walks every entry, so it is done only when the total alone is at the limit.
+        let creating = inner.creating.load(Ordering::SeqCst);
+        let at_limit = |n: usize| n + creating >= inner.config.max_sandboxes;
+        let sandboxes = lock(&inner.sandboxes);
+        let full = at_limit(sandboxes.len())
+            && at_limit(
+                sandboxes
+                    .values()
+                    .filter(|e| e.state() != sandlot_types::SandboxState::Paused)
+                    .count(),
+            );
+        drop(sandboxes);
+        if full {
             return Err(RuntimeError::AtCapacity {
                 max: inner.config.max_sandboxes,
             });

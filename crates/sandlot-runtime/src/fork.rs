@@ -180,7 +180,7 @@ impl Runtime {
         let mut made: Vec<Sandbox> = Vec::with_capacity(ok.len());
         let mut lives = ok.into_iter();
         while let Some(r) = lives.next() {
-            let mut info = child_info(parent, &r, Some(parent.id.clone()), None);
+            let mut info = child_info(parent, &r);
             info.volumes = volumes.clone();
             match self.adopt(r.live, info).await {
                 Ok(s) => made.push(s),
@@ -271,13 +271,7 @@ impl Runtime {
                     .map_err(|e| crate::workspace::workspace_error("clone_files_into", e))
             })
             .await??;
-            if !env.is_empty() {
-                let msg = serde_json::json!({"type": "env", "env": env});
-                live.send(&msg)
-                    .await
-                    .map_err(|source| RuntimeError::DiedStarting { source })?;
-            }
-            load_into(&live, state, saved, reseed).await
+            prime(&live, env, state, saved, reseed).await
         };
         match ready.await {
             Ok(loaded) => Ok(Restored::new(live, loaded, source)),
@@ -324,16 +318,7 @@ impl Runtime {
         let live = self
             .spawn_in(tmpl, id, uid, cg, limits, Some(volumes))
             .await?;
-        let ready = async {
-            if !env.is_empty() {
-                let msg = serde_json::json!({"type": "env", "env": env});
-                live.send(&msg)
-                    .await
-                    .map_err(|source| RuntimeError::DiedStarting { source })?;
-            }
-            load_into(&live, state, saved, reseed).await
-        };
-        match ready.await {
+        match prime(&live, env, state, saved, reseed).await {
             Ok(loaded) => Ok((live, loaded)),
             Err(err) => {
                 // Only the processes go here: `boot_from` gives back the cgroup, workspace and
@@ -345,13 +330,16 @@ impl Runtime {
     }
 }
 
-/// Loads `state` into fresh processes and gives them the saved contexts.
-async fn load_into(
+/// Makes fresh processes the restored sandbox's: the creator's env sent, `state` loaded, the
+/// saved contexts listed.
+async fn prime(
     live: &Live,
+    env: &std::collections::BTreeMap<String, String>,
     state: &Path,
     saved: &Saved,
     reseed: bool,
 ) -> Result<saved::Loaded, RuntimeError> {
+    live.send_env(env).await?;
     match saved::load(live, state, &saved.sha256, reseed).await {
         Ok(loaded) => {
             *lock(&live.contexts) = saved.contexts.clone();
@@ -366,13 +354,8 @@ async fn load_into(
     }
 }
 
-/// The record of a sandbox made from `parent`'s settings.
-pub(crate) fn child_info(
-    parent: &Sandbox,
-    r: &Restored,
-    forked_from: Option<String>,
-    from_snapshot: Option<String>,
-) -> Sandbox {
+/// The record of a child of `parent`, with its settings, running from now.
+fn child_info(parent: &Sandbox, r: &Restored) -> Sandbox {
     let now = time::OffsetDateTime::now_utc();
     Sandbox {
         id: r.live.id.clone(),
@@ -391,8 +374,8 @@ pub(crate) fn child_info(
         restart_count: 0,
         last_restart: None,
         on_idle: parent.on_idle,
-        forked_from,
-        from_snapshot,
+        forked_from: Some(parent.id.clone()),
+        from_snapshot: None,
         paused_at: None,
         last_restore: Some(r.restore.clone()),
         volumes: Vec::new(),

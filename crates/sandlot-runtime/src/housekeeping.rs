@@ -84,14 +84,7 @@ impl Runtime {
         }
         // Snapshots keep their workspace copies among the workspaces, volumes their files.
         restored.extend(self.snapshot_ids());
-        if let Ok(volumes) = inner.store.list_volumes() {
-            restored.extend(
-                volumes
-                    .iter()
-                    .map(|v| crate::volumes::workspace_id(&v.name)),
-            );
-        }
-        self.recover_volumes();
+        restored.extend(self.recover_volumes());
         self.sweep_state_leftovers();
         for id in on_disk.difference(&restored) {
             if let Err(e) = workspaces.remove(id) {

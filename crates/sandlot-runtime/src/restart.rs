@@ -210,12 +210,9 @@ impl Runtime {
                 return Err(err);
             }
         };
-        if !env.is_empty() {
-            let msg = serde_json::json!({"type": "env", "env": env});
-            if let Err(source) = live.send(&msg).await {
-                let _ = blocking("clearing a failed restart", move || live.kill()).await;
-                return Err(RuntimeError::DiedStarting { source });
-            }
+        if let Err(err) = live.send_env(&env).await {
+            let _ = blocking("clearing a failed restart", move || live.kill()).await;
+            return Err(err);
         }
         let installed = {
             let mut slot = lock(&e.slot);

@@ -138,6 +138,22 @@ impl Live {
         }
     }
 
+    /// Sends the creator's environment variables (often secrets) on the sandbox's own channel,
+    /// never through the zygote, whose memory every later sandbox inherits. Nothing to send,
+    /// nothing sent.
+    pub(crate) async fn send_env(
+        &self,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), crate::RuntimeError> {
+        if env.is_empty() {
+            return Ok(());
+        }
+        let msg = serde_json::json!({"type": "env", "env": env});
+        self.send(&msg)
+            .await
+            .map_err(|source| crate::RuntimeError::DiedStarting { source })
+    }
+
     /// Sends SIGINT to the driver.
     pub fn interrupt(&self) {
         pidfd_signal(&self.driver_fd, libc::SIGINT);

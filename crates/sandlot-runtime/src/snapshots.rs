@@ -12,7 +12,6 @@
 //! `state_corrupt` naming it; nothing else is affected.
 
 use crate::error::{store, RuntimeError};
-use crate::fork::child_info;
 use crate::saved::{self, FORMAT_VERSION};
 use crate::util::{blocking, lock, new_id, now_rfc3339};
 use crate::Runtime;
@@ -207,32 +206,9 @@ impl Runtime {
                         },
                         other => other,
                     })?;
-                let now = time::OffsetDateTime::now_utc();
-                let base = Sandbox {
-                    id: String::new(),
-                    template: admitted.tmpl.spec.name.clone(),
-                    template_version: admitted.tmpl.version.clone(),
-                    state: sandlot_types::SandboxState::Running,
-                    env: req.env.clone(),
-                    metadata: req.metadata.clone(),
-                    limits: admitted.limits,
-                    idle_timeout: admitted.idle,
-                    max_lifetime: admitted.lifetime,
-                    created_at: crate::util::rfc3339(now),
-                    last_active_at: crate::util::rfc3339(now),
-                    expires_at: String::new(),
-                    ended_reason: None,
-                    restart_count: 0,
-                    last_restart: None,
-                    on_idle: req.on_idle.unwrap_or_default(),
-                    forked_from: None,
-                    from_snapshot: None,
-                    paused_at: None,
-                    last_restore: None,
-                    volumes: Vec::new(),
-                };
-                let mut info = child_info(&base, &r, None, Some(snap_id.clone()));
-                info.volumes = admitted.volumes.clone();
+                let mut info = crate::spawn::new_record(&r.live.id, &admitted, &req);
+                info.from_snapshot = Some(snap_id.clone());
+                info.last_restore = Some(r.restore);
                 rt.adopt(r.live, info).await
             }
             .await;

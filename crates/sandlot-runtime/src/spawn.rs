@@ -114,39 +114,11 @@ impl Runtime {
             None => self.boot(&a.tmpl, a.limits, &a.volumes).await?,
         };
         self.refill(&a.tmpl);
-        // The creator's variables (often secrets) go on the sandbox's own channel, never
-        // through the zygote, whose memory every later sandbox inherits.
-        if !req.env.is_empty() {
-            let msg = serde_json::json!({"type": "env", "env": req.env});
-            if let Err(source) = live.send(&msg).await {
-                self.discard(live);
-                return Err(RuntimeError::DiedStarting { source });
-            }
+        if let Err(err) = live.send_env(&req.env).await {
+            self.discard(live);
+            return Err(err);
         }
-        let now = time::OffsetDateTime::now_utc();
-        let info = Sandbox {
-            id: live.id.clone(),
-            template: a.tmpl.spec.name.clone(),
-            template_version: a.tmpl.version.clone(),
-            state: SandboxState::Running,
-            env: req.env.clone(),
-            metadata: req.metadata.clone(),
-            limits: a.limits,
-            idle_timeout: a.idle,
-            max_lifetime: a.lifetime,
-            created_at: util::rfc3339(now),
-            last_active_at: util::rfc3339(now),
-            expires_at: util::rfc3339(now + Duration::from_secs(a.lifetime)),
-            ended_reason: None,
-            restart_count: 0,
-            last_restart: None,
-            on_idle: req.on_idle.unwrap_or_default(),
-            forked_from: None,
-            from_snapshot: None,
-            paused_at: None,
-            last_restore: None,
-            volumes: a.volumes.clone(),
-        };
+        let info = new_record(&live.id, &a, req);
         self.adopt(live, info).await
     }
 
@@ -389,6 +361,34 @@ impl Runtime {
 /// Size of the sandbox's `/tmp`: a tmpfs, so charged to its memory. Capped at half of
 /// `memory_mb` (filling it gives `ENOSPC`, never an OOM of the sandbox), at `disk_mb` and at
 /// 1 GiB; large files belong in the disk workspace.
+/// The record of a sandbox created for `req`, admitted as `a`, running from now.
+pub(crate) fn new_record(id: &str, a: &Admitted, req: &CreateSandbox) -> Sandbox {
+    let now = time::OffsetDateTime::now_utc();
+    Sandbox {
+        id: id.to_string(),
+        template: a.tmpl.spec.name.clone(),
+        template_version: a.tmpl.version.clone(),
+        state: SandboxState::Running,
+        env: req.env.clone(),
+        metadata: req.metadata.clone(),
+        limits: a.limits,
+        idle_timeout: a.idle,
+        max_lifetime: a.lifetime,
+        created_at: util::rfc3339(now),
+        last_active_at: util::rfc3339(now),
+        expires_at: util::rfc3339(now + Duration::from_secs(a.lifetime)),
+        ended_reason: None,
+        restart_count: 0,
+        last_restart: None,
+        on_idle: req.on_idle.unwrap_or_default(),
+        forked_from: None,
+        from_snapshot: None,
+        paused_at: None,
+        last_restore: None,
+        volumes: a.volumes.clone(),
+    }
+}
+
 pub(crate) fn tmp_bytes(limits: EffectiveLimits) -> u64 {
     (limits.disk_mb << 20)
         .min((limits.memory_mb << 20) / 2)

@@ -210,10 +210,8 @@ impl Runtime {
     fn volume_record(&self, name: &str) -> Result<VolumeRecord, RuntimeError> {
         self.inner
             .store
-            .list_volumes()
-            .map_err(store("reading volumes"))?
-            .into_iter()
-            .find(|v| v.name == name)
+            .get_volume(name)
+            .map_err(store("reading a volume"))?
             .ok_or_else(|| RuntimeError::VolumeNotFound {
                 name: name.chars().take(64).collect(),
             })
@@ -365,28 +363,26 @@ impl Runtime {
             }
             names
         };
-        for n in names {
-            self.reown_volume(&n);
+        for v in names.iter().filter_map(|n| self.volume_record(n).ok()) {
+            self.reown_volume(&v);
         }
     }
 
     /// Gives a volume's files back to its own uid. Blocking.
-    pub(crate) fn reown_volume(&self, name: &str) {
-        let Ok(rec) = self.volume_record(name) else {
-            return;
-        };
+    fn reown_volume(&self, v: &VolumeRecord) {
         if let Ok(ws) = self.workspaces() {
-            if let Err(e) = ws.reown(&workspace_id(name), rec.host_uid, rec.host_uid) {
-                tracing::warn!(volume = name, error = %e, "giving a volume's files back failed");
+            if let Err(e) = ws.reown(&workspace_id(&v.name), v.host_uid, v.host_uid) {
+                tracing::warn!(volume = %v.name, error = %e, "giving a volume's files back failed");
             }
         }
     }
 
     /// After a restart: every volume's uid reserved; the read-write claims of the sandboxes
     /// that came back restored; volumes nobody holds read-write re-owned to their own uid.
-    pub(crate) fn recover_volumes(&self) {
+    /// Returns the volumes' workspace ids (their files are not orphans).
+    pub(crate) fn recover_volumes(&self) -> Vec<String> {
         let Ok(volumes) = self.inner.store.list_volumes() else {
-            return;
+            return Vec::new();
         };
         for v in &volumes {
             lock(&self.inner.slots).reserve(v.host_uid);
@@ -400,11 +396,12 @@ impl Runtime {
                 lock(&self.inner.volume_claims).insert(m.name.clone(), info.id.clone());
             }
         }
-        for v in volumes {
+        for v in &volumes {
             if !lock(&self.inner.volume_claims).contains_key(&v.name) {
-                self.reown_volume(&v.name);
+                self.reown_volume(v);
             }
         }
+        volumes.iter().map(|v| workspace_id(&v.name)).collect()
     }
 
     /// Detached mounts of the volumes, in order, for a child to attach (read-only ones made

@@ -691,21 +691,30 @@ impl Store {
         })
     }
 
+    /// The volume recorded under `name`, if any.
+    pub fn get_volume(&self, name: &str) -> Result<Option<VolumeRecord>, StoreError> {
+        let run = || -> rusqlite::Result<Option<VolumeRecord>> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"
+            ))?;
+            stmt.query_row([name], volume_from_row).optional()
+        };
+        run().map_err(|source| StoreError::Volume {
+            op: "get",
+            name: name.to_owned(),
+            source,
+        })
+    }
+
     /// Every volume, by name.
     pub fn list_volumes(&self) -> Result<Vec<VolumeRecord>, StoreError> {
         let run = || -> rusqlite::Result<Vec<VolumeRecord>> {
             let conn = self.conn();
-            let mut stmt = conn.prepare_cached(
-                "SELECT name, size_mb, created_at, host_uid FROM volumes ORDER BY name",
-            )?;
-            let rows = stmt.query_map([], |row| {
-                Ok(VolumeRecord {
-                    name: row.get(0)?,
-                    size_mb: row.get(1)?,
-                    created_at: row.get(2)?,
-                    host_uid: row.get(3)?,
-                })
-            })?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {VOLUME_COLUMNS} FROM volumes ORDER BY name"
+            ))?;
+            let rows = stmt.query_map([], volume_from_row)?;
             rows.collect()
         };
         run().map_err(|source| StoreError::Volume {
@@ -930,6 +939,17 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             }
         },
         volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
+    })
+}
+
+const VOLUME_COLUMNS: &str = "name, size_mb, created_at, host_uid";
+
+fn volume_from_row(row: &Row<'_>) -> rusqlite::Result<VolumeRecord> {
+    Ok(VolumeRecord {
+        name: row.get(0)?,
+        size_mb: row.get(1)?,
+        created_at: row.get(2)?,
+        host_uid: row.get(3)?,
     })
 }
 

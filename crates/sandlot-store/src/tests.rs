@@ -268,7 +268,9 @@ fn volume_roundtrip_and_duplicate_names() {
         .insert_volume(&v)
         .unwrap_err()
         .is_constraint_violation());
-    assert_eq!(store.list_volumes().unwrap(), vec![v]);
+    assert_eq!(store.list_volumes().unwrap(), vec![v.clone()]);
+    assert_eq!(store.get_volume("data").unwrap(), Some(v));
+    assert_eq!(store.get_volume("other").unwrap(), None);
     assert!(store.delete_volume("data").unwrap());
     assert!(!store.delete_volume("data").unwrap());
     assert!(store.list_volumes().unwrap().is_empty());
