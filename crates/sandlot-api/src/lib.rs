@@ -15,6 +15,7 @@ mod error;
 mod execute;
 mod extract;
 mod files;
+pub mod ports;
 mod sandboxes;
 mod state;
 mod templates;
@@ -81,7 +82,26 @@ impl Default for ApiConfig {
 /// Builds the application: every route under `/v1`, JSON errors for unknown routes and
 /// methods, panics turned into 500 `internal`, and one log line per request.
 pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
-    router_with(rt, cfg)
+    router_with(rt, cfg, Extensions::default())
+}
+
+/// What other crates add to the application: routes of their own (the E2B control plane,
+/// `/mcp`), and the router that serves every request addressed to a sandbox by E2B's
+/// `E2b-Sandbox-Id` header, whatever its path.
+#[derive(Default)]
+pub struct Extensions {
+    /// Merged beside `/v1`; must not overlap it nor set a fallback.
+    pub routes: Router,
+    /// Serves requests that carry `E2b-Sandbox-Id`.
+    pub sandbox_header: Option<Router>,
+}
+
+/// The header E2B's SDKs address a sandbox with when one listener serves them all.
+pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+
+/// [`router`] with `ext` added.
+pub fn router_extended(rt: Runtime, cfg: ApiConfig, ext: Extensions) -> Router {
+    router_with(rt, cfg, ext)
 }
 
 /// State shared by the handlers.
@@ -224,7 +244,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     ]
 }
 
-pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig) -> Router {
+pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extensions) -> Router {
     let state = AppState {
         backend,
         cfg: Arc::new(cfg),
@@ -233,10 +253,30 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig) -> Router {
     for r in routes::<B>() {
         app = app.route(r.path, r.handler);
     }
-    app.method_not_allowed_fallback(error::method_not_allowed)
-        .fallback(error::route_not_found)
+    let mut app = app
         .with_state(state)
-        .layer(CatchPanicLayer::custom(error::panic_response))
+        .merge(ext.routes)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .fallback(error::route_not_found);
+    if let Some(by_header) = ext.sandbox_header {
+        app = app.layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let by_header = by_header.clone();
+                async move {
+                    if req.headers().contains_key(SANDBOX_ID_HEADER) {
+                        use tower::ServiceExt;
+                        match by_header.oneshot(req).await {
+                            Ok(resp) => resp,
+                            Err(never) => match never {},
+                        }
+                    } else {
+                        next.run(req).await
+                    }
+                }
+            },
+        ));
+    }
+    app.layer(CatchPanicLayer::custom(error::panic_response))
         .layer(axum::middleware::from_fn(log_request))
 }
 

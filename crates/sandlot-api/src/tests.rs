@@ -79,6 +79,8 @@ fn sample_sandbox(id: &str) -> Sandbox {
             path: "data".into(),
             read_only: true,
         }],
+        ports: vec![8501],
+        all_ports: false,
     }
 }
 
@@ -498,7 +500,10 @@ fn small_config() -> ApiConfig {
 
 fn app() -> (Router, Fake) {
     let fake = Fake::default();
-    (router_with(fake.clone(), small_config()), fake)
+    (
+        router_with(fake.clone(), small_config(), crate::Extensions::default()),
+        fake,
+    )
 }
 
 async fn send(app: &Router, req: Request<Body>) -> Response {
@@ -1438,6 +1443,8 @@ fn samples_validate_against_the_schemas() {
             path: "/workspace/data".into(),
             read_only: false,
         }],
+        ports: vec![8000],
+        all_ports: false,
     };
     let cases: Vec<(&str, Value)> = vec![
         ("Sandbox", to(&sample_sandbox("sb"))),

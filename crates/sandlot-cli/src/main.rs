@@ -3,9 +3,11 @@
 //! The binary is thin: it parses the command line, sets up logging and hands over to the
 //! runtime, the API router or the jail's probe.
 
+mod agent;
 mod client;
 mod config;
 mod doctor;
+mod mcp;
 mod provision;
 mod run;
 mod serve;
@@ -13,6 +15,7 @@ mod setup;
 mod snapshots;
 mod sse;
 mod template;
+mod tools;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use config::{Capacity, ConfigError, Dirs};
@@ -56,6 +59,12 @@ enum Command {
     /// List, verify, delete and collect a server's snapshots.
     #[command(subcommand)]
     Snapshots(SnapshotsCommand),
+    /// Serve sandboxes as MCP tools over stdio (for Claude Desktop, IDEs), through a server.
+    Mcp(mcp::McpArgs),
+    /// Print the tool declarations for a model: OpenAI, Anthropic or JSON Schema.
+    Tools(tools::ToolsArgs),
+    /// Run a CodeAct agent loop against an OpenAI-compatible chat endpoint.
+    Agent(agent::AgentArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -300,6 +309,9 @@ fn main() -> ExitCode {
         Command::Env(args) => env(args),
         Command::Template(cmd) => template(cmd),
         Command::Snapshots(cmd) => snapshots_command(cmd),
+        Command::Mcp(args) => mcp::run(args),
+        Command::Tools(args) => tools::run(args),
+        Command::Agent(args) => agent::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -32,7 +32,12 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     let addr = listener
         .local_addr()
         .context("could not read the listening address")?;
-    let app = sandlot_api::router(rt.clone(), ApiConfig::for_runtime(&rt_cfg));
+    let e2b = sandlot_e2b::E2b::start(rt.clone(), &dirs.data_dir)?;
+    let ext = sandlot_api::Extensions {
+        routes: e2b.routes().merge(sandlot_mcp::http_router(rt.clone())),
+        sandbox_header: Some(e2b.sandbox_router()),
+    };
+    let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve_http(listener, app, async move {

@@ -379,5 +379,7 @@ fn child_info(parent: &Sandbox, r: &Restored) -> Sandbox {
         paused_at: None,
         last_restore: Some(r.restore.clone()),
         volumes: Vec::new(),
+        ports: Vec::new(),
+        all_ports: false,
     }
 }

@@ -386,6 +386,8 @@ pub(crate) fn new_record(id: &str, a: &Admitted, req: &CreateSandbox) -> Sandbox
         paused_at: None,
         last_restore: None,
         volumes: a.volumes.clone(),
+        ports: Vec::new(),
+        all_ports: false,
     }
 }
 

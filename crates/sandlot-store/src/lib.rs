@@ -939,6 +939,8 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             }
         },
         volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
+        ports: Vec::new(),
+        all_ports: false,
     })
 }
 

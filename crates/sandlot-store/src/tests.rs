@@ -36,6 +36,8 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         paused_at: None,
         last_restore: None,
         volumes: Vec::new(),
+        ports: Vec::new(),
+        all_ports: false,
     }
 }
 

@@ -63,6 +63,14 @@ pub struct CreateSandbox {
     /// Named volumes to mount (each under `/workspace`).
     #[serde(default)]
     pub volumes: Vec<VolumeMount>,
+    /// TCP ports inside the sandbox reachable from outside through
+    /// `/v1/sandboxes/{id}/ports/{port}/...` (and E2B's `E2b-Sandbox-Port` header).
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// Every unprivileged port (1024-65535) is reachable, as E2B's contract has it; sandboxes
+    /// created through the E2B-compatible API get this.
+    #[serde(default)]
+    pub all_ports: bool,
 }
 
 /// A named volume mounted into a sandbox.
@@ -225,6 +233,12 @@ pub struct Sandbox {
     /// Named volumes it mounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeMount>,
+    /// Ports reachable from outside (see [`CreateSandbox::ports`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// Every unprivileged port is reachable (see [`CreateSandbox::all_ports`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_ports: bool,
 }
 
 /// A load of saved interpreter state into a sandbox, and what did not come back.
