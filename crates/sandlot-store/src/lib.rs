@@ -15,7 +15,8 @@
 //!   `expires_at`, `ended_reason`, `restart_count`, `last_restart` (JSON), and `host_uid` (the
 //!   host uid its workspace belongs to: not part of the wire model, kept so a restarted server
 //!   gives a stopped sandbox back its uid), `on_idle`, `forked_from`, `from_snapshot`,
-//!   `paused_at`, `last_restore` (JSON); indexed by `(state, created_at)` and `created_at`.
+//!   `paused_at`, `last_restore` (JSON), `volumes` (JSON), `ports` (JSON list of the TCP ports
+//!   it exposes) and `all_ports` (0/1); indexed by `(state, created_at)` and `created_at`.
 //! - `snapshots`: the wire model's fields ([`Snapshot`], `not_captured` as JSON) plus
 //!   `state_sha256` (of the saved state's body, checked before it is loaded and by `sandlot
 //!   snapshots verify`) and `contexts` (JSON); no foreign key: a snapshot outlives its sandbox.
@@ -61,7 +62,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
 /// Never edit a migration that has shipped; append a new one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE sandboxes (
@@ -139,12 +140,21 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_created ON snapshots (created_at);
 ";
 
+/// Version 4: ports a sandbox exposes through the server.
+const SCHEMA_V4: &str = "
+ALTER TABLE sandboxes ADD COLUMN ports TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE sandboxes ADD COLUMN all_ports INTEGER NOT NULL DEFAULT 0;
+";
+
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
      idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason, \
-     restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore, volumes";
+     restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore, \
+     volumes, ports, all_ports";
+/// How many columns [`SANDBOX_COLUMNS`] names (a column selected after them has this index).
+const SANDBOX_COLUMN_COUNT: usize = 23;
 
 const SNAPSHOT_COLUMNS: &str = "id, name, sandbox_id, template, template_version, created_at, \
      state_bytes, state_sha256, workspace, variables, not_captured, contexts, version";
@@ -332,7 +342,7 @@ impl Store {
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18, ?19, ?20, ?21)"
+                 ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -359,6 +369,8 @@ impl Store {
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
                 to_json(serde_json::to_string(&s.volumes))?,
+                to_json(serde_json::to_string(&s.ports))?,
+                s.all_ports,
             ])?;
             Ok(())
         };
@@ -377,8 +389,8 @@ impl Store {
                  env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
                  created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
                  restart_count = ?14, last_restart = ?15, on_idle = ?16, forked_from = ?17, \
-                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21 \
-                 WHERE id = ?1",
+                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21, ports = ?22, \
+                 all_ports = ?23 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -405,6 +417,8 @@ impl Store {
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
                 to_json(serde_json::to_string(&s.volumes))?,
+                to_json(serde_json::to_string(&s.ports))?,
+                s.all_ports,
             ])
         };
         match run() {
@@ -590,7 +604,7 @@ impl Store {
             ))?;
             let names: Vec<&str> = states.iter().map(|s| state_str(*s)).collect();
             let rows = stmt.query_map(rusqlite::params_from_iter(names), |row| {
-                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(21)?))
+                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(SANDBOX_COLUMN_COUNT)?))
             })?;
             rows.collect()
         };
@@ -939,8 +953,8 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
             }
         },
         volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
-        ports: Vec::new(),
-        all_ports: false,
+        ports: json_column(row, 21, |s| serde_json::from_str(s))?,
+        all_ports: row.get(22)?,
     })
 }
 

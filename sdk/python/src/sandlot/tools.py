@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import inspect
 import json
 import re
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import errors
@@ -38,6 +40,7 @@ __all__ = [
     "BASH_TOOL_NAME",
     "run_python_tool",
     "run_bash_tool",
+    "declarations",
     "ToolImage",
     "ToolOutput",
     "ToolDispatcher",
@@ -45,33 +48,29 @@ __all__ = [
     "format_execution",
 ]
 
-PYTHON_TOOL_NAME = "run_python"
-BASH_TOOL_NAME = "run_bash"
+# The declarations live in a data file shipped with the package, which the ``sandlot tools``
+# and ``sandlot agent`` commands embed too: one source for every place a model sees them.
+_DECLARATIONS_FILE = "tool_declarations.json"
 
-PYTHON_DESCRIPTION = (
-    "Run Python code in a persistent, sandboxed IPython session. Variables, imports and files "
-    "persist between calls. The working directory is /workspace. numpy, pandas and matplotlib "
-    "are installed; there is no internet access. Returns stdout, stderr, the value of the last "
-    "expression, displayed values, matplotlib figures (as images) and, on failure, the error "
-    "with its traceback."
-)
-BASH_DESCRIPTION = (
-    "Run a Bash script in a persistent, sandboxed shell session (the working directory and "
-    "exported variables persist between calls; files are shared with the Python session, under "
-    "/workspace). There is no internet access. Returns stdout, stderr and the exit status."
-)
+
+def _load_declarations() -> Dict[str, Dict[str, Any]]:
+    path = Path(__file__).with_name(_DECLARATIONS_FILE)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return {t["language"]: t for t in doc["tools"]}
+
+
+_DECLARATIONS = _load_declarations()
+
+PYTHON_TOOL_NAME: str = _DECLARATIONS["python"]["name"]
+BASH_TOOL_NAME: str = _DECLARATIONS["bash"]["name"]
+PYTHON_DESCRIPTION: str = _DECLARATIONS["python"]["description"]
+BASH_DESCRIPTION: str = _DECLARATIONS["bash"]["description"]
 
 _FORMATS = ("openai", "anthropic", "json_schema")
 
 
 def _schema(language: str) -> Dict[str, Any]:
-    what = "Python code to run" if language == "python" else "Bash script to run"
-    return {
-        "type": "object",
-        "properties": {"code": {"type": "string", "description": what}},
-        "required": ["code"],
-        "additionalProperties": False,
-    }
+    return copy.deepcopy(_DECLARATIONS[language]["parameters"])
 
 
 def _declare(name: str, description: str, language: str, format: str) -> Dict[str, Any]:  # noqa: A002
@@ -83,6 +82,12 @@ def _declare(name: str, description: str, language: str, format: str) -> Dict[st
     if format == "json_schema":
         return {"name": name, "description": description, "parameters": schema}
     raise ValueError(f"format must be one of {', '.join(_FORMATS)}, not {format!r}")
+
+
+def declarations(format: str = "openai") -> List[Dict[str, Any]]:  # noqa: A002
+    """Every tool's declaration in ``format`` (``run_python`` then ``run_bash``): what
+    ``sandlot tools --format`` prints."""
+    return [run_python_tool(format), run_bash_tool(format)]
 
 
 def run_python_tool(format: str = "openai", *, name: str = PYTHON_TOOL_NAME, description: Optional[str] = None) -> Dict[str, Any]:  # noqa: A002
