@@ -216,6 +216,17 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// Forwards `req` to port `port` of sandbox `id` as `path_and_query` (`crate::ports`).
+    fn proxy_port(
+        &self,
+        id: &str,
+        port: u16,
+        req: axum::extract::Request,
+        path_and_query: String,
+    ) -> impl Future<Output = Result<axum::response::Response, ApiError>> + Send {
+        let _ = (id, port, req, path_and_query);
+        async { Err(not_served()) }
+    }
 }
 
 /// What a backend without archives answers (the scripted test backend).
@@ -232,6 +243,16 @@ fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
 }
 
 impl Backend for Runtime {
+    async fn proxy_port(
+        &self,
+        id: &str,
+        port: u16,
+        req: axum::extract::Request,
+        path_and_query: String,
+    ) -> Result<axum::response::Response, ApiError> {
+        crate::ports::proxy(self, id, port, req, &path_and_query).await
+    }
+
     fn create_sandbox(
         &self,
         req: CreateSandbox,

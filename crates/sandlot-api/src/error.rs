@@ -86,7 +86,9 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         R::CaptureFailed { .. } | R::DiedSaving { .. } | R::DigestFailed { .. } => C::CaptureFailed,
         R::VolumeNotFound { .. } => C::VolumeNotFound,
         R::VolumeExists { .. } | R::VolumeInUse { .. } => C::VolumeInUse,
-        R::UploadRead { .. } => C::InvalidRequest,
+        R::UploadRead { .. } | R::BadPorts { .. } => C::InvalidRequest,
+        R::PortNotExposed { .. } => C::PortNotExposed,
+        R::PortUnreachable { .. } => C::PortUnreachable,
         R::CodeTooLarge { .. } => C::PayloadTooLarge,
         R::UploadTooLarge { .. } => C::FileTooLarge,
         R::QuotaExceeded { .. } => C::QuotaExceeded,
@@ -191,6 +193,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::CaptureFailed => StatusCode::CONFLICT,
         ErrorCode::VolumeNotFound => StatusCode::NOT_FOUND,
         ErrorCode::VolumeInUse => StatusCode::CONFLICT,
+        ErrorCode::PortNotExposed => StatusCode::FORBIDDEN,
+        ErrorCode::PortUnreachable => StatusCode::BAD_GATEWAY,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -392,6 +396,32 @@ mod mapping_tests {
                 },
                 ErrorCode::SandboxFailed,
                 "sandbox sb_x has failed: looping",
+            ),
+            (
+                RuntimeError::PortNotExposed {
+                    id: "sb_x".into(),
+                    port: 8000,
+                },
+                ErrorCode::PortNotExposed,
+                "sandbox sb_x does not expose port 8000; create it with \"ports\": [8000] (or \
+                 \"all_ports\": true for ports 1024-65535)",
+            ),
+            (
+                RuntimeError::PortUnreachable {
+                    id: "sb_x".into(),
+                    port: 8000,
+                    reason: "nothing listens on it (connection refused)".into(),
+                },
+                ErrorCode::PortUnreachable,
+                "nothing in sandbox sb_x answers on port 8000: nothing listens on it \
+                 (connection refused)",
+            ),
+            (
+                RuntimeError::BadPorts {
+                    reason: "a port is 1 to 65535, not 0".into(),
+                },
+                ErrorCode::InvalidRequest,
+                "ports: a port is 1 to 65535, not 0",
             ),
         ];
         for (err, code, message) in cases {

@@ -184,6 +184,10 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     const CONTEXTS: &str = "/v1/sandboxes/{id}/contexts";
     const ARCHIVE: &str = "/v1/sandboxes/{id}/archive";
     const VOLUME_FILE: &str = "/v1/volumes/{name}/files/{*path}";
+    const PORT: &str = "/v1/sandboxes/{id}/ports/{port}";
+    // A catch-all matches no empty rest: `.../{port}/` is a route of its own.
+    const PORT_SLASH: &str = "/v1/sandboxes/{id}/ports/{port}/";
+    const PORT_PATH: &str = "/v1/sandboxes/{id}/ports/{port}/{*path}";
     vec![
         route(Get, "/v1/health", health),
         route(Get, "/v1/openapi.json", openapi),
@@ -241,6 +245,32 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Post, "/v1/templates", templates::create::<B>),
         route(Get, "/v1/templates", templates::list::<B>),
         route(Get, "/v1/templates/{name}", templates::get::<B>),
+        // Every method is forwarded to the app: GET's entry takes any method the others do
+        // not, and the others are listed so the OpenAPI document shows them.
+        Route {
+            verb: Get,
+            path: PORT,
+            handler: axum::routing::any(ports::forward::<B>),
+        },
+        route(Post, PORT, ports::forward::<B>),
+        route(Put, PORT, ports::forward::<B>),
+        route(Delete, PORT, ports::forward::<B>),
+        Route {
+            verb: Get,
+            path: PORT_SLASH,
+            handler: axum::routing::any(ports::forward::<B>),
+        },
+        route(Post, PORT_SLASH, ports::forward::<B>),
+        route(Put, PORT_SLASH, ports::forward::<B>),
+        route(Delete, PORT_SLASH, ports::forward::<B>),
+        Route {
+            verb: Get,
+            path: PORT_PATH,
+            handler: axum::routing::any(ports::forward::<B>),
+        },
+        route(Post, PORT_PATH, ports::forward::<B>),
+        route(Put, PORT_PATH, ports::forward::<B>),
+        route(Delete, PORT_PATH, ports::forward::<B>),
     ]
 }
 
@@ -276,8 +306,39 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             },
         ));
     }
-    app.layer(CatchPanicLayer::custom(error::panic_response))
+    app.layer(axum::middleware::from_fn(refuse_pages))
+        .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(axum::middleware::from_fn(log_request))
+}
+
+/// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a
+/// browser, so a script on such a page could call the API same-origin. Browsers tag every
+/// request a page makes with `Sec-Fetch-Site` (`none` only for what the user typed or
+/// bookmarked); HTTP clients and the SDKs never send it. Requests made by pages reach the
+/// ports routes only.
+async fn refuse_pages(req: Request, next: Next) -> Response {
+    let from_page = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() != b"none");
+    if from_page && !is_ports_path(req.uri().path()) {
+        return error::error_response(
+            axum::http::StatusCode::FORBIDDEN,
+            "forbidden",
+            "requests made by web pages are refused outside /v1/sandboxes/{id}/ports/",
+        );
+    }
+    next.run(req).await
+}
+
+/// `/v1/sandboxes/{id}/ports/...`.
+fn is_ports_path(path: &str) -> bool {
+    let mut parts = path.split('/');
+    parts.next() == Some("")
+        && parts.next() == Some("v1")
+        && parts.next() == Some("sandboxes")
+        && parts.next().is_some_and(|id| !id.is_empty())
+        && parts.next() == Some("ports")
 }
 
 async fn health() -> Json<serde_json::Value> {

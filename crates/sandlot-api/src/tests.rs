@@ -80,7 +80,7 @@ fn sample_sandbox(id: &str) -> Sandbox {
             read_only: true,
         }],
         ports: vec![8501],
-        all_ports: false,
+        all_ports: true,
     }
 }
 
@@ -841,6 +841,8 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::CaptureFailed, 409),
     (ErrorCode::VolumeNotFound, 404),
     (ErrorCode::VolumeInUse, 409),
+    (ErrorCode::PortNotExposed, 403),
+    (ErrorCode::PortUnreachable, 502),
     (ErrorCode::Internal, 500),
 ];
 

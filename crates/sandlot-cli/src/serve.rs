@@ -53,7 +53,13 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         workspaces = %rt.workspace_backend(),
         "serving"
     );
-    // After the log line, so whoever reads the announcement finds the settings logged.
+    tracing::info!(
+        key_file = %dirs.data_dir.join(sandlot_e2b::KEY_FILE).display(),
+        "E2B-compatible API: set E2B_API_URL and E2B_SANDBOX_URL to this server's URL and \
+         E2B_API_KEY to the key in key_file (or {})",
+        sandlot_e2b::KEY_ENV
+    );
+    // After the log lines, so whoever reads the announcement finds the settings logged.
     announce(addr)?;
 
     let signal = signals.wait().await;

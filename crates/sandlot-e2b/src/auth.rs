@@ -68,8 +68,8 @@ impl Auth {
     }
 
     pub(crate) fn with_key(key: String) -> Self {
-        let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())
-            .expect("HMAC takes keys of any length");
+        let mac =
+            Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");
         Self { key, mac }
     }
 
@@ -94,6 +94,12 @@ impl Auth {
     /// Whether `headers` carry the server's key in `X-API-KEY`.
     pub(crate) fn has_api_key(&self, headers: &HeaderMap) -> bool {
         header_eq(headers, API_KEY_HEADER, &self.key)
+    }
+
+    /// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or the
+    /// server's key (not the traffic token, which opens its ports only).
+    pub(crate) fn opens_everything(&self, id: &str, headers: &HeaderMap) -> bool {
+        header_eq(headers, ACCESS_TOKEN_HEADER, &self.envd_token(id)) || self.has_api_key(headers)
     }
 
     /// The control plane's check: `X-API-KEY` must be the server's key.
@@ -135,13 +141,11 @@ pub(crate) fn check_sandbox(ctx: &Ctx, headers: &HeaderMap) -> Result<String, De
         ));
     }
     let auth = &ctx.auth;
-    if header_eq(headers, ACCESS_TOKEN_HEADER, &auth.envd_token(id)) || auth.has_api_key(headers)
-    {
+    if header_eq(headers, ACCESS_TOKEN_HEADER, &auth.envd_token(id)) || auth.has_api_key(headers) {
         return Ok(id.to_owned());
     }
     let port = sandbox_port(headers);
-    if port != Some(ENVD_PORT)
-        && header_eq(headers, TRAFFIC_TOKEN_HEADER, &auth.traffic_token(id))
+    if port != Some(ENVD_PORT) && header_eq(headers, TRAFFIC_TOKEN_HEADER, &auth.traffic_token(id))
     {
         return Ok(id.to_owned());
     }
@@ -212,11 +216,9 @@ fn load_or_create(path: &Path) -> Result<String, E2bError> {
                 .map_err(err)?;
             Ok(key)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::read_to_string(path)
-                .map(|s| s.trim().to_owned())
-                .map_err(err)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::read_to_string(path)
+            .map(|s| s.trim().to_owned())
+            .map_err(err),
         Err(e) => Err(err(e)),
     }
 }

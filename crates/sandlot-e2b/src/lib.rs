@@ -5,10 +5,32 @@
 //! ordinary routes, and everything a client sends to a sandbox (envd's `/files`, its Connect RPC
 //! services, the code interpreter's `/execute` and `/contexts`, and any other port) recognised
 //! by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers.
+//!
+//! - `auth`: the server's E2B key, per-sandbox tokens, the checks
+//! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume)
+//! - `files`: envd's `GET/POST /files` and `/health`
+//! - `connect`, `process`, `filesystem`: envd's Connect RPC services
+//! - `interpreter`: the code interpreter's `/execute` and `/contexts`
+//! - `error`: E2B's error bodies
 
+mod auth;
+mod connect;
+mod control;
+mod error;
+mod files;
+mod filesystem;
+mod interpreter;
+mod process;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use sandlot_runtime::Runtime;
 use std::path::Path;
+use std::sync::Arc;
+use tower::ServiceExt;
+
+pub use auth::{KEY_ENV, KEY_FILE};
 
 /// Errors of the E2B layer's setup.
 #[derive(Debug, thiserror::Error)]
@@ -20,27 +42,112 @@ pub enum E2bError {
     },
 }
 
+/// What every E2B handler gets: the runtime and the server's credentials.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub(crate) rt: Runtime,
+    pub(crate) auth: Arc<auth::Auth>,
+    /// The code interpreter's per-sandbox bookkeeping.
+    pub(crate) interp: Arc<interpreter::Sessions>,
+}
+
+impl Ctx {
+    /// Drops what the E2B layer keeps about a sandbox that was killed.
+    pub(crate) fn forget(&self, id: &str) {
+        self.interp.forget(id);
+    }
+}
+
 /// The E2B-compatible API of one server.
 #[derive(Clone)]
 pub struct E2b {
-    rt: Runtime,
+    ctx: Ctx,
 }
 
+/// The port E2B's code interpreter listens on in its sandboxes.
+pub(crate) const INTERPRETER_PORT: u16 = 49999;
+
 impl E2b {
-    /// Loads (or creates, on first start) the server's E2B API key under `data_dir`.
+    /// Loads (or creates, on first start) the server's E2B API key under `data_dir`
+    /// (`SANDLOT_E2B_API_KEY` overrides it).
     pub fn start(rt: Runtime, data_dir: &Path) -> Result<Self, E2bError> {
-        let _ = data_dir;
-        Ok(Self { rt })
+        let auth = Arc::new(auth::Auth::load(data_dir)?);
+        Ok(Self {
+            ctx: Ctx {
+                rt,
+                auth,
+                interp: Default::default(),
+            },
+        })
     }
 
     /// The control plane, beside `/v1`.
     pub fn routes(&self) -> Router {
-        let _ = &self.rt;
-        Router::new()
+        control::routes(&self.ctx).with_state(self.ctx.clone())
     }
 
-    /// Everything addressed to a sandbox by `E2b-Sandbox-Id`.
+    /// Everything addressed to a sandbox by `E2b-Sandbox-Id`, dispatched on
+    /// `E2b-Sandbox-Port`: envd (49983), the code interpreter (49999), else the sandbox's port.
     pub fn sandbox_router(&self) -> Router {
-        Router::new()
+        let envd = files::routes()
+            .merge(connect::routes())
+            .merge(process::routes())
+            .merge(filesystem::routes())
+            .fallback(error::envd_route_not_found)
+            .with_state(self.ctx.clone());
+        let interpreter = interpreter::routes()
+            .fallback(error::interpreter_route_not_found)
+            .with_state(self.ctx.clone());
+        let faces = Arc::new(Faces {
+            envd,
+            interpreter,
+            ctx: self.ctx.clone(),
+        });
+        Router::new().fallback(dispatch).with_state(faces)
+    }
+}
+
+/// The routers behind the sandbox header, one per face.
+struct Faces {
+    envd: Router,
+    interpreter: Router,
+    ctx: Ctx,
+}
+
+async fn dispatch(State(faces): State<Arc<Faces>>, req: Request) -> Response {
+    let port = auth::sandbox_port(req.headers());
+    let router = match port {
+        Some(auth::ENVD_PORT) => faces.envd.clone(),
+        Some(INTERPRETER_PORT) => faces.interpreter.clone(),
+        Some(port) => return other_port(&faces.ctx, port, req).await,
+        None => {
+            return error::Failure::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "missing or invalid E2b-Sandbox-Port header",
+            )
+            .into_response()
+        }
+    };
+    match router.oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+/// A request for another port of the sandbox: authenticated here, then relayed to the app
+/// listening on that port inside the sandbox.
+async fn other_port(ctx: &Ctx, port: u16, req: Request) -> Response {
+    let id = match auth::check_sandbox(ctx, req.headers()) {
+        Ok(id) => id,
+        Err(denied) => return error::Failure::from(denied).into_response(),
+    };
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    match sandlot_api::ports::proxy(&ctx.rt, &id, port, req, &path_and_query).await {
+        Ok(resp) => resp,
+        Err(e) => error::Failure::from_api(&e).into_response(),
     }
 }

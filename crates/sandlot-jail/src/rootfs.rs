@@ -87,6 +87,8 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     ] {
         fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
     }
+    // E2B's home: code written for E2B reads and writes /home/user, which is the workspace.
+    symlink("/workspace", root.join("home/user")).at("symlink", root.join("home/user"))?;
     bind_ro(Path::new("/usr"), &root.join("usr"))?;
     for name in USR_ALIASES {
         let host = Path::new("/").join(name);

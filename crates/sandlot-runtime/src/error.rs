@@ -151,6 +151,21 @@ pub enum RuntimeError {
     #[error("{waiting} executions are already waiting on this sandbox")]
     SandboxBusy { waiting: usize },
 
+    // Ports (`ports.rs`).
+    #[error("ports: {reason}")]
+    BadPorts { reason: String },
+    #[error(
+        "sandbox {id} does not expose port {port}; create it with \"ports\": [{port}] (or \
+         \"all_ports\": true for ports 1024-65535)"
+    )]
+    PortNotExposed { id: String, port: u16 },
+    #[error("nothing in sandbox {id} answers on port {port}: {reason}")]
+    PortUnreachable {
+        id: String,
+        port: u16,
+        reason: String,
+    },
+
     // Code contexts.
     #[error("no context {context:?} in sandbox {sandbox}")]
     NoContext { sandbox: String, context: String },

@@ -379,7 +379,8 @@ fn child_info(parent: &Sandbox, r: &Restored) -> Sandbox {
         paused_at: None,
         last_restore: Some(r.restore.clone()),
         volumes: Vec::new(),
-        ports: Vec::new(),
-        all_ports: false,
+        // A fork serves what its parent served: the same ports are reachable.
+        ports: parent.ports.clone(),
+        all_ports: parent.all_ports,
     }
 }

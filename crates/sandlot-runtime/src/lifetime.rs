@@ -1,1 +1,46 @@
-//! Changing when a live sandbox expires (E2B's `set_timeout`).
+//! Changing when a live sandbox expires (E2B's `set_timeout`), and the execution timeout the
+//! server allows (E2B executions carry none: they run until the client gives up).
+
+use crate::error::RuntimeError;
+use crate::util::{lock, rfc3339, secs_since};
+use crate::Runtime;
+use sandlot_types::Sandbox;
+use std::time::{Duration, Instant};
+
+impl Runtime {
+    /// Moves a sandbox's expiry to `d` from now (earlier or later than it was), recorded like
+    /// every other change of the sandbox. Its `max_lifetime` becomes the lifetime that expiry
+    /// gives it, counted from its creation. A paused sandbox's time paused still does not
+    /// count: resuming moves the expiry on by it, as before.
+    pub fn set_timeout(&self, id: &str, d: Duration) -> Result<Sandbox, RuntimeError> {
+        // The same bound as a lifetime given at creation.
+        if d > Duration::from_secs(365 * 24 * 3600) {
+            return Err(RuntimeError::OverOneYear { field: "timeout" });
+        }
+        let e = self.entry(id)?;
+        if lock(&e.slot).ended {
+            return Err(RuntimeError::SandboxGone {
+                id: id.to_string(),
+                state: "ending",
+                reason: "it is being removed".into(),
+            });
+        }
+        let info = {
+            // info before expires: the order resume takes them in.
+            let mut info = lock(&e.info);
+            *lock(&e.expires) = Instant::now() + d;
+            let at = time::OffsetDateTime::now_utc() + d;
+            info.expires_at = rfc3339(at);
+            let age = secs_since(&info.created_at);
+            info.max_lifetime = (age + d.as_secs_f64()).ceil().max(1.0) as u64;
+            info.clone()
+        };
+        self.save(&e);
+        Ok(info)
+    }
+
+    /// The longest execution timeout the server accepts, in seconds.
+    pub fn max_exec_timeout(&self) -> f64 {
+        self.inner.config.max_exec_timeout
+    }
+}

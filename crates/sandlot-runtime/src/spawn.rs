@@ -64,6 +64,7 @@ impl Runtime {
     /// mid-way (dropping this future) cannot cut the handshake short and leave processes,
     /// a cgroup or a uid behind; a sandbox whose creator is gone when it is ready is deleted.
     pub async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, RuntimeError> {
+        crate::ports::check_ports(&req)?;
         if let Some(snapshot) = req.from_snapshot.clone() {
             return self.create_from_snapshot(req, &snapshot).await;
         }
@@ -386,8 +387,8 @@ pub(crate) fn new_record(id: &str, a: &Admitted, req: &CreateSandbox) -> Sandbox
         paused_at: None,
         last_restore: None,
         volumes: a.volumes.clone(),
-        ports: Vec::new(),
-        all_ports: false,
+        ports: crate::ports::requested_ports(req),
+        all_ports: req.all_ports,
     }
 }
 

@@ -389,8 +389,8 @@ impl Store {
                  env = ?5, metadata = ?6, limits = ?7, idle_timeout = ?8, max_lifetime = ?9, \
                  created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
                  restart_count = ?14, last_restart = ?15, on_idle = ?16, forked_from = ?17, \
-                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21, ports = ?22, \
-                 all_ports = ?23 WHERE id = ?1",
+                 from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21, \
+                 ports = ?22, all_ports = ?23 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -604,7 +604,10 @@ impl Store {
             ))?;
             let names: Vec<&str> = states.iter().map(|s| state_str(*s)).collect();
             let rows = stmt.query_map(rusqlite::params_from_iter(names), |row| {
-                Ok((sandbox_from_row(row)?, row.get::<_, Option<u32>>(SANDBOX_COLUMN_COUNT)?))
+                Ok((
+                    sandbox_from_row(row)?,
+                    row.get::<_, Option<u32>>(SANDBOX_COLUMN_COUNT)?,
+                ))
             })?;
             rows.collect()
         };

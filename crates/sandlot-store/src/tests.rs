@@ -859,3 +859,56 @@ fn restarts_host_uids_and_stopped_sandboxes() {
     );
     assert_eq!(kept[0].0.restart_count, 2);
 }
+
+#[test]
+fn exposed_ports_roundtrip() {
+    let store = Store::open_in_memory().unwrap();
+    let mut sb = sandbox("sb-p", "2025-01-01T00:00:00.000Z", SandboxState::Running);
+    sb.ports = vec![8000, 8501, 65535];
+    store.insert_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-p").unwrap(), Some(sb.clone()));
+    sb.ports.clear();
+    sb.all_ports = true;
+    store.update_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-p").unwrap(), Some(sb.clone()));
+    store.set_host_uid("sb-p", Some(77)).unwrap();
+    let listed = store.sandboxes_in(&[SandboxState::Running]).unwrap();
+    assert_eq!(listed, vec![(sb, Some(77))]);
+    assert_eq!(
+        SANDBOX_COLUMNS.split(',').count(),
+        SANDBOX_COLUMN_COUNT,
+        "the host uid is read right after the sandbox's columns"
+    );
+}
+
+/// A database written before ports existed (schema 3) opens with every sandbox exposing none.
+#[test]
+fn schema_3_sandboxes_expose_no_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sandlot.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        for m in &MIGRATIONS[..3] {
+            conn.execute_batch(m).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        conn.execute(
+            "INSERT INTO sandboxes (id, template, template_version, state, env, metadata, \
+             limits, idle_timeout, max_lifetime, created_at, last_active_at, expires_at) \
+             VALUES ('sb-old', 'default', 'v1', 'stopped', '{}', '{}', \
+             '{\"memory_mb\":1,\"cpu_millis\":1,\"pids\":1,\"disk_mb\":1}', 60, 60, \
+             '2025-01-01T00:00:00.000Z', '2025-01-01T00:00:00.000Z', '2025-01-02T00:00:00.000Z')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let sb = store.get_sandbox("sb-old").unwrap().unwrap();
+    assert!(sb.ports.is_empty());
+    assert!(!sb.all_ports);
+    let version: i64 = store
+        .conn()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
+}

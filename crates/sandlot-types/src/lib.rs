@@ -599,6 +599,10 @@ pub enum ErrorCode {
     VolumeNotFound,
     /// The volume exists already, or is mounted where that is not allowed (409).
     VolumeInUse,
+    /// The sandbox was not created to expose that port (403).
+    PortNotExposed,
+    /// Nothing inside the sandbox accepts connections on that port (502).
+    PortUnreachable,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -630,6 +634,8 @@ impl ErrorCode {
             ErrorCode::CaptureFailed => "capture_failed",
             ErrorCode::VolumeNotFound => "volume_not_found",
             ErrorCode::VolumeInUse => "volume_in_use",
+            ErrorCode::PortNotExposed => "port_not_exposed",
+            ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::Internal => "internal",
         }
     }

@@ -42,6 +42,8 @@ from .errors import (
     TemplateNotFound,
     TemplateNotReady,
     VolumeInUse,
+    PortNotExposed,
+    PortUnreachable,
     VolumeNotFound,
     WorkspaceFull,
 )
@@ -153,6 +155,8 @@ __all__ = [
     "SnapshotNotFound",
     "VolumeNotFound",
     "VolumeInUse",
+    "PortNotExposed",
+    "PortUnreachable",
     "TemplateNotReady",
     "TemplateBuildFailed",
     "TemplateBuildTimeout",

@@ -53,7 +53,9 @@ SnapshotArg = Union[Snapshot, str]
 VolumeArg = Union[Volume, str]
 # A mount: a VolumeMount, or a dict with "name" (a str or a Volume), "path" and "read_only"
 VolumesArg = Optional[Iterable[Union[VolumeMount, Mapping[str, Any]]]]
+PortsArg = Optional[Iterable[int]]
 IDLE_ACTIONS = ("delete", "pause")
+MAX_PORTS = 32
 MAX_FORK = 100
 
 
@@ -264,6 +266,34 @@ def volume_mounts_json(volumes: VolumesArg) -> List[Dict[str, Any]]:
     return out
 
 
+def valid_port(port: Any) -> int:
+    """``port`` as a TCP port number (1-65535), or :class:`~sandlot.InvalidRequest`."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise errors.InvalidRequest(f"a port is a number from 1 to 65535, not {port!r}", code="invalid_request")
+    return port
+
+
+def ports_json(ports: PortsArg) -> List[int]:
+    """The ``ports`` of a CreateSandbox: at most 32, each 1-65535 (the server checks the same)."""
+    if ports is None:
+        return []
+    if isinstance(ports, (int, str, bytes)):
+        raise TypeError("ports must be a list of port numbers, not a single one")
+    out = [valid_port(p) for p in ports]
+    if len(out) > MAX_PORTS:
+        raise errors.InvalidRequest(
+            f"at most {MAX_PORTS} ports, not {len(out)} (all_ports=True exposes 1024-65535)", code="invalid_request"
+        )
+    return out
+
+
+def port_url(base_url: str, sandbox_id: str, port: Any, path: str = "") -> str:
+    """The URL an app listening on ``port`` inside the sandbox answers at, through the server
+    (``<url>/v1/sandboxes/<id>/ports/<port>/``, plus ``path``)."""
+    base = base_url.rstrip("/") + sandbox_path(sandbox_id, "ports", str(valid_port(port))) + "/"
+    return base + path.lstrip("/")
+
+
 def sandbox_path(sandbox_id: str, *rest: str) -> str:
     p = "/v1/sandboxes/" + quote(sandbox_id, safe="")
     for r in rest:
@@ -283,6 +313,8 @@ def create_body(
     from_snapshot: Optional[SnapshotArg] = None,
     on_idle: Optional[str] = None,
     volumes: VolumesArg = None,
+    ports: PortsArg = None,
+    all_ports: bool = False,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -307,6 +339,11 @@ def create_body(
     mounts = volume_mounts_json(volumes)
     if mounts:
         body["volumes"] = mounts
+    exposed = ports_json(ports)
+    if exposed:
+        body["ports"] = exposed
+    if all_ports:
+        body["all_ports"] = True
     return body
 
 

@@ -29,6 +29,7 @@ from ._core import (
     ConnectionConfig,
     ContextArg,
     LimitsArg,
+    PortsArg,
     SnapshotArg,
     StreamState,
     VolumesArg,
@@ -39,6 +40,7 @@ from ._core import (
     execute_timeout,
     fork_body,
     is_event_stream,
+    port_url,
     replay_callbacks,
     sandbox_path,
     snapshot_body,
@@ -138,12 +140,16 @@ class AsyncSandbox:
         from_snapshot: Optional[SnapshotArg] = None,
         on_idle: Optional[str] = None,
         volumes: VolumesArg = None,
+        ports: PortsArg = None,
+        all_ports: bool = False,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _Creating:
         """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
-        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes)
+        body = create_body(
+            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports
+        )
 
         async def make() -> "AsyncSandbox":
             cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
@@ -215,6 +221,18 @@ class AsyncSandbox:
     @property
     def url(self) -> str:
         return self._http.cfg.url
+
+    def get_url(self, port: int, path: str = "") -> str:
+        """The URL at which an app listening on ``port`` inside the sandbox answers, HTTP and
+        WebSocket (``ws://`` for the same URL), through the server:
+        ``<url>/v1/sandboxes/<id>/ports/<port>/`` plus ``path``. The port must be one the
+        sandbox was created to expose (``ports=[...]``, or ``all_ports=True`` for 1024-65535);
+        another answers 403 ``port_not_exposed``, and one nothing listens on 502
+        ``port_unreachable``. The app sees ``/`` + ``path`` and the prefix in
+        ``X-Forwarded-Prefix``; the trailing ``/`` keeps its relative links working."""
+        return port_url(self.url, self.id, port, path)
+
+    port_url = get_url
 
     async def info(self) -> SandboxInfo:
         self._info = SandboxInfo.from_json(decode_json(await self._http.request("GET", sandbox_path(self.id))))

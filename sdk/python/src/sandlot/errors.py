@@ -27,6 +27,8 @@ __all__ = [
     "SnapshotNotFound",
     "VolumeNotFound",
     "VolumeInUse",
+    "PortNotExposed",
+    "PortUnreachable",
     "TemplateNotReady",
     "TemplateBuildFailed",
     "TemplateBuildTimeout",
@@ -116,6 +118,14 @@ class VolumeInUse(SandlotError):
     """The volume is taken (``volume_in_use``, HTTP 409): another sandbox holds it read-write
     (a second read-write mount is refused), it cannot be deleted while any sandbox mounts it,
     or a volume of that name already exists. The message names the sandbox that holds it."""
+
+
+class PortNotExposed(SandlotError):
+    """The sandbox was not created to expose that port (``port_not_exposed``, HTTP 403)."""
+
+
+class PortUnreachable(SandlotError):
+    """Nothing in the sandbox answers on that port (``port_unreachable``, HTTP 502)."""
 
 
 class TemplateNotReady(SandlotError):
@@ -260,6 +270,8 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "snapshot_not_found": SnapshotNotFound,
     "volume_not_found": VolumeNotFound,
     "volume_in_use": VolumeInUse,
+    "port_not_exposed": PortNotExposed,
+    "port_unreachable": PortUnreachable,
     "state_corrupt": StateCorrupt,
     "capture_failed": CaptureFailed,
     "internal": ServerError,

@@ -27,6 +27,7 @@ __all__ = [
     "ExecError",
     "Truncation",
     "Execution",
+    "ImageResults",
     "FileEntry",
     "SandboxInfo",
     "ExecutionRecord",
@@ -509,9 +510,45 @@ class Execution:
         main = self.main_result
         return main.text if main is not None else None
 
-    def images(self) -> Iterator[Result]:
-        """The results that carry a PNG or JPEG image, in order."""
-        return (r for r in self.results if r.png is not None or r.jpeg is not None)
+    @property
+    def images(self) -> "ImageResults":
+        """The results that carry a PNG or JPEG image (figures, displayed images), in the order
+        they were produced, wherever they sit among the other results: a list.
+
+        ``plt.plot([1, 3, 2])`` makes the list of lines the cell's value *and* a figure, so
+        the figure is ``ex.images[0]`` (or :attr:`image`) while ``ex.results[0]`` is the
+        lines. Calling it (``ex.images()``, the spelling of earlier versions) gives an
+        iterator over the same results."""
+        return ImageResults(r for r in self.results if r.png is not None or r.jpeg is not None)
+
+    @property
+    def image(self) -> Optional[Result]:
+        """The first image result (:attr:`images`), or ``None``."""
+        imgs = self.images
+        return imgs[0] if imgs else None
+
+    @property
+    def png(self) -> Optional[str]:
+        """The first PNG image the execution produced, base64-encoded as :attr:`Result.png`
+        is; ``None`` when there is none. :meth:`png_bytes` decodes it."""
+        return next((r.png for r in self.results if r.png is not None), None)
+
+    def png_bytes(self) -> Optional[bytes]:
+        """The first PNG image, decoded; ``None`` when there is none."""
+        png = self.png
+        return base64.b64decode(png) if png is not None else None
+
+    def save_png(self, path: PathLike) -> str:
+        """Write the first PNG image (the first figure) to ``path`` and return the path;
+        raises ``ValueError`` when the execution produced none."""
+        data = self.png_bytes()
+        if data is None:
+            made = ", ".join(sorted({f for r in self.results for f in r.formats()})) or "no rich output"
+            raise ValueError(f"the execution produced no PNG image ({made})")
+        path = os.fspath(path)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
 
     def raise_for_error(self) -> "Execution":
         """Raise :class:`ExecutionTimeout` or :class:`ExecutionError` unless the execution
@@ -545,6 +582,15 @@ class Execution:
         if isinstance(arts, list) and arts:
             parts.append(f"artifacts={len(arts)}")
         return f"Execution({', '.join(parts)})"
+
+
+class ImageResults(List[Result]):
+    """What :attr:`Execution.images` returns: a list of image results. Calling it returns an
+    iterator over them, so code written for the method ``images()`` of earlier versions keeps
+    working."""
+
+    def __call__(self) -> Iterator[Result]:
+        return iter(self)
 
 
 def _alive_note(ex: Execution) -> str:
@@ -616,6 +662,8 @@ class SandboxInfo:
     paused_at: Optional[str] = None
     last_restore: Optional["LastRestore"] = None
     volumes: List["VolumeMount"] = field(default_factory=list)
+    ports: List[int] = field(default_factory=list)
+    all_ports: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -652,6 +700,8 @@ class SandboxInfo:
             paused_at=d.get("paused_at"),
             last_restore=LastRestore.from_json(lr) if isinstance((lr := d.get("last_restore")), Mapping) else None,
             volumes=[VolumeMount.from_json(m) for m in (d.get("volumes") or []) if isinstance(m, Mapping)],
+            ports=[int(p) for p in (d.get("ports") or []) if isinstance(p, int)],
+            all_ports=bool(d.get("all_ports", False)),
             raw=dict(d),
         )
 

@@ -14,6 +14,7 @@ from ._core import (
     ConnectionConfig,
     ContextArg,
     LimitsArg,
+    PortsArg,
     SnapshotArg,
     StreamState,
     VolumesArg,
@@ -25,6 +26,7 @@ from ._core import (
     execute_timeout,
     fork_body,
     is_event_stream,
+    port_url,
     replay_callbacks,
     sandbox_path,
     snapshot_body,
@@ -63,7 +65,9 @@ class Sandbox:
     :class:`~sandlot.Volumes`) under ``/workspace``: a list of :class:`~sandlot.VolumeMount`
     or dicts ``{"name": ..., "path": "data", "read_only": True}``; an unknown volume raises
     :class:`~sandlot.VolumeNotFound`, a read-write mount of a volume another sandbox holds
-    read-write :class:`~sandlot.VolumeInUse`. ``url`` and ``api_key`` default to
+    read-write :class:`~sandlot.VolumeInUse`. ``ports`` lists TCP ports (at most 32) an app
+    inside may serve on, reachable from outside at :meth:`get_url`; ``all_ports=True`` exposes
+    1024-65535. ``url`` and ``api_key`` default to
     ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
     """
 
@@ -87,11 +91,15 @@ class Sandbox:
         from_snapshot: Optional[SnapshotArg] = None,
         on_idle: Optional[str] = None,
         volumes: VolumesArg = None,
+        ports: PortsArg = None,
+        all_ports: bool = False,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
-        body = create_body(template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes)
+        body = create_body(
+            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports
+        )
         cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
         http = SyncHTTP(cfg, transport)
         try:
@@ -190,6 +198,18 @@ class Sandbox:
     @property
     def url(self) -> str:
         return self._http.cfg.url
+
+    def get_url(self, port: int, path: str = "") -> str:
+        """The URL at which an app listening on ``port`` inside the sandbox answers, HTTP and
+        WebSocket (``ws://`` for the same URL), through the server:
+        ``<url>/v1/sandboxes/<id>/ports/<port>/`` plus ``path``. The port must be one the
+        sandbox was created to expose (``ports=[...]``, or ``all_ports=True`` for 1024-65535);
+        another answers 403 ``port_not_exposed``, and one nothing listens on 502
+        ``port_unreachable``. The app sees ``/`` + ``path`` and the prefix in
+        ``X-Forwarded-Prefix``; the trailing ``/`` keeps its relative links working."""
+        return port_url(self.url, self.id, port, path)
+
+    port_url = get_url
 
     def info(self) -> SandboxInfo:
         """The sandbox as the server reports it now."""

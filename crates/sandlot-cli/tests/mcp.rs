@@ -1,0 +1,649 @@
+//! The MCP server against hostile and broken clients, speaking raw JSON-RPC to a real server
+//! with real sandboxes: over streamable HTTP at `/mcp` (malformed JSON-RPC, unknown session ids,
+//! oversized bodies, wrong media types, foreign Host/Origin, unknown tools and bad arguments,
+//! a bounded number of sessions, a client dropping its connection mid-execution, session end
+//! deleting the session's sandbox) and over stdio (`sandlot mcp --url`: garbage lines, hostile
+//! ids and paths, EOF). Each answer is in MCP's own format and the server stays usable.
+//! The happy paths through the official client are in sdk/python/tests/test_mcp.py.
+
+mod common;
+
+use common::TestServer;
+use reqwest::blocking::{Client, RequestBuilder};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const PROTOCOL: &str = "2025-06-18";
+/// The server's bound on live sessions (`sandlot_mcp::MAX_SESSIONS`).
+const MAX_SESSIONS: usize = sandlot_mcp::MAX_SESSIONS;
+
+/// A raw streamable-HTTP MCP client.
+struct Mcp<'a> {
+    server: &'a TestServer,
+    http: Client,
+    session: Option<String>,
+    next_id: u64,
+}
+
+/// A status, headers and the JSON-RPC messages of a body (JSON or SSE `data:` lines).
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    text: String,
+    messages: Vec<Value>,
+}
+
+impl Answer {
+    /// The one message that answers request `id`.
+    #[track_caller]
+    fn reply(&self, id: u64) -> &Value {
+        self.messages
+            .iter()
+            .find(|m| m["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no reply to {id}: {} {}", self.status, self.text))
+    }
+}
+
+fn read(resp: reqwest::blocking::Response) -> Answer {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().unwrap_or_default();
+    let mut messages = Vec::new();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        messages.push(v);
+    } else {
+        for line in text.lines() {
+            if let Some(data) = line.strip_prefix("data:") {
+                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
+                    messages.push(v);
+                }
+            }
+        }
+    }
+    Answer {
+        status,
+        headers,
+        text,
+        messages,
+    }
+}
+
+impl<'a> Mcp<'a> {
+    fn new(server: &'a TestServer) -> Self {
+        Mcp {
+            server,
+            http: Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
+            session: None,
+            next_id: 1,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/mcp", self.server.url())
+    }
+
+    fn post(&self) -> RequestBuilder {
+        let mut req = self
+            .http
+            .post(self.url())
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", PROTOCOL);
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        req
+    }
+
+    fn send(&self, req: RequestBuilder) -> Answer {
+        read(req.send().expect("request"))
+    }
+
+    fn raw(&self, body: impl Into<Vec<u8>>) -> Answer {
+        let body: Vec<u8> = body.into();
+        self.send(self.post().body(body))
+    }
+
+    /// `initialize` then `notifications/initialized`; keeps the session id.
+    fn initialize(&mut self) -> Answer {
+        let id = self.take_id();
+        let a = self.raw(
+            json!({
+                "jsonrpc": "2.0", "id": id, "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": { "name": "attack-test", "version": "0" },
+                },
+            })
+            .to_string(),
+        );
+        if a.status != 200 {
+            return a;
+        }
+        assert_eq!(
+            a.reply(id)["result"]["protocolVersion"],
+            PROTOCOL,
+            "{}",
+            a.text
+        );
+        let sid = a.headers["mcp-session-id"].to_str().unwrap().to_string();
+        self.session = Some(sid);
+        let n =
+            self.raw(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+        assert_eq!(n.status, 202, "{}", n.text);
+        a
+    }
+
+    fn take_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A request; returns its id and the answer.
+    fn request(&mut self, method: &str, params: Value) -> (u64, Answer) {
+        let id = self.take_id();
+        let a = self.raw(
+            json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string(),
+        );
+        (id, a)
+    }
+
+    /// `tools/call`; returns the JSON-RPC reply (a `result` or an `error`).
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let (id, a) = self.request("tools/call", json!({ "name": tool, "arguments": args }));
+        assert_eq!(a.status, 200, "{}", a.text);
+        a.reply(id).clone()
+    }
+
+    fn delete(&self) -> Answer {
+        let mut req = self.http.delete(self.url());
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        self.send(req)
+    }
+}
+
+/// An HTTP-level refusal: this status and a JSON-RPC error body with this code.
+#[track_caller]
+fn assert_refused(a: &Answer, status: u16, code: i64) {
+    assert_eq!(a.status, status, "{}", a.text);
+    assert_eq!(
+        a.headers["content-type"].to_str().unwrap(),
+        "application/json",
+        "{}",
+        a.text
+    );
+    assert_eq!(a.messages.len(), 1, "{}", a.text);
+    assert_eq!(a.messages[0]["jsonrpc"], "2.0", "{}", a.text);
+    assert_rpc_error(&a.messages[0], code);
+}
+
+/// The text of a tool result's content blocks.
+fn text(reply: &Value) -> String {
+    reply["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tool result: {reply}"))
+        .iter()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[track_caller]
+fn assert_ok(reply: &Value) {
+    assert!(
+        reply["result"]["isError"] != json!(true) && reply["error"].is_null(),
+        "{reply}"
+    );
+}
+
+#[track_caller]
+fn assert_rpc_error(reply: &Value, code: i64) {
+    assert_eq!(reply["error"]["code"], json!(code), "{reply}");
+    assert!(
+        !reply["error"]["message"].as_str().unwrap_or("").is_empty(),
+        "{reply}"
+    );
+}
+
+fn own_sandbox(mcp: &mut Mcp) -> String {
+    let listed: Value =
+        serde_json::from_str(&text(&mcp.call("list_sandboxes", json!({})))).unwrap();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["this_session"] == json!(true))
+        .and_then(|s| s["sandbox_id"].as_str())
+        .expect("the session's own sandbox")
+        .to_string()
+}
+
+fn alive(server: &TestServer, id: &str) -> bool {
+    let r = server.get(&format!("/v1/sandboxes/{id}"));
+    r.status == 200 && !["deleted", "expired", "lost"].contains(&r.body["state"].as_str().unwrap())
+}
+
+#[track_caller]
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn http_bad_input_gets_mcp_errors_and_the_server_stays_usable() {
+    let server = TestServer::start();
+    let mut mcp = Mcp::new(&server);
+
+    // Before any session: requests other than initialize need one.
+    let (_, a) = mcp.request("tools/list", json!({}));
+    assert_refused(&a, 400, -32600);
+    // Malformed JSON, and JSON that is not JSON-RPC: parse errors.
+    for body in [
+        &b"{not json"[..],
+        b"[]",
+        b"{\"jsonrpc\":\"2.0\"}",
+        b"\x00\xff",
+        b"",
+    ] {
+        assert_refused(&mcp.raw(body.to_vec()), 400, -32700);
+    }
+    // Wrong media types.
+    let a = mcp.send(
+        mcp.http
+            .post(mcp.url())
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "text/plain")
+            .body("{}"),
+    );
+    assert_refused(&a, 415, -32600);
+    let a = mcp.send(
+        mcp.http
+            .post(mcp.url())
+            .header("accept", "text/html")
+            .header("content-type", "application/json")
+            .body("{}"),
+    );
+    assert_refused(&a, 406, -32600);
+    // Other methods.
+    let a = mcp.send(mcp.http.put(mcp.url()).body("{}"));
+    assert_refused(&a, 405, -32600);
+
+    // Unknown session ids, on every method.
+    mcp.session = Some("00000000-0000-0000-0000-000000000000".into());
+    let (_, a) = mcp.request("tools/list", json!({}));
+    assert_refused(&a, 404, -32001);
+    assert_refused(&mcp.delete(), 404, -32001);
+    let a = mcp.send(
+        mcp.http
+            .get(mcp.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", "../../etc/passwd"),
+    );
+    assert_refused(&a, 404, -32001);
+    mcp.session = None;
+
+    // A real session.
+    mcp.initialize();
+    let (id, a) = mcp.request("tools/list", json!({}));
+    let tools = a.reply(id)["result"]["tools"].as_array().unwrap().len();
+    assert_eq!(tools, 12, "{}", a.text);
+
+    // Malformed JSON inside a session.
+    let a = mcp.raw(&b"{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": "[..]);
+    assert_refused(&a, 400, -32700);
+
+    // Unknown tools and bad arguments: JSON-RPC invalid params, never a crash.
+    assert_rpc_error(&mcp.call("no_such_tool", json!({})), -32602);
+    assert_rpc_error(&mcp.call("run_python", json!({})), -32602);
+    assert_rpc_error(&mcp.call("run_python", json!({ "code": ["x"] })), -32602);
+    assert_rpc_error(
+        &mcp.call("run_python", json!({ "code": "1", "timeout": "soon" })),
+        -32602,
+    );
+    assert_rpc_error(&mcp.call("list_files", json!({ "recursive": 3 })), -32602);
+    assert_rpc_error(&mcp.call("read_file", json!({ "path": null })), -32602);
+    let (id, a) = mcp.request(
+        "tools/call",
+        json!({ "name": "run_python", "arguments": "x=1" }),
+    );
+    assert!(a.reply(id)["error"]["code"].is_i64(), "{}", a.text);
+    let (id, a) = mcp.request("tools/call", json!({ "arguments": {} }));
+    assert!(a.reply(id)["error"]["code"].is_i64(), "{}", a.text);
+    let (id, a) = mcp.request("no/such/method", json!({}));
+    assert_rpc_error(a.reply(id), -32601);
+
+    // What the tool itself refuses is a tool result with isError, readable by the model.
+    let r = mcp.call(
+        "run_python",
+        json!({ "code": "1", "sandbox_id": "../../v1/templates" }),
+    );
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).starts_with("sandbox_not_found: "), "{r}");
+    assert_eq!(text(&r).matches("sandbox_not_found").count(), 1, "{r}");
+    for path in ["../../etc/passwd", "/etc/passwd", "a/\u{0}b"] {
+        let r = mcp.call("read_file", json!({ "path": path }));
+        assert_eq!(r["result"]["isError"], json!(true), "{path}: {r}");
+    }
+    let r = mcp.call("run_python", json!({ "code": "1", "timeout": 1e9 }));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    let r = mcp.call("fork_sandbox", json!({ "count": 100000 }));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    // Code over the runtime's limit (1 MiB) but within the body limit.
+    let r = mcp.call("run_python", json!({ "code": "#".repeat(2 << 20) }));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).contains("payload_too_large"), "{r}");
+
+    // An oversized body: 413 before it is parsed.
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{{\"name\":\"run_python\",\"arguments\":{{\"code\":\"{}\"}}}}}}",
+        "x".repeat(sandlot_mcp::MAX_BODY_BYTES + 1)
+    );
+    let a = mcp.raw(huge);
+    assert_refused(&a, 413, -32600);
+
+    // Foreign Host (DNS rebinding) and a foreign page's Origin are refused.
+    let a = mcp.send(mcp.post().header("host", "evil.example:80").body("{}"));
+    assert_refused(&a, 403, -32600);
+    let a = mcp.send(
+        mcp.post()
+            .header("origin", "https://evil.example")
+            .body(json!({"jsonrpc": "2.0", "id": 77, "method": "tools/list"}).to_string()),
+    );
+    assert_refused(&a, 403, -32600);
+
+    // Through all of it, the session works and so does the rest of the server.
+    let r = mcp.call("run_python", json!({ "code": "6*7" }));
+    assert_ok(&r);
+    assert_eq!(text(&r), "42");
+    let other = server.create_sandbox();
+    assert_eq!(server.execute(&other, "1+1")["result"]["text/plain"], "2");
+
+    // Ending the session (DELETE) deletes its sandbox, and the session is gone.
+    let own = own_sandbox(&mut mcp);
+    assert!(alive(&server, &own));
+    assert_eq!(mcp.delete().status, 204);
+    wait_until(
+        "the session's sandbox deleted",
+        Duration::from_secs(20),
+        || !alive(&server, &own),
+    );
+    let (_, a) = mcp.request("tools/list", json!({}));
+    assert_refused(&a, 404, -32001);
+}
+
+#[test]
+fn http_sessions_are_bounded() {
+    let server = TestServer::start();
+    let mut sessions = Vec::new();
+    for i in 0..MAX_SESSIONS {
+        let mut m = Mcp::new(&server);
+        let a = m.initialize();
+        assert_eq!(a.status, 200, "session {i}: {}", a.text);
+        sessions.push(m);
+    }
+    // One past the bound: 503 with a JSON-RPC error that says why.
+    let mut extra = Mcp::new(&server);
+    let a = extra.initialize();
+    assert_refused(&a, 503, -32000);
+    assert!(a.text.contains("too many MCP sessions"), "{}", a.text);
+    assert_eq!(a.headers["retry-after"], "5");
+    // Existing sessions are unaffected, and ending one makes room.
+    let r = sessions[0].call("run_python", json!({ "code": "1+1" }));
+    assert_eq!(text(&r), "2");
+    let own = own_sandbox(&mut sessions[0]);
+    assert_eq!(sessions[0].delete().status, 204);
+    wait_until("a session's place freed", Duration::from_secs(10), || {
+        Mcp::new(&server).initialize().status == 200
+    });
+    wait_until(
+        "the ended session's sandbox deleted",
+        Duration::from_secs(20),
+        || !alive(&server, &own),
+    );
+    // The REST API never noticed.
+    assert_eq!(server.get("/v1/health").status, 200);
+}
+
+#[test]
+fn http_client_dropping_mid_execution_interrupts_it() {
+    let server = TestServer::start();
+    let mut mcp = Mcp::new(&server);
+    mcp.initialize();
+    assert_ok(&mcp.call("run_python", json!({ "code": "kept = 'state'" })));
+    let own = own_sandbox(&mut mcp);
+
+    // Start an endless execution and drop the connection once the stream has begun.
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1000, "method": "tools/call",
+        "params": { "name": "run_python", "arguments": { "code": "while True: pass" } },
+    });
+    let mut resp = mcp.post().body(body.to_string()).send().expect("call");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut first = [0u8; 1];
+    resp.read_exact(&mut first).expect("the stream begins");
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(resp);
+
+    // The execution is interrupted well before its 60 s timeout; the sandbox keeps its state.
+    let started = Instant::now();
+    wait_until("the execution interrupted", Duration::from_secs(20), || {
+        let list = server.get(&format!("/v1/sandboxes/{own}/executions")).body;
+        list["executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["code"] == "while True: pass" && e["result"]["end_state"] == "interrupted")
+    });
+    let r = mcp.call("run_python", json!({ "code": "kept" }));
+    assert_eq!(text(&r), "'state'");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+/// `sandlot mcp --url` as a child, speaking newline-delimited JSON-RPC.
+struct StdioMcp {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl StdioMcp {
+    fn start(url: &str) -> StdioMcp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(["mcp", "--url", url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sandlot mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        StdioMcp {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message answering `id`.
+    fn reply(&mut self, id: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no reply to {id}"));
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                panic!("stdout is not JSON-RPC: {line:?}")
+            };
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    fn call(&mut self, id: u64, tool: &str, args: Value) -> Value {
+        self.send(
+            &json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                     "params": { "name": tool, "arguments": args } })
+            .to_string(),
+        );
+        self.reply(id)
+    }
+}
+
+impl Drop for StdioMcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stdio_bad_input_and_eof() {
+    let server = TestServer::start();
+    let mut s = StdioMcp::start(server.url());
+    s.send(
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": { "name": "attack-test", "version": "0" } } })
+        .to_string(),
+    );
+    assert_eq!(s.reply(1)["result"]["serverInfo"]["name"], "sandlot");
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string());
+
+    // Garbage lines do not end the session.
+    s.send("{not json");
+    s.send("[1, 2, 3]");
+    s.send(&"x".repeat(1 << 20));
+    assert_rpc_error(&s.call(2, "no_such_tool", json!({})), -32602);
+    assert_rpc_error(&s.call(3, "run_python", json!({ "code": false })), -32602);
+
+    // Hostile ids and paths go to the server percent-encoded, as one path segment: they name
+    // nothing there.
+    for (i, id) in ["../../v1/templates", "x/../../..", "%2e%2e", "a?b#c"]
+        .iter()
+        .enumerate()
+    {
+        let r = s.call(
+            10 + i as u64,
+            "run_python",
+            json!({ "code": "1", "sandbox_id": id }),
+        );
+        assert_eq!(r["result"]["isError"], json!(true), "{id}: {r}");
+        assert!(text(&r).contains("not_found"), "{id}: {r}");
+    }
+    let r = s.call(
+        20,
+        "write_file",
+        json!({ "path": "sub dir/ü?#.txt", "content": "ok" }),
+    );
+    assert_ok(&r);
+    let r = s.call(
+        21,
+        "read_file",
+        json!({ "path": "/workspace/sub dir/ü?#.txt" }),
+    );
+    assert_eq!(text(&r), "ok");
+    for (i, path) in ["../../etc/passwd", "/etc/passwd", "sub dir/../../x"]
+        .iter()
+        .enumerate()
+    {
+        let r = s.call(30 + i as u64, "read_file", json!({ "path": path }));
+        assert_eq!(r["result"]["isError"], json!(true), "{path}: {r}");
+    }
+    let r = s.call(40, "run_python", json!({ "code": "6*7" }));
+    assert_eq!(text(&r), "42");
+    let listed: Value =
+        serde_json::from_str(&text(&s.call(41, "list_sandboxes", json!({})))).unwrap();
+    let own = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["this_session"] == json!(true))
+        .unwrap()["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // EOF: the process exits cleanly and the session's sandbox is deleted.
+    drop(s.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandlot mcp still running after EOF"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(
+        !alive(&server, &own),
+        "the session's sandbox outlived the session"
+    );
+}
+
+#[test]
+fn stdio_unreachable_server_is_a_tool_error() {
+    // Nothing listens on this port (bound then dropped).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut s = StdioMcp::start(&format!("http://127.0.0.1:{port}"));
+    s.send(
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": { "name": "attack-test", "version": "0" } } })
+        .to_string(),
+    );
+    s.reply(1);
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string());
+    let r = s.call(2, "run_python", json!({ "code": "1" }));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).contains("server_unreachable"), "{r}");
+    // A URL that is not one fails at start, with a clear message.
+    let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["mcp", "--url", "not a url"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a server URL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,699 @@
+//! The ports route against a real server and real sandboxes: apps started inside a sandbox
+//! (`python -m http.server`, a request-reflecting app, a WebSocket echo server written with the
+//! standard library) answer through `/v1/sandboxes/{id}/ports/{port}/...`, with a real HTTP
+//! client and a real WebSocket client; ports not exposed, nothing listening, bad port lists;
+//! hostile paths, absolute-form targets and foreign `Host` headers cannot point the proxy
+//! anywhere but `127.0.0.1:<port>` inside that sandbox; the sandbox still cannot reach the host.
+
+mod common;
+
+use common::TestServer;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A server that answers every method with what it received, as JSON, plus headers the proxy
+/// must not pass on (`Service-Worker-Allowed`, a header its `Connection` names).
+const REFLECT_APP: &str = r#"
+import http.server, json, sys
+
+class Reflect(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def reflect(self):
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n) if n else b""
+        out = json.dumps({
+            "method": self.command,
+            "path": self.path,
+            "headers": [[k.lower(), v] for k, v in self.headers.items()],
+            "body_len": len(body),
+            "body_head": body[:64].decode("latin-1"),
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("X-App", "reflect")
+        self.send_header("Service-Worker-Allowed", "/")
+        self.send_header("Connection", "keep-alive, X-Hop")
+        self.send_header("X-Hop", "1")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = reflect
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Reflect).serve_forever()
+"#;
+
+/// A WebSocket echo server with the standard library only (RFC 6455: handshake, masked client
+/// frames, text/binary echoed, ping answered, close returned). Its first message says the path
+/// it was reached at.
+const WS_ECHO_APP: &str = r#"
+import base64, hashlib, socket, struct, sys, threading
+
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+def recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        chunk = c.recv(n - len(b))
+        if not chunk:
+            raise EOFError
+        b += chunk
+    return b
+
+def send(c, op, payload):
+    n = len(payload)
+    if n < 126:
+        head = struct.pack(">BB", 128 | op, n)
+    elif n < 65536:
+        head = struct.pack(">BBH", 128 | op, 126, n)
+    else:
+        head = struct.pack(">BBQ", 128 | op, 127, n)
+    c.sendall(head + payload)
+
+def serve(c):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        head = data.split(b"\r\n\r\n")[0].decode()
+        lines = head.split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        accept = base64.b64encode(
+            hashlib.sha1((headers["sec-websocket-key"] + GUID).encode()).digest()).decode()
+        c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode())
+        send(c, 1, ("path " + lines[0].split(" ")[1]).encode())
+        while True:
+            b0, b1 = recv_exact(c, 2)
+            op, n = b0 & 15, b1 & 127
+            if n == 126:
+                n = struct.unpack(">H", recv_exact(c, 2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", recv_exact(c, 8))[0]
+            mask = recv_exact(c, 4) if b1 & 128 else b"\0\0\0\0"
+            payload = bytes(x ^ mask[i % 4] for i, x in enumerate(recv_exact(c, n)))
+            if op == 8:
+                send(c, 8, payload[:2])
+                return
+            if op == 9:
+                send(c, 10, payload)
+            elif op in (1, 2):
+                send(c, op, payload)
+    except (EOFError, OSError, KeyError):
+        pass
+    finally:
+        c.close()
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"#;
+
+/// An app that answers badly: a response head of 1 MiB, bytes that are not HTTP, or nothing
+/// before it closes, depending on the path.
+const BAD_APP: &str = r#"
+import socket, sys, threading
+
+def serve(c):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ")[1]
+        if path == b"/huge":
+            c.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n")
+        elif path == b"/garbage":
+            c.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")
+        elif path == b"/many":
+            many = b"".join(b"X-%d: 1\r\n" % i for i in range(500))
+            c.sendall(b"HTTP/1.1 200 OK\r\n" + many + b"Content-Length: 0\r\n\r\n")
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"#;
+
+const HTTP_PORT: u16 = 8000;
+const REFLECT_PORT: u16 = 8001;
+const SILENT_PORT: u16 = 8002;
+const BAD_PORT: u16 = 8003;
+const V6_PORT: u16 = 8004;
+const WS_PORT: u16 = 8765;
+
+/// Starts `args` in the background inside the sandbox and waits until it accepts on `port`.
+fn start_app(server: &TestServer, id: &str, args: &str, port: u16) {
+    let code = format!(
+        "import socket, subprocess, sys, time\n\
+         subprocess.Popen([sys.executable, {args}], stdout=subprocess.DEVNULL, \
+         stderr=subprocess.DEVNULL, start_new_session=True, cwd='/workspace')\n\
+         for _ in range(400):\n\
+         \x20   try:\n\
+         \x20       socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n\
+         \x20       break\n\
+         \x20   except OSError:\n\
+         \x20       time.sleep(0.05)\n\
+         else:\n\
+         \x20   raise RuntimeError('the app did not start')\n"
+    );
+    let r = server.execute(id, &code);
+    assert!(r["error"].is_null(), "starting {args}: {r}");
+}
+
+fn port_path(id: &str, port: u16, rest: &str) -> String {
+    format!("/v1/sandboxes/{id}/ports/{port}{rest}")
+}
+
+/// Sends `raw` (a whole HTTP/1.1 request, sent as it is) to the server; returns the status and
+/// the body of the answer.
+fn raw_request(server: &TestServer, raw: &str) -> (u16, String) {
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of a header the reflecting app received.
+fn received<'a>(reflected: &'a Value, name: &str) -> Option<&'a str> {
+    reflected["headers"]
+        .as_array()?
+        .iter()
+        .find(|h| h[0] == name)
+        .and_then(|h| h[1].as_str())
+}
+
+#[test]
+fn apps_in_a_sandbox_answer_through_the_port_route() {
+    let server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({
+        "ports": [WS_PORT, REFLECT_PORT, HTTP_PORT, SILENT_PORT, HTTP_PORT, BAD_PORT, V6_PORT]
+    }));
+    assert_eq!(
+        sb["ports"],
+        json!([
+            HTTP_PORT,
+            REFLECT_PORT,
+            SILENT_PORT,
+            BAD_PORT,
+            V6_PORT,
+            WS_PORT
+        ])
+    );
+    assert!(sb.get("all_ports").is_none(), "{sb}");
+    let id = sb["id"].as_str().unwrap().to_string();
+
+    // Files the apps serve and run.
+    let big: Vec<u8> = (0..(6 << 20)).map(|i| (i % 251) as u8).collect();
+    let files = [
+        ("site/hello.txt", b"hello from the sandbox\n".to_vec()),
+        ("site/big.bin", big.clone()),
+        ("reflect.py", REFLECT_APP.as_bytes().to_vec()),
+        ("ws_echo.py", WS_ECHO_APP.as_bytes().to_vec()),
+        ("bad.py", BAD_APP.as_bytes().to_vec()),
+    ];
+    for (path, bytes) in files {
+        server
+            .put_bytes(&format!("/v1/sandboxes/{id}/files/{path}"), bytes)
+            .expect(201);
+    }
+    start_app(
+        &server,
+        &id,
+        &format!(
+            "'-m', 'http.server', '{HTTP_PORT}', '--bind', '127.0.0.1', '--directory', 'site'"
+        ),
+        HTTP_PORT,
+    );
+    start_app(
+        &server,
+        &id,
+        &format!("'reflect.py', '{REFLECT_PORT}'"),
+        REFLECT_PORT,
+    );
+    start_app(&server, &id, &format!("'ws_echo.py', '{WS_PORT}'"), WS_PORT);
+    start_app(&server, &id, &format!("'bad.py', '{BAD_PORT}'"), BAD_PORT);
+    // Bound to IPv6 loopback only, as apps that bind `localhost` may be.
+    let r = server.execute(
+        &id,
+        &format!(
+            "import subprocess, sys, time, socket\n\
+             subprocess.Popen([sys.executable, '-m', 'http.server', '{V6_PORT}', '--bind', '::1', \
+             '--directory', 'site'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, \
+             start_new_session=True, cwd='/workspace')\n\
+             for _ in range(400):\n\
+             \x20   try:\n\
+             \x20       socket.create_connection(('::1', {V6_PORT}), timeout=1).close()\n\
+             \x20       break\n\
+             \x20   except OSError:\n\
+             \x20       time.sleep(0.05)\n"
+        ),
+    );
+    assert!(r["error"].is_null(), "{r}");
+
+    // python -m http.server: a file, a large file streamed whole, the directory listing with
+    // and without the trailing slash.
+    let (status, _, body) = server.get_bytes(&port_path(&id, HTTP_PORT, "/hello.txt"));
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, &b"hello from the sandbox\n"[..])
+    );
+    let (status, headers, body) = server.get_bytes(&port_path(&id, HTTP_PORT, "/big.bin"));
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-length"], big.len().to_string().as_str());
+    assert!(body == big, "the large file came back changed");
+    for rest in ["", "/", "/?x=1"] {
+        let r = server.get(&port_path(&id, HTTP_PORT, rest));
+        assert_eq!(r.status, 200, "{rest:?}: {}", r.text);
+        assert!(r.text.contains("hello.txt"), "{rest:?}: {}", r.text);
+    }
+    server
+        .get(&port_path(&id, HTTP_PORT, "/missing"))
+        .expect(404);
+    let (status, _, body) = server.get_bytes(&port_path(&id, V6_PORT, "/hello.txt"));
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, &b"hello from the sandbox\n"[..])
+    );
+
+    reflect_forwards_what_it_should(&server, &id);
+    hostile_targets_stay_in_the_sandbox(&server, &id);
+    websocket_echoes(&server, &id);
+
+    // Many requests at once, each its own connection into the sandbox.
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (server, id) = (&server, &id);
+                scope.spawn(move || {
+                    let r = server.get(&port_path(id, REFLECT_PORT, &format!("/n/{i}")));
+                    assert_eq!(r.status, 200, "{}", r.text);
+                    assert_eq!(r.body["path"], format!("/n/{i}"));
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    no_server_thread_is_left_in_a_sandbox_network(&server);
+
+    // Refusals: a port not exposed, nothing listening, unknown sandbox, bad port numbers.
+    server
+        .get(&port_path(&id, 9999, "/"))
+        .expect_error(403, "port_not_exposed");
+    server
+        .post(&port_path(&id, 22, "/x"), &json!({}))
+        .expect_error(403, "port_not_exposed");
+    let silent = server.get(&port_path(&id, SILENT_PORT, "/"));
+    silent.expect_error(502, "port_unreachable");
+    assert!(
+        silent.message().contains("nothing listens"),
+        "{}",
+        silent.text
+    );
+    // An app that answers badly gets the client a 502, never a hang or a broken server.
+    for path in ["/huge", "/garbage", "/many", "/closes"] {
+        let r = server.get(&port_path(&id, BAD_PORT, path));
+        r.expect_error(502, "port_unreachable");
+    }
+    server
+        .get(&port_path("sb_doesnotexist", HTTP_PORT, "/"))
+        .expect_error(404, "sandbox_not_found");
+    for bad in ["0", "65536", "http", "-1", "80.5"] {
+        server
+            .get(&format!("/v1/sandboxes/{id}/ports/{bad}/"))
+            .expect_error(400, "invalid_request");
+    }
+
+    // The sandbox still reaches nothing outside: not a listener on the host's loopback, not the
+    // server itself.
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    let server_port = server.url().rsplit(':').next().unwrap().to_string();
+    let r = server.execute(
+        &id,
+        &format!(
+            "import socket\nout = []\nfor p in ({host_port}, {server_port}):\n\
+             \x20   try:\n\
+             \x20       socket.create_connection(('127.0.0.1', p), timeout=2)\n\
+             \x20       out.append('connected')\n\
+             \x20   except OSError as e:\n\
+             \x20       out.append(type(e).__name__)\n\
+             out"
+        ),
+    );
+    let text = r["result"]["text/plain"].as_str().unwrap_or("");
+    assert_eq!(r["end_state"], "ok", "{r}");
+    assert!(!text.contains("connected"), "{r}");
+    assert!(host.accept().is_err(), "the sandbox reached the host");
+
+    server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    server
+        .get(&port_path(&id, HTTP_PORT, "/"))
+        .expect_error(410, "sandbox_gone");
+}
+
+/// Every thread of the server is in the server's own network namespace: the threads that
+/// entered a sandbox's to make a socket have exited.
+fn no_server_thread_is_left_in_a_sandbox_network(server: &TestServer) {
+    let ns = |path: String| std::fs::read_link(path).ok();
+    let own = ns(format!("/proc/{}/ns/net", server.pid())).expect("the server's netns");
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap();
+    for task in tasks.flatten() {
+        let tid = task.file_name().to_string_lossy().into_owned();
+        if let Some(theirs) = ns(format!("/proc/{}/task/{tid}/ns/net", server.pid())) {
+            assert_eq!(
+                theirs, own,
+                "server thread {tid} is in another network namespace"
+            );
+        }
+    }
+}
+
+/// Methods and bodies pass through; the app sees its own `Host`, the client's in
+/// `X-Forwarded-Host`, and no hop-by-hop headers or server credentials; the client sees no
+/// hop-by-hop headers nor `Service-Worker-Allowed` of the app.
+fn reflect_forwards_what_it_should(server: &TestServer, id: &str) {
+    let client = server.client();
+    let url = format!(
+        "{}{}",
+        server.url(),
+        port_path(id, REFLECT_PORT, "/api/items?q=1&r=a%20b")
+    );
+    let body = vec![b'z'; 3 << 20];
+    let resp = client
+        .post(&url)
+        .header("x-api-key", "e2b_secret")
+        .header("x-access-token", "secret")
+        .header("e2b-traffic-access-token", "secret")
+        .header("authorization", "Bearer app-token")
+        .header("cookie", "session=1")
+        .header("x-forwarded-host", "spoofed.test")
+        .header("te", "trailers")
+        .body(body.clone())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-app"], "reflect");
+    assert!(resp.headers().get("service-worker-allowed").is_none());
+    assert!(resp.headers().get("x-hop").is_none());
+    let seen: Value = resp.json().unwrap();
+    assert_eq!(seen["method"], "POST");
+    assert_eq!(seen["path"], "/api/items?q=1&r=a%20b");
+    assert_eq!(seen["body_len"], body.len());
+    assert_eq!(
+        received(&seen, "host"),
+        Some(format!("127.0.0.1:{REFLECT_PORT}").as_str())
+    );
+    let server_host = server.url().trim_start_matches("http://");
+    assert_eq!(received(&seen, "x-forwarded-host"), Some(server_host));
+    assert_eq!(received(&seen, "x-forwarded-proto"), Some("http"));
+    assert_eq!(
+        received(&seen, "x-forwarded-prefix"),
+        Some(port_path(id, REFLECT_PORT, "").as_str())
+    );
+    assert_eq!(received(&seen, "authorization"), Some("Bearer app-token"));
+    assert_eq!(received(&seen, "cookie"), Some("session=1"));
+    for gone in [
+        "x-api-key",
+        "x-access-token",
+        "e2b-traffic-access-token",
+        "te",
+    ] {
+        assert_eq!(
+            received(&seen, gone),
+            None,
+            "{gone} reached the app: {seen}"
+        );
+    }
+
+    for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let r = client
+            .request(
+                m,
+                format!("{}{}", server.url(), port_path(id, REFLECT_PORT, "/m")),
+            )
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{method}");
+        let seen: Value = r.json().unwrap();
+        assert_eq!(seen["method"], method);
+    }
+    let head = client
+        .head(format!(
+            "{}{}",
+            server.url(),
+            port_path(id, REFLECT_PORT, "/h")
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(head.status(), 200);
+}
+
+/// `..` segments, encoded slashes, absolute-form targets and foreign `Host` headers reach the
+/// same app in the same sandbox (which sees them as a path), never another destination.
+fn hostile_targets_stay_in_the_sandbox(server: &TestServer, id: &str) {
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    let prefix = port_path(id, REFLECT_PORT, "");
+    let cases = [
+        (
+            format!("GET {prefix}/../../../../v1/health HTTP/1.1\r\nHost: x\r\n"),
+            "/../../../../v1/health".to_string(),
+        ),
+        (
+            // Another port named after `..`: still this port's app.
+            format!("GET {prefix}/../{HTTP_PORT}/hello.txt HTTP/1.1\r\nHost: x\r\n"),
+            format!("/../{HTTP_PORT}/hello.txt"),
+        ),
+        (
+            format!("GET {prefix}/%2e%2e/%2e%2e/v1/sandboxes HTTP/1.1\r\nHost: x\r\n"),
+            "/%2e%2e/%2e%2e/v1/sandboxes".to_string(),
+        ),
+        (
+            format!("GET {prefix}/a%2F..%2F..%2Fb?c=%2F HTTP/1.1\r\nHost: x\r\n"),
+            "/a%2F..%2F..%2Fb?c=%2F".to_string(),
+        ),
+        (
+            // Python's http.server folds the leading `//` of a path (its own defence).
+            format!("GET {prefix}//127.0.0.1:{host_port}/x HTTP/1.1\r\nHost: x\r\n"),
+            format!("/127.0.0.1:{host_port}/x"),
+        ),
+        (
+            format!(
+                "GET http://127.0.0.1:{host_port}{prefix}/abs HTTP/1.1\r\n\
+                 Host: 127.0.0.1:{host_port}\r\n"
+            ),
+            "/abs".to_string(),
+        ),
+        (
+            format!("GET {prefix}/h HTTP/1.1\r\nHost: 127.0.0.1:{host_port}\r\n"),
+            "/h".to_string(),
+        ),
+        (
+            format!(
+                "GET {prefix}/h HTTP/1.1\r\nHost: 169.254.169.254\r\n\
+                 X-Forwarded-Host: 10.0.0.1\r\n"
+            ),
+            "/h".to_string(),
+        ),
+    ];
+    for (head, want) in cases {
+        let (status, body) = raw_request(server, &format!("{head}Connection: close\r\n\r\n"));
+        assert_eq!(status, 200, "{head}: {body}");
+        let seen: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{head}: {body}"));
+        assert_eq!(seen["path"], want.as_str(), "{head}");
+        assert_eq!(
+            received(&seen, "host"),
+            Some(format!("127.0.0.1:{REFLECT_PORT}").as_str()),
+            "{head}"
+        );
+    }
+    assert!(host.accept().is_err(), "the proxy connected to the host");
+}
+
+/// A real WebSocket client through the route: text and binary echoed, a large message, ping,
+/// close.
+fn websocket_echoes(server: &TestServer, id: &str) {
+    let url = format!(
+        "{}{}",
+        server.url().replacen("http://", "ws://", 1),
+        port_path(id, WS_PORT, "/socket?room=1")
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let (mut ws, resp) = tokio_tungstenite::connect_async(url.as_str())
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 101);
+            let first = ws.next().await.unwrap().unwrap();
+            assert_eq!(first, Message::text("path /socket?room=1"));
+            ws.send(Message::text("hello")).await.unwrap();
+            assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+            let blob: Vec<u8> = (0..200_000).map(|i| (i % 256) as u8).collect();
+            ws.send(Message::binary(blob.clone())).await.unwrap();
+            assert_eq!(ws.next().await.unwrap().unwrap(), Message::binary(blob));
+            ws.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+            assert_eq!(
+                ws.next().await.unwrap().unwrap(),
+                Message::Pong(b"p".to_vec().into())
+            );
+            ws.close(None).await.unwrap();
+            while let Some(Ok(m)) = ws.next().await {
+                assert!(m.is_close(), "{m:?}");
+            }
+        })
+        .await
+        .expect("the WebSocket exchange took over 60 s");
+    });
+    // The server is unaffected: ordinary requests still answer.
+    server.get("/v1/health").expect(200);
+}
+
+#[test]
+fn port_lists_are_checked_and_kept() {
+    let mut server = TestServer::start();
+    for (body, what) in [
+        (json!({"ports": [0]}), "port 0"),
+        (json!({"ports": [70000]}), "port above 65535"),
+        (json!({"ports": [-1]}), "negative port"),
+        (json!({"ports": ["80"]}), "port as a string"),
+        (json!({"ports": (1..=33).collect::<Vec<u16>>()}), "33 ports"),
+        (json!({"all_ports": "yes"}), "all_ports not a boolean"),
+    ] {
+        let r = server.post("/v1/sandboxes", &body);
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request"),
+            "{what}: {}",
+            r.text
+        );
+    }
+    server
+        .post(
+            "/v1/sandboxes",
+            &json!({"ports": (1..=32).collect::<Vec<u16>>()}),
+        )
+        .expect(201);
+
+    // all_ports: every unprivileged port, nothing below.
+    let all = server.create_sandbox_with(&json!({"all_ports": true, "ports": [80]}));
+    assert_eq!(all["all_ports"], true);
+    let id = all["id"].as_str().unwrap().to_string();
+    for port in [1024, 8080, 65535, 80] {
+        server
+            .get(&port_path(&id, port, "/"))
+            .expect_error(502, "port_unreachable");
+    }
+    server
+        .get(&port_path(&id, 1023, "/"))
+        .expect_error(403, "port_not_exposed");
+
+    // Forks inherit the ports; a restarted server still knows them.
+    let one = server.create_sandbox_with(&json!({"ports": [8000]}));
+    let one_id = one["id"].as_str().unwrap().to_string();
+    let forked = server
+        .post(&format!("/v1/sandboxes/{one_id}/fork"), &json!({}))
+        .expect(201)
+        .clone();
+    let child = forked["sandboxes"][0].clone();
+    assert_eq!(child["ports"], json!([8000]), "{forked}");
+
+    // A request to a port is activity: it restarts the idle timeout.
+    let active = |s: &TestServer| {
+        s.get(&format!("/v1/sandboxes/{one_id}")).body["last_active_at"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let before = active(&server);
+    std::thread::sleep(Duration::from_millis(1100));
+    server
+        .get(&port_path(&one_id, 8000, "/"))
+        .expect_error(502, "port_unreachable");
+    assert!(
+        active(&server) > before,
+        "the port request did not count as activity"
+    );
+
+    // Paused: not resumed for a port; says why.
+    server
+        .post(&format!("/v1/sandboxes/{one_id}/pause"), &json!({}))
+        .expect(200);
+    let paused = server.get(&port_path(&one_id, 8000, "/"));
+    paused.expect_error(502, "port_unreachable");
+    assert!(paused.message().contains("paused"), "{}", paused.text);
+    assert_eq!(
+        server.get(&format!("/v1/sandboxes/{one_id}")).body["state"],
+        "paused"
+    );
+    server
+        .get(&port_path(&one_id, 8001, "/"))
+        .expect_error(403, "port_not_exposed");
+
+    server.restart();
+    let again = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
+    assert_eq!(
+        (&again["ports"], &again["all_ports"]),
+        (&json!([80]), &json!(true))
+    );
+    let r = server
+        .get(&format!("/v1/sandboxes/{one_id}"))
+        .expect(200)
+        .clone();
+    assert_eq!(r["ports"], json!([8000]));
+    server
+        .get(&port_path(&id, 9000, "/"))
+        .expect_error(502, "port_unreachable");
+}

@@ -1,0 +1,652 @@
+//! E2B's code interpreter (port 49999) over sandlot's executions and code contexts:
+//! `POST /execute` answers newline-delimited JSON events as the sandbox produces them
+//! (`stdout`, `stderr`, `result` with one field per MIME type, `error`,
+//! `number_of_executions`, then `end_of_execution`), and `/contexts` creates, lists, restarts
+//! and deletes contexts.
+//!
+//! Languages: sandlot runs Python and Bash (`bash`, `sh`); any other language E2B knows
+//! (javascript, typescript, r, java) is refused with 400. A sandlot context holds a Python
+//! namespace and a Bash session; an E2B context has one language, so a Bash context's id is
+//! the sandlot context's id with `.bash` appended (nothing to store; it survives restarts).
+//! Contexts run in `/home/user` (the workspace); another `cwd` is refused: contexts share the
+//! sandbox's process, whose working directory is one.
+//!
+//! E2B executions carry no timeout (the client's read timeout bounds them), so they run up to
+//! the server's longest execution timeout; a client that disconnects interrupts its execution.
+//! `env_vars` apply to one execution: set before it and restored after it, by two executions
+//! of the same language whose output is not shown.
+
+use crate::auth::{self, check_sandbox};
+use crate::error::Failure;
+use crate::files::{envd_failure, HOME};
+use crate::Ctx;
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{header::CONTENT_TYPE, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use sandlot_runtime::{Runtime, RuntimeError};
+use sandlot_types::{ExecuteRequest, ExecutionResult, Language, OutputEvent};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The suffix of a Bash context's E2B id.
+const BASH_SUFFIX: &str = ".bash";
+/// The context executions run in when they name none.
+const DEFAULT_CONTEXT: &str = "default";
+/// How long a response stays silent before a `keepalive` line: writing is how a client that
+/// went away is noticed (the server allows half-closed connections, so a read of EOF is not),
+/// and so its execution interrupted. The SDKs ignore event types they do not know.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub(crate) fn routes() -> Router<Ctx> {
+    Router::new()
+        .route("/execute", post(execute))
+        .route("/contexts", post(create_context).get(list_contexts))
+        .route("/contexts/{ctx}", delete(delete_context))
+        .route("/contexts/{ctx}/restart", post(restart_context))
+        .route("/health", get(|| async { Json("OK") }))
+}
+
+/// What the interpreter keeps per sandbox: one E2B execution at a time (so a client that
+/// disconnects interrupts its own execution and no other), the execution counts, and which
+/// contexts were created as Bash ones (for listing).
+#[derive(Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+#[derive(Default)]
+struct Session {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    counts: Mutex<HashMap<String, u64>>,
+    bash: Mutex<HashSet<String>>,
+}
+
+impl Sessions {
+    fn get(&self, id: &str) -> Arc<Session> {
+        lock(&self.map).entry(id.to_owned()).or_default().clone()
+    }
+
+    /// Forgets a sandbox that was killed.
+    pub(crate) fn forget(&self, id: &str) {
+        lock(&self.map).remove(id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The code interpreter's errors: plain text, as E2B's interpreter answers them.
+struct Plain(Failure);
+
+impl IntoResponse for Plain {
+    fn into_response(self) -> Response {
+        self.0.plain()
+    }
+}
+
+impl From<Failure> for Plain {
+    fn from(f: Failure) -> Self {
+        Self(f)
+    }
+}
+
+impl From<auth::Denied> for Plain {
+    fn from(d: auth::Denied) -> Self {
+        Self(d.into())
+    }
+}
+
+/// A runtime failure for sandbox `id` in the interpreter's terms: an unknown context is 404.
+fn failure(id: &str, e: RuntimeError) -> Plain {
+    match e {
+        RuntimeError::NoContext { .. } => Plain(Failure::new(StatusCode::NOT_FOUND, e.to_string())),
+        e => Plain(envd_failure(id, e)),
+    }
+}
+
+/// An E2B language name as sandlot's.
+fn language_of(name: Option<&str>) -> Result<Language, Failure> {
+    let name = name
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match name.as_str() {
+        "" | "python" | "python3" => Ok(Language::Python),
+        "bash" | "sh" => Ok(Language::Bash),
+        other => Err(Failure::bad_request(format!(
+            "language {other:?} is not available: sandlot runs python and bash"
+        ))),
+    }
+}
+
+fn language_name(l: Language) -> &'static str {
+    match l {
+        Language::Python => "python",
+        Language::Bash => "bash",
+    }
+}
+
+/// An E2B context id as the sandlot context and its language.
+fn context_of(e2b: &str) -> (String, Language) {
+    match e2b.strip_suffix(BASH_SUFFIX) {
+        Some(ctx) => (ctx.to_owned(), Language::Bash),
+        None => (e2b.to_owned(), Language::Python),
+    }
+}
+
+fn e2b_context(ctx: &str, lang: Language) -> Value {
+    let id = match lang {
+        Language::Bash => format!("{ctx}{BASH_SUFFIX}"),
+        Language::Python => ctx.to_owned(),
+    };
+    json!({ "id": id, "language": language_name(lang), "cwd": HOME })
+}
+
+/// `POST /execute` body.
+#[derive(Deserialize)]
+struct ExecBody {
+    code: String,
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+async fn execute(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    b: Result<Json<ExecBody>, JsonRejection>,
+) -> Result<Response, Plain> {
+    // Running code needs the envd token (or the key): the traffic token opens ports only.
+    let id = check_sandbox(&ctx, &headers)?;
+    if !ctx.auth.opens_everything(&id, &headers) {
+        return Err(Plain(Failure::new(
+            StatusCode::UNAUTHORIZED,
+            "running code needs the sandbox's X-Access-Token",
+        )));
+    }
+    let Json(body) = b.map_err(|e| Plain(crate::error::bad_json(e)))?;
+    if body.context_id.is_some() && body.language.is_some() {
+        return Err(Plain(Failure::bad_request(
+            "Only one of context_id or language can be provided",
+        )));
+    }
+    let (context, language) = match body.context_id.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => context_of(c),
+        None => (
+            DEFAULT_CONTEXT.to_owned(),
+            language_of(body.language.as_deref())?,
+        ),
+    };
+    let env = body.env_vars.unwrap_or_default();
+    if let Some(bad) = env.keys().find(|k| !valid_env_name(k)) {
+        return Err(Plain(Failure::bad_request(format!(
+            "invalid environment variable name {bad:?}"
+        ))));
+    }
+    let session = ctx.interp.get(&id);
+    let req = ExecuteRequest {
+        code: body.code,
+        language,
+        timeout: Some(ctx.rt.max_exec_timeout()),
+        stream: false,
+        context: Some(context.clone()),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let running = Arc::new(AtomicBool::new(false));
+    let mut run = tokio::spawn(run_with_env(
+        ctx.rt.clone(),
+        id.clone(),
+        session.clone(),
+        req,
+        env,
+        tx,
+        running.clone(),
+    ));
+    // From here a client that goes away interrupts the execution.
+    let guard = Interrupter {
+        rt: ctx.rt.clone(),
+        id: id.clone(),
+        running,
+        done: false,
+    };
+    // Held back until the first event or the end (for at most KEEPALIVE, after which the
+    // stream starts and its keepalives notice a client that left), so a failure before the
+    // code runs (unknown sandbox or context, too large) is an HTTP error the SDK raises as such.
+    let first = tokio::select! {
+        biased;
+        Some(ev) = rx.recv() => Some(Step::Event(ev)),
+        done = &mut run => Some(Step::Done(Box::new(joined(done)))),
+        _ = tokio::time::sleep(KEEPALIVE) => None,
+    };
+    let (initial, finished) = match first {
+        None => (vec![], None),
+        Some(Step::Event(ev)) => (vec![ev], None),
+        Some(Step::Done(result)) => {
+            let result = *result;
+            let early: Vec<OutputEvent> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+            match result {
+                Err(e) if early.is_empty() => {
+                    let mut guard = guard;
+                    guard.finish();
+                    return Err(failure(&id, e));
+                }
+                r => (early, Some(r)),
+            }
+        }
+    };
+    let count_key = format!("{context}/{}", language_name(language));
+    let stream = ndjson(initial, rx, run, finished, guard, session, count_key);
+    Ok((
+        [(CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+enum Step {
+    Event(OutputEvent),
+    Done(Box<Result<ExecutionResult, RuntimeError>>),
+}
+
+type Run = JoinHandle<Result<ExecutionResult, RuntimeError>>;
+
+fn joined(
+    r: Result<Result<ExecutionResult, RuntimeError>, tokio::task::JoinError>,
+) -> Result<ExecutionResult, RuntimeError> {
+    r.unwrap_or_else(|source| {
+        Err(RuntimeError::Task {
+            task: "the execution",
+            source,
+        })
+    })
+}
+
+/// Interrupts the execution when dropped before it finished: the client went away.
+struct Interrupter {
+    rt: Runtime,
+    id: String,
+    running: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Interrupter {
+    /// The execution finished: nothing to interrupt any more.
+    fn finish(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Interrupter {
+    fn drop(&mut self) {
+        if !self.done && self.running.load(Ordering::SeqCst) {
+            let (rt, id) = (self.rt.clone(), self.id.clone());
+            tracing::debug!(sandbox = %id, "E2B client went away: interrupting its execution");
+            tokio::spawn(async move {
+                let _ = rt.interrupt(&id).await;
+            });
+        }
+    }
+}
+
+/// The execution, with `env` set before and restored after; one E2B execution per sandbox at
+/// a time. `running` is set while the user's code runs (what a disconnect interrupts).
+async fn run_with_env(
+    rt: Runtime,
+    id: String,
+    session: Arc<Session>,
+    req: ExecuteRequest,
+    env: BTreeMap<String, String>,
+    tx: mpsc::UnboundedSender<OutputEvent>,
+    running: Arc<AtomicBool>,
+) -> Result<ExecutionResult, RuntimeError> {
+    let _turn = session.turn.clone().lock_owned().await;
+    let hidden = |code: String| ExecuteRequest {
+        code,
+        language: req.language,
+        timeout: Some(30.0),
+        stream: false,
+        context: req.context.clone(),
+    };
+    if !env.is_empty() {
+        let set = hidden(set_env_code(req.language, &env));
+        let r = rt.execute(&id, set, None).await?;
+        if let Some(e) = r.error {
+            return Err(RuntimeError::ContextRefused {
+                kind: "setting env_vars",
+                context: req.context.clone().unwrap_or_default(),
+                reason: format!("{}: {}", e.name, e.value),
+            });
+        }
+    }
+    running.store(true, Ordering::SeqCst);
+    let result = rt.execute(&id, req.clone(), Some(tx)).await;
+    running.store(false, Ordering::SeqCst);
+    if !env.is_empty() {
+        let _ = rt
+            .execute(&id, hidden(restore_env_code(req.language, &env)), None)
+            .await;
+    }
+    result
+}
+
+fn valid_env_name(k: &str) -> bool {
+    let mut chars = k.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && k.len() <= 256
+}
+
+/// Code that saves the variables' values and sets them. Names are checked
+/// ([`valid_env_name`]); values are quoted (JSON is a Python string literal; Bash gets single
+/// quotes).
+fn set_env_code(lang: Language, env: &BTreeMap<String, String>) -> String {
+    match lang {
+        Language::Python => {
+            let keys: Vec<&String> = env.keys().collect();
+            format!(
+                "__import__('sys').__dict__['_e2b_saved_env'] = {{k: __import__('os').environ.get(k) for k in {keys}}}; __import__('os').environ.update({env})",
+                keys = serde_json::to_string(&keys).unwrap_or_default(),
+                env = serde_json::to_string(env).unwrap_or_default(),
+            )
+        }
+        Language::Bash => env
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "__e2b_had_{k}=${{{k}+x}}; __e2b_old_{k}=\"${k}\"; export {k}={}",
+                    sh_quote(v)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// Code that puts back what [`set_env_code`] saved.
+fn restore_env_code(lang: Language, env: &BTreeMap<String, String>) -> String {
+    match lang {
+        Language::Python => "[__import__('os').environ.pop(k, None) if v is None else __import__('os').environ.__setitem__(k, v) for k, v in __import__('sys').__dict__.pop('_e2b_saved_env', {}).items()] and None".to_owned(),
+        Language::Bash => env
+            .keys()
+            .map(|k| {
+                format!(
+                    "if [ -n \"$__e2b_had_{k}\" ]; then export {k}=\"$__e2b_old_{k}\"; else unset {k}; fi; unset __e2b_had_{k} __e2b_old_{k}"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+fn sh_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', "'\\''"))
+}
+
+/// The response body: each event as one JSON line, as it comes; then the execution count
+/// and `end_of_execution`.
+fn ndjson(
+    initial: Vec<OutputEvent>,
+    mut rx: mpsc::UnboundedReceiver<OutputEvent>,
+    mut run: Run,
+    finished: Option<Result<ExecutionResult, RuntimeError>>,
+    mut guard: Interrupter,
+    session: Arc<Session>,
+    count_key: String,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    async_stream::stream! {
+        let mut saw_error = false;
+        for ev in initial {
+            saw_error |= matches!(ev, OutputEvent::Error(_));
+            yield Ok(line(&event_json(&ev)));
+        }
+        let result = match finished {
+            Some(r) => r,
+            None => loop {
+                let step = tokio::select! {
+                    biased;
+                    Some(ev) = rx.recv() => Some(Step::Event(ev)),
+                    done = &mut run => Some(Step::Done(Box::new(joined(done)))),
+                    _ = tokio::time::sleep(KEEPALIVE) => None,
+                };
+                match step {
+                    Some(Step::Event(ev)) => {
+                        saw_error |= matches!(ev, OutputEvent::Error(_));
+                        yield Ok(line(&event_json(&ev)));
+                    }
+                    Some(Step::Done(r)) => break *r,
+                    None => yield Ok(Bytes::from_static(b"{\"type\":\"keepalive\"}\n")),
+                }
+            },
+        };
+        guard.finish();
+        while let Ok(ev) = rx.try_recv() {
+            saw_error |= matches!(ev, OutputEvent::Error(_));
+            yield Ok(line(&event_json(&ev)));
+        }
+        match result {
+            Ok(r) => {
+                if let (Some(e), false) = (&r.error, saw_error) {
+                    yield Ok(line(&error_json(&e.name, &e.value, &e.traceback.join("\n"))));
+                }
+                let n = {
+                    let mut counts = lock(&session.counts);
+                    let n = counts.entry(count_key).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                yield Ok(line(&json!({ "type": "number_of_executions", "execution_count": n })));
+            }
+            Err(e) => {
+                let f = Failure::runtime(e);
+                yield Ok(line(&error_json(f.code, &f.message, "")));
+            }
+        }
+        yield Ok(line(&json!({ "type": "end_of_execution" })));
+    }
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn error_json(name: &str, value: &str, traceback: &str) -> Value {
+    json!({ "type": "error", "name": name, "value": value, "traceback": traceback })
+}
+
+fn event_json(ev: &OutputEvent) -> Value {
+    let now = sandlot_runtime::now_rfc3339();
+    match ev {
+        OutputEvent::Stdout { text } => json!({ "type": "stdout", "text": text, "timestamp": now }),
+        OutputEvent::Stderr { text } => json!({ "type": "stderr", "text": text, "timestamp": now }),
+        OutputEvent::Result { data, .. } => result_json(data, true),
+        OutputEvent::DisplayData { data, .. } => result_json(data, false),
+        OutputEvent::Error(e) => error_json(&e.name, &e.value, &e.traceback.join("\n")),
+    }
+}
+
+/// A MIME bundle as E2B's `result` event: one field per known type, the rest in `extra`.
+fn result_json(data: &BTreeMap<String, Value>, main: bool) -> Value {
+    let mut out = Map::new();
+    out.insert("type".into(), "result".into());
+    let mut extra = Map::new();
+    for (mime, value) in data {
+        let field = match mime.as_str() {
+            "text/plain" => "text",
+            "text/html" => "html",
+            "text/markdown" => "markdown",
+            "image/svg+xml" => "svg",
+            "image/png" => "png",
+            "image/jpeg" => "jpeg",
+            "application/pdf" => "pdf",
+            "text/latex" => "latex",
+            "application/json" => "json",
+            "application/javascript" => "javascript",
+            "e2b/data" => "data",
+            "e2b/chart" => "chart",
+            _ => {
+                extra.insert(mime.clone(), value.clone());
+                continue;
+            }
+        };
+        let value = match (field, value) {
+            // E2B shows a string result without its quotes.
+            ("text", Value::String(s)) => Value::String(unquote(s).to_owned()),
+            _ => value.clone(),
+        };
+        out.insert(field.into(), value);
+    }
+    out.insert("is_main_result".into(), main.into());
+    out.insert("extra".into(), Value::Object(extra));
+    Value::Object(out)
+}
+
+fn unquote(s: &str) -> &str {
+    let quoted = s.len() >= 2
+        && ((s.starts_with('\'') && s.ends_with('\'')) || (s.starts_with('"') && s.ends_with('"')));
+    if quoted {
+        &s[1..s.len() - 1]
+    } else {
+        s
+    }
+}
+
+/// `POST /contexts` body.
+#[derive(Deserialize, Default)]
+struct NewContext {
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+async fn create_context(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    b: Result<Json<NewContext>, JsonRejection>,
+) -> Result<Response, Plain> {
+    let id = check_sandbox(&ctx, &headers)?;
+    let req = match b {
+        Ok(Json(r)) => r,
+        Err(JsonRejection::MissingJsonContentType(_)) => NewContext::default(),
+        Err(e) => return Err(Plain(crate::error::bad_json(e))),
+    };
+    let lang = language_of(req.language.as_deref())?;
+    if let Some(cwd) = req.cwd.as_deref().filter(|c| !c.is_empty()) {
+        if !["/home/user", "/home/user/", "~", "/workspace"].contains(&cwd) {
+            return Err(Plain(Failure::bad_request(format!(
+                "contexts run in {HOME}; cwd {cwd:?} is not supported (change directory in the code)"
+            ))));
+        }
+    }
+    let created = ctx
+        .rt
+        .create_context(&id)
+        .await
+        .map_err(|e| failure(&id, e))?;
+    if lang == Language::Bash {
+        lock(&ctx.interp.get(&id).bash).insert(created.id.clone());
+    }
+    Ok(Json(e2b_context(&created.id, lang)).into_response())
+}
+
+async fn list_contexts(State(ctx): State<Ctx>, headers: HeaderMap) -> Result<Response, Plain> {
+    let id = check_sandbox(&ctx, &headers)?;
+    let list = ctx
+        .rt
+        .list_contexts(&id)
+        .await
+        .map_err(|e| failure(&id, e))?;
+    let bash = lock(&ctx.interp.get(&id).bash).clone();
+    let out: Vec<Value> = list
+        .iter()
+        .map(|c| {
+            let lang = if bash.contains(&c.id) {
+                Language::Bash
+            } else {
+                Language::Python
+            };
+            e2b_context(&c.id, lang)
+        })
+        .collect();
+    Ok(Json(out).into_response())
+}
+
+async fn delete_context(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    Path(e2b): Path<String>,
+) -> Result<Response, Plain> {
+    let id = check_sandbox(&ctx, &headers)?;
+    let (c, _) = context_of(&e2b);
+    ctx.rt
+        .delete_context(&id, &c)
+        .await
+        .map_err(|e| failure(&id, e))?;
+    lock(&ctx.interp.get(&id).bash).remove(&c);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn restart_context(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    Path(e2b): Path<String>,
+) -> Result<Response, Plain> {
+    let id = check_sandbox(&ctx, &headers)?;
+    let (c, _) = context_of(&e2b);
+    ctx.rt
+        .restart_context(&id, &c)
+        .await
+        .map_err(|e| failure(&id, e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_map_mime_types_to_fields() {
+        let mut data = BTreeMap::new();
+        data.insert("text/plain".to_owned(), json!("'hi'"));
+        data.insert("image/png".to_owned(), json!("iVBOR"));
+        data.insert("application/x-thing".to_owned(), json!(1));
+        let v = result_json(&data, true);
+        assert_eq!(v["text"], "hi");
+        assert_eq!(v["png"], "iVBOR");
+        assert_eq!(v["is_main_result"], true);
+        assert_eq!(v["extra"]["application/x-thing"], 1);
+    }
+
+    #[test]
+    fn languages_and_contexts() {
+        assert_eq!(language_of(None).unwrap(), Language::Python);
+        assert_eq!(language_of(Some("Bash")).unwrap(), Language::Bash);
+        assert!(language_of(Some("javascript")).is_err());
+        assert_eq!(context_of("ctx_1.bash"), ("ctx_1".into(), Language::Bash));
+        assert_eq!(context_of("ctx_1"), ("ctx_1".into(), Language::Python));
+    }
+
+    #[test]
+    fn env_code_quotes_values() {
+        let mut env = BTreeMap::new();
+        env.insert("A".to_owned(), "it's".to_owned());
+        assert!(set_env_code(Language::Bash, &env).contains("export A='it'\\''s'"));
+        assert!(set_env_code(Language::Python, &env).contains(r#"{"A":"it's"}"#));
+        assert!(!valid_env_name("1A") && !valid_env_name("A-B") && valid_env_name("_a1"));
+    }
+}

@@ -1,0 +1,316 @@
+//! `/mcp`: the MCP server over streamable HTTP, in-process on `sandlot serve`, one MCP session
+//! (and at most one own sandbox) per `Mcp-Session-Id`.
+//!
+//! Around rmcp's service: a bound on live sessions ([`MAX_SESSIONS`](crate::MAX_SESSIONS),
+//! idle ones expire after [`SESSION_IDLE`](crate::SESSION_IDLE)), and the watch that notices a
+//! client gone mid-execution. rmcp keeps a request running when its response stream is
+//! dropped (clients may resume a stream), so each response body here carries a token that is
+//! cancelled when the body is dropped before its end; the tool call sees it and interrupts
+//! the execution.
+
+use crate::backend::Backend;
+use crate::server::{McpServer, Transport};
+use crate::{MAX_BODY_BYTES, MAX_SESSIONS, SESSION_IDLE};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::Bytes;
+use futures::Stream;
+use http_body::{Frame, SizeHint};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, SessionConfig,
+};
+use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Interval of SSE keep-alive comments on an open response: the write that fails tells a
+/// client that went away (with half-closed HTTP/1 allowed, a write is the only sign), so it
+/// bounds how long a disconnected client's execution keeps running.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// Cancelled when the HTTP response of the request that carries it is dropped before its end:
+/// the client went away. rmcp hands the request's parts (with this) to the tool call.
+#[derive(Clone)]
+pub(crate) struct ClientGone(pub(crate) CancellationToken);
+
+/// The router serving `/mcp` with `backend`.
+pub(crate) fn router<B: Backend>(backend: Arc<B>) -> Router {
+    let mut session_config = SessionConfig::default();
+    session_config.keep_alive = Some(SESSION_IDLE);
+    let mut local = LocalSessionManager::default();
+    local.session_config = session_config;
+    let sessions = Arc::new(Bounded { inner: local });
+
+    let mut config = StreamableHttpServerConfig::default()
+        .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
+        // Browsers' pages are not MCP clients: a request that carries an Origin must come from
+        // a page on this machine (desktop clients and SDKs send none). The Host check (rmcp's
+        // default: loopback names only) stops DNS rebinding.
+        .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]);
+    config.max_request_body_bytes = MAX_BODY_BYTES;
+    let service = StreamableHttpService::new(
+        move || Ok(McpServer::new(backend.clone(), Transport::Http)),
+        sessions.clone(),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(sessions, guard))
+}
+
+/// Refuses a new session past the bound (before rmcp reads the body), and watches the
+/// response for a client that goes away.
+async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Next) -> Response {
+    if req.method() == Method::POST
+        && !req.headers().contains_key("mcp-session-id")
+        && sessions.count().await >= MAX_SESSIONS
+    {
+        return too_many_sessions();
+    }
+    if req.method() == Method::DELETE {
+        // rmcp answers 202 to ending a session it does not have; MCP's answer for an unknown
+        // session id is 404, as on every other method.
+        let id = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = id {
+            if !sessions.exists(id).await {
+                return rpc_error(StatusCode::NOT_FOUND, "Not Found: Session not found");
+            }
+        }
+    }
+    let gone = CancellationToken::new();
+    req.extensions_mut().insert(ClientGone(gone.clone()));
+    let delete = req.method() == Method::DELETE;
+    let mut resp = next.run(req).await;
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        resp = as_rpc_error(resp).await;
+    } else if delete && resp.status() == StatusCode::ACCEPTED {
+        // The session is ended by now; clients (the official Python one among them) expect
+        // 200 or 204 and warn on rmcp's 202.
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
+    resp.map(|inner| {
+        Body::new(Watched {
+            inner,
+            gone: Some(gone),
+        })
+    })
+}
+
+fn too_many_sessions() -> Response {
+    let mut resp = rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!(
+            "too many MCP sessions ({MAX_SESSIONS}); end one (DELETE /mcp with its \
+             Mcp-Session-Id) or wait for idle ones to expire ({} s)",
+            SESSION_IDLE.as_secs()
+        ),
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    resp
+}
+
+/// JSON-RPC's code for an HTTP-level refusal: -32700 for a body that is not JSON-RPC,
+/// -32001 for an unknown session (as other MCP servers answer it), -32603 for a server
+/// failure, -32000 when the server is full, -32600 (invalid request) otherwise.
+fn rpc_code(status: StatusCode, message: &str) -> i64 {
+    match status {
+        _ if message.starts_with("fail to deserialize") => -32700,
+        StatusCode::NOT_FOUND => -32001,
+        StatusCode::SERVICE_UNAVAILABLE => -32000,
+        s if s.is_server_error() => -32603,
+        _ => -32600,
+    }
+}
+
+/// An HTTP-level refusal as a JSON-RPC error (no id: the request was not read as one).
+fn rpc_error(status: StatusCode, message: &str) -> Response {
+    // rmcp's "fail to deserialize" is its parse error, which it answers 415; it is a 400.
+    let code = rpc_code(status, message);
+    let status = if code == -32700 {
+        StatusCode::BAD_REQUEST
+    } else {
+        status
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// rmcp answers HTTP-level refusals (bad media types, unknown sessions, oversized or
+/// malformed bodies, foreign Host or Origin) in plain text; here they become JSON-RPC error
+/// bodies, so every client reads the same format. JSON answers pass as they are.
+async fn as_rpc_error(resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = match axum::body::to_bytes(body, 64 << 10).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let text = if text.is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_string()
+    } else {
+        text
+    };
+    let mut out = rpc_error(parts.status, &text);
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
+
+/// A response body that cancels its token when dropped before its end.
+struct Watched {
+    inner: Body,
+    gone: Option<CancellationToken>,
+}
+
+impl http_body::Body for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.gone = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(gone) = self.gone.take() {
+            gone.cancel();
+        }
+    }
+}
+
+/// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] at once.
+struct Bounded {
+    inner: LocalSessionManager,
+}
+
+impl Bounded {
+    async fn count(&self) -> usize {
+        self.inner.sessions.read().await.len()
+    }
+
+    async fn exists(&self, id: &str) -> bool {
+        self.inner.sessions.read().await.contains_key(id)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SessionsError {
+    #[error("too many MCP sessions ({MAX_SESSIONS})")]
+    Full,
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+}
+
+impl SessionManager for Bounded {
+    type Error = SessionsError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        // The guard refuses most past the bound with a clear answer; this is the hard bound
+        // for those that raced it.
+        if self.count().await >= MAX_SESSIONS {
+            return Err(SessionsError::Full);
+        }
+        Ok(self.inner.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.resume(id, last_event_id).await?)
+    }
+}

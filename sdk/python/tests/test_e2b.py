@@ -1,0 +1,209 @@
+"""The unmodified E2B SDKs (`e2b`, `e2b-code-interpreter`, installed from the registry)
+against a real `sandlot serve` (see conftest.py), configured only by environment variables:
+E2B_API_URL and E2B_SANDBOX_URL point at the server, E2B_API_KEY is the server's E2B key.
+
+The key is read from the test server's data dir (`<data-dir>/e2b-api-key`, found from the
+server's command line); with SANDLOT_TEST_URL (an external server) set E2B_API_KEY too."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+e2b = pytest.importorskip("e2b")
+e2b_ci = pytest.importorskip("e2b_code_interpreter")
+
+pytestmark = pytest.mark.live
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _server_key() -> str:
+    given = os.environ.get("E2B_API_KEY")
+    if os.environ.get("SANDLOT_TEST_URL"):
+        if not given:
+            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
+        return given
+    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
+    return (data_dir / "e2b-api-key").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def e2b_env(sandlot_url: str) -> Iterator[str]:
+    """The E2B settings a user sets, in this process's environment for the module."""
+    key = _server_key()
+    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")}
+    os.environ.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=key)
+    os.environ.pop("E2B_DOMAIN", None)
+    try:
+        yield key
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def sbx(e2b_env):
+    sb = e2b_ci.Sandbox.create(timeout=120, metadata={"suite": "e2b"})
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_acceptance_script(e2b_env):
+    """The issue's acceptance list, in the order a user would write it."""
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        assert sbx.sandbox_id
+        assert sbx.is_running()
+
+        first = sbx.run_code("x = 1")
+        assert first.error is None, first.error
+        assert sbx.run_code("x + 1").text == "2"
+
+        df = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+        assert df.error is None, df.error
+        assert df.results and df.results[0].html and "<table" in df.results[0].html
+
+        fig = sbx.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+        )
+        assert fig.error is None, fig.error
+        pngs = [r.png for r in fig.results if r.png]
+        assert pngs and base64.b64decode(pngs[0]).startswith(PNG_MAGIC)
+
+        info = sbx.files.write("/home/user/hello.txt", "hello from e2b")
+        assert info.path == "/home/user/hello.txt" and info.name == "hello.txt"
+        assert sbx.files.read("/home/user/hello.txt") == "hello from e2b"
+        # The file is the workspace's: code sees it in its working directory.
+        assert sbx.run_code("open('hello.txt').read()").text == "hello from e2b"
+
+        ctx = sbx.create_code_context()
+        sbx.run_code("y = 'in context'", context=ctx)
+        assert sbx.run_code("y", context=ctx).text == "in context"
+        assert sbx.run_code("'y' in globals()").text == "False"  # the default context
+
+        sbx.set_timeout(300)
+        info = sbx.get_info()
+        assert info.end_at.timestamp() > time.time() + 200
+
+        listed = [s.sandbox_id for s in Sandbox.list().next_items()]
+        assert sbx.sandbox_id in listed
+    finally:
+        assert sbx.kill() is True
+    assert sbx.sandbox_id not in [s.sandbox_id for s in e2b_ci.Sandbox.list().next_items()]
+    # Killed twice: E2B answers False.
+    assert e2b_ci.Sandbox.kill(sbx.sandbox_id) is False
+
+
+def test_files_list_and_several_files(sbx):
+    sbx.files.write_files(
+        [
+            {"path": "/home/user/d/a.txt", "data": "A"},
+            {"path": "d/b.bin", "data": b"\x00\x01"},
+        ]
+    )
+    assert sbx.files.read("/home/user/d/b.bin", format="bytes") == bytearray(b"\x00\x01")
+    try:
+        names = sorted(e.name for e in sbx.files.list("/home/user/d"))
+    except (e2b.SandboxException, e2b.InvalidArgumentException) as exc:  # the filesystem service
+        pytest.skip(f"files.list needs envd's filesystem service: {exc}")
+    assert names == ["a.txt", "b.bin"]
+
+
+def test_streaming_callbacks_and_errors(sbx):
+    seen = []
+    ex = sbx.run_code(
+        "import sys\nprint('out'); print('err', file=sys.stderr)\n1/0",
+        on_stdout=lambda m: seen.append(("out", m.line)),
+        on_stderr=lambda m: seen.append(("err", m.line)),
+    )
+    # Output comes in the chunks the sandbox wrote it in.
+    assert "".join(t for k, t in seen if k == "out") == "out\n"
+    assert "".join(t for k, t in seen if k == "err") == "err\n"
+    assert "".join(ex.logs.stdout) == "out\n"
+    assert ex.error is not None and ex.error.name == "ZeroDivisionError"
+    assert "ZeroDivisionError" in ex.error.traceback
+    assert ex.execution_count and ex.execution_count >= 1
+
+
+def test_bash_language_and_env_vars(sbx):
+    ex = sbx.run_code("echo hi from $SHELL_NAME", language="bash", envs={"SHELL_NAME": "bash"})
+    assert "".join(ex.logs.stdout) == "hi from bash\n", ex
+    # The variable was for that execution only.
+    after = sbx.run_code("echo \"[${SHELL_NAME:-}]\"", language="bash")
+    assert "".join(after.logs.stdout) == "[]\n"
+    py = sbx.run_code("import os; os.environ.get('K')", envs={"K": "it's"})
+    assert py.text == "it's"
+    assert sbx.run_code("import os; os.environ.get('K') is None").text == "True"
+
+
+def test_unsupported_language_is_a_clear_error(sbx):
+    with pytest.raises(e2b.SandboxException, match="not available"):
+        sbx.run_code("console.log(1)", language="javascript")
+
+
+def test_contexts_list_restart_remove(sbx):
+    ctx = sbx.create_code_context(language="bash")
+    assert ctx.language == "bash" and ctx.cwd == "/home/user"
+    sbx.run_code("export A=1", context=ctx)
+    assert "".join(sbx.run_code("echo $A", context=ctx).logs.stdout) == "1\n"
+    ids = [c.id for c in sbx.list_code_contexts()]
+    assert ctx.id in ids
+    sbx.restart_code_context(ctx)
+    assert "".join(sbx.run_code("echo \"[$A]\"", context=ctx).logs.stdout) == "[]\n"
+    sbx.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in sbx.list_code_contexts()]
+    with pytest.raises(e2b.NotFoundException):
+        sbx.run_code("echo 1", context=ctx)
+
+
+def test_connect_pause_resume(sbx):
+    sbx.run_code("kept = 42")
+    assert sbx.pause() is True
+    assert e2b_ci.Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
+    again = e2b_ci.Sandbox.connect(sbx.sandbox_id)
+    assert again.run_code("kept").text == "42"
+
+
+def test_wrong_key_and_unknown_sandbox(e2b_env):
+    with pytest.raises(e2b.AuthenticationException):
+        e2b_ci.Sandbox.create(api_key="e2b_" + "0" * 40)
+    with pytest.raises(e2b.SandboxException):
+        e2b_ci.Sandbox.connect("sb_doesnotexist")
+    with pytest.raises(e2b.NotFoundException):
+        e2b_ci.Sandbox.get_info("sb_doesnotexist")
+
+
+def test_paths_outside_home_are_refused(sbx):
+    with pytest.raises(e2b.InvalidArgumentException, match="outside /home/user"):
+        sbx.files.write("/etc/evil", "x")
+    with pytest.raises(e2b.InvalidArgumentException):
+        sbx.files.read("/home/user/../../etc/passwd")
+    with pytest.raises(e2b.FileNotFoundException):
+        sbx.files.read("/home/user/missing.txt")
+
+
+def test_metadata_filter(e2b_env):
+    sb = e2b_ci.Sandbox.create(timeout=60, metadata={"team": "a b/c"})
+    try:
+        from e2b import SandboxQuery
+
+        found = e2b_ci.Sandbox.list(query=SandboxQuery(metadata={"team": "a b/c"})).next_items()
+        assert [s.sandbox_id for s in found] == [sb.sandbox_id]
+        assert found[0].metadata == {"team": "a b/c"}
+    finally:
+        sb.kill()

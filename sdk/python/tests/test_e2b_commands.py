@@ -1,0 +1,180 @@
+"""The unmodified E2B Python SDK's `commands` and `files` (envd's process and filesystem
+services, Connect RPC with the JSON codec over HTTP/2) against a real `sandlot serve`,
+configured by environment variables only (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+e2b = pytest.importorskip("e2b")
+
+pytestmark = pytest.mark.live
+
+
+def _server_key() -> str:
+    given = os.environ.get("E2B_API_KEY")
+    if os.environ.get("SANDLOT_TEST_URL"):
+        if not given:
+            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
+        return given
+    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
+    return (data_dir / "e2b-api-key").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def e2b_env(sandlot_url: str) -> Iterator[str]:
+    key = _server_key()
+    names = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=key)
+    os.environ.pop("E2B_DOMAIN", None)
+    try:
+        yield key
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def sbx(e2b_env):
+    sb = e2b.Sandbox.create(timeout=300)
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_run_echo_and_streams(sbx):
+    r = sbx.commands.run("echo hello")
+    assert r.stdout == "hello\n"
+    assert r.stderr == ""
+    assert r.exit_code == 0
+
+    seen: list[str] = []
+    r = sbx.commands.run("echo one; echo two >&2; echo three", on_stdout=seen.append)
+    assert "".join(seen) == "one\nthree\n"
+    assert r.stderr == "two\n"
+
+
+def test_nonzero_exit_raises_the_sdks_exception(sbx):
+    with pytest.raises(e2b.CommandExitException) as info:
+        sbx.commands.run("echo bad >&2; exit 3")
+    assert info.value.exit_code == 3
+    assert info.value.stderr == "bad\n"
+
+
+def test_cwd_envs_and_a_fresh_process_each_time(sbx):
+    sbx.commands.run("mkdir -p /home/user/work")
+    r = sbx.commands.run("pwd; echo $GREETING", cwd="/home/user/work", envs={"GREETING": "hi there"})
+    assert r.stdout == "/workspace/work\nhi there\n"
+    # A command's cd and exports do not carry over to the next one.
+    sbx.commands.run("cd /tmp; export LEFT=1")
+    r = sbx.commands.run("pwd; echo \"[$LEFT]\"")
+    assert r.stdout == "/workspace\n[]\n"
+    # Files written by a command are files of the home.
+    sbx.commands.run("echo -n data > /workspace/from_cmd.txt")
+    assert sbx.files.read("/home/user/from_cmd.txt") == "data"
+
+
+def test_background_command_list_connect_and_kill(sbx):
+    h = sbx.commands.run("echo started; sleep 60", background=True)
+    assert h.pid > 0
+    assert any(p.pid == h.pid for p in sbx.commands.list())
+    other = sbx.commands.connect(h.pid)
+    assert other.pid == h.pid
+    t = time.monotonic()
+    assert sbx.commands.kill(h.pid) is True
+    assert all(p.pid != h.pid for p in sbx.commands.list())
+    with pytest.raises(e2b.CommandExitException):
+        h.wait()
+    with pytest.raises(e2b.CommandExitException):
+        other.wait()
+    assert time.monotonic() - t < 20
+    assert sbx.commands.kill(h.pid) is False
+    # The sandbox runs commands again.
+    assert sbx.commands.run("echo next").stdout == "next\n"
+
+
+def test_stdin_is_refused_clearly(sbx):
+    with pytest.raises(e2b.SandboxException) as info:
+        sbx.commands.run("cat", stdin=True)
+    assert "stdin" in str(info.value)
+
+
+def test_command_timeout(sbx):
+    t = time.monotonic()
+    with pytest.raises(e2b.TimeoutException):
+        sbx.commands.run("sleep 30", timeout=1.5)
+    assert time.monotonic() - t < 15
+    assert sbx.commands.run("echo ok").stdout == "ok\n"
+
+
+def test_files_management(sbx):
+    assert sbx.files.make_dir("/home/user/proj/src") is True
+    assert sbx.files.make_dir("/home/user/proj/src") is False
+    sbx.files.write("/home/user/proj/src/main.py", "print('hi')\n")
+    assert sbx.files.exists("/home/user/proj/src/main.py")
+    assert not sbx.files.exists("/home/user/proj/nope.py")
+
+    info = sbx.files.get_info("/home/user/proj/src/main.py")
+    assert info.name == "main.py"
+    assert info.type == e2b.FileType.FILE
+    assert info.size == len("print('hi')\n")
+    assert info.path == "/home/user/proj/src/main.py"
+
+    top = sbx.files.list("/home/user/proj")
+    assert [(e.name, e.type) for e in top] == [("src", e2b.FileType.DIR)]
+    deep = sbx.files.list("/home/user/proj", depth=2)
+    assert sorted(e.path for e in deep) == ["/home/user/proj/src", "/home/user/proj/src/main.py"]
+
+    moved = sbx.files.rename("/home/user/proj/src/main.py", "/home/user/proj/app.py")
+    assert moved.path == "/home/user/proj/app.py"
+    assert sbx.files.read("/home/user/proj/app.py") == "print('hi')\n"
+    assert not sbx.files.exists("/home/user/proj/src/main.py")
+
+    sbx.files.remove("/home/user/proj")
+    assert not sbx.files.exists("/home/user/proj")
+
+
+def test_files_outside_the_home_are_refused(sbx):
+    for bad in ("/etc/passwd", "/home/user/../../etc/passwd"):
+        with pytest.raises(e2b.SandboxException):
+            sbx.files.get_info(bad)
+    sbx.commands.run("ln -sfn /etc /home/user/etc_link")
+    with pytest.raises(e2b.SandboxException):
+        sbx.files.list("/home/user/etc_link")
+    info = sbx.files.get_info("/home/user/etc_link")
+    assert info.type == e2b.FileType.SYMLINK
+
+
+def test_watch_dir_is_a_clear_error(sbx):
+    with pytest.raises(e2b.SandboxException) as info:
+        sbx.files.watch_dir("/home/user")
+    assert "not supported" in str(info.value)
+
+
+def test_async_sdk_commands_and_files(e2b_env):
+    async def main() -> None:
+        sb = await e2b.AsyncSandbox.create(timeout=120)
+        try:
+            r = await sb.commands.run("echo async")
+            assert r.stdout == "async\n"
+            assert await sb.files.make_dir("/home/user/a") is True
+            assert [e.name for e in await sb.files.list("/home/user") if e.name == "a"] == ["a"]
+            h = await sb.commands.run("sleep 60", background=True)
+            assert await sb.commands.kill(h.pid) is True
+        finally:
+            await sb.kill()
+
+    asyncio.run(main())

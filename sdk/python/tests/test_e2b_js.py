@@ -1,0 +1,66 @@
+"""The E2B JavaScript SDKs (`e2b`, `@e2b/code-interpreter`, installed from the npm registry
+into sdk/e2b-js/node_modules with `npm ci`) run the acceptance script (sdk/e2b-js/acceptance.mjs)
+under Node against a real `sandlot serve`.
+
+Without Node or the installed modules the test skips locally and fails under CI=1 (CI must
+provision them: `npm ci --prefix sdk/e2b-js`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+JS_DIR = Path(__file__).resolve().parents[2] / "e2b-js"
+
+
+def _server_key() -> str:
+    given = os.environ.get("E2B_API_KEY")
+    if os.environ.get("SANDLOT_TEST_URL"):
+        if not given:
+            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
+        return given
+    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
+    return (data_dir / "e2b-api-key").read_text().strip()
+
+
+def _missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    for pkg in ("e2b", "@e2b/code-interpreter"):
+        if not (JS_DIR / "node_modules" / pkg / "package.json").exists():
+            return f"{pkg} is not installed: run `npm ci --prefix {JS_DIR}`"
+    return None
+
+
+def test_js_sdk_acceptance_script(sandlot_url: str):
+    why = _missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the E2B JS acceptance: {why}")
+        pytest.skip(why)
+    env = {
+        **os.environ,
+        "E2B_API_URL": sandlot_url,
+        "E2B_SANDBOX_URL": sandlot_url,
+        "E2B_API_KEY": _server_key(),
+    }
+    env.pop("E2B_DOMAIN", None)
+    proc = subprocess.run(
+        ["node", "acceptance.mjs"],
+        cwd=JS_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "ACCEPTANCE OK" in proc.stdout, out
