@@ -78,8 +78,8 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: URL,
-        default: "unset: `run` runs in-process, `template` uses http://127.0.0.1:7878",
-        help: "server for `sandlot run` and `sandlot template`, e.g. http://127.0.0.1:7878",
+        default: "unset: `run` runs in-process; `template`, `snapshots`, `mcp` and `agent` use http://127.0.0.1:7878",
+        help: "server for `sandlot run`, `template`, `snapshots`, `mcp` and `agent`, e.g. http://127.0.0.1:7878",
     },
     Var {
         name: MAX_SANDBOXES,

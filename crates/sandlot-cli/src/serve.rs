@@ -33,8 +33,15 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         .local_addr()
         .context("could not read the listening address")?;
     let e2b = sandlot_e2b::E2b::start(rt.clone(), &dirs.data_dir)?;
+    // /mcp accepts loopback Host names only (against DNS rebinding), and the address the
+    // server listens on when that is a specific one.
+    let mcp = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        sandlot_mcp::http_router(rt.clone())
+    } else {
+        sandlot_mcp::http_router_with_hosts(rt.clone(), [addr.ip().to_string()])
+    };
     let ext = sandlot_api::Extensions {
-        routes: e2b.routes().merge(sandlot_mcp::http_router(rt.clone())),
+        routes: e2b.routes().merge(mcp),
         sandbox_header: Some(e2b.sandbox_router()),
     };
     let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);

@@ -615,6 +615,33 @@ fn stdio_bad_input_and_eof() {
 }
 
 #[test]
+fn stdio_client_leaving_before_its_first_request_is_a_clean_exit() {
+    let server = TestServer::start();
+    for input in [
+        &b""[..],
+        b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"server/discover\"}\n",
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(["mcp", "--url", server.url()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn stdio_unreachable_server_is_a_tool_error() {
     // Nothing listens on this port (bound then dropped).
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -231,8 +231,10 @@ struct Proc {
     /// Whether the Start asked for stdin (a FIFO the server writes) rather than `/dev/null`.
     wants_stdin: bool,
     state: Mutex<ProcState>,
-    /// The command's stdin, once its pipes exist; `None` after `CloseStdin` or its end.
-    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    /// The command's stdin; `None` after `CloseStdin` or its end. Locked by the command's
+    /// task from its registration until its launch has run, so input and a close wait until
+    /// the command holds its stdin (a close before that would leave it no writer to open).
+    stdin: Arc<tokio::sync::Mutex<Option<pipe::Sender>>>,
     /// The command's pipes' control, once they exist.
     control: OnceLock<Arc<CommandControl>>,
 }
@@ -346,7 +348,7 @@ fn register(
             tag,
             wants_stdin,
             state: Mutex::default(),
-            stdin: tokio::sync::Mutex::new(None),
+            stdin: Default::default(),
             control: OnceLock::new(),
         });
         sb.procs.insert(pid, proc.clone());
@@ -418,11 +420,17 @@ async fn start_call(
     let proc = register(&call.sandbox, config, req.tag, req.stdin == Some(true))?;
     let (tx, rx) = mpsc::channel(QUEUE);
     proc.state().subs.push(tx);
+    let stdin = proc
+        .stdin
+        .clone()
+        .try_lock_owned()
+        .map_err(|_| RpcError::new(Code::Internal, "a new command's stdin is taken"))?;
     tokio::spawn(run(
         ctx.rt.clone(),
         call.sandbox.clone(),
         proc.clone(),
         call.deadline,
+        stdin,
     ));
     Ok(events(proc.pid, rx))
 }
@@ -717,7 +725,7 @@ fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     let cwd = crate::filesystem::command_dir(c.cwd.as_deref());
     let stdin = paths.stdin.as_deref().unwrap_or("/dev/null");
     let mut cell = format!(
-        "(\nexec <{} >{} 2>{} 3>{} || exit 1\n",
+        "(\nexec 4<{} >{} 2>{} 3>{} || exit 1\n",
         quote(stdin),
         quote(&paths.stdout),
         quote(&paths.stderr),
@@ -735,9 +743,13 @@ fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
         cell.push(' ');
         cell.push_str(&quote(w));
     }
-    cell.push_str(" &\n)\n");
+    // Stdin through fd 4: without job control an asynchronous command's stdin is /dev/null
+    // unless redirected on the command itself.
+    cell.push_str(" <&4 4<&- &\n)\n");
     cell
 }
+
+type StdinGuard = tokio::sync::OwnedMutexGuard<Option<pipe::Sender>>;
 
 /// Runs a registered command to its end (see the module's doc), feeding its streams.
 async fn run(
@@ -745,8 +757,9 @@ async fn run(
     sandbox: String,
     proc: Arc<Proc>,
     deadline: Option<tokio::time::Instant>,
+    stdin: StdinGuard,
 ) {
-    let end = match launch_and_tail(&rt, &sandbox, &proc, deadline).await {
+    let end = match launch_and_tail(&rt, &sandbox, &proc, deadline, stdin).await {
         Ok(end) => end,
         Err(e) => End {
             exit_code: -1,
@@ -765,6 +778,7 @@ async fn launch_and_tail(
     sandbox: &str,
     proc: &Arc<Proc>,
     deadline: Option<tokio::time::Instant>,
+    mut stdin_guard: StdinGuard,
 ) -> Result<End, RpcError> {
     // Unique per command and server run, so names a sandbox made earlier are not in the way.
     let name = format!("{}-{}", proc.pid, nonce());
@@ -778,14 +792,20 @@ async fn launch_and_tail(
     } = rt.command_pipes(sandbox, &name, proc.wants_stdin).await?;
     let control = Arc::new(control);
     let _ = proc.control.set(control.clone());
-    *proc.stdin.lock().await = stdin;
+    *stdin_guard = stdin;
     let launch = launch(rt, sandbox, command_cell(&proc.config, &paths)).await;
     control.launched();
+    drop(stdin_guard);
     let failed = match launch {
         Ok(r) if r.exit_code == Some(0) => None,
         Ok(r) => Some(format!(
-            "the command could not be started: {}",
-            r.stderr.trim()
+            "the command could not be started ({:?}, exit code {:?}): {}{}",
+            r.end_state,
+            r.exit_code,
+            r.stderr.trim(),
+            r.error
+                .map(|e| format!(" {}: {}", e.name, e.value))
+                .unwrap_or_default()
         )),
         Err(e) => Some(format!(
             "the command could not be started: {}",
@@ -1032,7 +1052,7 @@ mod tests {
         assert_eq!(
             cell,
             format!(
-                "(\nexec <'/dev/null' >'/tmp/.e2b-proc/1.out' 2>'/tmp/.e2b-proc/1.err' 3>'/tmp/.e2b-proc/1.st' || exit 1\nexport 'FOO=a b'\n/usr/bin/setsid /bin/bash -c {} sandlot-command '/workspace' '/bin/bash' '-l' '-c' 'echo '\\''hi'\\''; cd /' &\n)\n",
+                "(\nexec 4<'/dev/null' >'/tmp/.e2b-proc/1.out' 2>'/tmp/.e2b-proc/1.err' 3>'/tmp/.e2b-proc/1.st' || exit 1\nexport 'FOO=a b'\n/usr/bin/setsid /bin/bash -c {} sandlot-command '/workspace' '/bin/bash' '-l' '-c' 'echo '\\''hi'\\''; cd /' <&4 4<&- &\n)\n",
                 quote(WRAPPER)
             )
         );

@@ -43,19 +43,28 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub(crate) struct ClientGone(pub(crate) CancellationToken);
 
-/// The router serving `/mcp` with `backend`.
-pub(crate) fn router<B: Backend>(backend: Arc<B>) -> Router {
+/// Host names every request may carry (any port): loopback.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The router serving `/mcp` with `backend`; requests must name a loopback host or one of
+/// `extra_hosts`.
+pub(crate) fn router<B: Backend>(backend: Arc<B>, extra_hosts: Vec<String>) -> Router {
     let mut session_config = SessionConfig::default();
     session_config.keep_alive = Some(SESSION_IDLE);
     let mut local = LocalSessionManager::default();
     local.session_config = session_config;
     let sessions = Arc::new(Bounded { inner: local });
 
+    let hosts = LOOPBACK_HOSTS
+        .iter()
+        .map(|h| h.to_string())
+        .chain(extra_hosts);
     let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
         .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
         // Browsers' pages are not MCP clients: a request that carries an Origin must come from
-        // a page on this machine (desktop clients and SDKs send none). The Host check (rmcp's
-        // default: loopback names only) stops DNS rebinding.
+        // a page on this machine (desktop clients and SDKs send none). The Host check stops
+        // DNS rebinding.
         .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]);
     config.max_request_body_bytes = MAX_BODY_BYTES;
     let service = StreamableHttpService::new(

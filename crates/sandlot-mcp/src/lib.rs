@@ -40,7 +40,15 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(65 * 60);
 /// to the runtime's own limit (1 MiB).
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
-/// `/mcp`: the MCP server over streamable HTTP, a sandbox per MCP session.
+/// `/mcp`: the MCP server over streamable HTTP, a sandbox per MCP session. Requests must
+/// name a loopback host (`localhost`, `127.0.0.1`, `::1`, any port): the guard against DNS
+/// rebinding.
 pub fn http_router(rt: Runtime) -> Router {
-    http::router(Arc::new(rt))
+    http::router(Arc::new(rt), Vec::new())
+}
+
+/// [`http_router`] that also accepts requests whose `Host` is one of `hosts` (`name` or
+/// `name:port`), for a server reached by another name than loopback.
+pub fn http_router_with_hosts(rt: Runtime, hosts: impl IntoIterator<Item = String>) -> Router {
+    http::router(Arc::new(rt), hosts.into_iter().collect())
 }

@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::remote::Remote;
 use crate::server::{McpServer, Transport};
+use rmcp::service::ServerInitializeError;
 use rmcp::ServiceExt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,17 +27,19 @@ pub async fn serve_stdio(url: &str) -> Result<(), Error> {
         inner: stdin,
         eof: session.client_gone.clone(),
     };
-    let running = server
-        .serve((stdin, stdout))
-        .await
-        .map_err(|e| Error::Transport(e.to_string()));
-    let result = match running {
+    let result = match server.serve((stdin, stdout)).await {
         Ok(running) => {
             let reason = running.waiting().await;
             tracing::debug!(?reason, "MCP stdio session ended");
             Ok(())
         }
-        Err(e) => Err(e),
+        // A client that connects and leaves before its first request (it probed the server,
+        // or the user closed it) is an ordinary end, not a failure to report.
+        Err(ServerInitializeError::ConnectionClosed(when)) => {
+            tracing::debug!(%when, "MCP client left before the session started");
+            Ok(())
+        }
+        Err(e) => Err(Error::Transport(e.to_string())),
     };
     // Calls in flight were cancelled with the session and interrupt their executions.
     session.calls.close();

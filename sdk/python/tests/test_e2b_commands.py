@@ -106,10 +106,64 @@ def test_background_command_list_connect_and_kill(sbx):
     assert sbx.commands.run("echo next").stdout == "next\n"
 
 
-def test_stdin_is_refused_clearly(sbx):
-    with pytest.raises(e2b.SandboxException) as info:
-        sbx.commands.run("cat", stdin=True)
-    assert "stdin" in str(info.value)
+def test_stdin_is_sent_and_closed(sbx):
+    h = sbx.commands.run("tr a-z A-Z", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "hello\n")
+    sbx.commands.close_stdin(h.pid)
+    r = h.wait()
+    assert (r.stdout, r.exit_code) == ("HELLO\n", 0)
+
+
+def test_a_background_server_does_not_hold_the_sandbox(e2b_env):
+    from e2b_code_interpreter import Sandbox
+
+    sb = Sandbox.create(timeout=300)
+    try:
+        server = sb.commands.run("python3 -m http.server 8000", background=True)
+        t = time.monotonic()
+        assert sb.run_code("1+1").text == "2"
+        assert time.monotonic() - t < 5
+        fetch = (
+            "for i in $(seq 50); do python3 -c \"import urllib.request as u;"
+            " print(u.urlopen('http://localhost:8000').status)\" 2>/dev/null && exit 0;"
+            " sleep 0.1; done; exit 1"
+        )
+        assert sb.commands.run(fetch, timeout=30).stdout == "200\n"
+        assert server.pid in [p.pid for p in sb.commands.list()]
+        assert server.kill() is True
+        with pytest.raises(e2b.CommandExitException):
+            server.wait()
+        assert server.pid not in [p.pid for p in sb.commands.list()]
+    finally:
+        sb.kill()
+
+
+def test_commands_run_side_by_side_and_stream(sbx):
+    import threading
+
+    outs: list[str] = []
+    t = time.monotonic()
+    threads = [
+        threading.Thread(target=lambda i=i: outs.append(sbx.commands.run(f"sleep 1; echo {i}").stdout))
+        for i in range(2)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(outs) == ["0\n", "1\n"]
+    assert time.monotonic() - t < 1.8
+
+    seen: list[tuple[str, float]] = []
+    t = time.monotonic()
+    r = sbx.commands.run("echo first; sleep 1.5; echo second",
+                         on_stdout=lambda s: seen.append((s, time.monotonic() - t)))
+    assert r.stdout == "first\nsecond\n"
+    assert seen[0][0] == "first\n" and seen[0][1] < 1.0, seen
+
+    with pytest.raises(e2b.CommandExitException) as info:
+        sbx.commands.run("exit 7")
+    assert info.value.exit_code == 7
 
 
 def test_command_timeout(sbx):

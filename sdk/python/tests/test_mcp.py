@@ -2,7 +2,7 @@
 registry) as the client, against a real `sandlot serve` (see conftest.py):
 
 * over stdio: `sandlot mcp` launched exactly as Claude Desktop launches it, from the config
-  snippet the README shows (tests/fixtures/claude_desktop_config.json: command, args, env;
+  snippet the README shows (examples/claude_desktop_config.json: command, args, env;
   only SANDLOT_URL is pointed at the test server and PATH given the binary's directory);
 * over streamable HTTP: `<server>/mcp`.
 
@@ -39,7 +39,7 @@ import anyio  # noqa: E402
 
 pytestmark = pytest.mark.live
 
-FIXTURE = Path(__file__).parent / "fixtures" / "claude_desktop_config.json"
+FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "claude_desktop_config.json"
 README = Path(__file__).resolve().parents[3] / "README.md"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOOLS = [
@@ -134,7 +134,7 @@ def test_config_snippet_is_claude_desktops_shape() -> None:
         text = README.read_text()
         start = text.rfind("{", 0, text.index('"mcpServers"'))
         block, _ = json.JSONDecoder().raw_decode(text[start:])
-        assert block == cfg, "the README's Claude Desktop snippet differs from tests/fixtures/claude_desktop_config.json"
+        assert block == cfg, "the README's Claude Desktop snippet differs from examples/claude_desktop_config.json"
 
 
 @pytest.mark.parametrize("kind", ["stdio", "http"])
