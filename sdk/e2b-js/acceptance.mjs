@@ -42,8 +42,9 @@ try {
   step('DataFrame html')
 
   const fig = await sbx.runCode(
-    "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
-      'plt.plot([1, 3, 2])\nplt.show()',
+    // The interpreter's inline backend shows figures (switching to Agg would show none,
+    // on E2B as here).
+    'import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()',
   )
   assert.equal(fig.error, undefined, JSON.stringify(fig.error))
   const png = fig.results.map((r) => r.png).find(Boolean)

@@ -6,9 +6,9 @@
 //! returns at once:
 //!
 //! ```text
-//! ( export 'K=V'...
-//!   /usr/bin/setsid /bin/bash -c WRAPPER sandlot-command 'CWD' 'CMD' 'ARGS'... \
-//!     <IN >DIR/N.out 2>DIR/N.err 3>DIR/N.st & )
+//! ( exec 4<IN >DIR/N.out 2>DIR/N.err 3>DIR/N.st || exit 1
+//!   export 'K=V'...
+//!   /usr/bin/setsid /bin/bash -c WRAPPER sandlot-command 'CWD' 'CMD' 'ARGS'... <&4 4<&- & )
 //! ```
 //!
 //! where `WRAPPER` reports its pid (which is its process group's and session's id) on fd 3,

@@ -1,6 +1,11 @@
 //! [`Remote`]: the [`Backend`] of `sandlot mcp` over stdio, a client of a running server's
 //! HTTP API (JSON in and out, the server's error body turned back into its [`ApiError`], as the
 //! CLI's own client does).
+//!
+//! The server at the URL is trusted to run code, not to be well-behaved: its answers are read
+//! with a size bound ([`MAX_ANSWER_BYTES`], error bodies [`MAX_ERROR_BYTES`]) as well as a time
+//! bound, and redirects are not followed, so nothing this client sends (file contents, code)
+//! goes anywhere but the URL it was given.
 
 use crate::backend::{Backend, ReadFile};
 use crate::error::Error;
@@ -21,12 +26,23 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const EXECUTE_SLACK: Duration = Duration::from_secs(120);
 /// The server's default execution timeout, for the bound when none is given.
 const DEFAULT_EXEC_TIMEOUT_SECS: f64 = 60.0;
+/// Largest answer read from the server (an execution's result with its images is the largest
+/// the API gives; the runtime caps its output at a few MiB).
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+/// Largest error body read from the server; only its start is shown anyway.
+const MAX_ERROR_BYTES: u64 = 64 << 10;
 
 /// A client of a sandlot server's `/v1` API.
 #[derive(Clone)]
 pub struct Remote {
     http: reqwest::Client,
     base: reqwest::Url,
+}
+
+/// A body read with a size bound.
+enum Bounded {
+    Whole(Vec<u8>),
+    TooLarge(Vec<u8>),
 }
 
 #[derive(Deserialize)]
@@ -59,6 +75,8 @@ impl Remote {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            // A redirect would send the call (and the file or code it carries) elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| Error::Transport(format!("could not build the HTTP client: {e}")))?;
         Ok(Remote { http, base })
@@ -86,7 +104,12 @@ impl Remote {
             return Ok(resp);
         }
         let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
+        let text = match self.bounded(resp, MAX_ERROR_BYTES).await {
+            Ok(Bounded::Whole(b)) | Ok(Bounded::TooLarge(b)) => {
+                String::from_utf8_lossy(&b).into_owned()
+            }
+            Err(_) => String::new(),
+        };
         match serde_json::from_str::<ErrorBody>(&text) {
             Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
             Err(_) => Err(Error::BadResponse {
@@ -100,12 +123,38 @@ impl Remote {
     async fn json<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, Error> {
         let resp = self.send(req).await?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| self.unreachable(e))?;
+        let bytes = match self.bounded(resp, MAX_ANSWER_BYTES).await? {
+            Bounded::Whole(b) => b,
+            Bounded::TooLarge(_) => {
+                return Err(Error::BadResponse {
+                    url: self.base.to_string(),
+                    status,
+                    body: format!("an answer larger than {MAX_ANSWER_BYTES} bytes"),
+                })
+            }
+        };
         serde_json::from_slice(&bytes).map_err(|e| Error::BadResponse {
             url: self.base.to_string(),
             status,
             body: format!("not the expected JSON: {e}"),
         })
+    }
+
+    /// The body of `resp`, read as it streams in up to `limit` bytes: past it, what was read
+    /// (at most `limit` bytes and one chunk) comes back as `TooLarge` and the rest is not read.
+    async fn bounded(&self, resp: reqwest::Response, limit: u64) -> Result<Bounded, Error> {
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Ok(Bounded::TooLarge(Vec::new()));
+        }
+        let mut body = resp.bytes_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| self.unreachable(e))?);
+            if buf.len() as u64 > limit {
+                return Ok(Bounded::TooLarge(buf));
+            }
+        }
+        Ok(Bounded::Whole(buf))
     }
 
     async fn post<T: DeserializeOwned>(
@@ -203,16 +252,10 @@ impl Backend for Remote {
         if let Some(size) = resp.content_length().filter(|&n| n > limit) {
             return Ok(ReadFile::TooLarge(size));
         }
-        let mut body = resp.bytes_stream();
-        let mut buf = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| self.unreachable(e))?;
-            buf.extend_from_slice(&chunk);
-            if buf.len() as u64 > limit {
-                return Ok(ReadFile::TooLarge(buf.len() as u64));
-            }
-        }
-        Ok(ReadFile::Content(buf))
+        Ok(match self.bounded(resp, limit).await? {
+            Bounded::Whole(b) => ReadFile::Content(b),
+            Bounded::TooLarge(b) => ReadFile::TooLarge(b.len() as u64),
+        })
     }
 
     async fn list_files(

@@ -8,7 +8,8 @@ Rules the README follows (and this test enforces):
   is ``<!-- run -->``.
 * In a shell block, a command whose comment ends in ``→ x`` must print exactly ``x`` (one line);
   every command must succeed (the block runs under ``set -eo pipefail``). ``localhost:7878``
-  is the test server's address, and ``sandlot`` is the binary under test.
+  (and ``127.0.0.1:7878`` in Python blocks) is the test server's address, ``sandlot`` is the
+  binary under test, and the E2B settings point at the test server.
 * A block followed by ``<!-- output -->`` and a ``text`` block must print exactly that text.
 """
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
+
+from .test_e2b import _server_key
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
@@ -135,6 +138,9 @@ def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, tmp_pa
     bindir.mkdir()
     (bindir / "sandlot").symlink_to(_bin())
     env = dict(os.environ, SANDLOT_URL=sandlot_url, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    # The E2B settings the README has a user export, for this server.
+    env.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=_server_key())
+    env.pop("E2B_DOMAIN", None)
     work = tmp_path / "work"
     work.mkdir()
     ran = 0
@@ -157,7 +163,8 @@ def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, tmp_pa
                 if expected is not None:
                     assert got == expected + "\n", f"{where}: `{cmd}` printed {got!r}, the README says {expected!r}"
         else:
-            proc = subprocess.run([sys.executable, "-c", block.code], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+            code = block.code.replace("127.0.0.1:7878", hostport).replace("localhost:7878", hostport)
+            proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
             assert proc.returncode == 0, f"{where}: the block failed\n{proc.stderr}"
             printed = proc.stdout
         if block.output is not None:
