@@ -10,10 +10,12 @@ stdout::
     {"p50_ms", "p99_ms", "mean_ms", "min_ms", "n", "client", "protocol_version",
      "raw": {"p50_ms", "p99_ms", "mean_ms", "min_ms", "n"}}   # raw only with --raw
 
+With ``--samples`` each summary also holds ``samples_ms``, every sample in order.
+
 Usage::
 
     python bench/mcp_rtt.py [--url http://127.0.0.1:7878] [--iterations 2000] [--warmup 50]
-                            [--time-limit 60] [--code 1+1] [--raw]
+                            [--time-limit 60] [--code 1+1] [--raw] [--samples]
 """
 
 import argparse
@@ -36,15 +38,18 @@ def percentile(sorted_ms, q):
     return sorted_ms[i]
 
 
-def summary(samples):
-    samples = sorted(samples)
-    return {
-        "p50_ms": round(percentile(samples, 50), 3),
-        "p99_ms": round(percentile(samples, 99), 3),
-        "mean_ms": round(statistics.fmean(samples), 3),
-        "min_ms": round(samples[0], 3),
-        "n": len(samples),
+def summary(samples, with_samples=False):
+    ordered = sorted(samples)
+    out = {
+        "p50_ms": round(percentile(ordered, 50), 3),
+        "p99_ms": round(percentile(ordered, 99), 3),
+        "mean_ms": round(statistics.fmean(ordered), 3),
+        "min_ms": round(ordered[0], 3),
+        "n": len(ordered),
     }
+    if with_samples:
+        out["samples_ms"] = [round(s, 4) for s in samples]
+    return out
 
 
 def time_client(url, args):
@@ -158,15 +163,16 @@ def main():
     ap.add_argument("--time-limit", type=float, default=60.0, help="stop timing after this many seconds")
     ap.add_argument("--code", default="1+1")
     ap.add_argument("--raw", action="store_true", help="also time raw JSON-RPC POSTs")
+    ap.add_argument("--samples", action="store_true", help="also print every sample (samples_ms)")
     args = ap.parse_args()
     url = args.url.rstrip("/")
 
     samples, version = time_client(url, args)
-    out = summary(samples)
+    out = summary(samples, args.samples)
     out["client"] = f"mcp {metadata.version('mcp')}"
     out["protocol_version"] = version
     if args.raw:
-        out["raw"] = summary(time_raw(url, args))
+        out["raw"] = summary(time_raw(url, args), args.samples)
     print(json.dumps(out))
 
 

@@ -284,9 +284,16 @@ fn forwarded_prefix(client_path: &str, path_and_query: &str) -> Option<String> {
 }
 
 /// Drops the app's hop-by-hop headers (but keeps `Connection`/`Upgrade` of a 101, which the
-/// server needs to switch) and `Service-Worker-Allowed`.
+/// server needs to switch), a `Content-Length` its `Transfer-Encoding` overrides, and
+/// `Service-Worker-Allowed`.
 fn strip_response_headers(h: &mut HeaderMap, switching: bool) {
     let kept = switching.then(|| h.get(header::UPGRADE).cloned());
+    // The app's body was framed by its Transfer-Encoding, which overrides a Content-Length
+    // beside it (RFC 9112 §6.3); the body is framed again for the client, and a Content-Length
+    // kept from such a response would cut it short there.
+    if h.contains_key(header::TRANSFER_ENCODING) {
+        h.remove(header::CONTENT_LENGTH);
+    }
     strip_hop_by_hop(h);
     h.remove("service-worker-allowed");
     if let Some(Some(protocol)) = kept {
@@ -403,6 +410,17 @@ mod tests {
         strip_response_headers(&mut h, false);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["content-type"]);
+
+        // Chunked framing overrides a Content-Length beside it: neither reaches the client.
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "5".parse().unwrap());
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        strip_response_headers(&mut h, false);
+        assert!(h.is_empty(), "{h:?}");
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "5".parse().unwrap());
+        strip_response_headers(&mut h, false);
+        assert_eq!(h[header::CONTENT_LENGTH], "5");
     }
 
     #[test]

@@ -382,7 +382,7 @@ pub fn density(ctx: &mut Ctx) -> anyhow::Result<DensityResult> {
         let mut create = Samples::new();
         let t_level = Instant::now();
         while ids.len() < n {
-            if ids.len() % 50 == 0 {
+            if ids.len().is_multiple_of(50) {
                 let used = machine::meminfo().used();
                 if used > cap {
                     stopped = Some(format!(

@@ -5,14 +5,17 @@
 //! hot `1+1` round trip against jupyter_client + ipykernel, (3) memory and latency with N live
 //! sandboxes, (4) sustained create+delete throughput, (5) restart in place after the driver
 //! is killed, (6) a burst of concurrent creates after a quiet period, with a peer's published
-//! figure beside it, (7) the workspace's disk throughput against the host disk's, and (issue 12)
+//! figure beside it, (7) the workspace's disk throughput against the host disk's, (issue 12)
 //! (8) fork, (9) pause and resume, (10) create from a snapshot, (11) a server start with N paused
-//! sandboxes on disk, with peers' published figures quoted beside them. Prints medians and p99s
+//! sandboxes on disk, with peers' published figures quoted beside them, and (issue 10) (12) the
+//! E2B SDK's `run_code` and MCP's `run_python` round trips through their official Python
+//! clients, against sandlot's own REST execute from the same Python. Prints medians and p99s
 //! and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all
 //! traffic goes to loopback.
 
 mod bench;
 mod burst;
+mod clients;
 mod disk;
 mod http;
 mod machine;
@@ -32,7 +35,7 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients"
 )]
 struct Cli {
     /// The benchmarks to run, on one server (in the order of the list below, whatever the
@@ -51,6 +54,8 @@ enum Bench {
     Create,
     /// 2. hot 1+1 round trip, against jupyter_client + ipykernel
     Hot,
+    /// 12. E2B SDK run_code("1+1") and MCP run_python via their official clients, vs REST (issue 10)
+    Clients,
     /// 5. restart in place: a cell kills its driver; time until the next cell's result
     Restart,
     /// 6. a burst of concurrent creates + print(1) after a quiet period
@@ -91,7 +96,7 @@ pub struct Opts {
     /// Keep the scratch directory (with the server's log) after the run
     #[arg(long)]
     keep: bool,
-    /// Where the Jupyter peer's venv is cached [default: $XDG_CACHE_HOME/sandlot-bench or ~/.cache/sandlot-bench]
+    /// Where the Jupyter peer's and the clients' venvs are cached [default: $XDG_CACHE_HOME/sandlot-bench or ~/.cache/sandlot-bench]
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
     /// Time bound of each measurement loop, in seconds
@@ -108,10 +113,10 @@ pub struct Opts {
     #[arg(long, default_value_t = 20)]
     cold_iters: usize,
 
-    /// hot: timed round trips (sandlot and Jupyter each)
+    /// hot, clients: timed round trips (sandlot, Jupyter, and each client)
     #[arg(long, default_value_t = 2000)]
     hot_iters: usize,
-    /// hot: untimed round trips first
+    /// hot, clients: untimed round trips first
     #[arg(long, default_value_t = 100)]
     hot_warmup: usize,
     /// hot: skip the Jupyter peer
@@ -335,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         workspaces: server.workspaces(),
         create: None,
         hot: None,
+        clients: None,
         density: None,
         throughput: None,
         restart: None,
@@ -355,6 +361,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         match bench::hot(&mut ctx) {
             Ok(r) => run.hot = Some(r),
             Err(e) => failed("hot", e),
+        }
+    }
+    // Right after hot, on a quiet server, and reusing hot's numbers as references.
+    if want(Bench::Clients) {
+        match clients::clients(&mut ctx, run.hot.as_ref()) {
+            Ok(r) => run.clients = Some(r),
+            Err(e) => failed("clients", e),
         }
     }
     if want(Bench::Restart) {
@@ -433,7 +446,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         let v = serde_json::json!({
             "command": run.command, "date": run.date, "commit": run.commit, "machine": run.machine,
             "workspaces": run.workspaces,
-            "create": run.create, "hot": run.hot, "density": run.density, "throughput": run.throughput,
+            "create": run.create, "hot": run.hot, "clients": run.clients, "density": run.density, "throughput": run.throughput,
             "restart": run.restart, "burst": run.burst, "disk": run.disk,
             "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
             "paused_start": run.paused_start,
@@ -516,6 +529,10 @@ mod tests {
         assert_eq!(cli.opts.quiet_seconds, 5.0);
         assert_eq!((cli.opts.burst_size, cli.opts.disk_mib), (50, 1024));
         assert!(Cli::try_parse_from(["sandlot-bench"]).is_err());
+        let cli =
+            Cli::try_parse_from(["sandlot-bench", "clients", "hot", "--hot-iters", "200"]).unwrap();
+        assert_eq!(cli.benchmarks, vec![Bench::Clients, Bench::Hot]);
+        assert_eq!(cli.opts.hot_iters, 200);
         assert!(Cli::try_parse_from(["sandlot-bench", "nope"]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The peers sandlot is measured against in the same run: a cold start of the env's Python
 //! with the same imports, bubblewrap around that cold start, and jupyter_client talking to a
-//! local ipykernel.
+//! local ipykernel; and the cached venvs the Python peers and clients run in.
 
 use crate::stats::Samples;
 use anyhow::{bail, Context};
@@ -280,30 +280,7 @@ impl JupyterVenv {
             .as_str()
             .unwrap_or("/usr/bin/python3")
             .to_owned();
-        let key = short_hash(&format!("{base} {}", requirements.join(" ")));
-        let dir = cache.join(format!("jupyter-peer-{key}"));
-        let ready = dir.join(".bench-ready");
-        if ready.exists() {
-            return Ok(JupyterVenv { dir, requirements });
-        }
-        eprintln!(
-            "building the Jupyter peer venv in {} ({})",
-            dir.display(),
-            requirements.join(" ")
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(cache)?;
-        run_bounded(
-            Command::new(&base).args(["-m", "venv"]).arg(&dir),
-            Duration::from_secs(300),
-        )?;
-        run_bounded(
-            Command::new(dir.join("bin/python"))
-                .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-                .args(&requirements),
-            Duration::from_secs(1200),
-        )?;
-        std::fs::write(&ready, requirements.join("\n"))?;
+        let dir = ensure_venv(cache, "jupyter-peer", &base, &requirements)?;
         Ok(JupyterVenv { dir, requirements })
     }
 
@@ -361,9 +338,44 @@ impl JupyterVenv {
     }
 }
 
+/// A venv of `base` with `requirements` installed, under `cache/<prefix>-<hash>` where the hash
+/// keys what it contains; built once (with pip, bounded in time) and reused after that.
+pub fn ensure_venv(
+    cache: &Path,
+    prefix: &str,
+    base: &str,
+    requirements: &[String],
+) -> anyhow::Result<PathBuf> {
+    let key = short_hash(&format!("{base} {}", requirements.join(" ")));
+    let dir = cache.join(format!("{prefix}-{key}"));
+    let ready = dir.join(".bench-ready");
+    if ready.exists() {
+        return Ok(dir);
+    }
+    eprintln!(
+        "building the {prefix} venv in {} ({})",
+        dir.display(),
+        requirements.join(" ")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(cache)?;
+    run_bounded(
+        Command::new(base).args(["-m", "venv"]).arg(&dir),
+        Duration::from_secs(300),
+    )?;
+    run_bounded(
+        Command::new(dir.join("bin/python"))
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
+            .args(requirements),
+        Duration::from_secs(1200),
+    )?;
+    std::fs::write(&ready, requirements.join("\n"))?;
+    Ok(dir)
+}
+
 /// Runs a command to completion within `limit`; returns its stdout, or an error with its
 /// stderr.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> anyhow::Result<String> {
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> anyhow::Result<String> {
     let desc = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())

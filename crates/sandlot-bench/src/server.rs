@@ -19,6 +19,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Its data dir (the E2B API key is `e2b-api-key` in it).
+    pub data_dir: PathBuf,
     pub log: PathBuf,
     /// When the process was spawned, and how long after that it announced its address.
     pub spawned_at: Instant,
@@ -78,6 +80,7 @@ impl Server {
         let mut server = Server {
             child,
             addr: "127.0.0.1:0".parse()?,
+            data_dir: data_dir.to_path_buf(),
             log,
             spawned_at: started,
             started_in: Duration::ZERO,

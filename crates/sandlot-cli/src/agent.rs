@@ -37,6 +37,11 @@ use transcript::Transcript;
 pub const EXIT_STEP_LIMIT: u8 = 3;
 
 /// The API key's variable, read as OpenAI's own clients read it.
+/// Most tool calls of one reply that run. A model (or an endpoint) that asks for thousands at
+/// once gets the rest answered with an error instead of holding the run for thousands of
+/// executions; every call still gets an answer, as the chat API requires.
+pub const MAX_CALLS_PER_REPLY: usize = 32;
+
 const API_KEY_VAR: &str = "OPENAI_API_KEY";
 
 const SYSTEM_PROMPT: &str = "You are a careful assistant with a sandbox. Use the run_python tool \
@@ -355,8 +360,15 @@ impl Run<'_> {
             messages.push(assistant);
             recorded = messages.len();
             let mut images: Vec<Image> = Vec::new();
-            for (call, id) in calls.iter().zip(ids) {
-                let out = self.tool_call(step, call, &id).await?;
+            let total = calls.len();
+            for (i, (call, id)) in calls.iter().zip(ids).enumerate() {
+                let over = (i >= MAX_CALLS_PER_REPLY).then(|| {
+                    format!(
+                        "one reply may make at most {MAX_CALLS_PER_REPLY} tool calls, \
+                         and this one made {total}; ask again for what is left"
+                    )
+                });
+                let out = self.tool_call(step, call, &id, over).await?;
                 images.extend(out.images);
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": out.text}));
             }
@@ -375,7 +387,14 @@ impl Run<'_> {
     }
 
     /// Runs one tool call (or explains to the model why it cannot run) and records it.
-    async fn tool_call(&mut self, step: u32, call: &Value, id: &str) -> anyhow::Result<ToolText> {
+    /// `refused` (why the call may not run) answers it without running it.
+    async fn tool_call(
+        &mut self,
+        step: u32,
+        call: &Value,
+        id: &str,
+        refused: Option<String>,
+    ) -> anyhow::Result<ToolText> {
         let started = Instant::now();
         let function = call.get("function").cloned().unwrap_or(Value::Null);
         let name = function
@@ -390,7 +409,11 @@ impl Run<'_> {
             "name": name,
             "arguments": arguments,
         });
-        let out = match prepare(&name, &arguments) {
+        let prepared = match refused {
+            Some(why) => Err(why),
+            None => prepare(&name, &arguments),
+        };
+        let out = match prepared {
             Err(problem) => {
                 let out = ToolText::error(&problem);
                 self.trace.rejected(&name, id, &problem);

@@ -48,8 +48,9 @@ pub const DEFAULT_MAX_SANDBOXES: &str = "2000";
 pub const DEFAULT_MAX_CONCURRENT_CREATES: &str = "4";
 pub const DEFAULT_MAX_PENDING_CREATES: &str = "256";
 pub const DEFAULT_POOL_SIZE: &str = "2";
-/// Log filter of `sandlot serve` when [`LOG`] is unset.
-pub const DEFAULT_SERVE_LOG: &str = "info";
+/// Log filter of `sandlot serve` when [`LOG`] is unset. rmcp logs every refused MCP request (a client probing a protocol version, a foreign Host)
+/// at warn, which clients control; sandlot's own request line records them at info.
+pub const DEFAULT_SERVE_LOG: &str = "info,rmcp=error";
 /// Log filter of the other commands when [`LOG`] is unset: quiet, their output is the point.
 pub const DEFAULT_CLI_LOG: &str = "warn";
 

@@ -674,3 +674,204 @@ fn stdio_unreachable_server_is_a_tool_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// What a hostile "sandlot server" behind `--url` answers every request with.
+#[derive(Clone, Copy)]
+enum Hostile {
+    /// 200 with a JSON content type and a chunked body that never ends.
+    EndlessAnswer,
+    /// 500 with a body that never ends.
+    EndlessError,
+    /// 307 to another listener on the host.
+    RedirectTo(u16),
+}
+
+/// A fake server on 127.0.0.1 answering every request as `how` says; returns its port and
+/// the number of body bytes it managed to send.
+fn hostile_server(how: Hostile) -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let _ = conn.set_write_timeout(Some(Duration::from_secs(120)));
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if conn.read(&mut byte).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let status = match how {
+                    Hostile::EndlessAnswer => "200 OK",
+                    Hostile::EndlessError => "500 Internal Server Error",
+                    Hostile::RedirectTo(other) => {
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 307 Temporary Redirect\r\nLocation: \
+                             http://127.0.0.1:{other}/v1/sandboxes\r\ncontent-length: 0\r\n\
+                             connection: close\r\n\r\n"
+                        );
+                        return;
+                    }
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
+                     transfer-encoding: chunked\r\n\r\n"
+                );
+                let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
+                while conn.write_all(chunk.as_bytes()).is_ok() {
+                    counter.fetch_add(0x10000, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (port, sent)
+}
+
+fn stdio_session(url: &str) -> StdioMcp {
+    let mut s = StdioMcp::start(url);
+    s.send(
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": { "name": "attack-test", "version": "0" } } })
+        .to_string(),
+    );
+    s.reply(1);
+    s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string());
+    s
+}
+
+#[test]
+fn stdio_hostile_server_answers_are_bounded() {
+    use std::sync::atomic::Ordering;
+    // An answer (or an error body) that never ends: the tool fails soon with a clear message,
+    // after reading a bounded amount, instead of buffering until the call's timeout.
+    for how in [Hostile::EndlessAnswer, Hostile::EndlessError] {
+        let (port, sent) = hostile_server(how);
+        let mut s = stdio_session(&format!("http://127.0.0.1:{port}"));
+        let started = Instant::now();
+        let r = s.call(2, "list_sandboxes", json!({}));
+        assert_eq!(r["result"]["isError"], json!(true), "{r}");
+        assert!(text(&r).contains("server_unreachable"), "{r}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        let read = sent.load(Ordering::Relaxed);
+        assert!(read < 256 << 20, "{read} bytes read from the server");
+        drop(s.stdin.take());
+        let _ = s.child.wait();
+    }
+
+    // A redirect is not followed: the file's content goes nowhere but the server's URL.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    other.set_nonblocking(true).unwrap();
+    let (port, _) = hostile_server(Hostile::RedirectTo(other_port));
+    let mut s = stdio_session(&format!("http://127.0.0.1:{port}"));
+    let r = s.call(
+        2,
+        "write_file",
+        json!({ "path": "secret.txt", "content": "top secret", "sandbox_id": "sb" }),
+    );
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).contains("307"), "{r}");
+    assert!(
+        other.accept().is_err(),
+        "the redirect was followed to another listener"
+    );
+    drop(s.stdin.take());
+    let _ = s.child.wait();
+}
+
+#[test]
+fn http_host_and_page_checks_hold_for_every_spelling() {
+    let server = TestServer::start();
+    let mcp = Mcp::new(&server);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    // DNS rebinding: whatever name resolves to 127.0.0.1, the Host is the attacker's. Names
+    // that only look like loopback, or carry userinfo, are refused.
+    for host in [
+        "localhost.",
+        "localhost.evil.example",
+        "127.0.0.1.nip.io",
+        "127.0.0.1@evil.example",
+        "evil.example:7878",
+        "[::ffff:127.0.0.1]",
+        "0.0.0.0",
+        "2130706433",
+        "127.1",
+        "",
+    ] {
+        let a = mcp.send(mcp.post().header("host", host).body(list.clone()));
+        assert!(
+            a.status == 403 || a.status == 400,
+            "Host {host:?}: {} {}",
+            a.status,
+            a.text
+        );
+        assert!(
+            a.messages
+                .first()
+                .is_some_and(|m| m["error"]["code"].is_i64()),
+            "{host:?}: {}",
+            a.text
+        );
+    }
+    // Loopback spellings pass the check (and get MCP's own answer: no session yet).
+    for host in ["localhost:1", "LOCALHOST", "127.0.0.1", "[::1]:7878"] {
+        let a = mcp.send(mcp.post().header("host", host).body(list.clone()));
+        assert_refused(&a, 400, -32600);
+    }
+    // A request with no Host at all (HTTP/1.0) is refused too.
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nContent-Length: {}\r\n\r\n{list}",
+        list.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(
+        out.starts_with("HTTP/1.0 400") || out.starts_with("HTTP/1.1 400"),
+        "{out}"
+    );
+
+    // Pages: a browser tags every request a page makes with Sec-Fetch-Site, whichever site
+    // the page is on (an app served through the ports route is same-origin); all are refused.
+    // Clients (no header, or `none` for what a user typed) pass.
+    for site in ["same-origin", "same-site", "cross-site", "SAME-ORIGIN", ""] {
+        let a = mcp.send(mcp.post().header("sec-fetch-site", site).body(list.clone()));
+        assert_eq!(a.status, 403, "Sec-Fetch-Site {site:?}: {}", a.text);
+    }
+    let a = mcp.send(
+        mcp.post()
+            .header("sec-fetch-site", "none")
+            .body(list.clone()),
+    );
+    assert_refused(&a, 400, -32600);
+    // Origins that only look local.
+    for origin in [
+        "null",
+        "http://localhost.evil.example",
+        "http://127.0.0.1.nip.io:7878",
+        "https://localhost:7878",
+        "file://",
+    ] {
+        let a = mcp.send(mcp.post().header("origin", origin).body(list.clone()));
+        assert_refused(&a, 403, -32600);
+    }
+}

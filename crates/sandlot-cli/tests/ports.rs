@@ -697,3 +697,431 @@ fn port_lists_are_checked_and_kept() {
         .get(&port_path(&id, 9000, "/"))
         .expect_error(502, "port_unreachable");
 }
+
+/// An app whose answers try to desynchronise the proxy's connection to its client (response
+/// splitting and smuggling): conflicting framing, folded or broken header lines, bytes after
+/// the body, a body shorter than announced, a 101 to a plain request, a slow trickle. Every
+/// smuggled response carries `X-Smuggled`.
+const SMUGGLER_APP: &str = r#"
+import socket, sys, threading, time
+
+SMUGGLED = b"HTTP/1.1 200 OK\r\nX-Smuggled: 1\r\nContent-Length: 0\r\n\r\n"
+
+def chunked(data):
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+
+ANSWERS = {
+    b"/cl-te": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(SMUGGLED),
+    b"/te-cl": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunked(SMUGGLED),
+    b"/two-cl": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 60\r\n\r\nok" + SMUGGLED,
+    b"/te-weird": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 2\r\n\r\n" + chunked(SMUGGLED),
+    b"/obs-fold": b"HTTP/1.1 200 OK\r\nX-A: 1\r\n X-Smuggled: 1\r\nContent-Length: 2\r\n\r\nok",
+    b"/bare-cr": b"HTTP/1.1 200 OK\r\nX-A: 1\rX-Smuggled: 1\r\nContent-Length: 2\r\n\r\nok",
+    b"/nul": b"HTTP/1.1 200 OK\r\nX-A: 1\x00X-Smuggled: 1\r\nContent-Length: 2\r\n\r\nok",
+    b"/after-body": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + SMUGGLED,
+    b"/short": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nok",
+    b"/switch": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + SMUGGLED,
+    b"/connection-cl": b"HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nok" + SMUGGLED,
+}
+
+def serve(c):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ")[1]
+        c.sendall(ANSWERS.get(path, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
+        time.sleep(0.5)
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"#;
+
+const SMUGGLER_PORT: u16 = 8010;
+
+/// Reads one HTTP/1.1 response from `r`: status, lower-cased header lines, body (by its
+/// Content-Length or chunked framing; until EOF otherwise).
+fn read_response(r: &mut impl std::io::BufRead) -> Option<(u16, Vec<String>, Vec<u8>)> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok()?;
+        let h = h.trim_end().to_ascii_lowercase();
+        if h.is_empty() {
+            break;
+        }
+        headers.push(h);
+    }
+    let value = |name: &str| {
+        headers
+            .iter()
+            .find_map(|h| h.strip_prefix(&format!("{name}: ")).map(str::to_string))
+    };
+    let mut body = Vec::new();
+    if value("transfer-encoding").as_deref() == Some("chunked") {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).ok()?;
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = value("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        // A body shorter than announced ends with the connection: what came is the body.
+        r.take(n as u64).read_to_end(&mut body).ok()?;
+    } else if status != 101 && status != 204 && status != 304 {
+        r.read_to_end(&mut body).ok()?;
+    }
+    Some((status, headers, body))
+}
+
+#[test]
+fn hostile_app_answers_cannot_desync_the_client_connection() {
+    let server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({ "ports": [SMUGGLER_PORT] }));
+    let id = sb["id"].as_str().unwrap().to_string();
+    server
+        .put_bytes(
+            &format!("/v1/sandboxes/{id}/files/smuggler.py"),
+            SMUGGLER_APP.as_bytes().to_vec(),
+        )
+        .expect(201);
+    start_app(
+        &server,
+        &id,
+        &format!("'smuggler.py', '{SMUGGLER_PORT}'"),
+        SMUGGLER_PORT,
+    );
+    let addr = server.url().trim_start_matches("http://").to_string();
+    for path in [
+        "/cl-te",
+        "/te-cl",
+        "/two-cl",
+        "/te-weird",
+        "/obs-fold",
+        "/bare-cr",
+        "/nul",
+        "/after-body",
+        "/short",
+        "/switch",
+        "/connection-cl",
+    ] {
+        // The hostile request and a health check pipelined on one keep-alive connection: the
+        // second answer must be the server's own, whatever the app sent for the first.
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let target = port_path(&id, SMUGGLER_PORT, path);
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nHost: x\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut answers = Vec::new();
+        while let Some(a) = read_response(&mut r) {
+            answers.push(a);
+        }
+        for (status, headers, _) in &answers {
+            assert!(
+                !headers.iter().any(|h| h.starts_with("x-smuggled")),
+                "{path}: a smuggled header reached the client: {status} {headers:?}"
+            );
+        }
+        // The first answer is refused (502) or is the app's body exactly as it framed it:
+        // chunked framing wins over a Content-Length beside it, and nothing is cut short.
+        let smuggled_len = 53;
+        let first = answers.first().map(|(s, _, b)| (*s, b.len()));
+        let expected: &[(u16, usize)] = match path {
+            "/cl-te" | "/te-cl" | "/te-weird" => &[(200, smuggled_len), (502, 0)],
+            "/after-body" | "/connection-cl" | "/short" => &[(200, 2)],
+            _ => &[(502, 0)],
+        };
+        assert!(
+            first.is_some_and(|(s, n)| expected
+                .iter()
+                .any(|&(es, en)| es == s && (es == 502 || en == n))),
+            "{path}: {:?}, expected one of {expected:?}",
+            answers
+                .iter()
+                .map(|a| (a.0, &a.1, String::from_utf8_lossy(&a.2)))
+                .collect::<Vec<_>>()
+        );
+        // Either the health check was answered, as the second response, or the server closed
+        // the connection after a broken first answer; never a third.
+        assert!(answers.len() <= 2, "{path}: {} answers", answers.len());
+        if let Some((status, _, body)) = answers.get(1) {
+            assert_eq!(*status, 200, "{path}");
+            assert!(
+                String::from_utf8_lossy(body).contains("\"status\":\"ok\""),
+                "{path}: the second answer is not the server's health: {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        eprintln!(
+            "{path}: {:?}",
+            answers.iter().map(|a| (a.0, a.2.len())).collect::<Vec<_>>()
+        );
+    }
+    // The server still works, and so does the app.
+    let (status, _) = raw_request(
+        &server,
+        &format!(
+            "GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            port_path(&id, SMUGGLER_PORT, "/after-body")
+        ),
+    );
+    assert_eq!(status, 200);
+}
+
+/// An app that streams forever on `/endless` (a kilobyte every 10 ms) and tells on `/count`
+/// how many such streams are open.
+const ENDLESS_APP: &str = r#"
+import socket, sys, threading, time
+
+lock = threading.Lock()
+open_streams = [0]
+
+def serve(c):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ")[1]
+        if path == b"/count":
+            with lock:
+                body = str(open_streams[0]).encode()
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            return
+        with lock:
+            open_streams[0] += 1
+        try:
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            while True:
+                c.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
+                time.sleep(0.01)
+        finally:
+            with lock:
+                open_streams[0] -= 1
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(256)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"#;
+
+const ENDLESS_PORT: u16 = 8011;
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Opens a stream of `/endless` through the proxy and reads its first bytes.
+fn open_stream(server: &TestServer, id: &str) -> TcpStream {
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {} HTTP/1.1\r\nHost: x\r\n\r\n",
+        port_path(id, ENDLESS_PORT, "/endless")
+    )
+    .unwrap();
+    let mut head = [0u8; 64];
+    s.read_exact(&mut head).unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    s
+}
+
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn proxied_connections_end_with_their_client_or_their_sandbox() {
+    let server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({ "ports": [ENDLESS_PORT] }));
+    let id = sb["id"].as_str().unwrap().to_string();
+    server
+        .put_bytes(
+            &format!("/v1/sandboxes/{id}/files/endless.py"),
+            ENDLESS_APP.as_bytes().to_vec(),
+        )
+        .expect(201);
+    start_app(
+        &server,
+        &id,
+        &format!("'endless.py', '{ENDLESS_PORT}'"),
+        ENDLESS_PORT,
+    );
+    let count = |server: &TestServer| -> Option<usize> {
+        let (status, _, body) = server.get_bytes(&port_path(&id, ENDLESS_PORT, "/count"));
+        (status == 200).then(|| String::from_utf8_lossy(&body).parse().ok())?
+    };
+    let baseline = open_fds(server.pid());
+
+    // Many clients at once, each holding an endless response, then all gone: every connection
+    // to the app and every fd of the server is released (no relay outlives its client).
+    let streams: Vec<TcpStream> = (0..100).map(|_| open_stream(&server, &id)).collect();
+    assert_eq!(count(&server), Some(100));
+    assert!(open_fds(server.pid()) >= baseline + 150);
+    drop(streams);
+    wait_for(
+        "the app's streams ended with their clients",
+        Duration::from_secs(20),
+        || count(&server) == Some(0),
+    );
+    wait_for(
+        "the server released the connections' fds",
+        Duration::from_secs(20),
+        || open_fds(server.pid()) <= baseline + 5,
+    );
+
+    // A sandbox deleted under an open stream: the stream ends, and its fds go.
+    let mut s = open_stream(&server, &id);
+    server.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = std::time::Instant::now();
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(
+                ended.elapsed() < Duration::from_secs(20),
+                "the stream outlived its sandbox"
+            ),
+        }
+    }
+    drop(s);
+    wait_for(
+        "the server released the deleted sandbox's connection",
+        Duration::from_secs(20),
+        || open_fds(server.pid()) <= baseline + 5,
+    );
+    // And the ports of a sandbox that is gone answer 410 sandbox_gone.
+    let (status, _, _) = server.get_bytes(&port_path(&id, ENDLESS_PORT, "/count"));
+    assert_eq!(status, 410);
+}
+
+#[test]
+fn requests_from_pages_reach_only_the_ports_routes() {
+    let server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({ "ports": [8020] }));
+    let id = sb["id"].as_str().unwrap().to_string();
+    let page = |method: &str, path: &str, site: &str, extra: &str| {
+        raw_request(
+            &server,
+            &format!(
+                "{method} {path} HTTP/1.1\r\nHost: x\r\nSec-Fetch-Site: {site}\r\n{extra}\
+                 Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            ),
+        )
+    };
+    // A page of an app served here (same-origin), of another port on this host (same-site),
+    // or of any site: the API, MCP and the E2B control plane refuse it.
+    for site in ["same-origin", "same-site", "cross-site"] {
+        for (method, path) in [
+            ("GET", "/v1/sandboxes".to_string()),
+            ("POST", "/v1/sandboxes".to_string()),
+            ("POST", format!("/v1/sandboxes/{id}/execute")),
+            ("DELETE", format!("/v1/sandboxes/{id}")),
+            ("GET", "/v1/health".to_string()),
+            ("POST", "/mcp".to_string()),
+            ("GET", "/sandboxes".to_string()),
+            ("GET", format!("/v1/sandboxes/{id}/portsx/1/")),
+            ("GET", "//v1/sandboxes/x/ports/1/".to_string()),
+        ] {
+            let (status, body) = page(method, &path, site, "");
+            assert_eq!(status, 403, "{site} {method} {path}: {body}");
+        }
+        // E2B's sandbox header does not carry a page past the check.
+        let (status, body) = page(
+            "GET",
+            "/files?path=/etc/passwd",
+            site,
+            &format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: 49983\r\n"),
+        );
+        assert_eq!(status, 403, "{site} E2B header: {body}");
+        // On a ports path it reaches E2B's router, which wants the sandbox's token and has no
+        // route under /v1/sandboxes/.
+        let (status, body) = page(
+            "GET",
+            &format!("/v1/sandboxes/{id}/ports/8020/files?path=/etc/passwd"),
+            site,
+            &format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: 49983\r\n"),
+        );
+        assert!(
+            matches!(status, 401 | 404),
+            "{site} E2B header on a ports path: {status} {body}"
+        );
+    }
+    // The ports routes take pages (the app's own requests): nothing listens here, so the
+    // answer is the proxy's 502, which shows the request got through to it. Dot segments and
+    // encodings a raw client sends stay inside the ports route.
+    for path in [
+        format!("/v1/sandboxes/{id}/ports/8020/"),
+        format!("/v1/sandboxes/{id}/ports/8020/../../../../sandboxes"),
+        format!("/v1/sandboxes/{id}/ports/8020/%2e%2e/%2e%2e/%2e%2e/%2e%2e/sandboxes"),
+        format!("/v1/sandboxes/{id}/ports/8020/..%2f..%2f..%2f..%2fsandboxes"),
+        format!("/v1/sandboxes/{id}/ports/8020/;/../../../../sandboxes"),
+        format!("/v1/sandboxes/{id}/ports/8020/..\\..\\..\\..\\sandboxes"),
+    ] {
+        let (status, body) = page("GET", &path, "same-origin", "");
+        assert_eq!(status, 502, "{path}: {body}");
+        assert!(body.contains("port_unreachable"), "{path}: {body}");
+    }
+    // Another sandbox's ports and an unlisted port: the route's own answers.
+    let (status, _) = page("GET", "/v1/sandboxes/nope/ports/8020/", "same-origin", "");
+    assert_eq!(status, 404);
+    let (status, _) = page(
+        "GET",
+        &format!("/v1/sandboxes/{id}/ports/8021/"),
+        "same-origin",
+        "",
+    );
+    assert_eq!(status, 403);
+    for port in ["0", "65536", "-1", "80a", "%00"] {
+        let (status, body) = page(
+            "GET",
+            &format!("/v1/sandboxes/{id}/ports/{port}/"),
+            "none",
+            "",
+        );
+        assert_eq!(status, 400, "port {port}: {body}");
+    }
+    // What a user types or bookmarks (`none`) and clients without the header reach the API.
+    let (status, _) = page("GET", "/v1/health", "none", "");
+    assert_eq!(status, 200);
+}

@@ -28,7 +28,7 @@ const EXECUTE_SLACK: Duration = Duration::from_secs(120);
 const DEFAULT_EXEC_TIMEOUT_SECS: f64 = 60.0;
 /// Largest answer read from the server (an execution's result with its images is the largest
 /// the API gives; the runtime caps its output at a few MiB).
-pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+const MAX_ANSWER_BYTES: u64 = 64 << 20;
 /// Largest error body read from the server; only its start is shown anyway.
 const MAX_ERROR_BYTES: u64 = 64 << 10;
 

@@ -298,6 +298,82 @@ def test_invalid_tool_calls_are_answered_and_the_loop_goes_on(sandlot_url: str, 
 
 
 @pytest.mark.live
+def test_thousands_of_tool_calls_in_one_reply_are_bounded(sandlot_url: str, scripted, tmp_path: Path) -> None:
+    n = 1000
+
+    def flood(messages: List[Dict[str, Any]]) -> Reply:
+        return calls(*[tool_call(f"c{i}", "run_python", {"code": f"print({i})"}) for i in range(n)])
+
+    def check(messages: List[Dict[str, Any]]) -> Reply:
+        t = tool_messages(messages)
+        assert len(t) == n  # every call is answered, as the chat API requires
+        assert t["c0"] == "[stdout]\n0" and t["c31"] == "[stdout]\n31"
+        assert t["c32"].startswith("[error]\none reply may make at most 32 tool calls, and this one made 1000"), t["c32"]
+        return answer("bounded")
+
+    model = scripted([flood, check])
+    transcript = tmp_path / "t.jsonl"
+    out = run_agent(sandlot_url, model, "flood", "--transcript", str(transcript))
+    assert not model.failures, model.failures
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "bounded\n"
+    tools = [r for r in read_transcript(transcript) if r["type"] == "tool"]
+    assert sum("execution" in t for t in tools) == 32 and len(tools) == n
+
+
+def _endless_endpoint(status: int) -> Any:
+    """A chat endpoint that answers every request with a JSON body that never ends."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve(c: socket.socket) -> None:
+        with c:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            c.sendall(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n" % status)
+            chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+            try:
+                while True:
+                    c.sendall(chunk)
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("status", [200, 500])
+def test_an_endless_model_answer_is_cut_off(sandlot_url: str, status: int) -> None:
+    srv = _endless_endpoint(status)
+    try:
+        base = f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+        cmd = [str(_need_bin()), "agent", "--url", sandlot_url, "--base-url", base, "--model", "m", "--model-timeout", "120", "x"]
+        t0 = time.monotonic()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        assert out.returncode == 1, out.stderr
+        assert "the model endpoint's answer is larger than 16777216 bytes" in out.stderr, out.stderr[-2000:]
+        assert time.monotonic() - t0 < 60
+    finally:
+        srv.close()
+
+
+@pytest.mark.live
 def test_a_model_that_loops_hits_the_step_limit(sandlot_url: str, scripted, tmp_path: Path) -> None:
     n = [0]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import base64
 import os
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pytest
+
+from ._e2b import e2b_env  # noqa: F401  (a fixture)
 
 e2b = pytest.importorskip("e2b")
 e2b_ci = pytest.importorskip("e2b_code_interpreter")
@@ -21,35 +21,6 @@ e2b_ci = pytest.importorskip("e2b_code_interpreter")
 pytestmark = pytest.mark.live
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _server_key() -> str:
-    given = os.environ.get("E2B_API_KEY")
-    if os.environ.get("SANDLOT_TEST_URL"):
-        if not given:
-            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
-        return given
-    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
-    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
-    return (data_dir / "e2b-api-key").read_text().strip()
-
-
-@pytest.fixture(scope="module")
-def e2b_env(sandlot_url: str) -> Iterator[str]:
-    """The E2B settings a user sets, in this process's environment for the module."""
-    key = _server_key()
-    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")}
-    os.environ.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=key)
-    os.environ.pop("E2B_DOMAIN", None)
-    try:
-        yield key
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture

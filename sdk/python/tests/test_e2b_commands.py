@@ -5,45 +5,15 @@ configured by environment variables only (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pytest
+
+from ._e2b import e2b_env  # noqa: F401  (a fixture)
 
 e2b = pytest.importorskip("e2b")
 
 pytestmark = pytest.mark.live
-
-
-def _server_key() -> str:
-    given = os.environ.get("E2B_API_KEY")
-    if os.environ.get("SANDLOT_TEST_URL"):
-        if not given:
-            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
-        return given
-    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
-    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
-    return (data_dir / "e2b-api-key").read_text().strip()
-
-
-@pytest.fixture(scope="module")
-def e2b_env(sandlot_url: str) -> Iterator[str]:
-    key = _server_key()
-    names = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=key)
-    os.environ.pop("E2B_DOMAIN", None)
-    try:
-        yield key
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

@@ -14,21 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from ._e2b import server_key
+
 pytestmark = pytest.mark.live
 
 JS_DIR = Path(__file__).resolve().parents[2] / "e2b-js"
-
-
-def _server_key() -> str:
-    given = os.environ.get("E2B_API_KEY")
-    if os.environ.get("SANDLOT_TEST_URL"):
-        if not given:
-            pytest.skip("SANDLOT_TEST_URL is set: set E2B_API_KEY to that server's E2B key too")
-        return given
-    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
-    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
-    return (data_dir / "e2b-api-key").read_text().strip()
 
 
 def _missing() -> str | None:
@@ -50,7 +40,7 @@ def test_js_sdk_acceptance_script(sandlot_url: str):
         **os.environ,
         "E2B_API_URL": sandlot_url,
         "E2B_SANDBOX_URL": sandlot_url,
-        "E2B_API_KEY": _server_key(),
+        "E2B_API_KEY": server_key(),
     }
     env.pop("E2B_DOMAIN", None)
     proc = subprocess.run(

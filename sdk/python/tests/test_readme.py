@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from .test_e2b import _server_key
+from ._e2b import server_key
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
@@ -139,7 +139,7 @@ def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, tmp_pa
     (bindir / "sandlot").symlink_to(_bin())
     env = dict(os.environ, SANDLOT_URL=sandlot_url, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     # The E2B settings the README has a user export, for this server.
-    env.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=_server_key())
+    env.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=server_key())
     env.pop("E2B_DOMAIN", None)
     work = tmp_path / "work"
     work.mkdir()

@@ -46,8 +46,8 @@ pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
 }
 
 pub(super) const TARGETS_HEADER: &str =
-    "| key | target (issues 3, 9 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
-pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
+    "| key | target (issues 3, 9, 10 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
+pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused | clients p50: E2B / MCP / REST from Python |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
 
 /// Data rows of a table block (every `|` line after the header and separator).
 pub(super) fn table_rows(block: &str) -> Vec<String> {
@@ -80,6 +80,7 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.pause.is_some()
         || run.snapshot.is_some()
         || run.paused_start.is_some()
+        || run.clients.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -94,6 +95,9 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
     }
     if let Some(h) = &run.hot {
         doc = replace_block(&doc, "hot", &hot_block(run, h));
+    }
+    if let Some(c) = &run.clients {
+        doc = upsert_result_block(&doc, "clients", CLIENTS_HEADING, &clients_block(run, c));
     }
     if let Some(d) = &run.density {
         doc = replace_block(&doc, "density", &density_block(run, d));
@@ -199,6 +203,12 @@ pub fn print_report(run: &Run) {
         println!(
             "== 2. hot 1+1 round trip ==\n{}",
             strip_md(&hot_block(run, h))
+        );
+    }
+    if let Some(c) = &run.clients {
+        println!(
+            "== 12. E2B SDK and MCP through their official clients ==\n{}",
+            strip_md(&clients_block(run, c))
         );
     }
     if let Some(d) = &run.density {

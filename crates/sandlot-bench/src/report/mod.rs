@@ -10,6 +10,7 @@ use crate::bench::{
     Conditions, CreateResult, DensityLevel, DensityResult, HotResult, ThroughputResult,
 };
 use crate::burst::{self, BurstResult};
+use crate::clients::ClientsResult;
 use crate::disk::DiskResult;
 use crate::machine::Machine;
 use crate::restart::RestartResult;
@@ -18,10 +19,12 @@ use crate::stats::{fmt_bytes, fmt_ms, Summary};
 use std::fmt::Write as _;
 
 mod blocks;
+mod clients;
 mod doc;
 mod state;
 
 pub use blocks::*;
+pub use clients::*;
 pub use doc::*;
 pub use state::*;
 
@@ -38,6 +41,7 @@ pub struct Run {
     pub workspaces: Option<String>,
     pub create: Option<CreateResult>,
     pub hot: Option<HotResult>,
+    pub clients: Option<ClientsResult>,
     pub density: Option<DensityResult>,
     pub throughput: Option<ThroughputResult>,
     pub restart: Option<RestartResult>,
@@ -49,7 +53,7 @@ pub struct Run {
     pub paused_start: Option<PausedStartResult>,
 }
 
-/// One target of issue 3, 9 or 12 and how this run did against it.
+/// One target of issue 3, 9, 10 or 12 and how this run did against it.
 pub struct Target {
     pub key: &'static str,
     pub goal: &'static str,
@@ -170,6 +174,8 @@ const TARGET_KEYS: &[&str] = &[
     "snapshot-create-small",
     "snapshot-create-50mb",
     "paused-start",
+    "e2b-rtt",
+    "mcp-rtt",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -391,6 +397,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
         ));
     }
     state_targets(run, &mut t);
+    clients_targets(run, &mut t);
     t
 }
 
@@ -487,6 +494,7 @@ mod tests {
             "pause",
             "snapshot",
             "paused-start",
+            "clients",
             "history",
         ] {
             assert!(block(TEMPLATE, name).is_some(), "{name}");

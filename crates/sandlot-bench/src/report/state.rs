@@ -558,6 +558,7 @@ mod tests {
             workspaces: Some("btrfs".into()),
             create: None,
             hot: None,
+            clients: None,
             density: None,
             throughput: None,
             restart: None,

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 /// How many times a request is sent at most when the endpoint is overloaded or unreachable.
 const ATTEMPTS: u32 = 3;
 
+/// Largest answer read from the endpoint. A completion is text and a few tool calls; an
+/// endpoint that sends more (broken or hostile) is cut off rather than held in memory.
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
+
 /// Why a completion could not be had; each reads as a sentence for the terminal.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
@@ -23,6 +27,8 @@ pub enum ChatError {
     Status { status: String, body: String },
     #[error("the model endpoint's answer is not a chat completion: {0}")]
     Malformed(String),
+    #[error("the model endpoint's answer is larger than {MAX_REPLY_BYTES} bytes")]
+    TooLarge,
 }
 
 impl ChatError {
@@ -33,7 +39,7 @@ impl ChatError {
             ChatError::Status { status, .. } => ["429", "502", "503", "504"]
                 .iter()
                 .any(|s| status.starts_with(s)),
-            ChatError::Timeout(_) | ChatError::Malformed(_) => false,
+            ChatError::Timeout(_) | ChatError::Malformed(_) | ChatError::TooLarge => false,
         }
     }
 }
@@ -129,7 +135,7 @@ impl ChatClient {
         }
         let resp = req.send().await.map_err(|e| self.transport(e))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| self.transport(e))?;
+        let text = self.read_bounded(resp).await?;
         if !status.is_success() {
             return Err(ChatError::Status {
                 status: status.to_string(),
@@ -149,6 +155,24 @@ impl ChatClient {
             .and_then(Value::as_str)
             .map(str::to_owned);
         Ok((clean(message), finish, doc.get("usage").cloned()))
+    }
+
+    /// The answer's body as text, read as it arrives up to [`MAX_REPLY_BYTES`].
+    async fn read_bounded(&self, mut resp: reqwest::Response) -> Result<String, ChatError> {
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_REPLY_BYTES as u64)
+        {
+            return Err(ChatError::TooLarge);
+        }
+        let mut buf = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(e))? {
+            buf.extend_from_slice(&chunk);
+            if buf.len() > MAX_REPLY_BYTES {
+                return Err(ChatError::TooLarge);
+            }
+        }
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
     fn transport(&self, e: reqwest::Error) -> ChatError {

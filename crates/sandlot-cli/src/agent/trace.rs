@@ -111,10 +111,13 @@ impl Trace {
 
 /// `text` without the control characters a terminal would act on (escape sequences that move
 /// the cursor, retitle the window, ...): what the model and the sandbox write is untrusted, and
-/// this is shown to a person.
+/// this is shown to a person. Bidirectional overrides and isolates go too: they make a
+/// terminal show text in an order other than the one it has ("Trojan Source"), so the code
+/// shown could differ from the code run.
 pub fn printable(text: &str) -> String {
     text.chars()
         .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+        .filter(|c| !matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
         .collect()
 }
 
@@ -139,6 +142,10 @@ mod tests {
         assert_eq!(
             printable("a\x1b]0;title\x07b\r\n\tc\u{9b}2J"),
             "a]0;titleb\n\tc2J"
+        );
+        assert_eq!(
+            printable("x = 1 \u{202e}# ;)\u{2066}y\u{2069}"),
+            "x = 1 # ;)y"
         );
     }
 }
