@@ -314,21 +314,37 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a
 /// browser, so a script on such a page could call the API same-origin. Browsers tag every
 /// request a page makes with `Sec-Fetch-Site` (`none` only for what the user typed or
-/// bookmarked); HTTP clients and the SDKs never send it. Requests made by pages reach the
-/// ports routes only.
+/// bookmarked); HTTP clients and the SDKs never send it, nor `Origin`. Requests made by pages
+/// reach the ports routes only.
 async fn refuse_pages(req: Request, next: Next) -> Response {
-    let from_page = req
-        .headers()
+    // Browsers without Fetch Metadata (before 2020-2023) still send `Origin` on the requests
+    // that matter (cross-origin ones and every non-GET); HTTP clients and the SDKs send neither.
+    let headers = req.headers();
+    let from_page = headers
         .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes() != b"none");
-    if from_page && !is_ports_path(req.uri().path()) {
-        return error::error_response(
-            axum::http::StatusCode::FORBIDDEN,
-            "forbidden",
-            "requests made by web pages are refused outside /v1/sandboxes/{id}/ports/",
-        );
+        .is_some_and(|v| v.as_bytes() != b"none")
+        || headers.contains_key(axum::http::header::ORIGIN);
+    let path = req.uri().path();
+    if !from_page || is_ports_path(path) {
+        return next.run(req).await;
     }
-    next.run(req).await
+    // Each protocol's own error shape: REST under /v1, JSON-RPC at /mcp, E2B's elsewhere.
+    const WHY: &str = "requests made by web pages are refused outside /v1/sandboxes/{id}/ports/";
+    let status = axum::http::StatusCode::FORBIDDEN;
+    if path == "/mcp" || path.starts_with("/mcp/") {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": WHY}
+        });
+        (status, Json(body)).into_response()
+    } else if path.starts_with("/v1/") && !req.headers().contains_key(SANDBOX_ID_HEADER) {
+        error::error_response(status, "forbidden", WHY)
+    } else {
+        (
+            status,
+            Json(serde_json::json!({"code": 403, "message": WHY})),
+        )
+            .into_response()
+    }
 }
 
 /// `/v1/sandboxes/{id}/ports/...`.

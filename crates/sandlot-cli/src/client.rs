@@ -72,14 +72,39 @@ impl Client {
 }
 
 /// The response, or its error body as an [`ApiError`].
-async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+pub(crate) async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
     if resp.status().is_success() {
         return Ok(resp);
     }
     let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
+    let text = bounded_text(resp, MAX_ERROR_BYTES).await;
     match serde_json::from_str::<ErrorBody>(&text) {
         Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
         Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
     }
+}
+
+/// The error an execution stream ended with (its `error` event's data), as an [`ApiError`].
+pub(crate) fn stream_error(data: &str) -> anyhow::Error {
+    match serde_json::from_str::<ErrorBody>(data) {
+        Ok(body) => ApiError::new(body.error.code, body.error.message).into(),
+        Err(_) => anyhow!("the execution failed: {data}"),
+    }
+}
+
+/// Most of an error body read: the server's are a few hundred bytes; a broken or hostile one
+/// behind `--url` may send without end.
+const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// The body as text, at most `max` bytes of it (a read error ends it).
+async fn bounded_text(mut resp: reqwest::Response, max: usize) -> String {
+    let mut buf = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        buf.extend_from_slice(&chunk);
+        if buf.len() >= max {
+            buf.truncate(max);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }

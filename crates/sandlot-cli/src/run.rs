@@ -9,8 +9,7 @@ use anyhow::{anyhow, Context};
 use futures::StreamExt;
 use sandlot_runtime::Runtime;
 use sandlot_types::{
-    ApiError, CreateSandbox, EndState, ErrorBody, ExecuteRequest, ExecutionResult, OutputEvent,
-    Sandbox,
+    CreateSandbox, EndState, ExecuteRequest, ExecutionResult, OutputEvent, Sandbox,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -175,7 +174,7 @@ impl Client {
             .send()
             .await
             .with_context(|| format!("could not reach the server at {}", self.base))?;
-        Ok(api_result(resp).await?.json().await?)
+        Ok(crate::client::api_result(resp).await?.json().await?)
     }
 
     async fn delete_sandbox(&self, id: &str) -> anyhow::Result<()> {
@@ -184,7 +183,7 @@ impl Client {
             .delete(self.url(&format!("/v1/sandboxes/{id}")))
             .send()
             .await?;
-        api_result(resp).await?;
+        crate::client::api_result(resp).await?;
         Ok(())
     }
 
@@ -207,14 +206,16 @@ impl Client {
             .json(&req)
             .send()
             .await?;
-        let mut body = api_result(resp).await?.bytes_stream();
+        let mut body = crate::client::api_result(resp).await?.bytes_stream();
         let mut parser = SseParser::default();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.context("the connection to the server broke")?;
             for ev in parser.push(&chunk) {
                 match ev.event.as_str() {
                     sandlot_api::DONE_EVENT => return Ok(serde_json::from_str(&ev.data)?),
-                    sandlot_api::API_ERROR_EVENT => return Err(api_error(&ev.data)),
+                    sandlot_api::API_ERROR_EVENT => {
+                        return Err(crate::client::stream_error(&ev.data))
+                    }
                     _ => printer.event(&serde_json::from_str(&ev.data)?)?,
                 }
             }
@@ -222,26 +223,6 @@ impl Client {
         Err(anyhow!(
             "the server closed the stream before the execution finished"
         ))
-    }
-}
-
-/// The response, or its error body as an [`ApiError`].
-async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
-        Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
-    }
-}
-
-fn api_error(data: &str) -> anyhow::Error {
-    match serde_json::from_str::<ErrorBody>(data) {
-        Ok(body) => ApiError::new(body.error.code, body.error.message).into(),
-        Err(_) => anyhow!("the execution failed: {data}"),
     }
 }
 

@@ -14,6 +14,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+/// How long a connection may take to send a request head (and stay idle between requests).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long requests still open after the runtime has shut down may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -98,12 +101,24 @@ async fn serve_http(
     app: axum::Router,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
     use hyper_util::service::TowerToHyperService;
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().half_close(true);
+    // A request head must arrive within HEADER_READ_TIMEOUT of a connection waiting for one
+    // (this also closes idle keep-alive connections), so a client that sends half a head, or
+    // opens connections and sends nothing, cannot hold the server's descriptors forever.
+    builder
+        .http1()
+        .half_close(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
@@ -122,12 +137,18 @@ async fn serve_http(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // The HTTP version is sniffed from the first bytes, before hyper's own timers run:
+            // a connection that sends nothing at all is dropped here.
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });

@@ -771,3 +771,89 @@ fn graceful_shutdown_exits_zero_and_stops_sandboxes() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A client that sends half a request head (slowloris), or opens a connection and sends
+/// nothing, or stays idle after a request, is disconnected once the header-read timeout (30 s)
+/// passes, so such clients cannot hold the server's descriptors forever; the server goes on
+/// answering others meanwhile.
+#[test]
+fn slow_and_idle_connections_are_closed() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    let srv = TestServer::start();
+    let addr = srv.url().trim_start_matches("http://").to_owned();
+    let open = |first: &[u8]| {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        c.write_all(first).unwrap();
+        c
+    };
+    let mut half = open(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-A: ");
+    let mut silent = open(b"");
+    let mut idle = open(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut head = [0u8; 512];
+    let n = idle.read(&mut head).unwrap();
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    srv.get("/v1/health").expect(200);
+
+    let start = Instant::now();
+    for (name, c) in [
+        ("half a head", &mut half),
+        ("nothing", &mut silent),
+        ("idle", &mut idle),
+    ] {
+        let mut rest = Vec::new();
+        // EOF (or a reset, or a 408 then EOF): the server let go of the connection.
+        let _ = c.read_to_end(&mut rest);
+        assert!(
+            start.elapsed() < Duration::from_secs(50),
+            "a connection that sent {name} was held {:?}",
+            start.elapsed()
+        );
+    }
+    srv.get("/v1/health").expect(200);
+}
+
+/// Browsers too old to send Fetch Metadata still send `Origin`: such requests count as a
+/// page's, refused outside the ports routes, each in its protocol's own error shape.
+#[test]
+fn requests_carrying_an_origin_are_refused_as_pages() {
+    let srv = TestServer::start();
+    let send = |method: reqwest::Method, path: &str| {
+        let r = srv
+            .client()
+            .request(method, format!("{}{path}", srv.url()))
+            .header("origin", "http://127.0.0.1:8501")
+            .header(CONTENT_TYPE, "application/json")
+            .body("{}")
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().unwrap())
+    };
+    let (status, body) = send(reqwest::Method::POST, "/v1/sandboxes");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+    let (status, body) = send(reqwest::Method::GET, "/sandboxes");
+    assert_eq!((status, body["code"].as_u64()), (403, Some(403)));
+    let (status, body) = send(reqwest::Method::POST, "/mcp");
+    assert_eq!(
+        (status, body["error"]["code"].as_i64()),
+        (403, Some(-32600))
+    );
+    // Nothing was created on the page's behalf.
+    let list = srv.get("/v1/sandboxes").expect(200).clone();
+    assert_eq!(
+        list["sandboxes"].as_array().map(Vec::len),
+        Some(0),
+        "{list}"
+    );
+}

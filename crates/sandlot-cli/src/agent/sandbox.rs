@@ -17,6 +17,12 @@ use std::time::Duration;
 const EXECUTION_GRACE: Duration = Duration::from_secs(60);
 /// The server's default execution timeout when none is given (the runtime's default).
 const SERVER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest event of an execution's stream (the last one holds the whole result, whose output
+/// the runtime caps at a few MiB): a server that sends more without ending an event is cut
+/// off rather than buffered.
+const MAX_EVENT_BYTES: usize = 32 << 20;
+/// Largest part of an error body read.
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 pub struct Remote {
     api: Client,
@@ -120,9 +126,21 @@ impl Remote {
                 .with_context(|| format!("could not reach the server at {}", self.base))?;
             let mut body = api_result(resp).await?.bytes_stream();
             let mut parser = SseParser::default();
+            let mut pending = 0usize;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.context("the connection to the server broke")?;
-                for ev in parser.push(&chunk) {
+                let events = parser.push(&chunk);
+                pending = if events.is_empty() {
+                    pending + chunk.len()
+                } else {
+                    0
+                };
+                if pending > MAX_EVENT_BYTES {
+                    return Err(anyhow!(
+                        "the server sent more than {MAX_EVENT_BYTES} bytes without ending an event"
+                    ));
+                }
+                for ev in events {
                     match ev.event.as_str() {
                         sandlot_api::DONE_EVENT => return Ok(serde_json::from_str(&ev.data)?),
                         sandlot_api::API_ERROR_EVENT => return Err(stream_error(&ev.data)),
@@ -165,11 +183,25 @@ async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response
         return Ok(resp);
     }
     let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
+    let text = error_text(resp).await;
     match serde_json::from_str::<ErrorBody>(&text) {
         Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
         Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
     }
+}
+
+/// The start of an error body (at most [`MAX_ERROR_BYTES`]): the server's errors are short
+/// JSON, and whatever else a broken server sends is shown only in part.
+async fn error_text(mut resp: reqwest::Response) -> String {
+    let mut buf = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        buf.extend_from_slice(&chunk);
+        if buf.len() > MAX_ERROR_BYTES {
+            buf.truncate(MAX_ERROR_BYTES);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn stream_error(data: &str) -> anyhow::Error {
