@@ -152,8 +152,9 @@ fn host_files_and_secrets() {
         ),
         py(
             "host /home",
-            "report(home=os.listdir('/home'), cloudsdk=op(os.listdir, '/home/cloudsdk'))",
-            json!({"home": [], "cloudsdk": "ENOENT"}),
+            "report(home=os.listdir('/home'), user=os.readlink('/home/user'), cloudsdk=op(os.listdir, '/home/cloudsdk'))",
+            // Only E2B's home, which is the workspace itself.
+            json!({"home": ["user"], "user": "/workspace", "cloudsdk": "ENOENT"}),
         ),
         // That no host path (the data dir, the env dir) appears anywhere inside, in mounts,
         // maps, the environment or files, is `tests/host_layout.rs`'s to check.

@@ -271,7 +271,8 @@ fn host_files_and_the_old_root_are_gone() {
     assert_eq!(got["/etc/shadow"], enoent);
     assert_eq!(got["/var/log"], enoent);
     assert_eq!(got["this source tree"], enoent);
-    assert_eq!(got["/home"], json!([]));
+    // Only E2B's home: a symlink to /workspace.
+    assert_eq!(got["/home"], json!(["user"]));
     assert_eq!(got["mounts at /"], json!(["tmpfs"]));
 }
 
