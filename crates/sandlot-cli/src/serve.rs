@@ -10,12 +10,19 @@ use sandlot_api::ApiConfig;
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-/// How long a connection may take to send a request head (and stay idle between requests).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may go without starting a request while none is open: a client that
+/// sends half a request head (slowloris), or nothing, or stays idle between requests, is
+/// disconnected after it, so such clients cannot hold the server's descriptors forever.
+/// One timer per connection rather than hyper's header-read timer per request, and it also
+/// covers a connection that sends nothing (hyper's timers start only once the HTTP version has
+/// been sniffed from the first bytes) and idle HTTP/2 connections.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long requests still open after the runtime has shut down may take to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -106,14 +113,7 @@ async fn serve_http(
     use hyper_util::service::TowerToHyperService;
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // A request head must arrive within HEADER_READ_TIMEOUT of a connection waiting for one
-    // (this also closes idle keep-alive connections), so a client that sends half a head, or
-    // opens connections and sends nothing, cannot hold the server's descriptors forever.
-    builder
-        .http1()
-        .half_close(true)
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().half_close(true);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -136,20 +136,24 @@ async fn serve_http(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let activity = Arc::new(Activity::default());
+        let service = TowerToHyperService::new(Tracked {
+            app: app.clone(),
+            activity: activity.clone(),
+        });
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            // The HTTP version is sniffed from the first bytes, before hyper's own timers run:
-            // a connection that sends nothing at all is dropped here.
-            let mut first = [0u8; 1];
-            match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
-            }
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            tokio::select! {
+                ended = watcher.watch(conn.into_owned()) => {
+                    if let Err(e) = ended {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                () = activity.idle(IDLE_TIMEOUT) => {
+                    tracing::debug!("closing a connection that started no request for {IDLE_TIMEOUT:?}");
+                }
             }
         });
     }
@@ -241,5 +245,101 @@ impl ShutdownSignals {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
         }
+    }
+}
+
+/// What one connection is doing: requests started, and requests whose response (body included)
+/// is still open.
+#[derive(Default)]
+struct Activity {
+    started: AtomicU64,
+    open: AtomicU64,
+}
+
+impl Activity {
+    /// Resolves once a whole `period` passes with no request started and none open.
+    async fn idle(&self, period: Duration) {
+        loop {
+            let before = self.started.load(Ordering::Relaxed);
+            tokio::time::sleep(period).await;
+            if self.open.load(Ordering::Relaxed) == 0
+                && self.started.load(Ordering::Relaxed) == before
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Counts a request open until its response body has been sent or dropped.
+struct Open(Arc<Activity>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The application, counting each connection's requests for [`Activity::idle`].
+#[derive(Clone)]
+struct Tracked {
+    app: axum::Router,
+    activity: Arc<Activity>,
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for Tracked
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        use tower::ServiceExt;
+        self.activity.started.fetch_add(1, Ordering::Relaxed);
+        self.activity.open.fetch_add(1, Ordering::Relaxed);
+        let open = Open(self.activity.clone());
+        let app = self.app.clone();
+        Box::pin(async move {
+            let resp = app.oneshot(req.map(axum::body::Body::new)).await?;
+            Ok(resp.map(|body| axum::body::Body::new(Counted { body, _open: open })))
+        })
+    }
+}
+
+/// A response body that keeps its request counted open while it lives.
+struct Counted {
+    body: axum::body::Body,
+    _open: Open,
+}
+
+impl axum::body::HttpBody for Counted {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
