@@ -257,14 +257,22 @@ struct Activity {
 }
 
 impl Activity {
-    /// Resolves once a whole `period` passes with no request started and none open.
+    /// Resolves once `period` (to within a sixth of it) passes with no request started and
+    /// none open.
     async fn idle(&self, period: Duration) {
+        let step = period / 6;
+        let mut seen = self.started.load(Ordering::Relaxed);
+        let mut quiet = Duration::ZERO;
         loop {
-            let before = self.started.load(Ordering::Relaxed);
-            tokio::time::sleep(period).await;
-            if self.open.load(Ordering::Relaxed) == 0
-                && self.started.load(Ordering::Relaxed) == before
-            {
+            tokio::time::sleep(step).await;
+            let now = self.started.load(Ordering::Relaxed);
+            if now != seen || self.open.load(Ordering::Relaxed) > 0 {
+                seen = now;
+                quiet = Duration::ZERO;
+                continue;
+            }
+            quiet += step;
+            if quiet >= period {
                 return;
             }
         }
