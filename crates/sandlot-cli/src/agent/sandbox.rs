@@ -7,8 +7,8 @@ use crate::sse::SseParser;
 use anyhow::{anyhow, Context};
 use futures::StreamExt;
 use sandlot_types::{
-    ApiError, CreateSandbox, ErrorBody, ErrorCode, ExecuteRequest, ExecutionResult, Language,
-    OutputEvent, Sandbox,
+    ApiError, CreateSandbox, ErrorCode, ExecuteRequest, ExecutionResult, Language, OutputEvent,
+    Sandbox,
 };
 use std::time::Duration;
 
@@ -21,8 +21,6 @@ const SERVER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// the runtime caps at a few MiB): a server that sends more without ending an event is cut
 /// off rather than buffered.
 const MAX_EVENT_BYTES: usize = 32 << 20;
-/// Largest part of an error body read.
-const MAX_ERROR_BYTES: usize = 64 << 10;
 
 pub struct Remote {
     api: Client,
@@ -92,7 +90,7 @@ impl Remote {
             .send()
             .await
             .with_context(|| format!("could not reach the server at {}", self.base))?;
-        api_result(resp).await?;
+        crate::client::api_result(resp).await?;
         Ok(())
     }
 
@@ -124,7 +122,7 @@ impl Remote {
                 .send()
                 .await
                 .with_context(|| format!("could not reach the server at {}", self.base))?;
-            let mut body = api_result(resp).await?.bytes_stream();
+            let mut body = crate::client::api_result(resp).await?.bytes_stream();
             let mut parser = SseParser::default();
             let mut pending = 0usize;
             while let Some(chunk) = body.next().await {
@@ -143,7 +141,9 @@ impl Remote {
                 for ev in events {
                     match ev.event.as_str() {
                         sandlot_api::DONE_EVENT => return Ok(serde_json::from_str(&ev.data)?),
-                        sandlot_api::API_ERROR_EVENT => return Err(stream_error(&ev.data)),
+                        sandlot_api::API_ERROR_EVENT => {
+                            return Err(crate::client::stream_error(&ev.data))
+                        }
                         _ => on_event(&serde_json::from_str(&ev.data)?),
                     }
                 }
@@ -175,40 +175,6 @@ pub fn model_facing(e: &anyhow::Error) -> Option<&ApiError> {
                 | ErrorCode::SandboxBusy
         )
     })
-}
-
-/// The response, or its error body as an [`ApiError`].
-async fn api_result(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    let status = resp.status();
-    let text = error_text(resp).await;
-    match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(body) => Err(ApiError::new(body.error.code, body.error.message).into()),
-        Err(_) => Err(anyhow!("the server answered {status}: {}", text.trim())),
-    }
-}
-
-/// The start of an error body (at most [`MAX_ERROR_BYTES`]): the server's errors are short
-/// JSON, and whatever else a broken server sends is shown only in part.
-async fn error_text(mut resp: reqwest::Response) -> String {
-    let mut buf = Vec::new();
-    while let Ok(Some(chunk)) = resp.chunk().await {
-        buf.extend_from_slice(&chunk);
-        if buf.len() > MAX_ERROR_BYTES {
-            buf.truncate(MAX_ERROR_BYTES);
-            break;
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-fn stream_error(data: &str) -> anyhow::Error {
-    match serde_json::from_str::<ErrorBody>(data) {
-        Ok(body) => ApiError::new(body.error.code, body.error.message).into(),
-        Err(_) => anyhow!("the execution failed: {data}"),
-    }
 }
 
 /// One path segment, percent-encoded outside the unreserved set.
