@@ -216,6 +216,44 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+    /// The tenant a sandbox (live or ended), a snapshot or a volume belongs to; `None` when
+    /// there is no such thing. Backends without tenants say `default`.
+    fn sandbox_tenant(&self, id: &str) -> Option<String> {
+        let _ = id;
+        Some(sandlot_types::DEFAULT_TENANT.to_owned())
+    }
+    fn snapshot_tenant(&self, id: &str) -> Option<String> {
+        let _ = id;
+        Some(sandlot_types::DEFAULT_TENANT.to_owned())
+    }
+    fn volume_tenant(&self, name: &str) -> Option<String> {
+        let _ = name;
+        Some(sandlot_types::DEFAULT_TENANT.to_owned())
+    }
+    /// What a tenant's sandboxes hold now (for its quotas).
+    fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
+        let _ = tenant;
+        sandlot_tenancy::Want::default()
+    }
+    /// The limits a creation asking for `limits` would get (for quotas).
+    fn effective_limits(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        let _ = limits;
+        Ok(sandlot_types::EffectiveLimits {
+            memory_mb: 0,
+            cpu_millis: 0,
+            pids: 0,
+            disk_mb: 0,
+        })
+    }
+    /// The limits of a live sandbox (what a fork of it or its resume asks for).
+    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        let _ = id;
+        None
+    }
+
     /// Forwards `req` to port `port` of sandbox `id` as `path_and_query` (`crate::ports`).
     fn proxy_port(
         &self,
@@ -243,6 +281,38 @@ fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
 }
 
 impl Backend for Runtime {
+    fn sandbox_tenant(&self, id: &str) -> Option<String> {
+        Runtime::sandbox_tenant(self, id)
+    }
+
+    fn snapshot_tenant(&self, id: &str) -> Option<String> {
+        Runtime::snapshot_tenant(self, id)
+    }
+
+    fn volume_tenant(&self, name: &str) -> Option<String> {
+        Runtime::volume_tenant(self, name)
+    }
+
+    fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
+        let u = Runtime::tenant_usage(self, tenant);
+        sandlot_tenancy::Want {
+            sandboxes: u.sandboxes,
+            cpu_millis: u.cpu_millis,
+            memory_mb: u.memory_mb,
+        }
+    }
+
+    fn effective_limits(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits(self, limits))
+    }
+
+    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        Runtime::sandbox_limits(self, id)
+    }
+
     async fn proxy_port(
         &self,
         id: &str,

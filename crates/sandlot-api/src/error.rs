@@ -195,6 +195,15 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::VolumeInUse => StatusCode::CONFLICT,
         ErrorCode::PortNotExposed => StatusCode::FORBIDDEN,
         ErrorCode::PortUnreachable => StatusCode::BAD_GATEWAY,
+        ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+        ErrorCode::PolicyDenied => StatusCode::FORBIDDEN,
+        ErrorCode::TenantQuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::TenantNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::KeyNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::NameTaken => StatusCode::CONFLICT,
+        ErrorCode::InvalidPolicy => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::SandboxContained => StatusCode::CONFLICT,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -224,7 +233,24 @@ impl HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.client_view();
-        error_response(status, code, &message)
+        let mut resp = error_response(status, code, &message);
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"sandlot\""),
+            );
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            // Quota messages end with "retry in N s" (`sandlot_tenancy::QuotaError`).
+            let secs = message
+                .rsplit_once("retry in ")
+                .and_then(|(_, t)| t.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(1);
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 

@@ -15,6 +15,7 @@ mod error;
 mod execute;
 mod extract;
 mod files;
+pub mod govern;
 pub mod ports;
 mod sandboxes;
 mod state;
@@ -94,6 +95,8 @@ pub struct Extensions {
     pub routes: Router,
     /// Serves requests that carry `E2b-Sandbox-Id`.
     pub sandbox_header: Option<Router>,
+    /// API keys, tenants and quotas; `None` serves every request as the local admin.
+    pub governance: Option<Arc<govern::Governance>>,
 }
 
 /// The header E2B's SDKs address a sandbox with when one listener serves them all.
@@ -108,6 +111,7 @@ pub fn router_extended(rt: Runtime, cfg: ApiConfig, ext: Extensions) -> Router {
 pub(crate) struct AppState<B> {
     pub(crate) backend: B,
     pub(crate) cfg: Arc<ApiConfig>,
+    pub(crate) gov: Option<Arc<govern::Governance>>,
 }
 
 impl<B: Clone> Clone for AppState<B> {
@@ -115,6 +119,7 @@ impl<B: Clone> Clone for AppState<B> {
         Self {
             backend: self.backend.clone(),
             cfg: self.cfg.clone(),
+            gov: self.gov.clone(),
         }
     }
 }
@@ -188,9 +193,20 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
     // A catch-all matches no empty rest: `.../{port}/` is a route of its own.
     const PORT_SLASH: &str = "/v1/sandboxes/{id}/ports/{port}/";
     const PORT_PATH: &str = "/v1/sandboxes/{id}/ports/{port}/{*path}";
+    const TOKEN_PORT: &str = "/v1/ports/{token}/{port}";
+    const TOKEN_PORT_SLASH: &str = "/v1/ports/{token}/{port}/";
+    const TOKEN_PORT_PATH: &str = "/v1/ports/{token}/{port}/{*path}";
     vec![
         route(Get, "/v1/health", health),
         route(Get, "/v1/openapi.json", openapi),
+        route(Get, "/v1/whoami", govern::whoami),
+        route(Post, "/v1/tenants", govern::create_tenant::<B>),
+        route(Get, "/v1/tenants", govern::list_tenants::<B>),
+        route(Get, "/v1/tenants/{name}", govern::get_tenant::<B>),
+        route(Put, "/v1/tenants/{name}", govern::put_tenant::<B>),
+        route(Post, "/v1/keys", govern::create_key::<B>),
+        route(Get, "/v1/keys", govern::list_keys::<B>),
+        route(Delete, "/v1/keys/{id}", govern::revoke_key::<B>),
         route(Post, "/v1/sandboxes", sandboxes::create::<B>),
         route(Get, "/v1/sandboxes", sandboxes::list::<B>),
         route(Get, "/v1/sandboxes/{id}", sandboxes::get::<B>),
@@ -271,6 +287,30 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Post, PORT_PATH, ports::forward::<B>),
         route(Put, PORT_PATH, ports::forward::<B>),
         route(Delete, PORT_PATH, ports::forward::<B>),
+        Route {
+            verb: Get,
+            path: TOKEN_PORT,
+            handler: axum::routing::any(ports::forward_token::<B>),
+        },
+        route(Post, TOKEN_PORT, ports::forward_token::<B>),
+        route(Put, TOKEN_PORT, ports::forward_token::<B>),
+        route(Delete, TOKEN_PORT, ports::forward_token::<B>),
+        Route {
+            verb: Get,
+            path: TOKEN_PORT_SLASH,
+            handler: axum::routing::any(ports::forward_token::<B>),
+        },
+        route(Post, TOKEN_PORT_SLASH, ports::forward_token::<B>),
+        route(Put, TOKEN_PORT_SLASH, ports::forward_token::<B>),
+        route(Delete, TOKEN_PORT_SLASH, ports::forward_token::<B>),
+        Route {
+            verb: Get,
+            path: TOKEN_PORT_PATH,
+            handler: axum::routing::any(ports::forward_token::<B>),
+        },
+        route(Post, TOKEN_PORT_PATH, ports::forward_token::<B>),
+        route(Put, TOKEN_PORT_PATH, ports::forward_token::<B>),
+        route(Delete, TOKEN_PORT_PATH, ports::forward_token::<B>),
     ]
 }
 
@@ -278,13 +318,14 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
     let state = AppState {
         backend,
         cfg: Arc::new(cfg),
+        gov: ext.governance.clone(),
     };
     let mut app = Router::new();
     for r in routes::<B>() {
         app = app.route(r.path, r.handler);
     }
     let mut app = app
-        .with_state(state)
+        .with_state(state.clone())
         .merge(ext.routes)
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::route_not_found);
@@ -306,9 +347,13 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             },
         ));
     }
-    app.layer(axum::middleware::from_fn(refuse_pages))
-        .layer(CatchPanicLayer::custom(error::panic_response))
-        .layer(axum::middleware::from_fn(log_request))
+    app.layer(axum::middleware::from_fn_with_state(
+        state,
+        govern::authenticate::<B>,
+    ))
+    .layer(axum::middleware::from_fn(refuse_pages))
+    .layer(CatchPanicLayer::custom(error::panic_response))
+    .layer(axum::middleware::from_fn(log_request))
 }
 
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a
@@ -347,8 +392,11 @@ async fn refuse_pages(req: Request, next: Next) -> Response {
     }
 }
 
-/// `/v1/sandboxes/{id}/ports/...`.
+/// `/v1/sandboxes/{id}/ports/...` or `/v1/ports/...`.
 fn is_ports_path(path: &str) -> bool {
+    if path.starts_with("/v1/ports/") {
+        return true;
+    }
     let mut parts = path.split('/');
     parts.next() == Some("")
         && parts.next() == Some("v1")

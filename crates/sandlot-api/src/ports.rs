@@ -317,6 +317,44 @@ pub(crate) async fn forward<B: Backend>(
     ApiPath(t): ApiPath<Target>,
     req: Request,
 ) -> Response {
+    forward_to(st, t, req).await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct TokenTarget {
+    token: String,
+    port: String,
+}
+
+/// Any method on `/v1/ports/{token}/{port}[/...]`: the capability URL of one sandbox's ports
+/// (see `govern::Governance::port_token`), for browsers that cannot send an API key.
+pub(crate) async fn forward_token<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(t): ApiPath<TokenTarget>,
+    req: Request,
+) -> Response {
+    let id = st
+        .gov
+        .as_deref()
+        .and_then(|g| g.sandbox_of_port_token(&t.token));
+    let Some(id) = id else {
+        return HttpError::new(
+            sandlot_types::ErrorCode::SandboxNotFound,
+            "no sandbox for this port token",
+        )
+        .into_response();
+    };
+    forward_to(st, Target { id, port: t.port }, req).await
+}
+
+async fn forward_to<B: Backend>(st: AppState<B>, t: Target, mut req: Request) -> Response {
+    // The API key that opened this route is sandlot's, not the app's: code in the sandbox
+    // never sees it.
+    if st.gov.is_some() {
+        let h = req.headers_mut();
+        h.remove(axum::http::header::AUTHORIZATION);
+        h.remove("x-api-key");
+    }
     let port = match t.port.parse::<u16>() {
         Ok(p) if p > 0 => p,
         _ => {

@@ -5,6 +5,7 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
+use crate::govern::{self, Caller};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -29,9 +30,17 @@ pub(crate) struct SnapshotQuery {
 /// `POST /v1/sandboxes/{id}/fork`.
 pub(crate) async fn fork<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
+    let _admission = match st.backend.sandbox_limits(&id) {
+        Some(limits) => {
+            let count = req.count.clamp(1, 100);
+            govern::admit(&st, &caller.0, limits, count).await?
+        }
+        None => None,
+    };
     let result = st.backend.fork_sandbox(&id, req).await?;
     Ok((StatusCode::CREATED, Json(result)).into_response())
 }
@@ -39,16 +48,24 @@ pub(crate) async fn fork<B: Backend>(
 /// `POST /v1/sandboxes/{id}/pause`.
 pub(crate) async fn pause<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
-    Ok(Json(st.backend.pause_sandbox(&id).await?))
+    let paused = st.backend.pause_sandbox(&id).await?;
+    govern::released(&st, caller.tenant());
+    Ok(Json(paused))
 }
 
 /// `POST /v1/sandboxes/{id}/resume`.
 pub(crate) async fn resume<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
+    let _admission = match st.backend.sandbox_limits(&id) {
+        Some(limits) => govern::admit(&st, &caller.0, limits, 1).await?,
+        None => None,
+    };
     Ok(Json(st.backend.resume_sandbox(&id).await?))
 }
 
@@ -65,8 +82,10 @@ pub(crate) async fn create_snapshot<B: Backend>(
 /// `GET /v1/snapshots`.
 pub(crate) async fn list_snapshots<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
 ) -> Result<Json<SnapshotList>, HttpError> {
-    let snapshots = st.backend.list_snapshots().await?;
+    let mut snapshots = st.backend.list_snapshots().await?;
+    snapshots.retain(|s| s.tenant == caller.tenant());
     Ok(Json(SnapshotList { snapshots }))
 }
 
@@ -97,8 +116,20 @@ pub struct VolumeList {
 /// `POST /v1/volumes`.
 pub(crate) async fn create_volume<B: Backend>(
     State(st): State<AppState<B>>,
-    ApiJson(req): ApiJson<CreateVolume>,
+    caller: Caller,
+    ApiJson(mut req): ApiJson<CreateVolume>,
 ) -> Result<Response, HttpError> {
+    // Volume names are one namespace across tenants; another tenant's name is taken, and
+    // says no more than that.
+    if let Some(owner) = st.backend.volume_tenant(&req.name) {
+        if owner != caller.tenant() {
+            return Err(HttpError::new(
+                sandlot_types::ErrorCode::NameTaken,
+                format!("the volume name {} is taken", req.name),
+            ));
+        }
+    }
+    req.tenant = Some(caller.tenant().to_owned());
     let volume = st.backend.create_volume(req).await?;
     Ok((StatusCode::CREATED, Json(volume)).into_response())
 }
@@ -106,8 +137,10 @@ pub(crate) async fn create_volume<B: Backend>(
 /// `GET /v1/volumes`.
 pub(crate) async fn list_volumes<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
 ) -> Result<Json<VolumeList>, HttpError> {
-    let volumes = st.backend.list_volumes().await?;
+    let mut volumes = st.backend.list_volumes().await?;
+    volumes.retain(|v| v.tenant == caller.tenant());
     Ok(Json(VolumeList { volumes }))
 }
 

@@ -3,6 +3,7 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiPath};
+use crate::govern::{self, Caller};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -21,16 +22,21 @@ pub struct TemplateList {
 /// `GET /v1/templates/{name}` until it is `ready` or `failed`.
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Response, HttpError> {
+    govern::claim_template(&st, &caller, &spec.name)?;
     let template = st.backend.create_template(spec).await?;
     Ok((StatusCode::ACCEPTED, Json(template)).into_response())
 }
 
-pub(crate) async fn list<B: Backend>(State(st): State<AppState<B>>) -> Json<TemplateList> {
-    Json(TemplateList {
-        templates: st.backend.list_templates().await,
-    })
+pub(crate) async fn list<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+) -> Json<TemplateList> {
+    let mut templates = st.backend.list_templates().await;
+    templates.retain(|t| govern::template_visible_to(&st, &caller, &t.name));
+    Json(TemplateList { templates })
 }
 
 pub(crate) async fn get<B: Backend>(

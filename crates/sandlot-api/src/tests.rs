@@ -81,6 +81,12 @@ fn sample_sandbox(id: &str) -> Sandbox {
         }],
         ports: vec![8501],
         all_ports: true,
+        tenant: "default".into(),
+        tier: "isolated".into(),
+        network: vec!["pkgs.test".into()],
+        secrets: vec!["token".into()],
+        contained: Some("its canary was printed".into()),
+        port_token: Some("sb.0123456789abcdef0123456789abcdef".into()),
     }
 }
 
@@ -843,6 +849,15 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::VolumeInUse, 409),
     (ErrorCode::PortNotExposed, 403),
     (ErrorCode::PortUnreachable, 502),
+    (ErrorCode::Unauthenticated, 401),
+    (ErrorCode::Forbidden, 403),
+    (ErrorCode::PolicyDenied, 403),
+    (ErrorCode::TenantQuotaExceeded, 429),
+    (ErrorCode::TenantNotFound, 404),
+    (ErrorCode::KeyNotFound, 404),
+    (ErrorCode::NameTaken, 409),
+    (ErrorCode::InvalidPolicy, 422),
+    (ErrorCode::SandboxContained, 409),
     (ErrorCode::Internal, 500),
 ];
 
@@ -1447,6 +1462,15 @@ fn samples_validate_against_the_schemas() {
         }],
         ports: vec![8000],
         all_ports: false,
+        tier: Some("trusted".into()),
+        network: vec!["*.example.com".into(), "10.0.0.0/8".into()],
+        secrets: vec![sandlot_types::SecretSpec {
+            name: "gh".into(),
+            hosts: vec!["api.github.com".into()],
+            header: "Authorization".into(),
+            value: "Bearer x".into(),
+        }],
+        tenant: None,
     };
     let cases: Vec<(&str, Value)> = vec![
         ("Sandbox", to(&sample_sandbox("sb"))),
@@ -1631,6 +1655,14 @@ fn schema_properties_match_the_types() {
             to(&CreateSandbox {
                 template: Some("t".into()),
                 limits: full_limits.clone(),
+                tier: Some("isolated".into()),
+                network: vec!["example.com".into()],
+                secrets: vec![sandlot_types::SecretSpec {
+                    name: "k".into(),
+                    hosts: vec!["example.com".into()],
+                    header: "X-Key".into(),
+                    value: "v".into(),
+                }],
                 ..Default::default()
             }),
         ),

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 pub const LISTEN: &str = "SANDLOT_LISTEN";
 /// The data dir (`--data-dir`).
 pub const DATA_DIR: &str = "SANDLOT_DATA_DIR";
+/// The API key client commands send.
+pub const API_KEY: &str = "SANDLOT_API_KEY";
 /// Where Python environments are provisioned (`--env-dir`).
 pub const ENV_DIR: &str = "SANDLOT_ENV_DIR";
 /// Server `sandlot run` talks to (`--url`); unset means an embedded runtime. `sandlot template`
@@ -241,6 +243,33 @@ pub fn default_data_dir(
 
 pub fn default_env_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("envs")
+}
+
+/// The API key client commands (`run`, `mcp`, `agent`, `template`, `snapshots`, `keys`) send:
+/// `$SANDLOT_API_KEY`, else the local admin key a server keeps in its data dir
+/// (`$SANDLOT_DATA_DIR`, else the default one), when this user can read it.
+pub fn api_key() -> Option<String> {
+    if let Some(k) = std::env::var(API_KEY).ok().filter(|k| !k.trim().is_empty()) {
+        return Some(k.trim().to_owned());
+    }
+    let dir = match std::env::var_os(DATA_DIR).filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => default_data_dir(std::env::var_os(XDG_DATA_HOME), std::env::var_os(HOME)).ok()?,
+    };
+    let text = std::fs::read_to_string(dir.join(sandlot_tenancy::BOOTSTRAP_KEY_FILE)).ok()?;
+    Some(text.trim().to_owned()).filter(|k| !k.is_empty())
+}
+
+/// A client builder that sends [`api_key`] with every request.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key() {
+        if let Ok(mut v) = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
+            v.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+    }
+    reqwest::Client::builder().default_headers(headers)
 }
 
 /// The store's file in the data dir.

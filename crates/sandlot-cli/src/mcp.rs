@@ -25,6 +25,9 @@ fn mcp_help() -> String {
 
 pub fn run(args: McpArgs) -> anyhow::Result<u8> {
     crate::init_logging(config::DEFAULT_CLI_LOG);
-    crate::tokio_runtime()?.block_on(sandlot_mcp::serve_stdio(&args.url.url))?;
+    crate::tokio_runtime()?.block_on(sandlot_mcp::serve_stdio(
+        &args.url.url,
+        crate::config::api_key().as_deref(),
+    ))?;
     Ok(0)
 }

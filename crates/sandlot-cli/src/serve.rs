@@ -50,9 +50,11 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     } else {
         sandlot_mcp::http_router_with_hosts(rt.clone(), [addr.ip().to_string()])
     };
+    let (governance, new_key) = governance(&rt, &dirs, addr)?;
     let ext = sandlot_api::Extensions {
         routes: e2b.routes().merge(mcp),
         sandbox_header: Some(e2b.sandbox_router()),
+        governance,
     };
     let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);
 
@@ -76,6 +78,18 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
          E2B_API_KEY to the key in key_file (or {})",
         sandlot_e2b::KEY_ENV
     );
+    if let Some(key) = new_key {
+        // Shown once, to whoever started the server; it stays in the data dir for local
+        // clients (`sandlot run`, the SDK on loopback), readable by this user only.
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "sandlot: created the admin API key of tenant default (kept in {}): {key}",
+            dirs.data_dir
+                .join(sandlot_tenancy::BOOTSTRAP_KEY_FILE)
+                .display()
+        )?;
+    }
     // After the log lines, so whoever reads the announcement finds the settings logged.
     announce(addr)?;
 
@@ -218,7 +232,63 @@ fn ensure_btrfs_progs(disk: &crate::doctor::Disk) {
     }
 }
 
-/// The one line on stdout, which scripts and tests wait for (and parse when the port was 0).
+/// API keys, tenants and quotas, unless `SANDLOT_AUTH=off` (benchmarks comparing the cost of
+/// auth, on loopback only). On the first start, the admin key of the tenant `default` is
+/// created and returned, to be shown once.
+fn governance(
+    rt: &sandlot_runtime::Runtime,
+    dirs: &Dirs,
+    addr: SocketAddr,
+) -> anyhow::Result<(Option<Arc<sandlot_api::govern::Governance>>, Option<String>)> {
+    if std::env::var("SANDLOT_AUTH").is_ok_and(|v| v == "off") {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "SANDLOT_AUTH=off serves without API keys and is refused unless the server listens \
+             on a loopback address (it listens on {addr})"
+        );
+        tracing::warn!("SANDLOT_AUTH=off: no API keys, tenants, quotas or policies");
+        return Ok((None, None));
+    }
+    let secret = port_secret(&dirs.data_dir.join("port-secret"))
+        .context("could not read or create the port-token secret")?;
+    let gov = sandlot_api::govern::Governance::new(rt.store(), secret)
+        .context("could not load tenants and API keys")?;
+    let created = gov
+        .keys
+        .bootstrap(&dirs.data_dir)
+        .context("could not create the local admin API key")?;
+    tracing::info!(
+        key_file = %dirs.data_dir.join(sandlot_tenancy::BOOTSTRAP_KEY_FILE).display(),
+        "API keys required: send `Authorization: Bearer <key>`; the local admin key is in key_file"
+    );
+    Ok((Some(Arc::new(gov)), created))
+}
+
+/// The 32 random bytes that key port tokens, created (mode 0600) on the first start.
+fn port_secret(path: &std::path::Path) -> anyhow::Result<[u8; 32]> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(bytes) = std::fs::read(path) {
+        if let Ok(secret) = <[u8; 32]>::try_from(bytes.as_slice()) {
+            return Ok(secret);
+        }
+        tracing::warn!(path = %path.display(), "port-token secret malformed; making a new one");
+    }
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&secret)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(secret)
+}
+
+/// The line on stdout scripts and tests wait for (and parse when the port was 0).
 fn announce(addr: SocketAddr) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "sandlot listening on http://{addr}")?;

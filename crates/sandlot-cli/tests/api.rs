@@ -673,9 +673,10 @@ fn restart_marks_cut_sandboxes_stopped_and_leaves_no_process() {
     // Cut an execution off mid-sleep by SIGKILLing the server.
     let url = server.url().to_owned();
     let sid = id.clone();
+    let client = server.client().clone();
     let running = std::thread::spawn(move || {
         let body = json!({ "code": "import time\ntime.sleep(30)" });
-        let _ = reqwest::blocking::Client::new()
+        let _ = client
             .post(format!("{url}/v1/sandboxes/{sid}/execute"))
             .json(&body)
             .send();

@@ -668,7 +668,7 @@ fn half_closed(server: &TestServer, request: &str) -> (u16, String) {
     let addr = server.url().trim_start_matches("http://").to_owned();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
+    s.write_all(server.authorize(request).as_bytes()).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
@@ -748,8 +748,8 @@ fn an_execution_whose_client_went_away_runs_to_its_end_and_is_recorded() {
         );
         let body = json!({ "code": code, "stream": stream }).to_string();
         let mut s = TcpStream::connect(&addr).unwrap();
-        s.write_all(request("POST", &format!("/v1/sandboxes/{id}/execute"), &body).as_bytes())
-            .unwrap();
+        let raw = request("POST", &format!("/v1/sandboxes/{id}/execute"), &body);
+        s.write_all(server.authorize(&raw).as_bytes()).unwrap();
         std::thread::sleep(Duration::from_millis(300));
         drop(s);
         let deadline = Instant::now() + Duration::from_secs(30);

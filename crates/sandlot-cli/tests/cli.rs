@@ -108,6 +108,8 @@ fn capacity_flags_are_checked() {
 struct Serve {
     child: std::process::Child,
     url: String,
+    /// Sends the server's local admin key.
+    client: reqwest::blocking::Client,
     stderr: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
@@ -127,11 +129,12 @@ impl Serve {
             .stderr(std::fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().unwrap();
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = match lines.next() {
-            Some(Ok(line)) => line
-                .strip_prefix("sandlot listening on ")
-                .unwrap_or_else(|| panic!("unexpected line {line:?}"))
-                .to_owned(),
+        // The first start prints the new admin key before the listening line.
+        let url = match lines.find(|l| {
+            l.as_ref()
+                .map_or(true, |l| l.starts_with("sandlot listening on "))
+        }) {
+            Some(Ok(line)) => line["sandlot listening on ".len()..].to_owned(),
             other => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -142,9 +145,20 @@ impl Serve {
             }
         };
         std::thread::spawn(move || lines.for_each(drop));
+        let key = std::fs::read_to_string(data.path().join("api-key")).unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {}", key.trim()).parse().unwrap(),
+        );
+        let client = reqwest::blocking::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap();
         Serve {
             child,
             url,
+            client,
             stderr,
             _dirs: (data, logs),
         }
@@ -185,7 +199,7 @@ fn serve_takes_capacity_from_the_environment() {
     ] {
         assert!(err.contains(want), "{want}: {err}");
     }
-    let client = reqwest::blocking::Client::new();
+    let client = server.client.clone();
     let create = || {
         client
             .post(format!("{}/v1/sandboxes", server.url))
@@ -342,9 +356,9 @@ fn creations_past_the_queue_bound_fail_fast_and_the_rest_succeed() {
     let started = std::time::Instant::now();
     let burst: Vec<_> = (0..10)
         .map(|_| {
-            let url = url.clone();
+            let (url, client) = (url.clone(), server.client.clone());
             std::thread::spawn(move || {
-                let resp = reqwest::blocking::Client::new()
+                let resp = client
                     .post(format!("{url}/v1/sandboxes"))
                     .json(&serde_json::json!({}))
                     .timeout(std::time::Duration::from_secs(120))

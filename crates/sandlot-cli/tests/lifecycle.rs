@@ -330,11 +330,8 @@ fn deletes_racing_executions_and_creations_leave_nothing() {
     let mut runners = Vec::new();
     for seed in 0..3u64 {
         let (ids, done, url) = (ids.clone(), done.clone(), url.clone());
+        let client = server.client().clone();
         runners.push(std::thread::spawn(move || {
-            let client = reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap();
             let mut rng = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
             let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
             while !done.load(Ordering::SeqCst) {
@@ -360,8 +357,8 @@ fn deletes_racing_executions_and_creations_leave_nothing() {
     // A fourth client uploads into random sandboxes meanwhile.
     let uploader = {
         let (ids, done, url) = (ids.clone(), done.clone(), url.clone());
+        let client = server.client().clone();
         std::thread::spawn(move || {
-            let client = reqwest::blocking::Client::new();
             let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
             let mut n = 0usize;
             while !done.load(Ordering::SeqCst) {
@@ -498,6 +495,14 @@ fn creations_cut_short_by_their_client_leave_nothing_unlisted() {
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "0")]);
     let host = HostView::of(&server);
     let impatient = reqwest::blocking::Client::builder()
+        .default_headers(
+            [(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {}", server.key()).parse().unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
         .timeout(Duration::from_millis(5))
         .build()
         .unwrap();
@@ -805,8 +810,8 @@ fn downloads_racing_uploads_see_whole_files() {
     let writer = {
         let (url, stop, versions) = (server.url().to_string(), stop.clone(), versions.clone());
         let path = path.clone();
+        let client = server.client().clone();
         std::thread::spawn(move || {
-            let client = reqwest::blocking::Client::new();
             let mut i = 0;
             while !stop.load(Ordering::SeqCst) {
                 i += 1;

@@ -75,10 +75,7 @@ impl<'a> Mcp<'a> {
     fn new(server: &'a TestServer) -> Self {
         Mcp {
             server,
-            http: Client::builder()
-                .timeout(Duration::from_secs(120))
-                .build()
-                .unwrap(),
+            http: server.client().clone(),
             session: None,
             next_id: 1,
         }
@@ -459,9 +456,10 @@ struct StdioMcp {
 }
 
 impl StdioMcp {
-    fn start(url: &str) -> StdioMcp {
+    fn start(url: &str, key: &str) -> StdioMcp {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
             .args(["mcp", "--url", url])
+            .env("SANDLOT_API_KEY", key)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -530,7 +528,7 @@ impl Drop for StdioMcp {
 #[test]
 fn stdio_bad_input_and_eof() {
     let server = TestServer::start();
-    let mut s = StdioMcp::start(server.url());
+    let mut s = StdioMcp::start(server.url(), server.key());
     s.send(
         &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": PROTOCOL, "capabilities": {},
@@ -623,6 +621,7 @@ fn stdio_client_leaving_before_its_first_request_is_a_clean_exit() {
     ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
             .args(["mcp", "--url", server.url()])
+            .env("SANDLOT_API_KEY", server.key())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -649,7 +648,10 @@ fn stdio_unreachable_server_is_a_tool_error() {
         .local_addr()
         .unwrap()
         .port();
-    let mut s = StdioMcp::start(&format!("http://127.0.0.1:{port}"));
+    let mut s = StdioMcp::start(
+        &format!("http://127.0.0.1:{port}"),
+        "sl_aaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    );
     s.send(
         &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": PROTOCOL, "capabilities": {},
@@ -736,8 +738,8 @@ fn hostile_server(how: Hostile) -> (u16, std::sync::Arc<std::sync::atomic::Atomi
     (port, sent)
 }
 
-fn stdio_session(url: &str) -> StdioMcp {
-    let mut s = StdioMcp::start(url);
+fn stdio_session(url: &str, key: &str) -> StdioMcp {
+    let mut s = StdioMcp::start(url, key);
     s.send(
         &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": PROTOCOL, "capabilities": {},
@@ -756,7 +758,10 @@ fn stdio_hostile_server_answers_are_bounded() {
     // after reading a bounded amount, instead of buffering until the call's timeout.
     for how in [Hostile::EndlessAnswer, Hostile::EndlessError] {
         let (port, sent) = hostile_server(how);
-        let mut s = stdio_session(&format!("http://127.0.0.1:{port}"));
+        let mut s = stdio_session(
+            &format!("http://127.0.0.1:{port}"),
+            "sl_aaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        );
         let started = Instant::now();
         let r = s.call(2, "list_sandboxes", json!({}));
         assert_eq!(r["result"]["isError"], json!(true), "{r}");
@@ -777,7 +782,10 @@ fn stdio_hostile_server_answers_are_bounded() {
     let other_port = other.local_addr().unwrap().port();
     other.set_nonblocking(true).unwrap();
     let (port, _) = hostile_server(Hostile::RedirectTo(other_port));
-    let mut s = stdio_session(&format!("http://127.0.0.1:{port}"));
+    let mut s = stdio_session(
+        &format!("http://127.0.0.1:{port}"),
+        "sl_aaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    );
     let r = s.call(
         2,
         "write_file",
@@ -838,8 +846,9 @@ fn http_host_and_page_checks_hold_for_every_spelling() {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nAccept: application/json, \
+        "POST /mcp HTTP/1.0\r\n{}Content-Type: application/json\r\nAccept: application/json, \
          text/event-stream\r\nContent-Length: {}\r\n\r\n{list}",
+        server.auth_line(),
         list.len()
     )
     .unwrap();

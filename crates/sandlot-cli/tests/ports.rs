@@ -198,7 +198,7 @@ fn raw_request(server: &TestServer, raw: &str) -> (u16, String) {
     let addr = server.url().trim_start_matches("http://").to_string();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(raw.as_bytes()).unwrap();
+    s.write_all(server.authorize(raw).as_bytes()).unwrap();
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let text = String::from_utf8_lossy(&out).into_owned();
@@ -570,9 +570,13 @@ fn websocket_echoes(server: &TestServer, id: &str) {
         .unwrap();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(60), async {
-            let (mut ws, resp) = tokio_tungstenite::connect_async(url.as_str())
-                .await
-                .unwrap();
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut request = url.as_str().into_client_request().unwrap();
+            request.headers_mut().insert(
+                "authorization",
+                format!("Bearer {}", server.key()).parse().unwrap(),
+            );
+            let (mut ws, resp) = tokio_tungstenite::connect_async(request).await.unwrap();
             assert_eq!(resp.status(), 101);
             let first = ws.next().await.unwrap().unwrap();
             assert_eq!(first, Message::text("path /socket?room=1"));
@@ -831,12 +835,11 @@ fn hostile_app_answers_cannot_desync_the_client_connection() {
         let mut s = TcpStream::connect(&addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let target = port_path(&id, SMUGGLER_PORT, path);
-        write!(
-            s,
+        let raw = format!(
             "GET {target} HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nHost: x\r\n\
              Connection: close\r\n\r\n"
-        )
-        .unwrap();
+        );
+        s.write_all(server.authorize(&raw).as_bytes()).unwrap();
         let mut r = std::io::BufReader::new(s);
         let mut answers = Vec::new();
         while let Some(a) = read_response(&mut r) {
@@ -950,12 +953,11 @@ fn open_stream(server: &TestServer, id: &str) -> TcpStream {
     let addr = server.url().trim_start_matches("http://").to_string();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
+    let raw = format!(
         "GET {} HTTP/1.1\r\nHost: x\r\n\r\n",
         port_path(id, ENDLESS_PORT, "/endless")
-    )
-    .unwrap();
+    );
+    s.write_all(server.authorize(&raw).as_bytes()).unwrap();
     let mut head = [0u8; 64];
     s.read_exact(&mut head).unwrap();
     assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");

@@ -15,7 +15,6 @@
 mod common;
 
 use common::{descendants, wait_until, HostProc, HostView, Proc, TestServer};
-use reqwest::blocking::Client;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,12 +209,7 @@ fn deletes_racing_executions_uploads_and_downloads_leave_the_host_at_baseline() 
         Arc::new(Mutex::new((0..SET).map(|_| create(&handed_out)).collect()));
     let done = Arc::new(AtomicBool::new(false));
     let url = server.url().to_owned();
-    let client = || {
-        Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .unwrap()
-    };
+    let client = || server.client().clone();
     let pick = |ids: &Mutex<Vec<String>>, rng: &mut Rng, among: usize| {
         let ids = ids.lock().unwrap();
         ids[rng.below(among.min(ids.len()))].clone()

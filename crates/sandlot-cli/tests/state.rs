@@ -465,6 +465,7 @@ fn a_corrupt_or_truncated_snapshot_is_refused_by_name_and_harms_nothing() {
     // `sandlot snapshots verify` finds both, and only them.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
         .args(["snapshots", "verify", "--url", server.url()])
+        .env("SANDLOT_API_KEY", server.key())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

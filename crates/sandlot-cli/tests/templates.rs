@@ -416,12 +416,12 @@ memory_mb = 2048
     )
     .unwrap();
     let build = |path: &std::path::Path| {
-        output(sandlot(&["template", "build"]).arg(path).args([
-            "--url",
-            server.url(),
-            "--timeout",
-            "300",
-        ]))
+        output(
+            sandlot(&["template", "build"])
+                .env("SANDLOT_API_KEY", server.key())
+                .arg(path)
+                .args(["--url", server.url(), "--timeout", "300"]),
+        )
     };
 
     let (code, out, err) = build(&file);
@@ -455,7 +455,9 @@ memory_mb = 2048
     assert!(err.contains("Traceback"), "{err}");
 
     // `template list` shows both.
-    let (code, out, err) = output(&mut sandlot(&["template", "list", "--url", server.url()]));
+    let (code, out, err) = output(
+        sandlot(&["template", "list", "--url", server.url()]).env("SANDLOT_API_KEY", server.key()),
+    );
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("NAME"), "{out}");
@@ -483,7 +485,11 @@ memory_mb = 2048
     assert_eq!(list.as_array().unwrap().len(), 3, "{out}");
 
     // The server's URL from the environment.
-    let (code, out, err) = output(sandlot(&["template", "list"]).env("SANDLOT_URL", server.url()));
+    let (code, out, err) = output(
+        sandlot(&["template", "list"])
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", server.key()),
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("sales"), "{out}");
 

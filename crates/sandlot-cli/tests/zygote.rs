@@ -104,8 +104,8 @@ fn zygote_killed_during_a_burst_of_creations() {
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let url = url.clone();
+            let client = server.client().clone();
             std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::new();
                 let resp = client
                     .post(format!("{url}/v1/sandboxes"))
                     .json(&json!({}))

@@ -61,8 +61,9 @@ struct Interrupted {
 }
 
 impl Remote {
-    /// A client of the server at `url` (`http://127.0.0.1:7878`); nothing is sent yet.
-    pub fn new(url: &str) -> Result<Remote, Error> {
+    /// A client of the server at `url` (`http://127.0.0.1:7878`), sending `api_key` as the
+    /// bearer key; nothing is sent yet.
+    pub fn new(url: &str, api_key: Option<&str>) -> Result<Remote, Error> {
         let base = reqwest::Url::parse(url.trim_end_matches('/')).map_err(|e| {
             Error::Transport(format!(
                 "{url:?} is not a server URL ({e}); expected e.g. http://127.0.0.1:7878"
@@ -73,8 +74,18 @@ impl Remote {
                 "{url:?} is not an http(s) URL; expected e.g. http://127.0.0.1:7878"
             )));
         }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = api_key {
+            let mut v =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    Error::Transport("the API key has characters a header cannot carry".into())
+                })?;
+            v.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers)
             // A redirect would send the call (and the file or code it carries) elsewhere.
             .redirect(reqwest::redirect::Policy::none())
             .build()

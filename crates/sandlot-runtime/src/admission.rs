@@ -109,6 +109,12 @@ impl Runtime {
     }
 
     /// Limits with the server's defaults filled in, each checked against the server's maximum.
+    /// The limits a sandbox asking for `req` gets: the server's defaults filled in, checked
+    /// against its maxima.
+    pub fn effective_limits(&self, req: &Limits) -> Result<EffectiveLimits, RuntimeError> {
+        self.resolve_limits(req)
+    }
+
     pub(crate) fn resolve_limits(&self, req: &Limits) -> Result<EffectiveLimits, RuntimeError> {
         let d = self.inner.config.default_limits;
         let m = self.inner.config.max_limits;

@@ -98,6 +98,19 @@ impl Runtime {
                 err.value = format!("the sandbox's processes died and it is now failed: {reason}");
             }
         }
+        if !result.artifacts.is_empty() {
+            // Who may fetch them by hash: tenants whose executions produced them.
+            let shas: Vec<String> = result
+                .artifacts
+                .iter()
+                .filter(|a| !a.url.is_empty())
+                .map(|a| a.sha256.clone())
+                .collect();
+            let tenant = lock(&e.info).tenant.clone();
+            if let Err(err) = self.inner.store.add_artifact_owners(&tenant, &shas) {
+                tracing::warn!(sandbox = %id, error = %err, "artifact owners not recorded");
+            }
+        }
         self.inner.recorder.finished(&exec_id, &result);
         self.touch(&e);
         Ok(result)

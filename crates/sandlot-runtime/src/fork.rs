@@ -382,5 +382,13 @@ fn child_info(parent: &Sandbox, r: &Restored) -> Sandbox {
         // A fork serves what its parent served: the same ports are reachable.
         ports: parent.ports.clone(),
         all_ports: parent.all_ports,
+        // A fork belongs where its parent does, with its tier and egress allowlist; secrets
+        // are not copied (the proxy holds them per sandbox).
+        tenant: parent.tenant.clone(),
+        tier: parent.tier.clone(),
+        network: parent.network.clone(),
+        secrets: Vec::new(),
+        contained: None,
+        port_token: None,
     }
 }

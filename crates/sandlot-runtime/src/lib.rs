@@ -64,6 +64,7 @@ use templates::Tmpl;
 
 pub use error::{FileError, RuntimeError, ZygoteLaunchError};
 pub use files::ByteStream;
+pub use sandboxes::TenantUsage;
 pub use util::now_rfc3339;
 pub use zygote_config::zygote_launch_main;
 

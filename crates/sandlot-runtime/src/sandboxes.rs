@@ -8,6 +8,14 @@ use sandlot_types::{Sandbox, SandboxState};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What a tenant's sandboxes hold (see [`Runtime::tenant_usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantUsage {
+    pub sandboxes: u64,
+    pub cpu_millis: u64,
+    pub memory_mb: u64,
+}
+
 impl Runtime {
     /// A live sandbox's entry, or why there is none.
     pub(crate) fn entry(&self, id: &str) -> Result<Arc<Entry>, RuntimeError> {
@@ -27,6 +35,64 @@ impl Runtime {
             },
             _ => RuntimeError::SandboxNotFound { id: id.to_string() },
         }
+    }
+
+    /// The tenant sandbox `id` belongs to, live or recorded; `None` for an id never seen.
+    pub fn sandbox_tenant(&self, id: &str) -> Option<String> {
+        if let Some(e) = lock(&self.inner.sandboxes).get(id) {
+            return Some(lock(&e.info).tenant.clone());
+        }
+        match self.inner.store.get_sandbox(id) {
+            Ok(Some(s)) => Some(s.tenant),
+            _ => None,
+        }
+    }
+
+    /// The tenant snapshot `id` belongs to, if it is recorded.
+    pub fn snapshot_tenant(&self, id: &str) -> Option<String> {
+        match self.inner.store.get_snapshot(id) {
+            Ok(Some(r)) => Some(r.snapshot.tenant),
+            _ => None,
+        }
+    }
+
+    /// The tenant volume `name` belongs to, if it is recorded.
+    pub fn volume_tenant(&self, name: &str) -> Option<String> {
+        match self.inner.store.get_volume(name) {
+            Ok(Some(v)) => Some(v.tenant),
+            _ => None,
+        }
+    }
+
+    /// The limits of a live sandbox.
+    pub fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        lock(&self.inner.sandboxes)
+            .get(id)
+            .map(|e| lock(&e.info).limits)
+    }
+
+    /// The store this runtime records into (tenancy and policy records share it).
+    pub fn store(&self) -> Arc<sandlot_store::Store> {
+        self.inner.store.clone()
+    }
+
+    /// What `tenant`'s sandboxes hold now: how many run (or are stopped and restart on their
+    /// next call), and the sum of their CPU (`cpu_millis`) and memory (`memory_mb`) limits.
+    /// Paused and ended sandboxes hold nothing. Derived from the live set every time, so a
+    /// quota cannot leak across deletes, crashes or restarts.
+    pub fn tenant_usage(&self, tenant: &str) -> TenantUsage {
+        let mut u = TenantUsage::default();
+        for e in lock(&self.inner.sandboxes).values() {
+            let info = lock(&e.info);
+            if info.tenant == tenant
+                && matches!(info.state, SandboxState::Running | SandboxState::Stopped)
+            {
+                u.sandboxes += 1;
+                u.cpu_millis += info.limits.cpu_millis;
+                u.memory_mb += info.limits.memory_mb;
+            }
+        }
+        u
     }
 
     /// Every live sandbox's entry, at this moment.

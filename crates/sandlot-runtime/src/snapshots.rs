@@ -60,6 +60,7 @@ impl Runtime {
                 variables: saved.variables,
                 not_captured: saved.not_captured,
                 version: FORMAT_VERSION,
+                tenant: info.tenant,
             },
             state_sha256: saved.sha256,
             contexts: saved.contexts,

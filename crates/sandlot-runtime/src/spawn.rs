@@ -389,6 +389,18 @@ pub(crate) fn new_record(id: &str, a: &Admitted, req: &CreateSandbox) -> Sandbox
         volumes: a.volumes.clone(),
         ports: crate::ports::requested_ports(req),
         all_ports: req.all_ports,
+        tenant: req
+            .tenant
+            .clone()
+            .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned()),
+        tier: req
+            .tier
+            .clone()
+            .unwrap_or_else(|| sandlot_types::ISOLATED_TIER.to_owned()),
+        network: req.network.clone(),
+        secrets: req.secrets.iter().map(|s| s.name.clone()).collect(),
+        contained: None,
+        port_token: None,
     }
 }
 

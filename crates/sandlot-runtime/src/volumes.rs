@@ -121,6 +121,10 @@ impl Runtime {
             size_mb,
             created_at: now_rfc3339(),
             host_uid: uid,
+            tenant: req
+                .tenant
+                .clone()
+                .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned()),
         };
         if let Err(err) = self.inner.store.insert_volume(&rec) {
             let (rt, id) = (self.clone(), workspace_id(&req.name));
@@ -223,6 +227,7 @@ impl Runtime {
             name: r.name,
             size_mb: r.size_mb,
             created_at: r.created_at,
+            tenant: r.tenant,
         }
     }
 

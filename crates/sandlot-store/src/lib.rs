@@ -54,15 +54,18 @@ use sandlot_types::{
     SandboxState, Snapshot, Truncation,
 };
 
+mod govern;
 #[cfg(test)]
 mod tests;
+
+pub use govern::{DecisionRecord, EgressRecord, FindingRecord, Journal, KeyRecord};
 
 /// How long a statement waits for a lock held by another connection before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
 /// Never edit a migration that has shipped; append a new one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE sandboxes (
@@ -146,18 +149,106 @@ ALTER TABLE sandboxes ADD COLUMN ports TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE sandboxes ADD COLUMN all_ports INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// Version 5: tenants and their keys, tiers, egress, policy decisions, guardrail findings.
+/// Records written before it belong to the tenant `default`.
+const SCHEMA_V5: &str = "
+ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'isolated';
+ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE sandboxes ADD COLUMN contained TEXT;
+CREATE INDEX sandboxes_tenant ON sandboxes (tenant, created_at);
+ALTER TABLE snapshots ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE volumes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+
+CREATE TABLE tenants (
+    name       TEXT PRIMARY KEY NOT NULL,
+    plan       TEXT NOT NULL,
+    quotas     TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE api_keys (
+    id         TEXT PRIMARY KEY NOT NULL,
+    prefix     TEXT NOT NULL UNIQUE,
+    sha256     TEXT NOT NULL,
+    tenant     TEXT NOT NULL REFERENCES tenants (name),
+    role       TEXT NOT NULL,
+    name       TEXT,
+    created_at TEXT NOT NULL,
+    revoked_at TEXT
+);
+
+CREATE TABLE template_owners (
+    name   TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL
+);
+
+CREATE TABLE artifact_owners (
+    sha256 TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    PRIMARY KEY (sha256, tenant)
+) WITHOUT ROWID;
+
+CREATE TABLE decisions (
+    id          TEXT PRIMARY KEY NOT NULL,
+    at          TEXT NOT NULL,
+    gate        TEXT NOT NULL,
+    key_id      TEXT,
+    tenant      TEXT,
+    resource    TEXT NOT NULL,
+    allowed     INTEGER NOT NULL,
+    policies    TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    version     TEXT NOT NULL,
+    latency_us  REAL NOT NULL,
+    detail      TEXT
+);
+CREATE INDEX decisions_at ON decisions (at);
+
+CREATE TABLE egress_events (
+    id          INTEGER PRIMARY KEY,
+    sandbox_id  TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    port        INTEGER NOT NULL,
+    ip          TEXT,
+    method      TEXT NOT NULL,
+    allowed     INTEGER NOT NULL,
+    reason      TEXT NOT NULL,
+    bytes_up    INTEGER NOT NULL,
+    bytes_down  INTEGER NOT NULL,
+    decision_id TEXT
+);
+CREATE INDEX egress_sandbox ON egress_events (sandbox_id, id);
+
+CREATE TABLE findings (
+    id           INTEGER PRIMARY KEY,
+    sandbox_id   TEXT NOT NULL,
+    execution_id TEXT,
+    at           TEXT NOT NULL,
+    rule         TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    stream       TEXT NOT NULL,
+    sha256       TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    decision_id  TEXT
+);
+CREATE INDEX findings_sandbox ON findings (sandbox_id, id);
+";
+
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const SANDBOX_COLUMNS: &str = "id, template, template_version, state, env, metadata, limits, \
      idle_timeout, max_lifetime, created_at, last_active_at, expires_at, ended_reason, \
      restart_count, last_restart, on_idle, forked_from, from_snapshot, paused_at, last_restore, \
-     volumes, ports, all_ports";
+     volumes, ports, all_ports, tenant, tier, network, secrets, contained";
 /// How many columns [`SANDBOX_COLUMNS`] names (a column selected after them has this index).
-const SANDBOX_COLUMN_COUNT: usize = 23;
+const SANDBOX_COLUMN_COUNT: usize = 28;
 
 const SNAPSHOT_COLUMNS: &str = "id, name, sandbox_id, template, template_version, created_at, \
-     state_bytes, state_sha256, workspace, variables, not_captured, contexts, version";
+     state_bytes, state_sha256, workspace, variables, not_captured, contexts, version, tenant";
 
 const EXECUTION_COLUMNS: &str = "id, sandbox_id, code, language, started_at, result";
 
@@ -212,6 +303,12 @@ pub enum StoreError {
     Snapshot {
         op: &'static str,
         id: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot {op}")]
+    Govern {
+        op: &'static str,
         #[source]
         source: rusqlite::Error,
     },
@@ -275,7 +372,8 @@ impl StoreError {
             | StoreError::InsertExecution { source, .. }
             | StoreError::FinishExecution { source, .. }
             | StoreError::Snapshot { source, .. }
-            | StoreError::Volume { source, .. } => source,
+            | StoreError::Volume { source, .. }
+            | StoreError::Govern { source, .. } => source,
             _ => return false,
         };
         source.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
@@ -331,7 +429,7 @@ impl Store {
 
     /// The connection. A panic in another thread while it held the lock cannot leave a
     /// transaction open (dropping a `Transaction` rolls it back), so poisoning is ignored.
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -342,7 +440,7 @@ impl Store {
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+                 ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -371,6 +469,11 @@ impl Store {
                 to_json(serde_json::to_string(&s.volumes))?,
                 to_json(serde_json::to_string(&s.ports))?,
                 s.all_ports,
+                s.tenant,
+                s.tier,
+                to_json(serde_json::to_string(&s.network))?,
+                to_json(serde_json::to_string(&s.secrets))?,
+                s.contained,
             ])?;
             Ok(())
         };
@@ -390,7 +493,8 @@ impl Store {
                  created_at = ?10, last_active_at = ?11, expires_at = ?12, ended_reason = ?13, \
                  restart_count = ?14, last_restart = ?15, on_idle = ?16, forked_from = ?17, \
                  from_snapshot = ?18, paused_at = ?19, last_restore = ?20, volumes = ?21, \
-                 ports = ?22, all_ports = ?23 WHERE id = ?1",
+                 ports = ?22, all_ports = ?23, tenant = ?24, tier = ?25, network = ?26, \
+                 secrets = ?27, contained = ?28 WHERE id = ?1",
             )?;
             stmt.execute(params![
                 s.id,
@@ -419,6 +523,11 @@ impl Store {
                 to_json(serde_json::to_string(&s.volumes))?,
                 to_json(serde_json::to_string(&s.ports))?,
                 s.all_ports,
+                s.tenant,
+                s.tier,
+                to_json(serde_json::to_string(&s.network))?,
+                to_json(serde_json::to_string(&s.secrets))?,
+                s.contained,
             ])
         };
         match run() {
@@ -621,7 +730,7 @@ impl Store {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(&format!(
                 "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ))?;
             stmt.execute(params![
                 s.id,
@@ -637,6 +746,7 @@ impl Store {
                 to_json(serde_json::to_string(&s.not_captured))?,
                 to_json(serde_json::to_string(&r.contexts))?,
                 s.version,
+                s.tenant,
             ])?;
             Ok(())
         };
@@ -697,8 +807,9 @@ impl Store {
     pub fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
         let run = || -> rusqlite::Result<usize> {
             self.conn().execute(
-                "INSERT INTO volumes (name, size_mb, created_at, host_uid) VALUES (?1, ?2, ?3, ?4)",
-                params![v.name, v.size_mb, v.created_at, v.host_uid],
+                "INSERT INTO volumes (name, size_mb, created_at, host_uid, tenant) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![v.name, v.size_mb, v.created_at, v.host_uid, v.tenant],
             )
         };
         run().map(|_| ()).map_err(|source| StoreError::Volume {
@@ -958,10 +1069,16 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
         volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
         ports: json_column(row, 21, |s| serde_json::from_str(s))?,
         all_ports: row.get(22)?,
+        tenant: row.get(23)?,
+        tier: row.get(24)?,
+        network: json_column(row, 25, |s| serde_json::from_str(s))?,
+        secrets: json_column(row, 26, |s| serde_json::from_str(s))?,
+        contained: row.get(27)?,
+        port_token: None,
     })
 }
 
-const VOLUME_COLUMNS: &str = "name, size_mb, created_at, host_uid";
+const VOLUME_COLUMNS: &str = "name, size_mb, created_at, host_uid, tenant";
 
 fn volume_from_row(row: &Row<'_>) -> rusqlite::Result<VolumeRecord> {
     Ok(VolumeRecord {
@@ -969,6 +1086,7 @@ fn volume_from_row(row: &Row<'_>) -> rusqlite::Result<VolumeRecord> {
         size_mb: row.get(1)?,
         created_at: row.get(2)?,
         host_uid: row.get(3)?,
+        tenant: row.get(4)?,
     })
 }
 
@@ -980,6 +1098,7 @@ pub struct VolumeRecord {
     pub size_mb: u64,
     pub created_at: String,
     pub host_uid: u32,
+    pub tenant: String,
 }
 
 /// A snapshot as recorded: the wire model plus the sha256 of its state file's body and the
@@ -1005,6 +1124,7 @@ fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
             variables: row.get(9)?,
             not_captured: json_column(row, 10, |s| serde_json::from_str(s))?,
             version: row.get(12)?,
+            tenant: row.get(13)?,
         },
         state_sha256: row.get(7)?,
         contexts: json_column(row, 11, |s| serde_json::from_str(s))?,

@@ -71,6 +71,57 @@ pub struct CreateSandbox {
     /// created through the E2B-compatible API get this.
     #[serde(default)]
     pub all_ports: bool,
+    /// Isolation tier asked for: `isolated` (the full jail, default) or `trusted` (more reach,
+    /// for principals the policy allows). The least privileged tier that the request needs and
+    /// the policy allows is chosen; the sandbox reports which and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// Egress allowlist: domains (`example.com`, `*.example.com`), IPs and CIDRs reachable
+    /// through the host's egress proxy. Empty: no network (the default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<String>,
+    /// Credentials the egress proxy adds to requests for named hosts; never visible inside the
+    /// sandbox, never stored on disk, never returned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretSpec>,
+    /// The tenant the sandbox belongs to: set by the server from the caller's key, never read
+    /// from the request.
+    #[serde(skip)]
+    pub tenant: Option<String>,
+}
+
+/// A secret the egress proxy injects as a header into requests to matching hosts.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSpec {
+    /// A label for records (`[a-zA-Z0-9_.-]{1,64}`).
+    pub name: String,
+    /// Hosts it is sent to: the same patterns as the network allowlist's domains.
+    pub hosts: Vec<String>,
+    /// The header it is sent in (`Authorization`, `X-Api-Key`, ...).
+    pub header: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for SecretSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretSpec")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .field("header", &self.header)
+            .field("value", &"<hidden>")
+            .finish()
+    }
+}
+
+/// `PUT /v1/sandboxes/{id}/network` body: replaces the egress allowlist (and, when given, the
+/// secrets) of a running sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkUpdate {
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<SecretSpec>>,
 }
 
 /// A named volume mounted into a sandbox.
@@ -95,6 +146,9 @@ pub struct CreateVolume {
     /// Size cap in MiB (default 1024).
     #[serde(default)]
     pub size_mb: Option<u64>,
+    /// The tenant it will belong to: set by the server from the caller's key.
+    #[serde(skip)]
+    pub tenant: Option<String>,
 }
 
 /// A named volume: files that live apart from any sandbox.
@@ -105,6 +159,9 @@ pub struct Volume {
     pub created_at: String,
     /// The sandboxes (not ended) that mount it.
     pub mounted_by: Vec<VolumeUse>,
+    /// The tenant it belongs to.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
 }
 
 /// One sandbox's mount of a volume.
@@ -239,6 +296,39 @@ pub struct Sandbox {
     /// Every unprivileged port is reachable (see [`CreateSandbox::all_ports`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub all_ports: bool,
+    /// The tenant it belongs to.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// Its isolation tier (`isolated` or `trusted`).
+    #[serde(default = "default_tier")]
+    pub tier: String,
+    /// Its egress allowlist (empty: no network).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<String>,
+    /// Names of the secrets the egress proxy holds for it (never the values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Set when the sandbox was contained (a guardrail finding or its canary seen): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contained: Option<String>,
+    /// Opens this sandbox's exposed ports at `/v1/ports/{port_token}/{port}/` without an API
+    /// key (a capability URL for browsers); given to the sandbox's own tenant, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_token: Option<String>,
+}
+
+/// The tenant of records written before tenants existed, and of the local single user.
+pub const DEFAULT_TENANT: &str = "default";
+/// The tier every sandbox gets unless the policy grants another.
+pub const ISOLATED_TIER: &str = "isolated";
+pub const TRUSTED_TIER: &str = "trusted";
+
+fn default_tenant() -> String {
+    DEFAULT_TENANT.to_owned()
+}
+
+fn default_tier() -> String {
+    ISOLATED_TIER.to_owned()
 }
 
 /// A load of saved interpreter state into a sandbox, and what did not come back.
@@ -321,6 +411,9 @@ pub struct Snapshot {
     pub not_captured: Vec<NotCaptured>,
     /// Format version of the saved state.
     pub version: u32,
+    /// The tenant it belongs to (its sandbox's).
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
 }
 
 /// Limits with every value filled in.
@@ -603,6 +696,25 @@ pub enum ErrorCode {
     PortNotExposed,
     /// Nothing inside the sandbox accepts connections on that port (502).
     PortUnreachable,
+    /// No API key, or a key that is malformed, unknown or revoked (401).
+    Unauthenticated,
+    /// The key may not do this (an admin-only operation) (403).
+    Forbidden,
+    /// A policy denied the request; the message names the deciding policies and why (403).
+    PolicyDenied,
+    /// A tenant quota (sandboxes, CPU, memory, creation rate) stayed full for the whole wait
+    /// bound; the message says which and `Retry-After` when to retry (429).
+    TenantQuotaExceeded,
+    /// No tenant with that name (404).
+    TenantNotFound,
+    /// No API key with that id (404).
+    KeyNotFound,
+    /// The name is taken (a tenant, a template or a volume of another tenant) (409).
+    NameTaken,
+    /// The policy set does not parse or does not validate against the schema (422).
+    InvalidPolicy,
+    /// The sandbox was contained after a guardrail finding; it takes no more work (409).
+    SandboxContained,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -636,6 +748,15 @@ impl ErrorCode {
             ErrorCode::VolumeInUse => "volume_in_use",
             ErrorCode::PortNotExposed => "port_not_exposed",
             ErrorCode::PortUnreachable => "port_unreachable",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::PolicyDenied => "policy_denied",
+            ErrorCode::TenantQuotaExceeded => "tenant_quota_exceeded",
+            ErrorCode::TenantNotFound => "tenant_not_found",
+            ErrorCode::KeyNotFound => "key_not_found",
+            ErrorCode::NameTaken => "name_taken",
+            ErrorCode::InvalidPolicy => "invalid_policy",
+            ErrorCode::SandboxContained => "sandbox_contained",
             ErrorCode::Internal => "internal",
         }
     }
@@ -820,4 +941,113 @@ pub struct NotCompared {
     /// The variable's name, or the entry's path.
     pub name: String,
     pub reason: String,
+}
+
+/// Who is calling: the key a request authenticated with and what it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The key's id (`key_...`), what records and audit name.
+    pub key_id: String,
+    /// The key's public prefix (`sl_abcd2345`), safe to show.
+    pub key_prefix: String,
+    pub tenant: String,
+    pub role: Role,
+    /// The tenant's plan (`local`, `free`, `team`, ...), what policies usually test.
+    pub plan: String,
+}
+
+/// What a key may manage beyond its tenant's own resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Manages tenants, keys and policies.
+    Admin,
+    #[default]
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+/// Per-tenant quotas; an absent value is unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuotas {
+    /// Most sandboxes running at once (paused ones do not count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sandboxes: Option<u64>,
+    /// Most CPU across its running sandboxes, in thousandths of a core (their `cpu_millis`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu_millis: Option<u64>,
+    /// Most memory across its running sandboxes, in MiB (their `memory_mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mb: Option<u64>,
+    /// Sandbox creations per second (a token bucket with a burst of one second's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creates_per_second: Option<f64>,
+    /// How long a creation over quota waits in line before it fails (seconds; default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<f64>,
+}
+
+/// A tenant: who owns sandboxes, snapshots, volumes and templates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub name: String,
+    pub plan: String,
+    pub quotas: TenantQuotas,
+    pub created_at: String,
+}
+
+/// `POST /v1/tenants` body; `PUT /v1/tenants/{name}` takes the same without `name`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenant {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<TenantQuotas>,
+}
+
+/// `POST /v1/keys` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    /// The tenant the key acts for; it must exist.
+    pub tenant: String,
+    #[serde(default)]
+    pub role: Role,
+    /// A label to recognise it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// An API key as listed: never its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyInfo {
+    pub id: String,
+    pub prefix: String,
+    pub tenant: String,
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}
+
+/// `POST /v1/keys` response: the only time the key itself is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedKey {
+    pub key: String,
+    #[serde(flatten)]
+    pub info: ApiKeyInfo,
 }

@@ -77,7 +77,7 @@ def sandlot_url() -> Iterator[str]:
     stderr_log = tmp / "stderr.log"
     cmd = [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--env-dir", env_dir]
     env = dict(os.environ)
-    env.pop("SANDLOT_API_KEY", None)  # the test server runs without auth
+    env.pop("SANDLOT_API_KEY", None)  # the key is the one this server creates
     errf = open(stderr_log, "wb")
     proc = subprocess.Popen(
         cmd,
@@ -119,6 +119,8 @@ def sandlot_url() -> Iterator[str]:
                 pytrace=False,
             )
         os.environ["SANDLOT_URL"] = found[0]
+        # The local admin key the server created on its first start (what the SDK sends).
+        os.environ["SANDLOT_API_KEY"] = (data_dir / "api-key").read_text().strip()
         os.environ["SANDLOT_TEST_SERVER_PID"] = str(proc.pid)
         yield found[0]
     finally:
@@ -133,6 +135,7 @@ def sandlot_url() -> Iterator[str]:
         shutil.rmtree(data_dir, ignore_errors=True)
         if found and os.environ.get("SANDLOT_URL") == found[0]:
             del os.environ["SANDLOT_URL"]
+            os.environ.pop("SANDLOT_API_KEY", None)
         sys.stderr.write(f"\nsandlot server logs: {tmp}\n")
 
 

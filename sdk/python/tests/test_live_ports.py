@@ -5,6 +5,8 @@ Like test_live.py, skipped only when the sandlot binary does not exist."""
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import pytest
 
@@ -96,9 +98,18 @@ def test_http_and_websocket_apps_answer_at_get_url(sandlot_url):
         _start(sb, ["ws_echo.py", "8765"], 8765)
 
         url = sb.get_url(8000)
-        assert url == f"{sandlot_url.rstrip('/')}/v1/sandboxes/{sb.id}/ports/8000/"
+        token = sb.info().port_token
+        assert token and token.startswith(sb.id + ".")
+        # A capability URL: a browser opens it without the API key.
+        assert url == f"{sandlot_url.rstrip('/')}/v1/ports/{token}/8000/"
         assert sb.port_url(8000, "page.html") == url + "page.html"
+        keyed = f"{sandlot_url.rstrip('/')}/v1/sandboxes/{sb.id}/ports/8000/"
         with httpx.Client(timeout=30) as client:
+            assert client.get(keyed).status_code == 401
+            auth = {"Authorization": f"Bearer {os.environ['SANDLOT_API_KEY']}"}
+            assert client.get(keyed, headers=auth).status_code == 200
+            forged = url.replace(token, token[:-1] + ("0" if token[-1] != "0" else "1"))
+            assert client.get(forged).json()["error"]["code"] == "sandbox_not_found"
             index = client.get(url)
             assert index.status_code == 200 and "page.html" in index.text
             # the page's relative link resolves under the port's URL
@@ -131,7 +142,7 @@ def test_bad_port_lists_are_refused(sandlot_url):
         with pytest.raises(sandlot.InvalidRequest):
             sb.get_url(0)
         # not exposed: the server says so
-        resp = httpx.get(sb.get_url(8000), timeout=30)
+        resp = httpx.get(sb.get_url(8000), timeout=30, headers={"Authorization": f"Bearer {os.environ['SANDLOT_API_KEY']}"})
         assert (resp.status_code, resp.json()["error"]["code"]) == (403, "port_not_exposed")
 
 

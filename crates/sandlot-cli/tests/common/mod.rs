@@ -133,6 +133,8 @@ pub struct TestServer {
     logs: tempfile::TempDir,
     generation: u32,
     client: Client,
+    /// The local admin key the server created in its data dir (`None` with `SANDLOT_AUTH=off`).
+    key: Option<String>,
     /// Extra environment of the server process (kept across restarts).
     env: Vec<(String, String)>,
 }
@@ -162,6 +164,7 @@ impl TestServer {
             logs,
             generation: 0,
             client,
+            key: None,
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -242,6 +245,48 @@ impl TestServer {
         );
         self.url = url;
         self.child = Some(child);
+        self.key = std::fs::read_to_string(self.data_dir.path().join("api-key"))
+            .ok()
+            .map(|k| k.trim().to_owned());
+        self.client = self.client_with_key(self.key.as_deref());
+    }
+
+    /// A client that sends `key` as the bearer key with every request.
+    pub fn client_with_key(&self, key: Option<&str>) -> Client {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = key {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {key}").parse().unwrap(),
+            );
+        }
+        Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    }
+
+    /// `raw` (one or more HTTP/1.1 requests written by hand) with the bearer key added to each.
+    pub fn authorize(&self, raw: &str) -> String {
+        raw.replace(
+            " HTTP/1.1\r\n",
+            &format!(" HTTP/1.1\r\n{}", self.auth_line()),
+        )
+    }
+
+    /// The local admin key (`sl_...`).
+    pub fn key(&self) -> &str {
+        self.key.as_deref().expect("the server runs with API keys")
+    }
+
+    /// `Authorization: Bearer <key>\r\n`, for requests written by hand on a socket (empty
+    /// when the server runs without keys).
+    pub fn auth_line(&self) -> String {
+        match &self.key {
+            Some(k) => format!("Authorization: Bearer {k}\r\n"),
+            None => String::new(),
+        }
     }
 
     pub fn url(&self) -> &str {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 import random
 from dataclasses import dataclass
 from typing import (
@@ -59,12 +60,34 @@ MAX_PORTS = 32
 MAX_FORK = 100
 
 
+def _is_loopback(url: str) -> bool:
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _local_key() -> Optional[str]:
+    """The local admin key `sandlot serve` keeps in its data dir, if this user can read it."""
+    data_dir = os.environ.get("SANDLOT_DATA_DIR")
+    if not data_dir:
+        xdg = os.environ.get("XDG_DATA_HOME")
+        base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".local", "share")
+        data_dir = os.path.join(base, "sandlot")
+    try:
+        with open(os.path.join(data_dir, "api-key"), encoding="utf-8") as f:
+            key = f.read().strip()
+    except OSError:
+        return None
+    return key or None
+
+
 @dataclass
 class ConnectionConfig:
     """Where the server is and how to talk to it.
 
     ``url`` falls back to ``$SANDLOT_URL`` then ``http://127.0.0.1:7878``; ``api_key`` to
-    ``$SANDLOT_API_KEY``. ``retries`` is how many times a request whose connection could not be
+    ``$SANDLOT_API_KEY``, then, for a server on this machine (a loopback URL), to the local admin
+    key a server keeps in its data dir (``$SANDLOT_DATA_DIR/api-key``, else
+    ``~/.local/share/sandlot/api-key``) when this user can read it. ``retries`` is how many times a request whose connection could not be
     established is tried again (with exponential backoff); nothing else is retried.
     """
 
@@ -90,6 +113,8 @@ class ConnectionConfig:
             url = "http://" + url
         if api_key is None:
             api_key = os.environ.get("SANDLOT_API_KEY") or None
+        if api_key is None and _is_loopback(url):
+            api_key = _local_key()
         return cls(
             url=url,
             api_key=api_key,
@@ -287,10 +312,15 @@ def ports_json(ports: PortsArg) -> List[int]:
     return out
 
 
-def port_url(base_url: str, sandbox_id: str, port: Any, path: str = "") -> str:
-    """The URL an app listening on ``port`` inside the sandbox answers at, through the server
-    (``<url>/v1/sandboxes/<id>/ports/<port>/``, plus ``path``)."""
-    base = base_url.rstrip("/") + sandbox_path(sandbox_id, "ports", str(valid_port(port))) + "/"
+def port_url(base_url: str, sandbox_id: str, port: Any, path: str = "", token: Optional[str] = None) -> str:
+    """The URL an app listening on ``port`` inside the sandbox answers at, through the server:
+    with the sandbox's port token, ``<url>/v1/ports/<token>/<port>/`` (a capability URL a
+    browser can open without an API key), else ``<url>/v1/sandboxes/<id>/ports/<port>/``
+    (which needs the key); plus ``path``."""
+    if token:
+        base = base_url.rstrip("/") + "/v1/ports/" + quote(token, safe=".") + f"/{valid_port(port)}/"
+    else:
+        base = base_url.rstrip("/") + sandbox_path(sandbox_id, "ports", str(valid_port(port))) + "/"
     return base + path.lstrip("/")
 
 

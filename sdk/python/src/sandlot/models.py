@@ -664,6 +664,12 @@ class SandboxInfo:
     volumes: List["VolumeMount"] = field(default_factory=list)
     ports: List[int] = field(default_factory=list)
     all_ports: bool = False
+    tenant: str = "default"
+    tier: str = "isolated"
+    network: List[str] = field(default_factory=list)
+    secrets: List[str] = field(default_factory=list)
+    contained: Optional[str] = None
+    port_token: Optional[str] = field(default=None, repr=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -702,6 +708,12 @@ class SandboxInfo:
             volumes=[VolumeMount.from_json(m) for m in (d.get("volumes") or []) if isinstance(m, Mapping)],
             ports=[int(p) for p in (d.get("ports") or []) if isinstance(p, int)],
             all_ports=bool(d.get("all_ports", False)),
+            tenant=str(d.get("tenant") or "default"),
+            tier=str(d.get("tier") or "isolated"),
+            network=[str(x) for x in (d.get("network") or [])],
+            secrets=[str(x) for x in (d.get("secrets") or [])],
+            contained=d.get("contained"),
+            port_token=d.get("port_token"),
             raw=dict(d),
         )
 

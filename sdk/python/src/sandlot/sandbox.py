@@ -207,7 +207,7 @@ class Sandbox:
         another answers 403 ``port_not_exposed``, and one nothing listens on 502
         ``port_unreachable``. The app sees ``/`` + ``path`` and the prefix in
         ``X-Forwarded-Prefix``; the trailing ``/`` keeps its relative links working."""
-        return port_url(self.url, self.id, port, path)
+        return port_url(self.url, self.id, port, path, self._info.port_token)
 
     port_url = get_url
 

@@ -1,0 +1,584 @@
+//! Ownership at the HTTP edge: who is calling (API keys), what they may see (their tenant's
+//! sandboxes, snapshots, volumes, templates and artifacts; anything else answers 404 as if it
+//! did not exist), how much they may hold (quotas), and the admin routes for tenants and keys.
+//!
+//! One middleware, [`authenticate`], runs before every route: it resolves the bearer key to a
+//! [`Principal`], puts it in the request's extensions for the handlers ([`Caller`]), and checks
+//! that the resource a path names belongs to the caller's tenant. Scoping by path in one place
+//! rather than in each handler means a route added later is scoped without anyone
+//! remembering to: every `/v1/<kind>/{id}` path is checked by its kind. Resources named in
+//! bodies (a template, a snapshot, volumes) are checked by the handlers that read them.
+//!
+//! Without a [`Governance`] (the router's own tests; `SANDLOT_AUTH=off` for benchmarks on
+//! loopback) every request acts as the local admin of the tenant `default`.
+
+use crate::backend::Backend;
+use crate::error::HttpError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::AppState;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sandlot_store::{Journal, Store};
+use sandlot_tenancy::{Keys, QuotaError, Quotas, TenancyError, Want};
+use sandlot_types::{
+    ApiKeyInfo, CreateKey, CreateTenant, ErrorCode, Principal, Role, Tenant, DEFAULT_TENANT,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Everything the edge needs to decide who may do what.
+pub struct Governance {
+    pub keys: Keys,
+    pub quotas: Quotas,
+    pub store: Arc<Store>,
+    pub journal: Journal,
+    /// Keys port tokens (see [`Governance::port_token`]).
+    port_secret: [u8; 32],
+}
+
+impl Governance {
+    /// Loads tenants and keys from `store`; `port_secret` keys the sandboxes' port tokens
+    /// (kept in the data dir so they survive restarts).
+    pub fn new(store: Arc<Store>, port_secret: [u8; 32]) -> Result<Self, TenancyError> {
+        Ok(Self {
+            keys: Keys::load(store.clone())?,
+            quotas: Quotas::default(),
+            journal: Journal::start(store.clone()),
+            store,
+            port_secret,
+        })
+    }
+
+    /// `<id>.<mac>`: opens sandbox `id`'s exposed ports and nothing else, for whoever holds
+    /// it (a browser given the URL). An HMAC of the id: nothing stored, and code inside the
+    /// sandbox that learns its own token gains nothing it did not have.
+    pub fn port_token(&self, id: &str) -> String {
+        format!("{id}.{}", self.port_mac(id))
+    }
+
+    fn port_mac(&self, id: &str) -> String {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.port_secret)
+            .expect("HMAC takes keys of any length");
+        mac.update(b"ports:");
+        mac.update(id.as_bytes());
+        hex::encode(&mac.finalize().into_bytes()[..16])
+    }
+
+    /// The sandbox a port token opens, if it is genuine.
+    pub fn sandbox_of_port_token(&self, token: &str) -> Option<String> {
+        use subtle::ConstantTimeEq;
+        let (id, mac) = token.rsplit_once('.')?;
+        let want = self.port_mac(id);
+        bool::from(want.as_bytes().ct_eq(mac.as_bytes())).then(|| id.to_owned())
+    }
+
+    /// `s` with its port token, for its tenant's eyes.
+    pub(crate) fn with_port_token(&self, mut s: sandlot_types::Sandbox) -> sandlot_types::Sandbox {
+        if !s.ports.is_empty() || s.all_ports {
+            s.port_token = Some(self.port_token(&s.id));
+        }
+        s
+    }
+}
+
+/// The sandbox with its port token when the server has governance.
+pub(crate) fn tokened<B>(st: &AppState<B>, s: sandlot_types::Sandbox) -> sandlot_types::Sandbox {
+    match st.gov.as_deref() {
+        Some(g) => g.with_port_token(s),
+        None => s,
+    }
+}
+
+/// The principal of a request (see the module docs for requests without governance).
+#[derive(Debug, Clone)]
+pub struct Caller(pub Principal);
+
+impl Caller {
+    pub fn tenant(&self) -> &str {
+        &self.0.tenant
+    }
+
+    fn require_admin(&self) -> Result<(), HttpError> {
+        if self.0.role == Role::Admin {
+            Ok(())
+        } else {
+            Err(HttpError::new(
+                ErrorCode::Forbidden,
+                "this operation needs an admin key",
+            ))
+        }
+    }
+}
+
+/// Who requests act as when the server runs without keys.
+pub fn local_principal() -> Principal {
+    Principal {
+        key_id: "local".into(),
+        key_prefix: "local".into(),
+        tenant: DEFAULT_TENANT.into(),
+        role: Role::Admin,
+        plan: "local".into(),
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Caller(
+            parts
+                .extensions
+                .get::<Principal>()
+                .cloned()
+                .unwrap_or_else(local_principal),
+        ))
+    }
+}
+
+/// Paths anyone may read: liveness and the API's description.
+fn is_public(path: &str) -> bool {
+    path == "/v1/health" || path == "/v1/openapi.json"
+}
+
+/// The bearer key of a request: `Authorization: Bearer <key>` (or `X-Api-Key: <key>`, which
+/// some tools find easier to set).
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
+        let v = v.to_str().ok()?;
+        let (scheme, key) = v.split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| key.trim());
+    }
+    headers.get("x-api-key").and_then(|v| v.to_str().ok())
+}
+
+/// The principal `headers` authenticate as, or the 401 to answer.
+pub fn principal_of(
+    gov: &Governance,
+    headers: &axum::http::HeaderMap,
+) -> Result<Principal, HttpError> {
+    let key = bearer(headers).ok_or(TenancyError::MissingKey);
+    key.and_then(|k| gov.keys.authenticate(k))
+        .map_err(|e| HttpError::new(ErrorCode::Unauthenticated, e.to_string()))
+}
+
+/// Authenticates `/v1` (but its public paths) and `/mcp`, and scopes `/v1` paths to the
+/// caller's tenant. Requests for E2B's API are left to its own keys and tokens.
+pub(crate) async fn authenticate<B: Backend>(
+    State(st): State<AppState<B>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(gov) = st.gov.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    let is_mcp = path == "/mcp" || path.starts_with("/mcp/");
+    let is_v1 = path.starts_with("/v1/") && !req.headers().contains_key(crate::SANDBOX_ID_HEADER);
+    // `/v1/ports/{token}/...` carries its own capability (checked by its handler).
+    if !(is_v1 || is_mcp) || is_public(path) || path.starts_with("/v1/ports/") {
+        return next.run(req).await;
+    }
+    let principal = match principal_of(gov, req.headers()) {
+        Ok(p) => p,
+        Err(e) if is_mcp => {
+            let body = serde_json::json!({
+                "jsonrpc": "2.0", "id": null,
+                "error": {"code": -32001, "message": e.0.message}
+            });
+            let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"sandlot\""),
+            );
+            return resp;
+        }
+        Err(e) => return e.into_response(),
+    };
+    if is_v1 {
+        if let Err(e) = scope(&st.backend, gov, &principal, path) {
+            return e.into_response();
+        }
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// Checks that what `path` names belongs to the caller's tenant; another tenant's resource is
+/// reported exactly as a missing one.
+fn scope<B: Backend>(
+    backend: &B,
+    gov: &Governance,
+    who: &Principal,
+    path: &str,
+) -> Result<(), HttpError> {
+    let mut parts = path.trim_start_matches("/v1/").split('/');
+    let (Some(kind), Some(id)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    if id.is_empty() {
+        return Ok(());
+    }
+    let mine = |owner: Option<String>| owner.as_deref() == Some(who.tenant.as_str());
+    match kind {
+        "sandboxes" => {
+            if !mine(backend.sandbox_tenant(id)) {
+                return Err(sandbox_not_found(id));
+            }
+            // `/v1/sandboxes/{id}/diff/{other}` names two.
+            if let (Some("diff"), Some(other)) = (parts.next(), parts.next()) {
+                if !other.is_empty() && !mine(backend.sandbox_tenant(other)) {
+                    return Err(sandbox_not_found(other));
+                }
+            }
+        }
+        "snapshots" if !mine(backend.snapshot_tenant(id)) => {
+            return Err(HttpError::new(
+                ErrorCode::SnapshotNotFound,
+                format!("no snapshot {}", short(id)),
+            ))
+        }
+        "volumes" if !mine(backend.volume_tenant(id)) => return Err(volume_not_found(id)),
+        "templates" if !template_visible(gov, who, id) => {
+            return Err(HttpError::new(
+                ErrorCode::TemplateNotFound,
+                format!("no template {}", short(id)),
+            ))
+        }
+        "artifacts" if !artifact_visible(gov, who, id) => {
+            return Err(HttpError::new(
+                ErrorCode::FileNotFound,
+                format!(
+                    "no artifact {} (never stored, or past its retention)",
+                    short(id)
+                ),
+            ))
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(64).collect()
+}
+
+pub(crate) fn sandbox_not_found(id: &str) -> HttpError {
+    HttpError::new(
+        ErrorCode::SandboxNotFound,
+        format!("no sandbox {}", short(id)),
+    )
+}
+
+pub(crate) fn volume_not_found(name: &str) -> HttpError {
+    HttpError::new(
+        ErrorCode::VolumeNotFound,
+        format!("no volume {}", short(name)),
+    )
+}
+
+/// Built-in templates (no owner) are everyone's; others their owner's.
+pub(crate) fn template_visible(gov: &Governance, who: &Principal, name: &str) -> bool {
+    match gov.store.template_owners() {
+        Ok(owners) => owners
+            .iter()
+            .find(|(n, _)| n == name)
+            .is_none_or(|(_, t)| *t == who.tenant),
+        Err(_) => false,
+    }
+}
+
+/// [`template_visible`] without governance: every template.
+pub(crate) fn template_visible_to<B>(st: &AppState<B>, who: &Caller, name: &str) -> bool {
+    st.gov
+        .as_deref()
+        .is_none_or(|g| template_visible(g, &who.0, name))
+}
+
+/// Claims a template name for the caller's tenant before it is built: a name another tenant
+/// owns is taken.
+pub(crate) fn claim_template<B>(
+    st: &AppState<B>,
+    who: &Caller,
+    name: &str,
+) -> Result<(), HttpError> {
+    let Some(g) = st.gov.as_deref() else {
+        return Ok(());
+    };
+    // Invalid names are left to the runtime's check, which says what is allowed.
+    if name.is_empty() || name.len() > 63 || name == "default" {
+        return Ok(());
+    }
+    let owner = g
+        .store
+        .claim_template(name, who.tenant())
+        .map_err(|e| HttpError::internal(e.to_string()))?;
+    if owner != who.tenant() {
+        return Err(HttpError::new(
+            ErrorCode::NameTaken,
+            format!("the template name {name} is taken"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that what a creation names (its template, the snapshot it starts from, the volumes
+/// it mounts) belongs to the caller's tenant; another tenant's answers as a missing one.
+pub(crate) fn check_references<B: Backend>(
+    st: &AppState<B>,
+    who: &Caller,
+    req: &sandlot_types::CreateSandbox,
+) -> Result<(), HttpError> {
+    let Some(g) = st.gov.as_deref() else {
+        return Ok(());
+    };
+    if let Some(t) = &req.template {
+        if !template_visible(g, &who.0, t) {
+            return Err(HttpError::new(
+                ErrorCode::TemplateNotFound,
+                format!("no template {}", short(t)),
+            ));
+        }
+    }
+    if let Some(snap) = &req.from_snapshot {
+        if st.backend.snapshot_tenant(snap).as_deref() != Some(who.tenant()) {
+            return Err(HttpError::new(
+                ErrorCode::SnapshotNotFound,
+                format!("no snapshot {}", short(snap)),
+            ));
+        }
+    }
+    for v in &req.volumes {
+        if st.backend.volume_tenant(&v.name).as_deref() != Some(who.tenant()) {
+            return Err(volume_not_found(&v.name));
+        }
+    }
+    Ok(())
+}
+
+/// An artifact is readable by the tenants whose executions produced it.
+fn artifact_visible(gov: &Governance, who: &Principal, sha: &str) -> bool {
+    gov.store.artifact_owned(sha, &who.tenant).unwrap_or(false)
+}
+
+/// Admits a creation of `count` sandboxes of `limits` for the caller's tenant, waiting in line
+/// while its quotas are full. The reservation lasts as long as the returned admission.
+pub(crate) async fn admit<B: Backend>(
+    st: &AppState<B>,
+    who: &Principal,
+    limits: sandlot_types::EffectiveLimits,
+    count: u64,
+) -> Result<Option<sandlot_tenancy::Admission>, HttpError> {
+    let Some(gov) = st.gov.as_deref() else {
+        return Ok(None);
+    };
+    let Some(tenant) = gov.keys.tenant(&who.tenant) else {
+        return Err(HttpError::new(
+            ErrorCode::TenantNotFound,
+            format!("no tenant {}", who.tenant),
+        ));
+    };
+    let want = Want {
+        sandboxes: count,
+        cpu_millis: limits.cpu_millis * count,
+        memory_mb: limits.memory_mb * count,
+    };
+    let backend = st.backend.clone();
+    let name = tenant.name.clone();
+    gov.quotas
+        .admit(&tenant, want, move || backend.tenant_usage(&name))
+        .await
+        .map(Some)
+        .map_err(|e| match e {
+            QuotaError::TooLarge { .. } => {
+                HttpError::new(ErrorCode::TenantQuotaExceeded, format!("{e}; retry in 0 s"))
+            }
+            QuotaError::Exceeded { .. } => {
+                HttpError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
+            }
+        })
+}
+
+/// Wakes creations waiting for room in `tenant`'s quotas (a sandbox of it ended).
+pub(crate) fn released<B>(st: &AppState<B>, tenant: &str) {
+    if let Some(gov) = st.gov.as_deref() {
+        sandlot_tenancy::Admission::nudge(&gov.quotas, tenant);
+    }
+}
+
+fn tenancy_error(e: TenancyError) -> HttpError {
+    let code = match &e {
+        TenancyError::MissingKey
+        | TenancyError::MalformedKey
+        | TenancyError::UnknownKey
+        | TenancyError::RevokedKey { .. } => ErrorCode::Unauthenticated,
+        TenancyError::TenantNotFound { .. } => ErrorCode::TenantNotFound,
+        TenancyError::KeyNotFound { .. } => ErrorCode::KeyNotFound,
+        TenancyError::TenantExists { .. } => ErrorCode::NameTaken,
+        TenancyError::Invalid { .. } => ErrorCode::InvalidArgument,
+        TenancyError::Store(_) | TenancyError::KeyFile { .. } => {
+            return HttpError::internal(format!("{e}: {}", source_chain(&e)))
+        }
+    };
+    HttpError::new(code, e.to_string())
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push(s.to_string());
+        cur = s.source();
+    }
+    out.join(": ")
+}
+
+fn gov<B>(st: &AppState<B>) -> Result<&Governance, HttpError> {
+    st.gov.as_deref().ok_or_else(|| {
+        HttpError::new(
+            ErrorCode::Forbidden,
+            "this server runs without API keys (SANDLOT_AUTH=off): tenants and keys are off",
+        )
+    })
+}
+
+/// `GET /v1/whoami`.
+pub(crate) async fn whoami(caller: Caller) -> Json<Principal> {
+    Json(caller.0)
+}
+
+/// `GET /v1/tenants` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TenantList {
+    pub tenants: Vec<Tenant>,
+}
+
+/// `GET /v1/keys` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeyList {
+    pub keys: Vec<ApiKeyInfo>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct KeyQuery {
+    #[serde(default)]
+    tenant: Option<String>,
+}
+
+/// `POST /v1/tenants` (admin).
+pub(crate) async fn create_tenant<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateTenant>,
+) -> Result<Response, HttpError> {
+    caller.require_admin()?;
+    let name = req.name.clone();
+    let t = gov(&st)?
+        .keys
+        .put_tenant(&name, req, true)
+        .map_err(tenancy_error)?;
+    Ok((StatusCode::CREATED, Json(t)).into_response())
+}
+
+/// `GET /v1/tenants` (admin).
+pub(crate) async fn list_tenants<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+) -> Result<Json<TenantList>, HttpError> {
+    caller.require_admin()?;
+    Ok(Json(TenantList {
+        tenants: gov(&st)?.keys.tenants(),
+    }))
+}
+
+/// `GET /v1/tenants/{name}`: an admin sees any, a member its own.
+pub(crate) async fn get_tenant<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Tenant>, HttpError> {
+    let not_found = || {
+        HttpError::new(
+            ErrorCode::TenantNotFound,
+            format!("no tenant {}", short(&name)),
+        )
+    };
+    if caller.0.role != Role::Admin && caller.tenant() != name {
+        return Err(not_found());
+    }
+    gov(&st)?.keys.tenant(&name).map(Json).ok_or_else(not_found)
+}
+
+/// `PUT /v1/tenants/{name}` (admin): plan and quotas.
+pub(crate) async fn put_tenant<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<CreateTenant>,
+) -> Result<Json<Tenant>, HttpError> {
+    caller.require_admin()?;
+    if !req.name.is_empty() && req.name != name {
+        return Err(HttpError::new(
+            ErrorCode::InvalidArgument,
+            "the body's name differs from the path's",
+        ));
+    }
+    let t = gov(&st)?
+        .keys
+        .put_tenant(&name, req, false)
+        .map_err(tenancy_error)?;
+    released(&st, &name);
+    Ok(Json(t))
+}
+
+/// `POST /v1/keys` (admin): the response is the only time the key is shown.
+pub(crate) async fn create_key<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateKey>,
+) -> Result<Response, HttpError> {
+    caller.require_admin()?;
+    let k = gov(&st)?.keys.create_key(req).map_err(tenancy_error)?;
+    Ok((StatusCode::CREATED, Json(k)).into_response())
+}
+
+/// `GET /v1/keys[?tenant=]`: an admin lists any tenant's, a member its own tenant's.
+pub(crate) async fn list_keys<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<KeyQuery>,
+) -> Result<Json<KeyList>, HttpError> {
+    let tenant = if caller.0.role == Role::Admin {
+        q.tenant
+    } else {
+        Some(caller.0.tenant.clone())
+    };
+    Ok(Json(KeyList {
+        keys: gov(&st)?.keys.list_keys(tenant.as_deref()),
+    }))
+}
+
+/// `DELETE /v1/keys/{id}`: an admin revokes any key, a member its own tenant's.
+pub(crate) async fn revoke_key<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ApiKeyInfo>, HttpError> {
+    let g = gov(&st)?;
+    let not_found = || HttpError::new(ErrorCode::KeyNotFound, format!("no API key {}", short(&id)));
+    if caller.0.role != Role::Admin {
+        let own = g
+            .keys
+            .list_keys(Some(caller.tenant()))
+            .iter()
+            .any(|k| k.id == id);
+        if !own {
+            return Err(not_found());
+        }
+    }
+    g.keys.revoke_key(&id).map(Json).map_err(tenancy_error)
+}
