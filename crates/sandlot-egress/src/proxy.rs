@@ -1,0 +1,1121 @@
+//! The proxy itself: accepting a sandbox's connections, deciding each request, and the tunnel
+//! or forwarded request that follows.
+//!
+//! The client side is HTTP/1.1 served by hyper, which bounds the request head (431 past
+//! [`EgressConfig::max_head_bytes`], 400 for what does not parse) and closes a connection whose
+//! head does not arrive within [`EgressConfig::head_timeout`]; keep-alive works, and every
+//! request on a connection is decided on its own. The upstream side is one fresh connection per
+//! CONNECT or plain-HTTP request, made by the proxy to an address it has checked, wrapped in
+//! [`Counted`] so the record has the bytes and the idle timeout sees traffic. Each connection,
+//! tunnel and forwarded request watches the sandbox's [`Policy`]: a cut or an allowlist that no
+//! longer allows its host and address closes it.
+//!
+//! [`EgressConfig::max_head_bytes`]: crate::EgressConfig::max_head_bytes
+//! [`EgressConfig::head_timeout`]: crate::EgressConfig::head_timeout
+
+use crate::hooks::{EgressEvent, EgressHooks};
+use crate::io::{Counted, Traffic};
+use crate::rules::{canonical, Host, NetworkRules};
+use crate::secrets::{find_canary, ParsedSecret};
+use crate::tls::{parse_client_hello, Hello, MAX_HELLO_BYTES};
+use crate::EgressConfig;
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::http::uri::Authority;
+use hyper::{Method, Request, Response, StatusCode, Version};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the legacy
+/// `Proxy-Connection`: never forwarded either way. `Proxy-Authorization` is among them, so
+/// nothing the sandbox meant for a proxy reaches a server.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A fatal TLS `access_denied` alert: what a client that was refused after the tunnel opened
+/// (SNI mismatch) reads instead of a server's answer, so its error says "access denied".
+const TLS_ALERT_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
+
+/// The server-wide state behind [`crate::Egress`].
+pub(crate) struct Inner {
+    pub cfg: EgressConfig,
+    pub hooks: Arc<dyn EgressHooks>,
+    pub sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+}
+
+/// What a sandbox may do, swapped whole on every change.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Policy {
+    pub rules: NetworkRules,
+    pub secrets: Vec<ParsedSecret>,
+    pub canaries: Vec<String>,
+    pub cut: bool,
+}
+
+/// One sandbox's proxy.
+pub(crate) struct SandboxEntry {
+    id: String,
+    policy: watch::Sender<Arc<Policy>>,
+    conns: Arc<Semaphore>,
+    max_conns: usize,
+    /// The current listener's token; its children are the connections' tokens.
+    listener: Mutex<CancellationToken>,
+}
+
+impl SandboxEntry {
+    pub(crate) fn new(id: &str, max_conns: usize) -> Arc<SandboxEntry> {
+        Arc::new(SandboxEntry {
+            id: id.to_string(),
+            policy: watch::Sender::new(Arc::new(Policy::default())),
+            conns: Arc::new(Semaphore::new(max_conns)),
+            max_conns,
+            listener: Mutex::new(CancellationToken::new()),
+        })
+    }
+
+    pub(crate) fn policy(&self) -> Arc<Policy> {
+        self.policy.borrow().clone()
+    }
+
+    pub(crate) fn update(&self, change: impl FnOnce(&Policy) -> Policy) {
+        self.policy.send_modify(|p| *p = Arc::new(change(p)));
+    }
+
+    /// A token for a new listener; the previous one (with its connections) is cancelled.
+    pub(crate) fn replace_listener(&self) -> CancellationToken {
+        let fresh = CancellationToken::new();
+        let old = std::mem::replace(&mut *self.lock_listener(), fresh.clone());
+        old.cancel();
+        fresh
+    }
+
+    pub(crate) fn close(&self) {
+        self.lock_listener().cancel();
+    }
+
+    pub(crate) fn open_connections(&self) -> usize {
+        self.max_conns - self.conns.available_permits()
+    }
+
+    fn lock_listener(&self) -> std::sync::MutexGuard<'_, CancellationToken> {
+        self.listener
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Accepts the sandbox's connections until `token` is cancelled (detach, or a new listener).
+pub(crate) async fn accept_loop(
+    inner: Arc<Inner>,
+    entry: Arc<SandboxEntry>,
+    listener: TcpListener,
+    token: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = token.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // Out of fds or memory: back off instead of spinning; the listener stays.
+                tracing::warn!(sandbox = %entry.id, error = %err, "egress proxy accept failed");
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        match entry.conns.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let conn = Conn {
+                    inner: inner.clone(),
+                    entry: entry.clone(),
+                    token: token.child_token(),
+                    _permit: Arc::new(permit),
+                    requests: Arc::new(AtomicU64::new(0)),
+                };
+                tokio::spawn(conn.serve(stream));
+            }
+            Err(_) => {
+                tokio::spawn(over_limit(inner.clone(), entry.id.clone(), stream));
+            }
+        }
+    }
+}
+
+/// Answers a connection past the sandbox's limit with 429 and closes it.
+async fn over_limit(inner: Arc<Inner>, sandbox_id: String, mut stream: TcpStream) {
+    let why = format!(
+        "at most {} open connections to the egress proxy per sandbox",
+        inner.cfg.max_connections
+    );
+    let body = format!("egress refused: {why}\n");
+    let resp = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         proxy-status: sandlot; error=proxy_internal_error\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let started = SystemTime::now();
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        // Read what the client sent, so closing does not reset the connection under the answer.
+        let mut sink = [0u8; 4096];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    inner.hooks.record(EgressEvent {
+        sandbox_id,
+        host: String::new(),
+        port: 0,
+        ip: None,
+        method: String::new(),
+        allowed: false,
+        reason: why,
+        status: 429,
+        decision_id: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        started,
+        ended: SystemTime::now(),
+    });
+}
+
+/// One connection from the sandbox to the proxy. Clones share the connection's permit (held
+/// until its last tunnel or request ends) and token.
+#[derive(Clone)]
+struct Conn {
+    inner: Arc<Inner>,
+    entry: Arc<SandboxEntry>,
+    token: CancellationToken,
+    _permit: Arc<OwnedSemaphorePermit>,
+    /// Requests handled on this connection (a head timeout before the first is slowloris,
+    /// after it an idle keep-alive).
+    requests: Arc<AtomicU64>,
+}
+
+/// A request being decided, for its record.
+struct Attempt {
+    host: String,
+    /// `host:port` as shown in answers (`[::1]:443`).
+    shown: String,
+    port: u16,
+    ip: Option<IpAddr>,
+    method: String,
+    decision_id: Option<String>,
+    started: SystemTime,
+}
+
+impl Attempt {
+    fn event(&self, sandbox_id: &str, allowed: bool, status: u16, reason: String) -> EgressEvent {
+        EgressEvent {
+            sandbox_id: sandbox_id.to_string(),
+            host: self.host.clone(),
+            port: self.port,
+            ip: self.ip,
+            method: self.method.clone(),
+            allowed,
+            reason,
+            status,
+            decision_id: self.decision_id.clone(),
+            bytes_up: 0,
+            bytes_down: 0,
+            started: self.started,
+            ended: SystemTime::now(),
+        }
+    }
+}
+
+/// How a refusal is answered.
+struct Refusal {
+    status: StatusCode,
+    /// The RFC 9209 error type for `Proxy-Status`.
+    proxy_error: &'static str,
+    reason: String,
+    /// Whether the request had been allowed (a failure to reach an allowed destination).
+    allowed: bool,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, proxy_error: &'static str, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            proxy_error,
+            reason: reason.into(),
+            allowed: false,
+        }
+    }
+
+    fn denied(reason: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::FORBIDDEN, "http_request_denied", reason)
+    }
+
+    fn bad(reason: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::BAD_REQUEST, "http_request_error", reason)
+    }
+}
+
+/// Records an allowed attempt once, when the last holder lets go: the handler (which knows the
+/// status) and the task driving the upstream connection (which knows when it ended).
+struct Recorder {
+    hooks: Arc<dyn EgressHooks>,
+    event: Mutex<Option<EgressEvent>>,
+    traffic: Arc<Traffic>,
+}
+
+impl Recorder {
+    fn new(hooks: Arc<dyn EgressHooks>, event: EgressEvent, traffic: Arc<Traffic>) -> Recorder {
+        Recorder {
+            hooks,
+            event: Mutex::new(Some(event)),
+            traffic,
+        }
+    }
+
+    fn note(&self, change: impl FnOnce(&mut EgressEvent)) {
+        let mut event = self.event.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(event) = event.as_mut() {
+            change(event);
+        }
+    }
+
+    /// Sets the reason unless one is set already (the first cause of an ending wins).
+    fn note_reason(&self, reason: String) {
+        self.note(|e| {
+            if e.reason.is_empty() {
+                e.reason = reason;
+            }
+        });
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let event = self
+            .event
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(mut event) = event {
+            event.bytes_up = self.traffic.up();
+            event.bytes_down = self.traffic.down();
+            event.ended = SystemTime::now();
+            self.hooks.record(event);
+        }
+    }
+}
+
+/// Where a request goes.
+struct Target {
+    host: Host,
+    port: u16,
+    /// The URL's authority as sent (`pkg.test:8080`), the `Host` of a forwarded request.
+    authority: Authority,
+}
+
+impl Target {
+    fn host_str(&self) -> String {
+        match &self.host {
+            Host::Domain(name) => name.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        }
+    }
+
+    fn of(parts: &Parts) -> Result<Target, Refusal> {
+        let connect = parts.method == Method::CONNECT;
+        let authority = if connect {
+            parts
+                .uri
+                .authority()
+                .ok_or_else(|| Refusal::bad("CONNECT needs a host:port target"))?
+        } else {
+            match parts.uri.scheme_str() {
+                Some("http") => {}
+                Some("https") => {
+                    return Err(Refusal::bad(
+                        "https:// URLs go through CONNECT (set HTTPS_PROXY to this proxy)",
+                    ))
+                }
+                Some(other) => {
+                    return Err(Refusal::bad(format!(
+                        "the {other}:// scheme is not proxied (http and https only)"
+                    )))
+                }
+                None => {
+                    return Err(Refusal::bad(
+                        "this is an HTTP proxy: the request target must be an absolute URL \
+                         (http://host/path) or CONNECT host:port",
+                    ))
+                }
+            }
+            parts
+                .uri
+                .authority()
+                .ok_or_else(|| Refusal::bad("the URL has no host"))?
+        };
+        if authority.as_str().contains('@') {
+            return Err(Refusal::bad("credentials in the URL are not forwarded"));
+        }
+        let port = match (authority.port_u16(), connect) {
+            (Some(0), _) => return Err(Refusal::bad("port 0 is not a destination")),
+            (Some(port), _) => port,
+            (None, true) => return Err(Refusal::bad("CONNECT needs a host:port target")),
+            (None, false) => 80,
+        };
+        let host = Host::parse(authority.host())
+            .map_err(|why| Refusal::bad(format!("the host {:?}: {why}", authority.host())))?;
+        Ok(Target {
+            host,
+            port,
+            authority: authority.clone(),
+        })
+    }
+
+    /// A plain-HTTP request's `Host` header, if any, must name the URL's host and port.
+    fn check_host_header(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let mut values = headers.get_all(header::HOST).iter();
+        let Some(value) = values.next() else {
+            return Ok(()); // HTTP/1.0: the URL is the only authority
+        };
+        if values.next().is_some() {
+            return Err(Refusal::bad("more than one Host header"));
+        }
+        let given: Authority = value
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Refusal::bad("the Host header is not a host[:port]"))?;
+        let same = Host::parse(given.host()).is_ok_and(|h| h == self.host)
+            && given.port_u16().unwrap_or(80) == self.port;
+        if !same {
+            return Err(Refusal::denied(format!(
+                "the Host header {given} does not match the URL's host {}",
+                self.authority
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Conn {
+    /// Serves HTTP/1.1 on the connection until the client closes, the head timeout fires, the
+    /// sandbox is cut, or the listener goes.
+    async fn serve(self, stream: TcpStream) {
+        let cfg = &self.inner.cfg;
+        let me = self.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let me = me.clone();
+            async move { Ok::<_, Infallible>(me.handle(req).await) }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(cfg.head_timeout)
+            .max_header_size(cfg.max_head_bytes)
+            .max_buf_size(cfg.max_head_bytes.max(8192).max(cfg.body_scan_bytes));
+        let served = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .with_upgrades();
+        let mut policy = self.entry.policy.subscribe();
+        policy.borrow_and_update();
+        let started = SystemTime::now();
+        tokio::select! {
+            res = served => {
+                if let Err(err) = res {
+                    self.record_head_error(&err, started);
+                }
+            }
+            () = self.token.cancelled() => {}
+            () = became_cut(&mut policy) => {}
+        }
+    }
+
+    /// Records a connection whose request head was refused before a request existed (too
+    /// large, malformed, or not sent in time), which hyper answered itself.
+    fn record_head_error(&self, err: &hyper::Error, started: SystemTime) {
+        let cfg = &self.inner.cfg;
+        let (status, reason) = if err.is_parse_too_large() {
+            (
+                431,
+                format!("request head over {} bytes", cfg.max_head_bytes),
+            )
+        } else if err.is_parse() {
+            (400, format!("malformed request head: {err}"))
+        } else if err.is_timeout() && self.requests.load(Ordering::Relaxed) == 0 {
+            (
+                0,
+                format!(
+                    "no complete request head within {} s (connection closed)",
+                    cfg.head_timeout.as_secs_f64()
+                ),
+            )
+        } else {
+            tracing::debug!(sandbox = %self.entry.id, error = %err, "egress connection ended");
+            return;
+        };
+        self.inner.hooks.record(EgressEvent {
+            sandbox_id: self.entry.id.clone(),
+            host: String::new(),
+            port: 0,
+            ip: None,
+            method: String::new(),
+            allowed: false,
+            reason,
+            status,
+            decision_id: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            started,
+            ended: SystemTime::now(),
+        });
+    }
+
+    /// Decides one request and answers it: a refusal, a tunnel's 200, or the upstream's answer.
+    async fn handle(&self, mut req: Request<Incoming>) -> Response<ProxyBody> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let on_upgrade = (req.method() == Method::CONNECT).then(|| hyper::upgrade::on(&mut req));
+        let (parts, body) = req.into_parts();
+        let mut attempt = Attempt {
+            host: String::new(),
+            shown: String::new(),
+            port: 0,
+            ip: None,
+            method: parts.method.to_string(),
+            decision_id: None,
+            started: SystemTime::now(),
+        };
+        match self.decide(&parts, body, &mut attempt).await {
+            Err(refusal) => self.refuse(&attempt, refusal),
+            Ok((target, ip, upstream, body, policy)) => match on_upgrade {
+                Some(on_upgrade) => self.open_tunnel(attempt, target, ip, upstream, on_upgrade),
+                None => {
+                    self.forward(attempt, parts, target, ip, upstream, body, &policy)
+                        .await
+                }
+            },
+        }
+    }
+
+    /// Steps 1-6 of the crate docs: everything up to a connection to a checked address.
+    async fn decide(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+        attempt: &mut Attempt,
+    ) -> Result<(Target, IpAddr, TcpStream, PrefixedBody, Arc<Policy>), Refusal> {
+        let cfg = &self.inner.cfg;
+        let hooks = &self.inner.hooks;
+        let id = &self.entry.id;
+        let policy = self.entry.policy();
+        let target = Target::of(parts)?;
+        attempt.host = target.host_str();
+        attempt.port = target.port;
+        attempt.shown = format!("{}:{}", target.host, target.port);
+        if policy.cut {
+            return Err(Refusal::denied(
+                "egress from this sandbox is cut (containment)",
+            ));
+        }
+        if find_canary(&head_text(parts), &policy.canaries) {
+            hooks.canary(
+                id,
+                &format!("egress request head: {} {}", parts.method, attempt.shown),
+            );
+            return Err(Refusal::denied(
+                "the request carries this sandbox's canary credential",
+            ));
+        }
+        policy
+            .rules
+            .check_host(&target.host)
+            .map_err(Refusal::denied)?;
+        let mut body = PrefixedBody {
+            prefix: VecDeque::new(),
+            rest: body,
+        };
+        if parts.method != Method::CONNECT {
+            target.check_host_header(&parts.headers)?;
+            let scanned = body
+                .hold_prefix(cfg.body_scan_bytes, cfg.idle_timeout)
+                .await
+                .map_err(Refusal::bad)?;
+            if find_canary(&scanned, &policy.canaries) {
+                hooks.canary(
+                    id,
+                    &format!("egress request body: {} {}", parts.method, attempt.shown),
+                );
+                return Err(Refusal::denied(
+                    "the request carries this sandbox's canary credential",
+                ));
+            }
+        }
+        let addrs = self
+            .resolve(&target)
+            .await
+            .map_err(|why| Refusal::new(StatusCode::BAD_GATEWAY, "destination_not_found", why))?;
+        for &ip in &addrs {
+            if let Err(why) = policy.rules.check_addr(ip) {
+                attempt.ip = Some(ip);
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    "destination_ip_prohibited",
+                    format!("{} resolves to {why}", attempt.host),
+                ));
+            }
+        }
+        let mut failure = None;
+        for ip in addrs {
+            attempt.ip = Some(ip);
+            let decision = hooks.gate(id, &attempt.host, target.port, ip, parts.method.as_str());
+            attempt.decision_id = Some(decision.decision_id.clone());
+            if !decision.allowed {
+                return Err(Refusal::denied(format!(
+                    "denied by policy: {}",
+                    decision.reason
+                )));
+            }
+            match connect(ip, target.port, cfg.connect_timeout).await {
+                Ok(stream) => return Ok((target, ip, stream, body, policy)),
+                Err(refusal) => failure = Some(refusal),
+            }
+        }
+        Err(failure.unwrap_or_else(|| Refusal::denied("no address to connect to")))
+    }
+
+    /// The answer to a refused request, recorded.
+    fn refuse(&self, attempt: &Attempt, refusal: Refusal) -> Response<ProxyBody> {
+        let text = if attempt.shown.is_empty() {
+            format!("egress request refused: {}\n", refusal.reason)
+        } else {
+            format!("egress to {} refused: {}\n", attempt.shown, refusal.reason)
+        };
+        self.inner.hooks.record(attempt.event(
+            &self.entry.id,
+            refusal.allowed,
+            refusal.status.as_u16(),
+            refusal.reason,
+        ));
+        let mut resp = Response::new(full(text));
+        *resp.status_mut() = refusal.status;
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&format!("sandlot; error={}", refusal.proxy_error)) {
+            headers.insert(HeaderName::from_static("proxy-status"), v);
+        }
+        if let Some(Ok(v)) = attempt.decision_id.as_deref().map(HeaderValue::from_str) {
+            headers.insert(HeaderName::from_static("sandlot-decision-id"), v);
+        }
+        resp
+    }
+
+    /// The host's addresses: the configured map first, then getaddrinfo (bounded by the
+    /// connect timeout).
+    async fn resolve(&self, target: &Target) -> Result<Vec<IpAddr>, String> {
+        let name = match &target.host {
+            Host::Ip(ip) => return Ok(vec![canonical(*ip)]),
+            Host::Domain(name) => name,
+        };
+        if let Some(addrs) = self.inner.cfg.hosts.get(name) {
+            return Ok(addrs.iter().copied().map(canonical).collect());
+        }
+        let limit = self.inner.cfg.connect_timeout;
+        let found = tokio::time::timeout(limit, tokio::net::lookup_host((name.as_str(), 0)))
+            .await
+            .map_err(|_| format!("resolving {name} took over {} s", limit.as_secs_f64()))?
+            .map_err(|e| format!("{name} could not be resolved: {e}"))?;
+        let mut addrs: Vec<IpAddr> = Vec::new();
+        for addr in found {
+            let ip = canonical(addr.ip());
+            if !addrs.contains(&ip) {
+                addrs.push(ip);
+            }
+        }
+        if addrs.is_empty() {
+            return Err(format!("{name} resolves to no address"));
+        }
+        Ok(addrs)
+    }
+
+    /// Answers a CONNECT with 200 and relays the tunnel on a task of its own.
+    fn open_tunnel(
+        &self,
+        attempt: Attempt,
+        target: Target,
+        ip: IpAddr,
+        upstream: TcpStream,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+    ) -> Response<ProxyBody> {
+        let traffic = Traffic::new();
+        let recorder = Recorder::new(
+            self.inner.hooks.clone(),
+            attempt.event(&self.entry.id, true, 200, String::new()),
+            traffic.clone(),
+        );
+        let upstream = Counted::new(upstream, traffic);
+        tokio::spawn(
+            self.clone()
+                .tunnel(on_upgrade, target, ip, upstream, recorder),
+        );
+        Response::new(full(String::new()))
+    }
+
+    async fn tunnel(
+        self,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+        target: Target,
+        ip: IpAddr,
+        upstream: Counted<TcpStream>,
+        recorder: Recorder,
+    ) {
+        let cfg = &self.inner.cfg;
+        let client = match tokio::time::timeout(cfg.head_timeout, on_upgrade).await {
+            Ok(Ok(upgraded)) => TokioIo::new(upgraded),
+            _ => {
+                recorder.note_reason("the client left before the tunnel opened".into());
+                return;
+            }
+        };
+        let (mut client_r, mut client_w) = tokio::io::split(client);
+        let (mut up_r, mut up_w) = tokio::io::split(upstream);
+        let mut policy = self.entry.policy.subscribe();
+        policy.borrow_and_update();
+        let outcome = {
+            let up = async {
+                let first = first_bytes(&mut client_r, &target.host, cfg.head_timeout).await?;
+                if up_w.write_all(&first).await.is_ok() {
+                    let _ = tokio::io::copy(&mut client_r, &mut up_w).await;
+                }
+                let _ = up_w.shutdown().await;
+                Ok::<(), String>(())
+            };
+            let down = async {
+                let _ = tokio::io::copy(&mut up_r, &mut client_w).await;
+                let _ = client_w.shutdown().await;
+            };
+            let relay = async {
+                tokio::pin!(up, down);
+                let (mut up_done, mut down_done) = (false, false);
+                while !(up_done && down_done) {
+                    tokio::select! {
+                        res = &mut up, if !up_done => { res?; up_done = true; }
+                        () = &mut down, if !down_done => down_done = true,
+                    }
+                }
+                Ok::<(), String>(())
+            };
+            tokio::select! {
+                res = relay => res.map(|()| String::new()),
+                () = self.token.cancelled() => Ok(closed_detached()),
+                why = revoked(&mut policy, &target.host, ip) => Ok(format!("closed: {why}")),
+                () = recorder.traffic.idle(cfg.idle_timeout) => Ok(closed_idle(cfg)),
+            }
+        };
+        match outcome {
+            Ok(reason) => recorder.note_reason(reason),
+            Err(refusal) => {
+                recorder.note(|e| {
+                    e.allowed = false;
+                    e.reason = refusal;
+                });
+                let _ = client_w.write_all(&TLS_ALERT_ACCESS_DENIED).await;
+                let _ = client_w.shutdown().await;
+            }
+        }
+    }
+
+    /// Sends a plain-HTTP request upstream in origin form and answers with the response.
+    #[allow(clippy::too_many_arguments)]
+    async fn forward(
+        &self,
+        attempt: Attempt,
+        parts: Parts,
+        target: Target,
+        ip: IpAddr,
+        upstream: TcpStream,
+        body: PrefixedBody,
+        policy: &Policy,
+    ) -> Response<ProxyBody> {
+        let cfg = &self.inner.cfg;
+        let traffic = Traffic::new();
+        let recorder = Arc::new(Recorder::new(
+            self.inner.hooks.clone(),
+            attempt.event(&self.entry.id, true, 0, String::new()),
+            traffic.clone(),
+        ));
+        let io = TokioIo::new(Counted::new(upstream, traffic.clone()));
+        let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
+            .handshake::<_, PrefixedBody>(io)
+            .await
+        {
+            Ok(pair) => pair,
+            Err(err) => return self.upstream_failed(&attempt, &recorder, err.to_string()),
+        };
+        let driver = self.clone();
+        let driver_recorder = recorder.clone();
+        let host = target.host.clone();
+        let idle = cfg.idle_timeout;
+        tokio::spawn(async move {
+            let mut policy = driver.entry.policy.subscribe();
+            policy.borrow_and_update();
+            let ended = tokio::select! {
+                res = conn => res.err().map(|e| format!("the upstream connection failed: {e}")),
+                () = driver.token.cancelled() => Some(closed_detached()),
+                why = revoked(&mut policy, &host, ip) => Some(format!("closed: {why}")),
+                () = traffic.idle(idle) => Some(closed_idle(&driver.inner.cfg)),
+            };
+            if let Some(reason) = ended {
+                driver_recorder.note_reason(reason);
+            }
+        });
+        let out = outgoing(parts, &target, policy, body);
+        let resp = match tokio::time::timeout(idle, sender.send_request(out)).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(err)) => {
+                return self.upstream_failed(
+                    &attempt,
+                    &recorder,
+                    format!("the upstream did not answer: {err}"),
+                )
+            }
+            Err(_) => {
+                return self.upstream_failed(
+                    &attempt,
+                    &recorder,
+                    format!("the upstream sent no answer within {} s", idle.as_secs()),
+                )
+            }
+        };
+        recorder.note(|e| e.status = resp.status().as_u16());
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Response::from_parts(parts, body.boxed())
+    }
+
+    /// A 502 for an allowed request the upstream failed; recorded by `recorder` (with bytes).
+    fn upstream_failed(
+        &self,
+        attempt: &Attempt,
+        recorder: &Recorder,
+        reason: String,
+    ) -> Response<ProxyBody> {
+        recorder.note(|e| {
+            e.status = 502;
+            e.reason = reason.clone();
+        });
+        let mut resp = Response::new(full(format!(
+            "egress to {} failed: {reason}\n",
+            attempt.shown
+        )));
+        *resp.status_mut() = StatusCode::BAD_GATEWAY;
+        resp.headers_mut().insert(
+            HeaderName::from_static("proxy-status"),
+            HeaderValue::from_static("sandlot; error=http_response_incomplete"),
+        );
+        resp
+    }
+}
+
+fn closed_detached() -> String {
+    "closed: the sandbox's proxy was detached or restarted".into()
+}
+
+fn closed_idle(cfg: &EgressConfig) -> String {
+    format!(
+        "closed: no traffic for {} s",
+        cfg.idle_timeout.as_secs_f64()
+    )
+}
+
+fn full(text: String) -> ProxyBody {
+    Full::new(Bytes::from(text))
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// The request head as text, for the canary scan.
+fn head_text(parts: &Parts) -> Vec<u8> {
+    let mut text = Vec::with_capacity(1024);
+    text.extend_from_slice(parts.method.as_str().as_bytes());
+    text.push(b' ');
+    text.extend_from_slice(parts.uri.to_string().as_bytes());
+    text.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        text.extend_from_slice(name.as_str().as_bytes());
+        text.extend_from_slice(b": ");
+        text.extend_from_slice(value.as_bytes());
+        text.extend_from_slice(b"\r\n");
+    }
+    text
+}
+
+/// Resolves when the sandbox is cut (changes seen before the call do not count).
+async fn became_cut(policy: &mut watch::Receiver<Arc<Policy>>) {
+    loop {
+        if policy.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if policy.borrow_and_update().cut {
+            return;
+        }
+    }
+}
+
+/// Resolves, with why, when a change of the sandbox's policy refuses `host` at `ip`.
+async fn revoked(policy: &mut watch::Receiver<Arc<Policy>>, host: &Host, ip: IpAddr) -> String {
+    loop {
+        if policy.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let now = policy.borrow_and_update().clone();
+        if now.cut {
+            return "egress from this sandbox was cut (containment)".into();
+        }
+        if let Err(why) = now
+            .rules
+            .check_host(host)
+            .and_then(|()| now.rules.check_addr(ip))
+        {
+            return format!("the allowlist changed: {why}");
+        }
+    }
+}
+
+/// Connects to the checked address `ip` (no name: nothing is resolved again).
+async fn connect(ip: IpAddr, port: u16, limit: Duration) -> Result<TcpStream, Refusal> {
+    let addr = SocketAddr::new(ip, port);
+    let failed = |status, proxy_error, reason: String| Refusal {
+        status,
+        proxy_error,
+        reason,
+        allowed: true,
+    };
+    match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(err)) => Err(failed(
+            StatusCode::BAD_GATEWAY,
+            "connection_refused",
+            format!("could not connect to {addr}: {err}"),
+        )),
+        Err(_) => Err(failed(
+            StatusCode::GATEWAY_TIMEOUT,
+            "connection_timeout",
+            format!("connecting to {addr} took over {} s", limit.as_secs_f64()),
+        )),
+    }
+}
+
+/// The first bytes the client sends into a tunnel. A TLS ClientHello is read whole (within
+/// `limit` of its first byte) and its SNI, when present, must equal `host`; anything else passes
+/// as it is. `Err` is a refusal.
+async fn first_bytes<R: AsyncRead + Unpin>(
+    client: &mut R,
+    host: &Host,
+    limit: Duration,
+) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::with_capacity(2048);
+    let mut chunk = vec![0u8; 8192];
+    // The first byte may take as long as the client likes (a protocol where the server speaks
+    // first); the tunnel's idle timeout bounds it.
+    let n = client.read(&mut chunk).await.unwrap_or(0);
+    if n == 0 {
+        return Ok(buf);
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match parse_client_hello(&buf) {
+            Hello::NotTls | Hello::Complete { sni: None } => return Ok(buf),
+            Hello::Complete { sni: Some(name) } => {
+                let name = name.strip_suffix('.').unwrap_or(&name);
+                return match host {
+                    Host::Domain(d) if d == name => Ok(buf),
+                    _ => Err(format!(
+                        "the TLS server name (SNI) {name} does not match the CONNECT host {host}"
+                    )),
+                };
+            }
+            Hello::Malformed(why) => {
+                return Err(format!(
+                    "the tunnel began with a malformed TLS ClientHello ({why})"
+                ))
+            }
+            Hello::Incomplete => {}
+        }
+        if buf.len() > MAX_HELLO_BYTES + 5 * 8 {
+            return Err("the TLS ClientHello is larger than the proxy accepts".into());
+        }
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            Ok(_) => {
+                return Err("the client closed the tunnel in the middle of its ClientHello".into())
+            }
+            Err(_) => {
+                return Err(format!(
+                    "the TLS ClientHello did not arrive whole within {} s",
+                    limit.as_secs_f64()
+                ))
+            }
+        }
+    }
+}
+
+/// Drops hop-by-hop headers and those the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// The request sent upstream: origin form, HTTP/1.1, the URL's authority as `Host`, no
+/// hop-by-hop headers, the sandbox's secrets for this host set, and `Connection: close` (one
+/// upstream connection per request).
+fn outgoing(
+    mut parts: Parts,
+    target: &Target,
+    policy: &Policy,
+    body: PrefixedBody,
+) -> Request<PrefixedBody> {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method;
+    *req.uri_mut() = path
+        .parse()
+        .unwrap_or_else(|_| hyper::Uri::from_static("/"));
+    *req.version_mut() = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::EXPECT); // 100-continue was handled with the sandbox
+    if let Ok(host) = HeaderValue::from_str(target.authority.as_str()) {
+        parts.headers.insert(header::HOST, host);
+    }
+    if let Host::Domain(name) = &target.host {
+        for secret in &policy.secrets {
+            if secret.hosts.iter().any(|p| p.matches(name)) {
+                parts
+                    .headers
+                    .insert(secret.header.clone(), secret.value.clone());
+            }
+        }
+    }
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    *req.headers_mut() = parts.headers;
+    req
+}
+
+/// A request body whose first bytes were read (and scanned) before the request was sent.
+struct PrefixedBody {
+    prefix: VecDeque<Frame<Bytes>>,
+    rest: Incoming,
+}
+
+impl PrefixedBody {
+    /// Reads frames until `limit` bytes of data are held (or the body ends) and returns those
+    /// bytes for scanning; each frame must come within `idle`.
+    async fn hold_prefix(&mut self, limit: usize, idle: Duration) -> Result<Vec<u8>, String> {
+        let mut scanned = Vec::new();
+        while scanned.len() < limit && !self.rest.is_end_stream() {
+            let frame = match tokio::time::timeout(idle, self.rest.frame()).await {
+                Err(_) => {
+                    return Err(format!(
+                        "the request body stalled for {} s",
+                        idle.as_secs_f64()
+                    ))
+                }
+                Ok(None) => break,
+                Ok(Some(Err(err))) => return Err(format!("the request body is malformed: {err}")),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            if let Some(data) = frame.data_ref() {
+                let room = limit - scanned.len();
+                scanned.extend_from_slice(&data[..data.len().min(room)]);
+            }
+            self.prefix.push_back(frame);
+        }
+        Ok(scanned)
+    }
+}
+
+impl Body for PrefixedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(frame) = self.prefix.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held: u64 = self
+            .prefix
+            .iter()
+            .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+            .sum();
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + held);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
+    }
+}
