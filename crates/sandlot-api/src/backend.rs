@@ -248,6 +248,32 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
             disk_mb: 0,
         })
     }
+    /// [`Backend::effective_limits`] against the `trusted` tier's maxima.
+    fn effective_limits_trusted(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        self.effective_limits(limits)
+    }
+    /// `PUT /v1/sandboxes/{id}/network`.
+    fn set_network(
+        &self,
+        id: &str,
+        update: sandlot_types::NetworkUpdate,
+    ) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        let _ = (id, update);
+        async { Err(not_served()) }
+    }
+    /// A file's bytes as they may be downloaded after the guardrails (`None`: withheld).
+    fn guard_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Option<Vec<u8>>> + Send {
+        let _ = (id, path);
+        async { Some(bytes) }
+    }
     /// The limits of a live sandbox (what a fork of it or its resume asks for).
     fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
         let _ = id;
@@ -311,6 +337,30 @@ impl Backend for Runtime {
 
     fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
         Runtime::sandbox_limits(self, id)
+    }
+
+    fn effective_limits_trusted(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits_trusted(self, limits))
+    }
+
+    fn set_network(
+        &self,
+        id: &str,
+        update: sandlot_types::NetworkUpdate,
+    ) -> impl Future<Output = Result<Sandbox, ApiError>> + Send {
+        Runtime::set_network(self, id, update).map(api)
+    }
+
+    fn guard_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Option<Vec<u8>>> + Send {
+        Runtime::guard_file(self, id, path, bytes)
     }
 
     async fn proxy_port(

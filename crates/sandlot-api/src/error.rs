@@ -99,6 +99,8 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         R::SandboxGone { .. } => C::SandboxGone,
         R::TemplateNotFound { .. } => C::TemplateNotFound,
         R::ArtifactNotFound { .. } => C::FileNotFound,
+        R::NetworkUnavailable | R::BadNetwork { .. } => C::InvalidArgument,
+        R::Contained { .. } => C::SandboxContained,
 
         R::TemplateBuilding { .. }
         | R::TemplateFailed { .. }
@@ -131,6 +133,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::Workspace { .. }
         | R::OpenWorkspaces { .. }
         | R::Artifacts { .. }
+        | R::EgressListener { .. }
         | R::Task { .. }
         | R::StateFile { .. }
         | R::VolumeMount { .. }

@@ -45,6 +45,7 @@ type RunHandle = JoinHandle<Result<ExecutionResult, ApiError>>;
 
 pub(crate) async fn execute<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecuteRequest>,
@@ -58,6 +59,21 @@ pub(crate) async fn execute<B: Backend>(
                 st.cfg.max_code_bytes
             ),
         ));
+    }
+    if let Some(g) = st.gov.as_deref() {
+        let sandbox = st.backend.get_sandbox(&id).await?;
+        g.gate(
+            &caller.0,
+            sandlot_policy::GateRequest::Execute {
+                sandbox: crate::gates::sandbox_ref(&sandbox),
+                code_bytes: req.code.len() as u64,
+                language: match req.language {
+                    sandlot_types::Language::Python => "python".into(),
+                    sandlot_types::Language::Bash => "bash".into(),
+                },
+            },
+            format!("Sandbox::{id:?}"),
+        )?;
     }
     if req.stream || accepts_event_stream(&headers) {
         return execute_streaming(st.backend, id, req).await;

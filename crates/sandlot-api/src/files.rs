@@ -47,10 +47,17 @@ fn file_too_large(limit: u64) -> HttpError {
 
 pub(crate) async fn put<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath((id, path)): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
+    let bytes = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    file_gate(&st, &caller, &id, &path, Some(bytes)).await?;
     upload(st, headers, body, move |b, stream| async move {
         b.write_file(&id, &path, stream).await
     })
@@ -142,9 +149,65 @@ fn limited_stream(
 
 pub(crate) async fn get<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath((id, path)): ApiPath<(String, String)>,
 ) -> Result<Response, HttpError> {
-    download(st.backend.read_file(&id, &path).await?)
+    file_gate(&st, &caller, &id, &path, None).await?;
+    let (size, file) = st.backend.read_file(&id, &path).await?;
+    if st.gov.is_none() {
+        return download((size, file));
+    }
+    // Downloads leave the sandbox like output does: scanned, and redacted or withheld as the
+    // policy says. Files past the scan bound go out unscanned (documented).
+    if size > MAX_SCANNED_DOWNLOAD {
+        return download((size, file));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(size)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| HttpError::internal(format!("reading the file: {e}")))?;
+    match st.backend.guard_file(&id, &path, bytes).await {
+        Some(bytes) => {
+            let mut resp = Body::from(bytes).into_response();
+            resp.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            Ok(resp)
+        }
+        None => Err(HttpError::new(
+            ErrorCode::PolicyDenied,
+            "the file was withheld: the guardrails found secrets in it and the policy withholds them",
+        )),
+    }
+}
+
+/// Downloads scanned by the guardrails at most (larger ones go out as they are).
+const MAX_SCANNED_DOWNLOAD: u64 = 16 << 20;
+
+/// The `read_file` / `write_file` gate of a sandbox's file (`bytes` for a write).
+async fn file_gate<B: Backend>(
+    st: &AppState<B>,
+    caller: &crate::govern::Caller,
+    id: &str,
+    path: &str,
+    bytes: Option<u64>,
+) -> Result<(), HttpError> {
+    let Some(g) = st.gov.as_deref() else {
+        return Ok(());
+    };
+    let sandbox = crate::gates::sandbox_ref(&st.backend.get_sandbox(id).await?);
+    let path = format!("/workspace/{}", path.trim_start_matches('/'));
+    let request = match bytes {
+        Some(bytes) => sandlot_policy::GateRequest::WriteFile {
+            sandbox,
+            path,
+            bytes,
+        },
+        None => sandlot_policy::GateRequest::ReadFile { sandbox, path },
+    };
+    g.gate(&caller.0, request, format!("Sandbox::{id:?}"))
 }
 
 /// `GET /v1/volumes/{name}/files/{*path}`.

@@ -36,6 +36,8 @@ pub struct Governance {
     pub quotas: Quotas,
     pub store: Arc<Store>,
     pub journal: Journal,
+    /// The policy set in force, decided at every gate (`gates.rs`).
+    pub policy: sandlot_policy::PolicyEngine,
     /// Keys port tokens (see [`Governance::port_token`]).
     port_secret: [u8; 32],
 }
@@ -43,12 +45,17 @@ pub struct Governance {
 impl Governance {
     /// Loads tenants and keys from `store`; `port_secret` keys the sandboxes' port tokens
     /// (kept in the data dir so they survive restarts).
-    pub fn new(store: Arc<Store>, port_secret: [u8; 32]) -> Result<Self, TenancyError> {
+    pub fn new(
+        store: Arc<Store>,
+        policy: sandlot_policy::PolicyEngine,
+        port_secret: [u8; 32],
+    ) -> Result<Self, TenancyError> {
         Ok(Self {
             keys: Keys::load(store.clone())?,
             quotas: Quotas::default(),
             journal: Journal::start(store.clone()),
             store,
+            policy,
             port_secret,
         })
     }
@@ -581,4 +588,114 @@ pub(crate) async fn revoke_key<B: Backend>(
         }
     }
     g.keys.revoke_key(&id).map(Json).map_err(tenancy_error)
+}
+
+/// One egress attempt of a sandbox, as recorded.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EgressView {
+    pub at: String,
+    pub host: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    pub method: String,
+    pub allowed: bool,
+    pub reason: String,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+}
+
+/// `GET /v1/sandboxes/{id}/egress` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EgressList {
+    pub egress: Vec<EgressView>,
+}
+
+/// One guardrail finding of a sandbox: the rule and a hash, never the value.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FindingView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    pub at: String,
+    pub rule: String,
+    pub kind: String,
+    pub stream: String,
+    pub sha256: String,
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+}
+
+/// `GET /v1/sandboxes/{id}/findings` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FindingList {
+    pub findings: Vec<FindingView>,
+}
+
+/// The journal's records so far are in the store.
+async fn flushed(g: &Governance) -> Result<(), HttpError> {
+    let j = g.journal.clone();
+    tokio::task::spawn_blocking(move || j.flush())
+        .await
+        .map_err(|e| HttpError::internal(e.to_string()))
+}
+
+/// `GET /v1/sandboxes/{id}/egress`: its egress attempts, oldest first (the last 1000).
+pub(crate) async fn list_egress<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<EgressList>, HttpError> {
+    let g = gov(&st)?;
+    flushed(g).await?;
+    let rows = g
+        .store
+        .list_egress(&id, 1000)
+        .map_err(|e| HttpError::internal(e.to_string()))?;
+    Ok(Json(EgressList {
+        egress: rows
+            .into_iter()
+            .map(|e| EgressView {
+                at: e.at,
+                host: e.host,
+                port: e.port,
+                ip: e.ip,
+                method: e.method,
+                allowed: e.allowed,
+                reason: e.reason,
+                bytes_up: e.bytes_up,
+                bytes_down: e.bytes_down,
+                decision_id: e.decision_id,
+            })
+            .collect(),
+    }))
+}
+
+/// `GET /v1/sandboxes/{id}/findings`: its guardrail findings, oldest first.
+pub(crate) async fn list_findings<B: Backend>(
+    State(st): State<AppState<B>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<FindingList>, HttpError> {
+    let g = gov(&st)?;
+    flushed(g).await?;
+    let rows = g
+        .store
+        .list_findings(&id)
+        .map_err(|e| HttpError::internal(e.to_string()))?;
+    Ok(Json(FindingList {
+        findings: rows
+            .into_iter()
+            .map(|f| FindingView {
+                execution_id: f.execution_id,
+                at: f.at,
+                rule: f.rule,
+                kind: f.kind,
+                stream: f.stream,
+                sha256: f.sha256,
+                outcome: f.outcome,
+                decision_id: f.decision_id,
+            })
+            .collect(),
+    }))
 }

@@ -15,6 +15,7 @@ mod error;
 mod execute;
 mod extract;
 mod files;
+pub mod gates;
 pub mod govern;
 pub mod ports;
 mod sandboxes;
@@ -207,6 +208,20 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Post, "/v1/keys", govern::create_key::<B>),
         route(Get, "/v1/keys", govern::list_keys::<B>),
         route(Delete, "/v1/keys/{id}", govern::revoke_key::<B>),
+        route(Get, "/v1/policies", gates::get_policies::<B>),
+        route(Put, "/v1/policies", gates::put_policies::<B>),
+        route(Get, "/v1/decisions", gates::list_decisions::<B>),
+        route(
+            Put,
+            "/v1/sandboxes/{id}/network",
+            sandboxes::set_network::<B>,
+        ),
+        route(Get, "/v1/sandboxes/{id}/egress", govern::list_egress::<B>),
+        route(
+            Get,
+            "/v1/sandboxes/{id}/findings",
+            govern::list_findings::<B>,
+        ),
         route(Post, "/v1/sandboxes", sandboxes::create::<B>),
         route(Get, "/v1/sandboxes", sandboxes::list::<B>),
         route(Get, "/v1/sandboxes/{id}", sandboxes::get::<B>),

@@ -32,7 +32,24 @@ pub(crate) async fn create<B: Backend>(
 ) -> Result<Response, HttpError> {
     req.tenant = Some(caller.tenant().to_owned());
     govern::check_references(&st, &caller, &req)?;
-    let limits = st.backend.effective_limits(&req.limits)?;
+    // Limits above the isolated tier's maxima need the trusted tier (if its maxima allow).
+    let (limits, needs_trusted) = match st.backend.effective_limits(&req.limits) {
+        Ok(l) => (l, false),
+        Err(e) if req.tier.as_deref() == Some(sandlot_types::TRUSTED_TIER) || st.gov.is_some() => {
+            match st.backend.effective_limits_trusted(&req.limits) {
+                Ok(l) => (l, true),
+                Err(_) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    req.tier = Some(crate::gates::gate_create(
+        &st,
+        &caller.0,
+        &req,
+        limits,
+        needs_trusted,
+    )?);
     // Held until the sandbox is in the live set (or the creation failed).
     let _admission = govern::admit(&st, &caller.0, limits, 1).await?;
     let sandbox = st.backend.create_sandbox(req).await?;
@@ -47,6 +64,47 @@ pub(crate) async fn list<B: Backend>(
     let mut sandboxes = st.backend.list_sandboxes(q.all).await?;
     sandboxes.retain(|s| s.tenant == caller.tenant());
     Ok(Json(SandboxList { sandboxes }))
+}
+
+/// `PUT /v1/sandboxes/{id}/network`: the egress allowlist (and secrets), live. Goes through
+/// the `create_sandbox` gate again with the new allowlist, as if the sandbox were asked for
+/// with it.
+pub(crate) async fn set_network<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    crate::extract::ApiJson(update): crate::extract::ApiJson<sandlot_types::NetworkUpdate>,
+) -> Result<Json<Sandbox>, HttpError> {
+    let current = st.backend.get_sandbox(&id).await?;
+    let mut asked = CreateSandbox {
+        template: Some(current.template.clone()),
+        network: update.allow.clone(),
+        tier: Some(current.tier.clone()),
+        ports: current.ports.clone(),
+        all_ports: current.all_ports,
+        ..Default::default()
+    };
+    asked.tenant = Some(caller.tenant().to_owned());
+    let tier = crate::gates::gate_create(
+        &st,
+        &caller.0,
+        &asked,
+        current.limits,
+        current.tier == sandlot_types::TRUSTED_TIER,
+    )?;
+    if tier != current.tier {
+        return Err(HttpError::new(
+            sandlot_types::ErrorCode::PolicyDenied,
+            format!(
+                "the new allowlist would need the {tier} tier; this sandbox is {}",
+                current.tier
+            ),
+        ));
+    }
+    Ok(Json(govern::tokened(
+        &st,
+        st.backend.set_network(&id, update).await?,
+    )))
 }
 
 pub(crate) async fn get<B: Backend>(

@@ -25,6 +25,16 @@ pub(crate) async fn create<B: Backend>(
     caller: Caller,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Response, HttpError> {
+    if let Some(g) = st.gov.as_deref() {
+        g.gate(
+            &caller.0,
+            sandlot_policy::GateRequest::BuildTemplate {
+                template: spec.name.clone(),
+                packages: spec.packages.len() as u64,
+            },
+            format!("Template::{:?}", spec.name),
+        )?;
+    }
     govern::claim_template(&st, &caller, &spec.name)?;
     let template = st.backend.create_template(spec).await?;
     Ok((StatusCode::ACCEPTED, Json(template)).into_response())

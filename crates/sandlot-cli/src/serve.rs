@@ -42,15 +42,16 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     let addr = listener
         .local_addr()
         .context("could not read the listening address")?;
-    let e2b = sandlot_e2b::E2b::start(rt.clone(), &dirs.data_dir)?;
+    let (governance, new_key) = governance(&rt, &dirs, addr)?;
+    // E2B and /mcp act for the tenant of the key a request carries.
+    let e2b = sandlot_e2b::E2b::start(rt.clone(), &dirs.data_dir, governance.clone())?;
     // /mcp accepts loopback Host names only (against DNS rebinding), and the address the
     // server listens on when that is a specific one.
     let mcp = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
-        sandlot_mcp::http_router(rt.clone())
+        sandlot_mcp::http_router(rt.clone(), governance.clone())
     } else {
-        sandlot_mcp::http_router_with_hosts(rt.clone(), [addr.ip().to_string()])
+        sandlot_mcp::http_router_with_hosts(rt.clone(), governance.clone(), [addr.ip().to_string()])
     };
-    let (governance, new_key) = governance(&rt, &dirs, addr)?;
     let ext = sandlot_api::Extensions {
         routes: e2b.routes().merge(mcp),
         sandbox_header: Some(e2b.sandbox_router()),
@@ -251,8 +252,32 @@ fn governance(
     }
     let secret = port_secret(&dirs.data_dir.join("port-secret"))
         .context("could not read or create the port-token secret")?;
-    let gov = sandlot_api::govern::Governance::new(rt.store(), secret)
-        .context("could not load tenants and API keys")?;
+    let policy_dir = dirs.data_dir.join("policies");
+    let policy = sandlot_policy::PolicyEngine::open(&policy_dir).with_context(|| {
+        format!(
+            "could not load the policies in {} (fix or remove the files; the defaults are \
+             written where they are missing)",
+            policy_dir.display()
+        )
+    })?;
+    let hosts = match std::env::var("SANDLOT_EGRESS_HOSTS") {
+        Ok(spec) if !spec.trim().is_empty() => sandlot_egress::parse_hosts(&spec)
+            .context("SANDLOT_EGRESS_HOSTS must be name=ip[,name=ip...]")?,
+        _ => Default::default(),
+    };
+    let gov = Arc::new(
+        sandlot_api::govern::Governance::new(rt.store(), policy.clone(), secret)
+            .context("could not load tenants and API keys")?,
+    );
+    rt.install_governor(
+        Arc::new(sandlot_api::gates::ServerGovernor::new(gov.clone())),
+        hosts,
+    );
+    tracing::info!(
+        version = %policy.version(),
+        dir = %policy_dir.display(),
+        "policies in force"
+    );
     let created = gov
         .keys
         .bootstrap(&dirs.data_dir)
@@ -261,7 +286,7 @@ fn governance(
         key_file = %dirs.data_dir.join(sandlot_tenancy::BOOTSTRAP_KEY_FILE).display(),
         "API keys required: send `Authorization: Bearer <key>`; the local admin key is in key_file"
     );
-    Ok((Some(Arc::new(gov)), created))
+    Ok((Some(gov), created))
 }
 
 /// The 32 random bytes that key port tokens, created (mode 0600) on the first start.

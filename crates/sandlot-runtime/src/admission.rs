@@ -61,7 +61,8 @@ impl Runtime {
         wanted.cpu_millis = r.cpu_millis.or(wanted.cpu_millis);
         wanted.pids = r.pids.or(wanted.pids);
         wanted.disk_mb = r.disk_mb.or(wanted.disk_mb);
-        let limits = self.resolve_limits(&wanted)?;
+        let trusted = req.tier.as_deref() == Some(sandlot_types::TRUSTED_TIER);
+        let limits = self.resolve_limits_in(&wanted, trusted)?;
         let cfg = &self.inner.config;
         let idle = lifetime("idle_timeout", req.idle_timeout, cfg.default_idle_timeout)?;
         let lifetime = lifetime("max_lifetime", req.max_lifetime, cfg.default_max_lifetime)?;
@@ -115,9 +116,26 @@ impl Runtime {
         self.resolve_limits(req)
     }
 
+    /// [`Runtime::effective_limits`] against the `trusted` tier's maxima.
+    pub fn effective_limits_trusted(&self, req: &Limits) -> Result<EffectiveLimits, RuntimeError> {
+        self.resolve_limits_in(req, true)
+    }
+
     pub(crate) fn resolve_limits(&self, req: &Limits) -> Result<EffectiveLimits, RuntimeError> {
+        self.resolve_limits_in(req, false)
+    }
+
+    fn resolve_limits_in(
+        &self,
+        req: &Limits,
+        trusted: bool,
+    ) -> Result<EffectiveLimits, RuntimeError> {
         let d = self.inner.config.default_limits;
-        let m = self.inner.config.max_limits;
+        let m = if trusted {
+            self.inner.config.trusted_max_limits
+        } else {
+            self.inner.config.max_limits
+        };
         Ok(EffectiveLimits {
             memory_mb: limit("limits.memory_mb", req.memory_mb, d.memory_mb, m.memory_mb)?,
             cpu_millis: limit(

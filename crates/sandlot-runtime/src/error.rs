@@ -261,6 +261,21 @@ pub enum RuntimeError {
     #[error("artifact store: {op}: {source}")]
     Artifacts { op: &'static str, source: io::Error },
 
+    #[error(
+        "this server runs without governance (SANDLOT_AUTH=off): sandboxes get no network \
+         and no secrets"
+    )]
+    NetworkUnavailable,
+    #[error("invalid network settings: {why}")]
+    BadNetwork { why: String },
+    #[error("cannot make the sandbox's egress listener: {source}")]
+    EgressListener { source: io::Error },
+    #[error(
+        "sandbox {id} was contained after a guardrail finding: it takes no more executions or \
+         writes (its files can still be read; delete it when done)"
+    )]
+    Contained { id: String },
+
     // Failures of the server itself.
     #[error("{task} did not finish: {source}")]
     Task {

@@ -50,6 +50,7 @@ impl Runtime {
             }
         };
         let e = self.entry(id)?;
+        self.check_not_contained(&e)?;
         if e.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
             e.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(RuntimeError::SandboxBusy {
@@ -74,6 +75,17 @@ impl Runtime {
             result: None,
         };
         self.inner.recorder.started(record);
+        // With guardrails, streamed events pass the guard on their way to the client.
+        let (events, guard) = match events {
+            Some(sink) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                match self.guard_stream(id, &exec_id, rx, sink.clone()) {
+                    Some(task) => (Some(tx), Some(task)),
+                    None => (Some(sink), None),
+                }
+            }
+            None => (None, None),
+        };
         let mut result = run(
             &live,
             &exec_id,
@@ -84,6 +96,10 @@ impl Runtime {
             &self.inner.artifacts,
         )
         .await;
+        if let Some(task) = guard {
+            let _ = task.await;
+        }
+        self.guard_result(&mut result).await;
         result.restarted = if result.sandbox_alive {
             drop(turn);
             restarted_before

@@ -572,6 +572,7 @@ impl Runtime {
         path: &str,
         body: ByteStream,
     ) -> Result<FileEntry, RuntimeError> {
+        self.check_not_contained(&*self.entry(id)?)?;
         self.write_file_in(self.workspace_root(id)?, path, body)
             .await
     }
@@ -661,6 +662,7 @@ impl Runtime {
 
     /// Removes a file or (recursively) a directory of the workspace.
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), RuntimeError> {
+        self.check_not_contained(&*self.entry(id)?)?;
         delete_file_in(self.workspace_root(id)?, path).await
     }
 }

@@ -29,6 +29,7 @@ mod exec;
 pub mod files;
 mod fork;
 mod fsops;
+pub mod govern;
 mod housekeeping;
 mod lifetime;
 mod pause;
@@ -103,7 +104,10 @@ pub struct RuntimeConfig {
     pub launcher: PathBuf,
     /// Default limits and lifetimes of new sandboxes.
     pub default_limits: EffectiveLimits,
+    /// The most an `isolated` sandbox may ask for.
     pub max_limits: EffectiveLimits,
+    /// The most a `trusted` sandbox (a tier the policy grants) may ask for.
+    pub trusted_max_limits: EffectiveLimits,
     pub default_idle_timeout: u64,
     pub default_max_lifetime: u64,
     /// Largest file kept as an artifact; larger ones are listed without content.
@@ -149,6 +153,12 @@ impl RuntimeConfig {
                 cpu_millis: 64000,
                 pids: 4096,
                 disk_mb: 16384,
+            },
+            trusted_max_limits: EffectiveLimits {
+                memory_mb: 65536,
+                cpu_millis: 64000,
+                pids: 16384,
+                disk_mb: 65536,
             },
             default_idle_timeout: 20 * 60,
             default_max_lifetime: 24 * 3600,
@@ -333,6 +343,8 @@ struct Inner {
     volume_ops: tokio::sync::Mutex<()>,
     /// Which sandbox holds each volume mounted read-write.
     volume_claims: Mutex<HashMap<String, String>>,
+    /// The server's governance (egress, canaries, guardrails), once installed.
+    governance: std::sync::OnceLock<govern::Governance>,
 }
 
 impl Runtime {
@@ -421,6 +433,7 @@ impl Runtime {
             data_dir: data_dir.clone(),
             volume_ops: Default::default(),
             volume_claims: Default::default(),
+            governance: Default::default(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),

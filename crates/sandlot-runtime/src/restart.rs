@@ -230,6 +230,9 @@ impl Runtime {
             .await;
             return Err(ending(&e.id));
         }
+        if let Err(err) = self.govern_started(e, &live).await {
+            tracing::warn!(sandbox = %e.id, error = %err, "egress not restored after the restart");
+        }
         {
             let mut info = lock(&e.info);
             if info.template_version != tmpl.version {

@@ -65,6 +65,7 @@ impl Runtime {
     /// a cgroup or a uid behind; a sandbox whose creator is gone when it is ready is deleted.
     pub async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, RuntimeError> {
         crate::ports::check_ports(&req)?;
+        self.check_network(&req)?;
         if let Some(snapshot) = req.from_snapshot.clone() {
             return self.create_from_snapshot(req, &snapshot).await;
         }
@@ -120,6 +121,10 @@ impl Runtime {
             return Err(err);
         }
         let info = new_record(&live.id, &a, req);
+        if let Err(err) = self.stage_secrets(&live.id, &req.secrets) {
+            self.discard(live);
+            return Err(err);
+        }
         self.adopt(live, info).await
     }
 
@@ -138,12 +143,21 @@ impl Runtime {
             self.discard(live);
             return Err(store("recording the sandbox")(e));
         }
-        let entry = Arc::new(Entry::new(info.clone(), live));
+        let entry = Arc::new(Entry::new(info.clone(), live.clone()));
         lock(&self.inner.sandboxes).insert(info.id.clone(), entry.clone());
         if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
             // Shutdown may have stopped every sandbox it knew before this one was inserted.
             self.stop(&entry).await;
             return Err(RuntimeError::AdmissionClosed);
+        }
+        if let Err(err) = self.govern_started(&entry, &live).await {
+            self.end(
+                &entry,
+                SandboxState::Deleted,
+                "its egress could not be set up",
+            )
+            .await;
+            return Err(err);
         }
         Ok(info)
     }

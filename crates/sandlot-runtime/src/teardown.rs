@@ -91,6 +91,7 @@ impl Runtime {
         if lock(&self.inner.sandboxes).remove(&e.id).is_none() {
             return false;
         }
+        self.govern_ended(&e.id);
         let current = {
             let mut slot = lock(&e.slot);
             slot.ended = true;

@@ -38,6 +38,12 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         volumes: Vec::new(),
         ports: Vec::new(),
         all_ports: false,
+        tenant: "acme".to_owned(),
+        tier: "trusted".to_owned(),
+        network: vec!["pkgs.test".to_owned()],
+        secrets: vec!["token".to_owned()],
+        contained: None,
+        port_token: None,
     }
 }
 
@@ -232,6 +238,7 @@ fn snapshot_roundtrip_list_and_delete() {
                 reason: "cannot pickle socket".to_owned(),
             }],
             version: 1,
+            tenant: "acme".to_owned(),
         },
         state_sha256: "ab".repeat(32),
         contexts: vec![Context {
@@ -264,6 +271,7 @@ fn volume_roundtrip_and_duplicate_names() {
         size_mb: 64,
         created_at: "2025-01-01T00:00:00.000Z".to_owned(),
         host_uid: 4243,
+        tenant: "acme".to_owned(),
     };
     store.insert_volume(&v).unwrap();
     assert!(store
@@ -906,9 +914,88 @@ fn schema_3_sandboxes_expose_no_ports() {
     let sb = store.get_sandbox("sb-old").unwrap().unwrap();
     assert!(sb.ports.is_empty());
     assert!(!sb.all_ports);
+    // Records from before tenants belong to the tenant `default`, isolated, no network.
+    assert_eq!((sb.tenant.as_str(), sb.tier.as_str()), ("default", "isolated"));
+    assert!(sb.network.is_empty() && sb.contained.is_none());
     let version: i64 = store
         .conn()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
+#[test]
+fn tenants_keys_and_records_roundtrip() {
+    use sandlot_types::{ApiKeyInfo, Role, Tenant, TenantQuotas};
+    let store = Store::open_in_memory().unwrap();
+    let t = Tenant {
+        name: "acme".into(),
+        plan: "team".into(),
+        quotas: TenantQuotas {
+            max_sandboxes: Some(3),
+            ..Default::default()
+        },
+        created_at: "2026-01-01T00:00:00.000000Z".into(),
+    };
+    store.upsert_tenant(&t).unwrap();
+    let mut t2 = t.clone();
+    t2.plan = "free".into();
+    store.upsert_tenant(&t2).unwrap();
+    assert_eq!(store.list_tenants().unwrap(), vec![t2]);
+    let k = crate::KeyRecord {
+        info: ApiKeyInfo {
+            id: "key_1".into(),
+            prefix: "abcdefgh".into(),
+            tenant: "acme".into(),
+            role: Role::Admin,
+            name: None,
+            created_at: "2026-01-01T00:00:00.000000Z".into(),
+            revoked_at: None,
+        },
+        sha256: "00".repeat(32),
+    };
+    store.insert_key(&k).unwrap();
+    assert!(store.insert_key(&k).is_err(), "ids and prefixes are unique");
+    let revoked = store.revoke_key("key_1", "2026-01-02T00:00:00.000000Z").unwrap().unwrap();
+    assert!(revoked.info.revoked_at.is_some());
+    assert!(store.revoke_key("nope", "x").unwrap().is_none());
+    // A key of an unknown tenant is refused by the foreign key.
+    let mut orphan = k.clone();
+    orphan.info.id = "key_2".into();
+    orphan.info.prefix = "zzzzzzzz".into();
+    orphan.info.tenant = "ghost".into();
+    assert!(store.insert_key(&orphan).is_err());
+    // Template names: first owner wins.
+    assert_eq!(store.claim_template("t", "acme").unwrap(), "acme");
+    assert_eq!(store.claim_template("t", "other").unwrap(), "acme");
+    store.add_artifact_owners("acme", &["ab".into()]).unwrap();
+    assert!(store.artifact_owned("ab", "acme").unwrap());
+    assert!(!store.artifact_owned("ab", "other").unwrap());
+}
+
+#[test]
+fn the_journal_writes_in_batches_and_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(Store::open(&dir.path().join("db")).unwrap());
+    let j = crate::Journal::start(store.clone());
+    for i in 0..1000 {
+        j.decision(crate::DecisionRecord {
+            id: format!("dec_{i}"),
+            at: format!("2026-01-01T00:00:{:02}.{i:06}Z", i / 100),
+            gate: "execute".into(),
+            key_id: Some("key_1".into()),
+            tenant: Some("acme".into()),
+            resource: "Sandbox::\"sb\"".into(),
+            allowed: i % 2 == 0,
+            policies: vec!["allow-all-gates".into()],
+            reason: "r".into(),
+            version: "v".into(),
+            latency_us: 1.0,
+            detail: None,
+        });
+    }
+    j.flush();
+    let got = store.list_decisions(Some("acme"), Some("execute"), 2000).unwrap();
+    assert_eq!(got.len(), 1000);
+    assert_eq!(got[0].id, "dec_999", "newest first");
 }

@@ -186,6 +186,7 @@ impl Runtime {
         mut body: ByteStream,
     ) -> Result<ArchiveSummary, RuntimeError> {
         let parts = files::normalize(path)?;
+        self.check_not_contained(&*self.entry(id)?)?;
         let ws = self.workspace_root(id)?;
         // The quota is the sandbox's (`disk_mb`) where its workspace is on disk; a tmpfs
         // workspace has only its size, which its free space tells.

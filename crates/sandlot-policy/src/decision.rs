@@ -1,0 +1,50 @@
+//! What a decision answers, in a shape the server stores as JSON and returns in denials.
+
+use crate::query::Gate;
+use serde::{Deserialize, Serialize};
+
+/// The answer of one gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub gate: Gate,
+    pub allowed: bool,
+    /// The ids of the policies that decided: the satisfied permits for an allow, the satisfied
+    /// forbids for an explicit deny, the erroring policies for a deny by evaluation error;
+    /// empty for the default deny (no permit applied). Sorted.
+    pub policies: Vec<String>,
+    /// For a deny: the `@reason` of the deciding forbids (or "forbidden by policy <id>"),
+    /// "no policy permits <gate>" for the default deny, or the evaluation errors. For an
+    /// allow: the `@reason` of the permits (or "permitted by policy <id>").
+    pub reason: String,
+    /// Evaluation errors (each names its policy). Any error makes the decision a deny.
+    pub errors: Vec<String>,
+    /// The version of the policy set that decided.
+    pub version: String,
+    /// Time spent deciding, including building the request, in microseconds.
+    pub latency_us: f64,
+}
+
+/// What happens to an output in which the guardrails found something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Release it as it is.
+    Pass,
+    /// Release it with the findings replaced.
+    Redact,
+    /// Do not release it.
+    Withhold,
+    /// Do not release it; freeze the sandbox, cut its egress, kill it.
+    Contain,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Redact => "redact",
+            Outcome::Withhold => "withhold",
+            Outcome::Contain => "contain",
+        }
+    }
+}

@@ -1,0 +1,725 @@
+//! What the runtime enforces for the server's governance, whatever interface a request came
+//! through (REST, E2B, MCP): egress through the host's proxy (`sandlot-egress`), a canary
+//! credential per sandbox, output guardrails on everything an execution returns
+//! (`sandlot-guard`), and containment.
+//!
+//! The decisions themselves belong to the server's policy engine: the runtime asks a
+//! [`Governor`] (installed once with [`Runtime::install_governor`]) and applies the answer.
+//! Without one (`SANDLOT_AUTH=off`) sandboxes get no network, no canary and no scanning.
+//!
+//! - **Egress.** A sandbox with an allowlist (at creation or `PUT .../network`) gets a proxy
+//!   listener inside its network namespace (made through its driver's pidfd) and
+//!   `HTTP(S)_PROXY` pointing at it; after a restart in place (a new namespace) the listener is
+//!   made again. The allowlist is kept in the sandbox's record; secrets only in memory.
+//! - **Canary.** Every sandbox gets AWS-looking credentials in its environment
+//!   (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`) that nothing legitimate uses: their
+//!   appearance in output or in an egress request is exfiltration.
+//! - **Output.** Streamed text passes a [`StreamScanner`] (which holds back an unfinished line,
+//!   so a secret split across writes is still caught before any of it is sent); the final
+//!   result is scanned whole. Each finding's outcome comes from the governor: pass, redact,
+//!   withhold or contain. Findings are recorded by rule and sha256, never by value.
+//! - **Containment.** Egress is cut, the sandbox's processes are killed and it is marked
+//!   `contained`: it takes no more executions or writes; its files stay on disk and readable
+//!   (downloads are scanned too); deleting it works as always.
+
+use crate::util::lock;
+use crate::{Entry, Runtime};
+use sandlot_egress::{EgressEvent, EgressHooks, GateDecision};
+use sandlot_guard::{Canary, Finding, Kind, Scanner, StreamScanner};
+use sandlot_types::{ExecutionResult, OutputEvent, Sandbox};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use tokio::sync::mpsc;
+
+/// What to do with output that has a finding, most lenient first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Pass,
+    Redact,
+    Withhold,
+    Contain,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Redact => "redact",
+            Outcome::Withhold => "withhold",
+            Outcome::Contain => "contain",
+        }
+    }
+}
+
+/// One finding in one stream of one sandbox, as the governor is asked about it.
+#[derive(Debug, Clone)]
+pub struct OutputFinding<'a> {
+    pub sandbox: &'a Sandbox,
+    pub execution_id: Option<&'a str>,
+    pub finding: &'a Finding,
+    /// `stdout`, `stderr`, `result`, `file`, `egress`.
+    pub stream: &'a str,
+}
+
+/// The server's side of governance, called on hot paths: keep every method quick and
+/// non-blocking (decide in memory, queue records).
+pub trait Governor: Send + Sync + 'static {
+    /// The policy gate of an egress attempt that passed the allowlist and the address checks.
+    fn egress_gate(
+        &self,
+        sandbox: &Sandbox,
+        host: &str,
+        port: u16,
+        ip: IpAddr,
+        method: &str,
+    ) -> GateDecision;
+    /// Records an egress attempt (allowed or not).
+    fn egress_record(&self, event: EgressEvent);
+    /// Decides, and records, what happens to output with this finding; the decision's id.
+    fn output(&self, f: &OutputFinding<'_>) -> Outcome;
+    /// A sandbox was contained (recorded and, say, announced).
+    fn contained(&self, sandbox: &Sandbox, why: &str);
+}
+
+/// The runtime's governance state.
+pub(crate) struct Governance {
+    pub(crate) governor: Arc<dyn Governor>,
+    pub(crate) egress: sandlot_egress::Egress,
+    scanner: Scanner,
+    /// Each sandbox's canary (the values never leave the server but through its env).
+    canaries: std::sync::Mutex<HashMap<String, Canary>>,
+    /// Secrets live here and in the proxy only (never on disk), to be given again after a
+    /// restart in place.
+    secrets: std::sync::Mutex<HashMap<String, Vec<sandlot_egress::Secret>>>,
+    /// Sandboxes whose current processes have a proxy listener.
+    attached: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// The proxy's hooks: the runtime (weakly, the proxy lives inside it) and its governor.
+struct Hooks {
+    rt: std::sync::OnceLock<Weak<crate::Inner>>,
+    governor: Arc<dyn Governor>,
+}
+
+impl EgressHooks for Hooks {
+    fn gate(&self, id: &str, host: &str, port: u16, ip: IpAddr, method: &str) -> GateDecision {
+        match self.runtime().and_then(|rt| rt.info_of(id)) {
+            Some(info) => self.governor.egress_gate(&info, host, port, ip, method),
+            None => GateDecision::deny("the sandbox is gone", String::new()),
+        }
+    }
+
+    fn record(&self, event: EgressEvent) {
+        self.governor.egress_record(event);
+    }
+
+    fn canary(&self, id: &str, location: &str) {
+        if let Some(rt) = self.runtime() {
+            let (rt, id, why) = (
+                rt,
+                id.to_owned(),
+                format!("its canary credential was sent out ({location})"),
+            );
+            tokio::spawn(async move { rt.contain(&id, &why).await });
+        }
+    }
+}
+
+impl Hooks {
+    fn runtime(&self) -> Option<Runtime> {
+        self.rt
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|inner| Runtime { inner })
+    }
+}
+
+/// Where an egress listener for a sandbox comes from.
+fn proxy_listener(live: &crate::sandbox::Live) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsFd;
+    sandlot_egress::listen_in_netns_fd(live.driver_fd.as_fd(), sandlot_egress::PROXY_PORT)
+}
+
+impl Runtime {
+    /// Installs the server's governance: the egress proxy (with `hosts`, name overrides from
+    /// `SANDLOT_EGRESS_HOSTS`), canaries and output guardrails. Once; later calls are ignored.
+    pub fn install_governor(
+        &self,
+        governor: Arc<dyn Governor>,
+        hosts: HashMap<String, Vec<IpAddr>>,
+    ) {
+        let hooks = Arc::new(Hooks {
+            rt: std::sync::OnceLock::new(),
+            governor: governor.clone(),
+        });
+        let _ = hooks.rt.set(Arc::downgrade(&self.inner));
+        let egress = sandlot_egress::Egress::new(
+            sandlot_egress::EgressConfig {
+                hosts,
+                ..Default::default()
+            },
+            hooks,
+        );
+        let _ = self.inner.governance.set(Governance {
+            governor,
+            egress,
+            scanner: Scanner::default(),
+            canaries: Default::default(),
+            secrets: Default::default(),
+            attached: Default::default(),
+        });
+    }
+
+    pub(crate) fn governance(&self) -> Option<&Governance> {
+        self.inner.governance.get()
+    }
+
+    /// A live sandbox's record, now.
+    pub(crate) fn info_of(&self, id: &str) -> Option<Sandbox> {
+        lock(&self.inner.sandboxes)
+            .get(id)
+            .map(|e| lock(&e.info).clone())
+    }
+
+    /// Checks a creation's egress allowlist and secrets before anything is booted.
+    pub(crate) fn check_network(
+        &self,
+        req: &sandlot_types::CreateSandbox,
+    ) -> Result<(), crate::RuntimeError> {
+        if req.network.is_empty() && req.secrets.is_empty() {
+            return Ok(());
+        }
+        if self.governance().is_none() {
+            return Err(crate::RuntimeError::NetworkUnavailable);
+        }
+        sandlot_egress::NetworkRules::parse(&req.network)
+            .map_err(|e| crate::RuntimeError::BadNetwork { why: e.to_string() })?;
+        to_secrets(&req.secrets)?;
+        Ok(())
+    }
+
+    /// Governance for a sandbox whose processes just started (created, forked, restored or
+    /// restarted in place): its canary and proxy settings in its environment, and its egress
+    /// listener when it has an allowlist (or secrets, staged at creation or set by
+    /// `PUT .../network`).
+    pub(crate) async fn govern_started(
+        &self,
+        e: &Entry,
+        live: &Arc<crate::sandbox::Live>,
+    ) -> Result<(), crate::RuntimeError> {
+        let Some(g) = self.governance() else {
+            return Ok(());
+        };
+        // A new network namespace: any listener of its previous processes is gone.
+        lock(&g.attached).remove(&e.id);
+        let canary = {
+            let mut canaries = lock(&g.canaries);
+            canaries
+                .entry(e.id.clone())
+                .or_insert_with(Canary::generate)
+                .clone()
+        };
+        let mut env: std::collections::BTreeMap<String, String> =
+            canary.env().into_iter().collect();
+        for (k, v) in sandlot_egress::proxy_env() {
+            env.insert(k.to_owned(), v);
+        }
+        live.send_env(&env).await?;
+        let network = lock(&e.info).network.clone();
+        let has_secrets = lock(&g.secrets).get(&e.id).is_some_and(|s| !s.is_empty());
+        if !network.is_empty() || has_secrets {
+            self.attach_egress(e, live, &network, &canary).await?;
+        }
+        Ok(())
+    }
+
+    async fn attach_egress(
+        &self,
+        e: &Entry,
+        live: &Arc<crate::sandbox::Live>,
+        network: &[String],
+        canary: &Canary,
+    ) -> Result<(), crate::RuntimeError> {
+        let Some(g) = self.governance() else {
+            return Ok(());
+        };
+        let rules = sandlot_egress::NetworkRules::parse(network)
+            .map_err(|e| crate::RuntimeError::BadNetwork { why: e.to_string() })?;
+        let l = live.clone();
+        let listener =
+            crate::util::blocking("making the egress listener", move || proxy_listener(&l))
+                .await?
+                .map_err(|source| crate::RuntimeError::EgressListener { source })?;
+        g.egress.set_rules(&e.id, rules);
+        let secrets = lock(&g.secrets).get(&e.id).cloned().unwrap_or_default();
+        g.egress
+            .set_secrets(&e.id, secrets)
+            .map_err(|err| crate::RuntimeError::BadNetwork {
+                why: err.to_string(),
+            })?;
+        g.egress.set_canaries(
+            &e.id,
+            canary.values().iter().map(|v| v.to_string()).collect(),
+        );
+        if lock(&e.info).contained.is_some() {
+            g.egress.cut(&e.id);
+        }
+        g.egress
+            .attach(&e.id, listener)
+            .map_err(|err| crate::RuntimeError::BadNetwork {
+                why: err.to_string(),
+            })?;
+        lock(&g.attached).insert(e.id.clone());
+        Ok(())
+    }
+
+    /// Secrets for a sandbox about to be adopted under `id` (its creation's).
+    pub(crate) fn stage_secrets(
+        &self,
+        id: &str,
+        specs: &[sandlot_types::SecretSpec],
+    ) -> Result<(), crate::RuntimeError> {
+        if let Some(g) = self.governance() {
+            if !specs.is_empty() {
+                lock(&g.secrets).insert(id.to_owned(), to_secrets(specs)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: replaces the allowlist (and, when given, the
+    /// secrets) of a sandbox, live.
+    pub async fn set_network(
+        &self,
+        id: &str,
+        update: sandlot_types::NetworkUpdate,
+    ) -> Result<Sandbox, crate::RuntimeError> {
+        let g = self
+            .governance()
+            .ok_or(crate::RuntimeError::NetworkUnavailable)?;
+        let rules = sandlot_egress::NetworkRules::parse(&update.allow)
+            .map_err(|e| crate::RuntimeError::BadNetwork { why: e.to_string() })?;
+        if let Some(s) = &update.secrets {
+            to_secrets(s)?;
+        }
+        let e = self.entry(id)?;
+        if lock(&e.info).contained.is_some() {
+            return Err(crate::RuntimeError::Contained { id: id.to_owned() });
+        }
+        if let Some(s) = &update.secrets {
+            lock(&g.secrets).insert(e.id.clone(), to_secrets(s)?);
+        }
+        let info = {
+            let mut info = lock(&e.info);
+            info.network = update.allow.clone();
+            if let Some(s) = &update.secrets {
+                info.secrets = s.iter().map(|s| s.name.clone()).collect();
+            }
+            info.clone()
+        };
+        self.inner
+            .store
+            .update_sandbox(&info)
+            .map_err(crate::error::store("recording the network allowlist"))?;
+        if lock(&g.attached).contains(&e.id) {
+            g.egress.set_rules(&e.id, rules);
+            let secrets = lock(&g.secrets).get(&e.id).cloned().unwrap_or_default();
+            let _ = g.egress.set_secrets(&e.id, secrets);
+        } else if let Some(live) = e.live() {
+            // Its processes run without a listener yet: one now (a stopped or paused sandbox
+            // gets its listener when it starts again).
+            let canary = lock(&g.canaries)
+                .entry(e.id.clone())
+                .or_insert_with(Canary::generate)
+                .clone();
+            self.attach_egress(&e, &live, &update.allow, &canary)
+                .await?;
+        }
+        Ok(info)
+    }
+
+    /// Forgets a sandbox's egress, canary and secrets (it ended).
+    pub(crate) fn govern_ended(&self, id: &str) {
+        if let Some(g) = self.governance() {
+            g.egress.detach(id);
+            lock(&g.attached).remove(id);
+            lock(&g.canaries).remove(id);
+            lock(&g.secrets).remove(id);
+        }
+    }
+
+    /// Contains a sandbox: egress cut, processes killed, marked so every later execution or
+    /// write is refused. Its files stay.
+    pub async fn contain(&self, id: &str, why: &str) {
+        let Some(g) = self.governance() else {
+            return;
+        };
+        g.egress.cut(id);
+        let Ok(e) = self.entry(id) else {
+            return;
+        };
+        let info = {
+            let mut info = lock(&e.info);
+            if info.contained.is_some() {
+                return;
+            }
+            info.contained = Some(why.to_owned());
+            info.clone()
+        };
+        tracing::warn!(sandbox = id, why, "sandbox contained");
+        if let Err(err) = self.inner.store.update_sandbox(&info) {
+            tracing::error!(sandbox = id, error = %err, "containment not recorded");
+        }
+        g.governor.contained(&info, why);
+        if let Some(live) = e.live() {
+            live.signal_kill();
+        }
+    }
+
+    /// Refuses work on a contained sandbox.
+    pub(crate) fn check_not_contained(&self, e: &Entry) -> Result<(), crate::RuntimeError> {
+        if lock(&e.info).contained.is_some() {
+            return Err(crate::RuntimeError::Contained { id: e.id.clone() });
+        }
+        Ok(())
+    }
+
+    /// The scanner with `id`'s canary.
+    pub(crate) fn scanner_for(&self, id: &str) -> Option<Scanner> {
+        let g = self.governance()?;
+        let canary = lock(&g.canaries).get(id).cloned();
+        Some(match canary {
+            Some(c) => g
+                .scanner
+                .with_canaries(&c.values())
+                .unwrap_or_else(|_| g.scanner.clone()),
+            None => g.scanner.clone(),
+        })
+    }
+
+    /// Streams `events` through the guard into `sink`: text is held back to whole lines and
+    /// released redacted, withheld or not at all as the governor decides. Ends when `events`
+    /// closes; returns the worst outcome it applied.
+    pub(crate) fn guard_stream(
+        &self,
+        id: &str,
+        exec_id: &str,
+        mut events: mpsc::UnboundedReceiver<OutputEvent>,
+        sink: mpsc::UnboundedSender<OutputEvent>,
+    ) -> Option<tokio::task::JoinHandle<Outcome>> {
+        let scanner = self.scanner_for(id)?;
+        let rt = self.clone();
+        let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
+        Some(tokio::spawn(async move {
+            let mut out = StreamScanner::new(scanner.clone());
+            let mut err = StreamScanner::new(scanner.clone());
+            let mut worst = Outcome::Pass;
+            while let Some(ev) = events.recv().await {
+                match ev {
+                    OutputEvent::Stdout { text } => {
+                        let r = out.push(&text);
+                        let t = rt
+                            .release_chunk(&id, &exec_id, "stdout", r, &mut worst)
+                            .await;
+                        if let Some(text) = t {
+                            let _ = sink.send(OutputEvent::Stdout { text });
+                        }
+                    }
+                    OutputEvent::Stderr { text } => {
+                        let r = err.push(&text);
+                        let t = rt
+                            .release_chunk(&id, &exec_id, "stderr", r, &mut worst)
+                            .await;
+                        if let Some(text) = t {
+                            let _ = sink.send(OutputEvent::Stderr { text });
+                        }
+                    }
+                    mut other => {
+                        let o = rt
+                            .guard_event(&id, &exec_id, &scanner, &mut other, false)
+                            .await;
+                        worst = worst.max(o);
+                        if worst < Outcome::Withhold || o == Outcome::Pass {
+                            let _ = sink.send(other);
+                        }
+                    }
+                }
+            }
+            for (stream, s) in [("stdout", &mut out), ("stderr", &mut err)] {
+                let r = s.finish();
+                if let Some(text) = rt.release_chunk(&id, &exec_id, stream, r, &mut worst).await {
+                    let ev = if stream == "stdout" {
+                        OutputEvent::Stdout { text }
+                    } else {
+                        OutputEvent::Stderr { text }
+                    };
+                    let _ = sink.send(ev);
+                }
+            }
+            worst
+        }))
+    }
+
+    /// The text of a released stream chunk as it may leave, or `None`.
+    async fn release_chunk(
+        &self,
+        id: &str,
+        exec_id: &str,
+        stream: &str,
+        r: sandlot_guard::Released,
+        worst: &mut Outcome,
+    ) -> Option<String> {
+        if r.is_empty() {
+            return None;
+        }
+        if r.findings.is_empty() {
+            return (*worst < Outcome::Withhold).then_some(r.text);
+        }
+        // Streamed findings are decided here (and contain at once); they are recorded with the
+        // final result's scan, which sees the same text.
+        let o = self
+            .decide(id, Some(exec_id), stream, &r.findings, false)
+            .await;
+        *worst = (*worst).max(o);
+        match *worst {
+            Outcome::Pass => Some(r.text),
+            Outcome::Redact => Some(r.redacted()),
+            Outcome::Withhold | Outcome::Contain => None,
+        }
+    }
+
+    /// Decides the outcome of `findings` (the worst of theirs), containing the sandbox when
+    /// it says so.
+    async fn decide(
+        &self,
+        id: &str,
+        exec_id: Option<&str>,
+        stream: &str,
+        findings: &[Finding],
+        record: bool,
+    ) -> Outcome {
+        let (Some(g), Some(info)) = (self.governance(), self.info_of(id)) else {
+            return Outcome::Pass;
+        };
+        let mut worst = Outcome::Pass;
+        for f in findings {
+            let of = OutputFinding {
+                sandbox: &info,
+                execution_id: exec_id,
+                finding: f,
+                stream,
+            };
+            let o = if record {
+                g.governor.output(&of)
+            } else {
+                // Not recorded twice: the final scan records.
+                g.governor.output(&OutputFinding {
+                    execution_id: None,
+                    ..of
+                })
+            };
+            worst = worst.max(o);
+        }
+        if worst == Outcome::Contain {
+            let kinds: Vec<&str> = findings.iter().map(|f| f.rule).collect();
+            self.contain(id, &format!("{stream} had {}", kinds.join(", ")))
+                .await;
+        }
+        worst
+    }
+
+    /// Scans and rewrites one rich event (display data, result, error) in place.
+    async fn guard_event(
+        &self,
+        id: &str,
+        exec_id: &str,
+        scanner: &Scanner,
+        ev: &mut OutputEvent,
+        record: bool,
+    ) -> Outcome {
+        let mut worst = Outcome::Pass;
+        let mut texts: Vec<&mut String> = Vec::new();
+        let stream = match ev {
+            OutputEvent::DisplayData { data, .. } | OutputEvent::Result { data, .. } => {
+                for (mime, v) in data.iter_mut() {
+                    if mime.starts_with("image/") && mime != "image/svg+xml" {
+                        continue;
+                    }
+                    if let serde_json::Value::String(s) = v {
+                        texts.push(s);
+                    }
+                }
+                "result"
+            }
+            OutputEvent::Error(e) => {
+                texts.push(&mut e.value);
+                texts.extend(e.traceback.iter_mut());
+                "stderr"
+            }
+            OutputEvent::Stdout { text } => {
+                texts.push(text);
+                "stdout"
+            }
+            OutputEvent::Stderr { text } => {
+                texts.push(text);
+                "stderr"
+            }
+        };
+        for t in texts {
+            let findings = scanner.scan(t);
+            if findings.is_empty() {
+                continue;
+            }
+            let o = self
+                .decide(id, Some(exec_id), stream, &findings, record)
+                .await;
+            worst = worst.max(o);
+            match o {
+                Outcome::Pass => {}
+                Outcome::Redact => *t = sandlot_guard::redact(t, &findings),
+                Outcome::Withhold | Outcome::Contain => {
+                    *t = format!("[withheld by policy: {} finding(s)]", findings.len())
+                }
+            }
+        }
+        worst
+    }
+
+    /// Scans a finished execution's result (recording each finding) and applies the
+    /// outcomes; a contained execution keeps none of its output.
+    pub(crate) async fn guard_result(&self, r: &mut ExecutionResult) {
+        let Some(scanner) = self.scanner_for(&r.sandbox_id) else {
+            return;
+        };
+        let (id, exec_id) = (r.sandbox_id.clone(), r.id.clone());
+        let mut worst = Outcome::Pass;
+        let mut stdout = OutputEvent::Stdout {
+            text: std::mem::take(&mut r.stdout),
+        };
+        worst = worst.max(
+            self.guard_event(&id, &exec_id, &scanner, &mut stdout, true)
+                .await,
+        );
+        if let OutputEvent::Stdout { text } = stdout {
+            r.stdout = text;
+        }
+        let mut stderr = OutputEvent::Stderr {
+            text: std::mem::take(&mut r.stderr),
+        };
+        worst = worst.max(
+            self.guard_event(&id, &exec_id, &scanner, &mut stderr, true)
+                .await,
+        );
+        if let OutputEvent::Stderr { text } = stderr {
+            r.stderr = text;
+        }
+        if let Some(data) = r.result.take() {
+            let mut ev = OutputEvent::Result {
+                data,
+                metadata: serde_json::Value::Null,
+            };
+            worst = worst.max(
+                self.guard_event(&id, &exec_id, &scanner, &mut ev, true)
+                    .await,
+            );
+            if let OutputEvent::Result { data, .. } = ev {
+                r.result = Some(data);
+            }
+        }
+        if let Some(e) = r.error.take() {
+            let mut ev = OutputEvent::Error(e);
+            worst = worst.max(
+                self.guard_event(&id, &exec_id, &scanner, &mut ev, true)
+                    .await,
+            );
+            if let OutputEvent::Error(e) = ev {
+                r.error = Some(e);
+            }
+        }
+        for ev in r.outputs.iter_mut() {
+            // Already recorded above when they are the same text; the rich ones are new.
+            let record = matches!(ev, OutputEvent::DisplayData { .. });
+            worst = worst.max(self.guard_event(&id, &exec_id, &scanner, ev, record).await);
+        }
+        if worst == Outcome::Contain {
+            let why = "[withheld: the sandbox was contained]".to_string();
+            r.stdout = why.clone();
+            r.stderr.clear();
+            r.result = None;
+            r.outputs.clear();
+            r.error = Some(sandlot_types::ExecError {
+                name: "SandboxContained".into(),
+                value: lock_contained(self, &id).unwrap_or(why),
+                traceback: vec![],
+            });
+        }
+    }
+
+    /// Scans a file about to be downloaded: its bytes as they may leave, or `None` (withheld).
+    pub async fn guard_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        let Some(scanner) = self.scanner_for(id) else {
+            return Some(bytes);
+        };
+        let findings = scanner.scan_bytes(&bytes);
+        if findings.is_empty() {
+            return Some(bytes);
+        }
+        let _ = path;
+        match self.decide(id, None, "file", &findings, true).await {
+            Outcome::Pass => Some(bytes),
+            Outcome::Redact => Some(sandlot_guard::redact_bytes(&bytes, &findings)),
+            Outcome::Withhold | Outcome::Contain => None,
+        }
+    }
+}
+
+fn lock_contained(rt: &Runtime, id: &str) -> Option<String> {
+    rt.info_of(id)
+        .and_then(|i| i.contained)
+        .map(|why| format!("the sandbox was contained: {why}"))
+}
+
+/// The proxy's secrets from the API's.
+fn to_secrets(
+    specs: &[sandlot_types::SecretSpec],
+) -> Result<Vec<sandlot_egress::Secret>, crate::RuntimeError> {
+    if specs.len() > 32 {
+        return Err(crate::RuntimeError::BadNetwork {
+            why: "at most 32 secrets".into(),
+        });
+    }
+    let ok_name = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 64
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    };
+    specs
+        .iter()
+        .map(|s| {
+            if !ok_name(&s.name) {
+                return Err(crate::RuntimeError::BadNetwork {
+                    why: format!(
+                        "secret names are [A-Za-z0-9_.-]{{1,64}}, not {:?}",
+                        s.name.chars().take(70).collect::<String>()
+                    ),
+                });
+            }
+            Ok(sandlot_egress::Secret {
+                name: s.name.clone(),
+                hosts: s.hosts.clone(),
+                header: s.header.clone(),
+                value: s.value.clone(),
+            })
+        })
+        .collect()
+}
+
+/// How a finding's kind is named in records and policies.
+pub fn kind_str(f: &Finding) -> &'static str {
+    match f.kind {
+        Kind::Secret => "secret",
+        Kind::Canary => "canary",
+    }
+}
