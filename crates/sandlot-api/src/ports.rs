@@ -380,8 +380,14 @@ async fn forward_to<B: Backend>(st: AppState<B>, t: Target, mut req: Request) ->
 /// percent-encoded: an encoded `/` or `?` reaches the app encoded), with the query; `/` when
 /// nothing follows.
 fn forwarded_target(uri: &Uri) -> String {
-    // "", "v1", "sandboxes", id, "ports", port, then the rest.
-    let rest = uri.path().splitn(7, '/').nth(6);
+    // "", "v1", "sandboxes", id, "ports", port, then the rest; or, for a capability URL,
+    // "", "v1", "ports", token, port, then the rest.
+    let path = uri.path();
+    let rest = if path.starts_with("/v1/ports/") {
+        path.splitn(6, '/').nth(5)
+    } else {
+        path.splitn(7, '/').nth(6)
+    };
     let mut target = format!("/{}", rest.unwrap_or(""));
     if let Some(q) = uri.query() {
         target.push('?');
@@ -401,6 +407,10 @@ mod tests {
         assert_eq!(t("/v1/sandboxes/sb/ports/80/"), "/");
         assert_eq!(t("/v1/sandboxes/sb/ports/80?a=1"), "/?a=1");
         assert_eq!(t("/v1/sandboxes/sb/ports/80/x/y.js?v=2"), "/x/y.js?v=2");
+        assert_eq!(t("/v1/ports/sb.abc/80"), "/");
+        assert_eq!(t("/v1/ports/sb.abc/80/"), "/");
+        assert_eq!(t("/v1/ports/sb.abc/80/x/y.js?v=2"), "/x/y.js?v=2");
+        assert_eq!(t("/v1/ports/sb.abc/80/page.html"), "/page.html");
         assert_eq!(
             t("/v1/sandboxes/sb/ports/80/a%2Fb/%2e%2e/"),
             "/a%2Fb/%2e%2e/"
