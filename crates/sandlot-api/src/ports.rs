@@ -315,8 +315,15 @@ pub(crate) struct Target {
 pub(crate) async fn forward<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(t): ApiPath<Target>,
-    req: Request,
+    mut req: Request,
 ) -> Response {
+    // The API key that opened this route is sandlot's, not the app's: code in the sandbox
+    // never sees it. (Through a capability URL, `Authorization` is the app's own.)
+    if st.gov.is_some() {
+        let h = req.headers_mut();
+        h.remove(axum::http::header::AUTHORIZATION);
+        h.remove("x-api-key");
+    }
     forward_to(st, t, req).await
 }
 
@@ -347,14 +354,7 @@ pub(crate) async fn forward_token<B: Backend>(
     forward_to(st, Target { id, port: t.port }, req).await
 }
 
-async fn forward_to<B: Backend>(st: AppState<B>, t: Target, mut req: Request) -> Response {
-    // The API key that opened this route is sandlot's, not the app's: code in the sandbox
-    // never sees it.
-    if st.gov.is_some() {
-        let h = req.headers_mut();
-        h.remove(axum::http::header::AUTHORIZATION);
-        h.remove("x-api-key");
-    }
+async fn forward_to<B: Backend>(st: AppState<B>, t: Target, req: Request) -> Response {
     let port = match t.port.parse::<u16>() {
         Ok(p) if p > 0 => p,
         _ => {

@@ -428,7 +428,6 @@ fn reflect_forwards_what_it_should(server: &TestServer, id: &str) {
         .header("x-api-key", "e2b_secret")
         .header("x-access-token", "secret")
         .header("e2b-traffic-access-token", "secret")
-        .header("authorization", "Bearer app-token")
         .header("cookie", "session=1")
         .header("x-forwarded-host", "spoofed.test")
         .header("te", "trailers")
@@ -454,9 +453,10 @@ fn reflect_forwards_what_it_should(server: &TestServer, id: &str) {
         received(&seen, "x-forwarded-prefix"),
         Some(port_path(id, REFLECT_PORT, "").as_str())
     );
-    assert_eq!(received(&seen, "authorization"), Some("Bearer app-token"));
     assert_eq!(received(&seen, "cookie"), Some("session=1"));
     for gone in [
+        // sandlot's API key opened the route: the app never gets it.
+        "authorization",
         "x-api-key",
         "x-access-token",
         "e2b-traffic-access-token",
@@ -1126,4 +1126,93 @@ fn requests_from_pages_reach_only_the_ports_routes() {
     // What a user types or bookmarks (`none`) and clients without the header reach the API.
     let (status, _) = page("GET", "/v1/health", "none", "");
     assert_eq!(status, 200);
+}
+
+/// A sandbox's `port_token` opens its exposed ports at `/v1/ports/{token}/{port}/...` without
+/// an API key (what a browser gets), with the whole path forwarded; a forged token, another
+/// sandbox's token for this one's id, or a token on a port not exposed opens nothing; the
+/// keyed route needs the key, which the app never sees.
+#[test]
+fn capability_urls_open_one_sandboxs_ports_without_a_key() {
+    let server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({ "ports": [HTTP_PORT, REFLECT_PORT] }));
+    let id = sb["id"].as_str().unwrap().to_string();
+    let token = sb["port_token"]
+        .as_str()
+        .expect("a sandbox with ports has a token");
+    assert!(token.starts_with(&format!("{id}.")), "{token}");
+    let other = server.create_sandbox_with(&json!({ "ports": [HTTP_PORT] }));
+    let other_token = other["port_token"].as_str().unwrap().to_string();
+    assert!(
+        server.create_sandbox_with(&json!({}))["port_token"].is_null(),
+        "no ports, no token"
+    );
+    let put = server.put_bytes(
+        &format!("/v1/sandboxes/{id}/files/site/sub/page.html"),
+        "deep",
+    );
+    put.expect(201);
+    start_app(
+        &server,
+        &id,
+        &format!(
+            "'-m', 'http.server', '{HTTP_PORT}', '--bind', '127.0.0.1', '--directory', 'site'"
+        ),
+        HTTP_PORT,
+    );
+    server
+        .put_bytes(&format!("/v1/sandboxes/{id}/files/reflect.py"), REFLECT_APP)
+        .expect(201);
+    start_app(
+        &server,
+        &id,
+        &format!("'reflect.py', '{REFLECT_PORT}'"),
+        REFLECT_PORT,
+    );
+
+    let anonymous = reqwest::blocking::Client::new();
+    let get = |path: &str| {
+        let r = anonymous
+            .get(format!("{}{path}", server.url()))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    assert_eq!(
+        get(&format!("/v1/ports/{token}/{HTTP_PORT}/sub/page.html")),
+        (200, "deep".to_string())
+    );
+    // The keyed route needs the key.
+    assert_eq!(get(&port_path(&id, HTTP_PORT, "/sub/page.html")).0, 401);
+    // A forged token, or another sandbox's mac under this id, opens nothing.
+    let mac = other_token.rsplit_once('.').unwrap().1;
+    for bad in [
+        format!("{id}.{}", "0".repeat(32)),
+        format!("{id}.{mac}"),
+        format!("{id}"),
+        "x".to_string(),
+    ] {
+        let (status, body) = get(&format!("/v1/ports/{bad}/{HTTP_PORT}/sub/page.html"));
+        assert_eq!(status, 404, "{bad}: {body}");
+        assert!(body.contains("sandbox_not_found"), "{body}");
+    }
+    // A port the sandbox does not expose stays closed through its token too.
+    assert_eq!(get(&format!("/v1/ports/{token}/9999/")).0, 403);
+    // The app never sees the API key of the keyed route; through the capability URL an
+    // `Authorization` header is the app's own and reaches it.
+    let seen = server.get(&port_path(&id, REFLECT_PORT, "/seen")).body;
+    assert!(received(&seen, "authorization").is_none(), "{seen}");
+    assert!(!seen.to_string().contains(server.key()), "{seen}");
+    let seen: Value = anonymous
+        .get(format!(
+            "{}/v1/ports/{token}/{REFLECT_PORT}/own",
+            server.url()
+        ))
+        .header("authorization", "Bearer app-token")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(received(&seen, "authorization"), Some("Bearer app-token"));
+    assert_eq!(seen["path"], "/own");
 }
