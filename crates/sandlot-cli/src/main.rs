@@ -7,6 +7,7 @@ mod agent;
 mod client;
 mod config;
 mod doctor;
+mod keys;
 mod mcp;
 mod provision;
 mod run;
@@ -59,6 +60,12 @@ enum Command {
     /// List, verify, delete and collect a server's snapshots.
     #[command(subcommand)]
     Snapshots(SnapshotsCommand),
+    /// Create, list and revoke a server's API keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Create, list and change a server's tenants and their quotas (admin).
+    #[command(subcommand)]
+    Tenants(keys::TenantsCommand),
     /// Serve sandboxes as MCP tools over stdio (for Claude Desktop, IDEs), through a server.
     Mcp(mcp::McpArgs),
     /// Print the tool declarations for a model: OpenAI, Anthropic or JSON Schema.
@@ -309,6 +316,8 @@ fn main() -> ExitCode {
         Command::Env(args) => env(args),
         Command::Template(cmd) => template(cmd),
         Command::Snapshots(cmd) => snapshots_command(cmd),
+        Command::Keys(cmd) => admin_command(keys::keys(cmd)),
+        Command::Tenants(cmd) => admin_command(keys::tenants(cmd)),
         Command::Mcp(args) => mcp::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Agent(args) => agent::run(args),
@@ -357,6 +366,11 @@ fn snapshots_command(cmd: SnapshotsCommand) -> anyhow::Result<u8> {
             dry_run,
         } => rt.block_on(snapshots::gc(&url.url, older_than, dry_run)),
     }
+}
+
+fn admin_command(fut: impl std::future::Future<Output = anyhow::Result<u8>>) -> anyhow::Result<u8> {
+    init_logging(config::DEFAULT_CLI_LOG);
+    tokio_runtime()?.block_on(fut)
 }
 
 fn template(cmd: TemplateCommand) -> anyhow::Result<u8> {

@@ -242,7 +242,7 @@ fn doctor_reports_every_check() {
 
 fn run_remote(server: &TestServer, args: &[&str]) -> (i32, String, String) {
     let mut cmd = sandlot(&["run", "--url", server.url()]);
-    cmd.args(args);
+    cmd.env("SANDLOT_API_KEY", server.key()).args(args);
     output(&mut cmd)
 }
 

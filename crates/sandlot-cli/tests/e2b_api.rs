@@ -2,7 +2,8 @@
 //! envd (`E2b-Sandbox-Port: 49983`) and the code interpreter (`49999`) addressed by the
 //! `E2b-Sandbox-Id` header. What the real SDKs do is in sdk/python/tests/test_e2b.py; this
 //! suite is the attack side: wrong and missing credentials, tokens of another sandbox,
-//! unknown sandboxes and contexts, malformed bodies, hostile paths on `/files`.
+//! unknown sandboxes and contexts, malformed bodies, hostile paths on `/files`, and tenants
+//! (sandlot API keys as E2B keys, another tenant's sandboxes answered as missing ones).
 
 mod common;
 
@@ -160,7 +161,8 @@ fn e2b_api() {
             .json(&json!({"templateID": "base"})),
     );
     e2b_error(&near, 401);
-    // sandlot's own API key does not open the E2B API, nor the reverse: different headers.
+    // The E2B API takes its key in X-API-KEY only: a key as a bearer token does not open it
+    // (sandlot API keys in X-API-KEY do: see `e2b_tenants`).
     let bearer = e.send(
         e.server
             .client()
@@ -492,4 +494,220 @@ fn e2b_client_disconnect_interrupts() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// Creates tenant `name` (with `quotas`) and a member key of it, with the local admin key.
+fn tenant_key(e: &E2b, name: &str, quotas: Value) -> (String, String) {
+    let r = e
+        .server
+        .post("/v1/tenants", &json!({ "name": name, "quotas": quotas }));
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = e.server.post("/v1/keys", &json!({ "tenant": name }));
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    (
+        r.body["key"].as_str().unwrap().to_owned(),
+        r.body["id"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn e2b_tenants() {
+    use reqwest::Method as M;
+    let e = E2b::start();
+    // Tenant b may hold one sandbox and waits at most half a second for room.
+    let (b_key, _) = tenant_key(&e, "b", json!({ "max_sandboxes": 1, "wait_seconds": 0.5 }));
+    // E2B clients send X-API-KEY and no bearer key.
+    let plain = e.server.client_with_key(None);
+    let with = |key: &str, m: M, path: &str| plain.request(m, e.url(path)).header("X-API-KEY", key);
+    let admin_key = e.server.key().to_owned();
+
+    // A sandlot API key is an E2B key: B's sandbox is tenant b's.
+    let got = e.send(
+        with(&b_key, M::POST, "/sandboxes")
+            .json(&json!({ "templateID": "code-interpreter-v1", "timeout": 120 })),
+    );
+    assert_eq!(got.status, 201, "{}", got.text);
+    let b_id = got.json["sandboxID"].as_str().unwrap().to_owned();
+    let b_token = got.json["envdAccessToken"].as_str().unwrap().to_owned();
+    let v1 = e.server.client_with_key(Some(&b_key));
+    let r = v1
+        .get(e.url(&format!("/v1/sandboxes/{b_id}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().unwrap()["tenant"], "b");
+
+    // The legacy E2B key still works, as tenant default (whose admin key sees its sandbox).
+    let (a_id, a_token, _) = e.create();
+    assert_eq!(
+        e.server.get(&format!("/v1/sandboxes/{a_id}")).body["tenant"],
+        "default"
+    );
+    let got = e.send(with(&admin_key, M::GET, &format!("/sandboxes/{a_id}")));
+    assert_eq!(got.status, 200, "{}", got.text);
+
+    // Lists: each tenant its own.
+    for path in ["/sandboxes", "/v2/sandboxes"] {
+        let ids = |key: &str| -> Vec<String> {
+            let got = e.send(with(key, M::GET, path));
+            assert_eq!(got.status, 200, "{}", got.text);
+            got.json
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["sandboxID"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ids(&b_key), vec![b_id.clone()]);
+        assert_eq!(ids(&e.key), vec![a_id.clone()]);
+        assert_eq!(ids(&admin_key), vec![a_id.clone()]);
+    }
+
+    // Every control route naming B's sandbox answers A (legacy key or sandlot key) exactly as
+    // for a sandbox that does not exist, and changes nothing.
+    let routes: Vec<(M, &str, Option<Value>)> = vec![
+        (M::GET, "/sandboxes/{}", None),
+        (
+            M::POST,
+            "/sandboxes/{}/timeout",
+            Some(json!({ "timeout": 1 })),
+        ),
+        (
+            M::POST,
+            "/sandboxes/{}/refreshes",
+            Some(json!({ "duration": 1 })),
+        ),
+        (
+            M::POST,
+            "/sandboxes/{}/connect",
+            Some(json!({ "timeout": 1 })),
+        ),
+        (M::POST, "/v2/sandboxes/{}/connect", Some(json!({}))),
+        (M::POST, "/sandboxes/{}/pause", None),
+        (M::POST, "/sandboxes/{}/resume", Some(json!({}))),
+        (M::POST, "/sandboxes/{}/fork", Some(json!({}))),
+        (M::DELETE, "/sandboxes/{}", None),
+    ];
+    let missing = "sb_doesnotexist0000000000";
+    for key in [&e.key, &admin_key] {
+        for (m, path, body) in &routes {
+            let call = |id: &str| {
+                let mut req = with(key, m.clone(), &path.replace("{}", id));
+                if let Some(b) = body {
+                    req = req.json(b);
+                }
+                e.send(req)
+            };
+            let unknown = call(missing);
+            e2b_error(&unknown, 404);
+            let foreign = call(&b_id);
+            e2b_error(&foreign, 404);
+            assert_eq!(
+                foreign.text.replace(&b_id, missing),
+                unknown.text,
+                "{m} {path}"
+            );
+        }
+    }
+    // B's sandbox is untouched: running, and its detail (with its token) is B's to read.
+    let got = e.send(with(&b_key, M::GET, &format!("/sandboxes/{b_id}")));
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert_eq!(got.json["state"], "running");
+    assert_eq!(got.json["envdAccessToken"], b_token.as_str());
+    // And B does not reach A's.
+    let got = e.send(with(&b_key, M::GET, &format!("/sandboxes/{a_id}")));
+    e2b_error(&got, 404);
+    let got = e.send(with(&b_key, M::DELETE, &format!("/sandboxes/{a_id}")));
+    e2b_error(&got, 404);
+
+    // Addressed to a sandbox: an API key opens its own tenant's only; another tenant's reads
+    // as a missing one (E2B's proxy answer), in each face's format. Tokens open their own
+    // sandbox only, whoever holds them.
+    let health = |id: &str, key: Option<&str>, token: Option<&str>| {
+        let mut req = e.sandbox(M::GET, id, ENVD, "/health", token);
+        if let Some(k) = key {
+            req = req.header("X-API-KEY", k);
+        }
+        e.send(req)
+    };
+    assert_eq!(health(&b_id, Some(b_key.as_str()), None).status, 204);
+    assert_eq!(health(&b_id, None, Some(&b_token)).status, 204);
+    assert_eq!(health(&a_id, Some(e.key.as_str()), None).status, 204);
+    assert_eq!(health(&b_id, None, Some(&a_token)).status, 401);
+    for key in [&e.key, &admin_key] {
+        let unknown = health(missing, Some(key.as_str()), None);
+        assert_eq!(unknown.status, 502, "{}", unknown.text);
+        let foreign = health(&b_id, Some(key.as_str()), None);
+        assert_eq!(foreign.status, 502, "{}", foreign.text);
+        assert_eq!(foreign.text.replace(&b_id, missing), unknown.text);
+        let run = |id: &str| {
+            e.send(
+                e.sandbox(M::POST, id, JUPYTER, "/execute", None)
+                    .header("X-API-KEY", key.as_str())
+                    .json(&json!({ "code": "open('/home/user/pwned', 'w')" })),
+            )
+        };
+        let foreign = run(&b_id);
+        assert_eq!(foreign.status, 502, "{}", foreign.text);
+        assert_eq!(foreign.text.replace(&b_id, missing), run(missing).text);
+        let rpc = |id: &str| {
+            e.send(
+                e.sandbox(M::POST, id, ENVD, "/filesystem.Filesystem/ListDir", None)
+                    .header("X-API-KEY", key.as_str())
+                    .header("content-type", "application/json")
+                    .body(r#"{"path": "/home/user"}"#),
+            )
+        };
+        let foreign = rpc(&b_id);
+        assert_eq!(foreign.json["code"], "unavailable", "{}", foreign.text);
+        assert_eq!(foreign.text.replace(&b_id, missing), rpc(missing).text);
+    }
+    // B's key runs code in B's sandbox; A's attempt left nothing there.
+    let got = e.send(
+        e.sandbox(M::POST, &b_id, JUPYTER, "/execute", None)
+            .header("X-API-KEY", &b_key)
+            .json(&json!({ "code": "import os; os.path.exists('/home/user/pwned')" })),
+    );
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert!(got.text.contains("False"), "{}", got.text);
+
+    // B's quota (one sandbox) holds through E2B: a second waits, then 429 in E2B's format.
+    let started = std::time::Instant::now();
+    let got = e.send(with(&b_key, M::POST, "/sandboxes").json(&json!({ "templateID": "base" })));
+    e2b_error(&got, 429);
+    assert!(got.text.contains("quota"), "{}", got.text);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(400));
+    // Tenant default has no quotas: the legacy key still creates.
+    let (extra, _, _) = e.create();
+    assert_eq!(
+        e.send(e.api(M::DELETE, &format!("/sandboxes/{extra}")))
+            .status,
+        204
+    );
+
+    // Keys that are not keys, unknown and revoked ones: 401 in E2B's format, at once.
+    let (c_key, c_id) = tenant_key(&e, "c", json!({}));
+    assert_eq!(e.send(with(&c_key, M::GET, "/v2/sandboxes")).status, 200);
+    assert_eq!(e.server.delete(&format!("/v1/keys/{c_id}")).status, 200);
+    for bad in [
+        c_key.as_str(),
+        "sl_aaaaaaaa_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+        "nonsense",
+        "",
+    ] {
+        let got = e.send(with(bad, M::GET, "/v2/sandboxes"));
+        e2b_error(&got, 401);
+        let got = e.send(with(bad, M::POST, "/sandboxes").json(&json!({ "templateID": "base" })));
+        e2b_error(&got, 401);
+        let got = health(&b_id, Some(bad), None);
+        assert_eq!(got.status, 401, "{}", got.text);
+    }
+
+    // B kills its sandbox; then it is gone for B too, and B's quota has room again.
+    let got = e.send(with(&b_key, M::DELETE, &format!("/sandboxes/{b_id}")));
+    assert_eq!(got.status, 204, "{}", got.text);
+    let got = e.send(with(&b_key, M::GET, &format!("/sandboxes/{b_id}")));
+    e2b_error(&got, 404);
+    let got = e.send(with(&b_key, M::POST, "/sandboxes").json(&json!({ "templateID": "base" })));
+    assert_eq!(got.status, 201, "{}", got.text);
 }

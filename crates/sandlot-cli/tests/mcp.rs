@@ -884,3 +884,233 @@ fn http_host_and_page_checks_hold_for_every_spelling() {
         assert_refused(&a, 403, -32600);
     }
 }
+
+/// Creates tenant `name` (with `quotas`) and a member key of it, with the local admin key.
+fn tenant_key(server: &TestServer, name: &str, quotas: Value) -> String {
+    let r = server.post("/v1/tenants", &json!({ "name": name, "quotas": quotas }));
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = server.post("/v1/keys", &json!({ "tenant": name }));
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    r.body["key"].as_str().unwrap().to_owned()
+}
+
+/// The ids `list_sandboxes` shows a session.
+fn listed_ids(mcp: &mut Mcp) -> Vec<String> {
+    let reply = mcp.call("list_sandboxes", json!({}));
+    assert_ok(&reply);
+    let listed: Value = serde_json::from_str(&text(&reply)).unwrap();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sandbox_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn http_sessions_act_for_their_key_and_see_only_their_tenant() {
+    let server = TestServer::start();
+    // Tenant b may hold two sandboxes, and waits at most half a second for room.
+    let b_key = tenant_key(
+        &server,
+        "b",
+        json!({ "max_sandboxes": 2, "wait_seconds": 0.5 }),
+    );
+    let mut a = Mcp::new(&server);
+    a.initialize();
+    let mut b = Mcp::new(&server);
+    b.http = server.client_with_key(Some(&b_key));
+    b.initialize();
+
+    // B's own sandbox and one it creates are tenant b's, as /v1 with B's key says.
+    assert_ok(&b.call("run_python", json!({ "code": "x = 41" })));
+    let b_own = own_sandbox(&mut b);
+    let created = b.call("create_sandbox", json!({}));
+    assert_ok(&created);
+    let created: Value = serde_json::from_str(&text(&created)).unwrap();
+    let b_shared = created["sandbox_id"].as_str().unwrap().to_owned();
+    let b_v1 = server.client_with_key(Some(&b_key));
+    for id in [&b_own, &b_shared] {
+        let r = b_v1
+            .get(format!("{}/v1/sandboxes/{id}", server.url()))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<Value>().unwrap()["tenant"], "b");
+        // The admin of tenant default does not see it through /v1 either.
+        assert_eq!(server.get(&format!("/v1/sandboxes/{id}")).status, 404);
+    }
+
+    // A's session: its own sandbox is tenant default's; lists show each tenant its own.
+    assert_ok(&a.call("run_python", json!({ "code": "1" })));
+    let a_own = own_sandbox(&mut a);
+    assert_eq!(
+        server.get(&format!("/v1/sandboxes/{a_own}")).body["tenant"],
+        "default"
+    );
+    let a_list = listed_ids(&mut a);
+    assert!(a_list.contains(&a_own), "{a_list:?}");
+    assert!(
+        !a_list.contains(&b_own) && !a_list.contains(&b_shared),
+        "{a_list:?}"
+    );
+    let mut b_list = listed_ids(&mut b);
+    b_list.sort();
+    let mut want = vec![b_own.clone(), b_shared.clone()];
+    want.sort();
+    assert_eq!(b_list, want);
+
+    // Every tool naming B's sandboxes answers A exactly as for a sandbox that does not
+    // exist (the id aside), and changes nothing.
+    let calls: Vec<(&str, Value)> = vec![
+        ("run_python", json!({ "code": "x = 0" })),
+        ("run_bash", json!({ "code": "rm -rf /workspace/*" })),
+        ("write_file", json!({ "path": "pwned.txt", "content": "x" })),
+        ("read_file", json!({ "path": "secret.txt" })),
+        ("list_files", json!({})),
+        ("fork_sandbox", json!({})),
+        ("pause_sandbox", json!({})),
+        ("resume_sandbox", json!({})),
+        ("snapshot_sandbox", json!({})),
+        ("delete_sandbox", json!({})),
+    ];
+    let missing = "sb_doesnotexist0000000000";
+    for (tool, args) in &calls {
+        let mut with = |id: &str| {
+            let mut args = args.clone();
+            args["sandbox_id"] = json!(id);
+            let reply = a.call(tool, args);
+            assert_eq!(reply["result"]["isError"], json!(true), "{tool}: {reply}");
+            text(&reply)
+        };
+        let unknown = with(missing);
+        assert!(unknown.contains("sandbox_not_found"), "{tool}: {unknown}");
+        for id in [&b_own, &b_shared] {
+            let foreign = with(id);
+            assert_eq!(foreign.replace(id.as_str(), missing), unknown, "{tool}");
+        }
+    }
+    // Nor through a creation from B's snapshot.
+    let snap = b.call("snapshot_sandbox", json!({}));
+    assert_ok(&snap);
+    let snap: Value = serde_json::from_str(&text(&snap)).unwrap();
+    let snap_id = snap["snapshot_id"].as_str().unwrap();
+    let reply = a.call("create_sandbox", json!({ "from_snapshot": snap_id }));
+    assert_eq!(reply["result"]["isError"], json!(true), "{reply}");
+    assert!(text(&reply).contains("snapshot_not_found"), "{reply}");
+    // B's sandboxes are untouched.
+    let reply = b.call("run_python", json!({ "code": "x + 1" }));
+    assert_ok(&reply);
+    assert!(text(&reply).contains("42"), "{reply}");
+    assert!(alive(&server, &a_own));
+    let r = b_v1
+        .get(format!("{}/v1/sandboxes/{b_shared}", server.url()))
+        .send()
+        .unwrap();
+    assert_eq!(r.json::<Value>().unwrap()["state"], "running");
+
+    // B's quota (two sandboxes) holds through MCP: a third waits, then is refused clearly.
+    let started = Instant::now();
+    let reply = b.call("create_sandbox", json!({}));
+    assert_eq!(reply["result"]["isError"], json!(true), "{reply}");
+    assert!(
+        text(&reply).contains("tenant_quota_exceeded"),
+        "{}",
+        text(&reply)
+    );
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // A (tenant default, no quotas) is not held by B's.
+    assert_ok(&a.call("create_sandbox", json!({})));
+
+    // B's session with another key: answered as a session that does not exist, on every
+    // method; a key that is not one is refused before.
+    let c_key = tenant_key(&server, "c", json!({}));
+    let r = server.post("/v1/keys", &json!({ "tenant": "b" }));
+    assert_eq!(r.status, 201);
+    let b_second_key = r.body["key"].as_str().unwrap().to_owned();
+    let mut unknown = Mcp::new(&server);
+    unknown.session = Some("not-a-session".into());
+    let (_, never) = unknown.request("tools/list", json!({}));
+    assert_refused(&never, 404, -32001);
+    for key in [server.key().to_owned(), b_second_key, c_key] {
+        let mut thief = Mcp::new(&server);
+        thief.http = server.client_with_key(Some(&key));
+        thief.session = b.session.clone();
+        let (_, got) = thief.request("tools/list", json!({}));
+        assert_refused(&got, 404, -32001);
+        assert_eq!(got.messages[0]["error"], never.messages[0]["error"]);
+        let got = thief.delete();
+        assert_refused(&got, 404, -32001);
+        let got = thief.send(
+            thief
+                .http
+                .get(thief.url())
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", b.session.clone().unwrap()),
+        );
+        assert_refused(&got, 404, -32001);
+    }
+    for bad in [
+        None,
+        Some("sl_aaaaaaaa_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"),
+        Some("nonsense"),
+    ] {
+        let mut thief = Mcp::new(&server);
+        thief.http = server.client_with_key(bad);
+        thief.session = b.session.clone();
+        let (_, got) = thief.request("tools/list", json!({}));
+        assert_refused(&got, 401, -32001);
+    }
+    // B's session still works, and ending it deletes its own sandbox only.
+    assert_ok(&b.call("run_python", json!({ "code": "x" })));
+    let ended = b.delete();
+    assert!(ended.status == 200 || ended.status == 204, "{}", ended.text);
+    wait_until("B's own sandbox deleted", Duration::from_secs(30), || {
+        let r = b_v1
+            .get(format!("{}/v1/sandboxes/{b_own}", server.url()))
+            .send()
+            .unwrap();
+        // Ended: 410 `sandbox_gone` (or its record, deleted).
+        let status = r.status().as_u16();
+        let body: Value = r.json().unwrap_or(Value::Null);
+        status == 410 || body["state"] == "deleted"
+    });
+    assert!(alive(&server, &a_own));
+}
+
+#[test]
+fn stdio_acts_for_its_key_tenant() {
+    // `sandlot mcp` calls the server's /v1 with its key: its tools see that key's tenant only.
+    let server = TestServer::start();
+    let b_key = tenant_key(&server, "b", json!({}));
+    let a_id = server.create_sandbox();
+    let mut b = stdio_session(server.url(), &b_key);
+    let r = b.call(2, "create_sandbox", json!({}));
+    assert_ok(&r);
+    let created: Value = serde_json::from_str(&text(&r)).unwrap();
+    let b_id = created["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(server.get(&format!("/v1/sandboxes/{b_id}")).status, 404);
+    let r = b.call(3, "list_sandboxes", json!({}));
+    assert_ok(&r);
+    let listed = text(&r);
+    assert!(
+        listed.contains(&b_id) && !listed.contains(&a_id),
+        "{listed}"
+    );
+    for (i, tool) in ["run_python", "read_file", "delete_sandbox"]
+        .iter()
+        .enumerate()
+    {
+        let mut args = json!({ "sandbox_id": a_id });
+        if *tool == "run_python" {
+            args["code"] = json!("1");
+        }
+        if *tool == "read_file" {
+            args["path"] = json!("x");
+        }
+        let r = b.call(10 + i as u64, tool, args);
+        assert_eq!(r["result"]["isError"], json!(true), "{tool}: {r}");
+        assert!(text(&r).contains("sandbox_not_found"), "{tool}: {r}");
+    }
+    assert!(alive(&server, &a_id));
+}

@@ -1,17 +1,26 @@
-//! Who may use the E2B API: the server's E2B API key for the control plane, and a token per
-//! sandbox for what is addressed to a sandbox.
+//! Who may use the E2B API: API keys for the control plane, and a token per sandbox for what
+//! is addressed to a sandbox.
 //!
-//! The key lives in `<data_dir>/e2b-api-key` (mode 0600, created on first start as `e2b_` and
-//! 40 hex characters, the shape E2B's keys have, so SDKs that look at a prefix accept it);
-//! `SANDLOT_E2B_API_KEY` overrides it. A sandbox's tokens are HMAC-SHA256 of its id under the
-//! key: nothing to store, they survive a server restart, and one sandbox's token opens no
-//! other sandbox. Two tokens, with different labels, because E2B gives them different reach:
-//! the envd access token opens everything in the sandbox (files, processes, code), the traffic
-//! token only its ports other than envd's (what E2B hands out for its public URLs).
+//! The control plane's `X-API-KEY` is either a sandlot API key (`sl_...`: the request acts
+//! for that key's tenant, like `/v1` with the same key) or the server's E2B key, which acts
+//! for the local admin of the tenant `default` (what every E2B request was before tenants,
+//! and what a single-user setup keeps using). The E2B key lives in `<data_dir>/e2b-api-key`
+//! (mode 0600, created on first start as `e2b_` and 40 hex characters, the shape E2B's keys
+//! have, so SDKs that look at a prefix accept it); `SANDLOT_E2B_API_KEY` overrides it.
+//!
+//! A sandbox's tokens are HMAC-SHA256 of its id under the E2B key: nothing to store, they
+//! survive a server restart, and one sandbox's token opens no other sandbox. They are handed
+//! out only by the control plane's answers about that sandbox, which only its tenant gets.
+//! Two tokens, with different labels, because E2B gives them different reach: the envd
+//! access token opens everything in the sandbox (files, processes, code), the traffic token
+//! only its ports other than envd's (what E2B hands out for its public URLs). An API key in
+//! `X-API-KEY` opens its own tenant's sandboxes and no other: another tenant's sandbox is
+//! answered as one that does not exist.
 
 use crate::{Ctx, E2bError};
 use axum::http::{HeaderMap, StatusCode};
 use hmac::{Hmac, Mac};
+use sandlot_types::{Principal, DEFAULT_TENANT};
 use sha2::Sha256;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -45,6 +54,8 @@ pub(crate) struct Auth {
 pub(crate) struct Denied {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
+    /// sandlot's stable code, when it is not the one the status implies.
+    pub(crate) code: Option<&'static str>,
 }
 
 impl Denied {
@@ -52,6 +63,17 @@ impl Denied {
         Self {
             status,
             message: message.into(),
+            code: None,
+        }
+    }
+
+    /// What E2B's proxy answers for a sandbox that does not exist (the SDKs raise their
+    /// sandbox-not-running exception on it): also the answer for another tenant's sandbox.
+    pub(crate) fn sandbox_missing(id: &str) -> Self {
+        Self {
+            status: StatusCode::BAD_GATEWAY,
+            message: format!("The sandbox {id} was not found"),
+            code: Some("sandbox_not_found"),
         }
     }
 }
@@ -91,42 +113,79 @@ impl Auth {
         hex::encode(mac.finalize().into_bytes())
     }
 
-    /// Whether `headers` carry the server's key in `X-API-KEY`.
-    pub(crate) fn has_api_key(&self, headers: &HeaderMap) -> bool {
+    /// Whether `headers` carry the server's E2B key in `X-API-KEY`.
+    fn has_e2b_key(&self, headers: &HeaderMap) -> bool {
         header_eq(headers, API_KEY_HEADER, &self.key)
     }
+}
 
-    /// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or the
-    /// server's key (not the traffic token, which opens its ports only).
-    pub(crate) fn opens_everything(&self, id: &str, headers: &HeaderMap) -> bool {
-        header_eq(headers, ACCESS_TOKEN_HEADER, &self.envd_token(id)) || self.has_api_key(headers)
+/// Who the local admin of the tenant `default` is, as the server's E2B key: the principal
+/// every E2B request acted as before tenants.
+fn e2b_key_principal(ctx: &Ctx) -> Principal {
+    let mut p = sandlot_api::govern::local_principal();
+    p.key_id = "e2b".into();
+    p.key_prefix = "e2b".into();
+    if let Some(t) = ctx
+        .gov
+        .as_deref()
+        .and_then(|g| g.keys.tenant(DEFAULT_TENANT))
+    {
+        p.plan = t.plan;
     }
+    p
+}
 
-    /// The control plane's check: `X-API-KEY` must be the server's key.
-    pub(crate) fn check_api_key(&self, headers: &HeaderMap) -> Result<(), Denied> {
-        if !headers.contains_key(API_KEY_HEADER) {
-            return Err(Denied::new(
-                StatusCode::UNAUTHORIZED,
-                "missing X-API-KEY header: set E2B_API_KEY to the server's E2B key",
-            ));
-        }
-        if self.has_api_key(headers) {
-            Ok(())
-        } else {
-            Err(Denied::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid API key: E2B_API_KEY must be the server's E2B key",
-            ))
-        }
+/// The control plane's check: who `X-API-KEY` is (see the module docs), or the 401.
+pub(crate) fn principal(ctx: &Ctx, headers: &HeaderMap) -> Result<Principal, Denied> {
+    let denied = |why: &str| {
+        Denied::new(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "{why}: set E2B_API_KEY to a sandlot API key (`sandlot keys create`) or the \
+                 server's E2B key"
+            ),
+        )
+    };
+    let Some(value) = headers.get(API_KEY_HEADER) else {
+        return Err(denied("missing X-API-KEY header"));
+    };
+    if ctx.auth.has_e2b_key(headers) {
+        return Ok(e2b_key_principal(ctx));
     }
+    let Some(gov) = ctx.gov.as_deref() else {
+        return Err(denied("invalid API key"));
+    };
+    let key = value.to_str().map_err(|_| denied("invalid API key"))?;
+    gov.keys
+        .authenticate(key.trim())
+        .map_err(|e| denied(&format!("invalid API key ({e})")))
+}
+
+/// Whether `headers` carry an API key whose tenant owns sandbox `id`; `None` when they carry
+/// no valid API key at all.
+fn key_owns(ctx: &Ctx, id: &str, headers: &HeaderMap) -> Option<bool> {
+    if !headers.contains_key(API_KEY_HEADER) {
+        return None;
+    }
+    let who = principal(ctx, headers).ok()?;
+    Some(crate::tenancy::owns(ctx, &who, id))
+}
+
+/// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or an API
+/// key of its tenant (not the traffic token, which opens its ports only).
+pub(crate) fn opens_everything(ctx: &Ctx, id: &str, headers: &HeaderMap) -> bool {
+    header_eq(headers, ACCESS_TOKEN_HEADER, &ctx.auth.envd_token(id))
+        || key_owns(ctx, id, headers) == Some(true)
 }
 
 /// Checks a request addressed to a sandbox (by `E2b-Sandbox-Id`) and returns the sandbox's id.
 ///
-/// Accepted: `X-Access-Token` = the sandbox's envd token, or `X-API-KEY` = the server's key,
-/// or, for a port other than envd's (`E2b-Sandbox-Port`), `E2B-Traffic-Access-Token` = the
-/// sandbox's traffic token. Whether the sandbox exists is the runtime's to say: a valid token
-/// cannot be made for an id without the key.
+/// Accepted: `X-Access-Token` = the sandbox's envd token, or, for a port other than envd's
+/// (`E2b-Sandbox-Port`), `E2B-Traffic-Access-Token` = the sandbox's traffic token, or
+/// `X-API-KEY` = an API key of the sandbox's tenant (the E2B key: the tenant `default`'s).
+/// With a token, whether the sandbox exists is the runtime's to say: a valid token cannot be
+/// made for an id without the server's key. With an API key, another tenant's sandbox is
+/// answered as a missing one, whatever the route.
 pub(crate) fn check_sandbox(ctx: &Ctx, headers: &HeaderMap) -> Result<String, Denied> {
     let id = headers
         .get(SANDBOX_ID_HEADER)
@@ -141,13 +200,18 @@ pub(crate) fn check_sandbox(ctx: &Ctx, headers: &HeaderMap) -> Result<String, De
         ));
     }
     let auth = &ctx.auth;
-    if header_eq(headers, ACCESS_TOKEN_HEADER, &auth.envd_token(id)) || auth.has_api_key(headers) {
+    if header_eq(headers, ACCESS_TOKEN_HEADER, &auth.envd_token(id)) {
         return Ok(id.to_owned());
     }
     let port = sandbox_port(headers);
     if port != Some(ENVD_PORT) && header_eq(headers, TRAFFIC_TOKEN_HEADER, &auth.traffic_token(id))
     {
         return Ok(id.to_owned());
+    }
+    match key_owns(ctx, id, headers) {
+        Some(true) => return Ok(id.to_owned()),
+        Some(false) => return Err(Denied::sandbox_missing(id)),
+        None => {}
     }
     let present = [ACCESS_TOKEN_HEADER, API_KEY_HEADER, TRAFFIC_TOKEN_HEADER]
         .iter()

@@ -147,6 +147,8 @@ impl From<Denied> for RpcError {
             StatusCode::FORBIDDEN => Code::PermissionDenied,
             StatusCode::NOT_FOUND => Code::NotFound,
             StatusCode::BAD_REQUEST => Code::InvalidArgument,
+            // A sandbox that is not there (or not the caller's), as E2B's proxy says it.
+            StatusCode::BAD_GATEWAY => Code::Unavailable,
             _ => Code::Unknown,
         };
         Self::new(code, d.message)

@@ -1,6 +1,9 @@
 //! E2B's control plane over sandlot's sandboxes: create, list, get, kill, set timeout,
 //! connect (resuming a paused sandbox), pause, resume, refresh and fork. Every route requires
-//! `X-API-KEY` = the server's E2B key.
+//! `X-API-KEY`: a sandlot API key or the server's E2B key (see `auth`), and acts for its
+//! tenant: sandboxes it creates are that tenant's, it lists only that tenant's, and a route
+//! naming another tenant's sandbox answers 404 exactly as for one that does not exist.
+//! Creations, resumes and forks wait for room in the tenant's quotas as `/v1`'s do.
 //!
 //! How E2B's terms map onto sandlot's:
 //! - `timeout` (seconds the sandbox lives from now, default 300) is the sandbox's lifetime;
@@ -17,15 +20,17 @@
 
 use crate::auth::Auth;
 use crate::error::{bad_json, Failure};
+use crate::tenancy;
 use crate::Ctx;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::rejection::{JsonRejection, RawPathParamsRejection};
+use axum::extract::{Extension, Path, Query, RawPathParams, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use sandlot_types::{CreateSandbox, ForkRequest, IdleAction, Sandbox, SandboxState};
+use sandlot_runtime::RuntimeError;
+use sandlot_types::{CreateSandbox, ForkRequest, IdleAction, Principal, Sandbox, SandboxState};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -64,12 +69,41 @@ pub(crate) fn routes(ctx: &Ctx) -> Router<Ctx> {
         ))
 }
 
-/// The control plane's check, before any handler runs.
-async fn require_key(State(ctx): State<Ctx>, req: Request, next: Next) -> Response {
-    match ctx.auth.check_api_key(req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(denied) => Failure::from(denied).into_response(),
+/// The control plane's check, before any handler runs: who the key is (put in the request's
+/// extensions for the handlers), and that the sandbox the path names (`{id}`, decoded as the
+/// handler will read it) is that key's tenant's. Checking here rather than in each handler
+/// scopes a route added later without anyone remembering to.
+async fn require_key(
+    State(ctx): State<Ctx>,
+    params: Result<RawPathParams, RawPathParamsRejection>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let who = match crate::auth::principal(&ctx, req.headers()) {
+        Ok(who) => who,
+        Err(denied) => return Failure::from(denied).into_response(),
+    };
+    let id = match &params {
+        Ok(p) => p
+            .iter()
+            .find(|(k, _)| *k == "id")
+            .map(|(_, v)| v.to_owned()),
+        Err(RawPathParamsRejection::MissingPathParams(_)) => None,
+        Err(e) => return Failure::bad_request(e.body_text()).into_response(),
+    };
+    if let Some(id) = id {
+        if !tenancy::owns(&ctx, &who, &id) {
+            return not_found(id).into_response();
+        }
     }
+    req.extensions_mut().insert(who);
+    next.run(req).await
+}
+
+/// What a route naming a sandbox answers when there is none (or it is another tenant's): the
+/// runtime's own words for a missing sandbox, so the two cannot be told apart.
+fn not_found(id: String) -> Failure {
+    Failure::runtime(RuntimeError::SandboxNotFound { id })
 }
 
 type Reply = Result<Response, Failure>;
@@ -105,7 +139,11 @@ struct NewSandbox {
     lifecycle: Option<Value>,
 }
 
-async fn create(State(ctx): State<Ctx>, b: Result<Json<NewSandbox>, JsonRejection>) -> Reply {
+async fn create(
+    State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
+    b: Result<Json<NewSandbox>, JsonRejection>,
+) -> Reply {
     let req = body(b)?;
     if req.allow_internet_access == Some(true) {
         return Err(Failure::bad_request(
@@ -150,16 +188,28 @@ async fn create(State(ctx): State<Ctx>, b: Result<Json<NewSandbox>, JsonRejectio
     } else {
         (NO_IDLE_TIMEOUT, timeout, IdleAction::Delete)
     };
+    let template = template_of(&req.template_id);
+    if let Some(t) = template.as_deref() {
+        if !tenancy::template_visible(&ctx, &who, t) {
+            return Err(Failure::runtime(RuntimeError::TemplateNotFound {
+                name: t.into(),
+            }));
+        }
+    }
     let create = CreateSandbox {
-        template: template_of(&req.template_id),
+        template,
         env: req.env_vars.unwrap_or_default(),
         metadata: req.metadata.unwrap_or_default(),
         idle_timeout: Some(idle),
         max_lifetime: Some(lifetime),
         on_idle: Some(on_idle),
         all_ports: true,
+        tenant: Some(who.tenant.clone()),
         ..Default::default()
     };
+    let limits = ctx.rt.effective_limits(&create.limits)?;
+    // Held until the sandbox is in the runtime's live set (or the creation failed).
+    let _admission = tenancy::admit(&ctx, &who, limits, 1).await?;
     let sb = ctx.rt.create_sandbox(create).await?;
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
@@ -225,9 +275,14 @@ async fn detail(State(ctx): State<Ctx>, Path(id): Path<String>) -> Reply {
     Ok(Json(v).into_response())
 }
 
-async fn kill(State(ctx): State<Ctx>, Path(id): Path<String>) -> Reply {
+async fn kill(
+    State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Reply {
     ctx.rt.delete_sandbox(&id).await?;
     ctx.forget(&id);
+    tenancy::released(&ctx, &who.tenant);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -278,6 +333,7 @@ struct ConnectBody {
 /// (200). A timeout given moves its expiry, as E2B's connect does.
 async fn connect(
     State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
     Path(id): Path<String>,
     b: Result<Json<ConnectBody>, JsonRejection>,
 ) -> Reply {
@@ -288,6 +344,7 @@ async fn connect(
     };
     let sb = ctx.rt.get_sandbox(&id).await?;
     let status = if sb.state == SandboxState::Paused {
+        let _admission = tenancy::admit_like(&ctx, &who, &id, 1).await?;
         ctx.rt.resume_sandbox(&id).await?;
         StatusCode::CREATED
     } else {
@@ -300,7 +357,11 @@ async fn connect(
     Ok((status, Json(created(&ctx.auth, &sb))).into_response())
 }
 
-async fn pause(State(ctx): State<Ctx>, Path(id): Path<String>) -> Reply {
+async fn pause(
+    State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Reply {
     let sb = ctx.rt.get_sandbox(&id).await?;
     if sb.state == SandboxState::Paused {
         // E2B's answer for a sandbox already paused; its SDKs then return False.
@@ -310,6 +371,7 @@ async fn pause(State(ctx): State<Ctx>, Path(id): Path<String>) -> Reply {
         ));
     }
     ctx.rt.pause_sandbox(&id).await?;
+    tenancy::released(&ctx, &who.tenant);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -321,6 +383,7 @@ struct ResumeBody {
 
 async fn resume(
     State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
     Path(id): Path<String>,
     b: Result<Json<ResumeBody>, JsonRejection>,
 ) -> Reply {
@@ -336,7 +399,9 @@ async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
+    let admission = tenancy::admit_like(&ctx, &who, &id, 1).await?;
     let mut sb = ctx.rt.resume_sandbox(&id).await?;
+    drop(admission);
     if let Some(t) = timeout.filter(|t| *t > 0) {
         sb = ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
     }
@@ -355,6 +420,7 @@ struct ForkBody {
 /// seconds (default 300), as a new E2B sandbox would.
 async fn fork(
     State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
     Path(id): Path<String>,
     b: Result<Json<ForkBody>, JsonRejection>,
 ) -> Reply {
@@ -367,7 +433,10 @@ async fn fork(
         count: f.count.unwrap_or(1),
         same_seed: false,
     };
+    let admission = tenancy::admit_like(&ctx, &who, &id, req.count.clamp(1, 100)).await?;
+    // Children are their parent's tenant's (the runtime copies it).
     let forked = ctx.rt.fork_sandbox(&id, req).await?;
+    drop(admission);
     let timeout = Duration::from_secs(f.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT));
     let mut out = Vec::new();
     for child in forked.sandboxes {
@@ -399,20 +468,23 @@ struct ListQuery {
 
 async fn list_v1(
     ctx: State<Ctx>,
+    who: Extension<Principal>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Reply {
-    list(ctx, q, "running").await
+    list(ctx, who, q, "running").await
 }
 
 async fn list_v2(
     ctx: State<Ctx>,
+    who: Extension<Principal>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Reply {
-    list(ctx, q, "running,paused").await
+    list(ctx, who, q, "running,paused").await
 }
 
 async fn list(
     State(ctx): State<Ctx>,
+    Extension(who): Extension<Principal>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
     default_states: &str,
 ) -> Reply {
@@ -454,6 +526,7 @@ async fn list(
         .list_sandboxes(false)
         .await?
         .into_iter()
+        .filter(|sb| sb.tenant == who.tenant)
         .filter(|sb| !sb.state.is_ended())
         .filter(|sb| states.contains(&e2b_state(sb.state)))
         .filter(|sb| {

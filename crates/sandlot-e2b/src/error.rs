@@ -78,7 +78,11 @@ impl Failure {
 
 impl From<Denied> for Failure {
     fn from(d: Denied) -> Self {
-        Self::new(d.status, d.message)
+        let mut f = Self::new(d.status, d.message);
+        if let Some(code) = d.code {
+            f.code = code;
+        }
+        f
     }
 }
 

@@ -6,7 +6,9 @@
 //! services, the code interpreter's `/execute` and `/contexts`, and any other port) recognised
 //! by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers.
 //!
-//! - `auth`: the server's E2B key, per-sandbox tokens, the checks
+//! - `auth`: who a request is (the server's E2B key, sandlot API keys), per-sandbox tokens,
+//!   the checks
+//! - `tenancy`: which sandboxes a caller may name, quota admission
 //! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume)
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
@@ -21,10 +23,12 @@ mod files;
 mod filesystem;
 mod interpreter;
 mod process;
+mod tenancy;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use sandlot_api::govern::Governance;
 use sandlot_runtime::Runtime;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,11 +46,14 @@ pub enum E2bError {
     },
 }
 
-/// What every E2B handler gets: the runtime and the server's credentials.
+/// What every E2B handler gets: the runtime, the server's credentials and its tenants.
 #[derive(Clone)]
 pub(crate) struct Ctx {
     pub(crate) rt: Runtime,
     pub(crate) auth: Arc<auth::Auth>,
+    /// API keys, tenants and quotas; `None` (`SANDLOT_AUTH=off`): only the E2B key, and
+    /// every sandbox is the tenant `default`'s.
+    pub(crate) gov: Option<Arc<Governance>>,
     /// The code interpreter's per-sandbox bookkeeping.
     pub(crate) interp: Arc<interpreter::Sessions>,
 }
@@ -69,13 +76,20 @@ pub(crate) const INTERPRETER_PORT: u16 = 49999;
 
 impl E2b {
     /// Loads (or creates, on first start) the server's E2B API key under `data_dir`
-    /// (`SANDLOT_E2B_API_KEY` overrides it).
-    pub fn start(rt: Runtime, data_dir: &Path) -> Result<Self, E2bError> {
+    /// (`SANDLOT_E2B_API_KEY` overrides it). With `gov`, the control plane also accepts any
+    /// sandlot API key as `X-API-KEY` and acts for its tenant; the E2B key acts for the
+    /// tenant `default`'s local admin.
+    pub fn start(
+        rt: Runtime,
+        data_dir: &Path,
+        gov: Option<Arc<Governance>>,
+    ) -> Result<Self, E2bError> {
         let auth = Arc::new(auth::Auth::load(data_dir)?);
         Ok(Self {
             ctx: Ctx {
                 rt,
                 auth,
+                gov,
                 interp: Default::default(),
             },
         })

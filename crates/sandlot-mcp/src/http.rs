@@ -7,9 +7,15 @@
 //! dropped (clients may resume a stream), so each response body here carries a token that is
 //! cancelled when the body is dropped before its end; the tool call sees it and interrupts
 //! the execution.
+//!
+//! Each session belongs to the API key that opened it (`initialize`): a request for an
+//! existing session with another key (or none) is answered as one for a session that does
+//! not exist, whatever its method, so a session id seen in a log gives nobody else its
+//! sandbox, its streams or the power to end it. Tool calls then act as that key (`tenancy`).
 
 use crate::backend::Backend;
 use crate::server::{McpServer, Transport};
+use crate::tenancy::Tenancy;
 use crate::{MAX_BODY_BYTES, MAX_SESSIONS, SESSION_IDLE};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -27,6 +33,8 @@ use rmcp::transport::streamable_http_server::session::local::{
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use sandlot_types::Principal;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -46,14 +54,22 @@ pub(crate) struct ClientGone(pub(crate) CancellationToken);
 /// Host names every request may carry (any port): loopback.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
-/// The router serving `/mcp` with `backend`; requests must name a loopback host or one of
-/// `extra_hosts`.
-pub(crate) fn router<B: Backend>(backend: Arc<B>, extra_hosts: Vec<String>) -> Router {
+/// The router serving `/mcp` with `backend`, scoped to tenants by `tenancy`; requests must
+/// name a loopback host or one of `extra_hosts`.
+pub(crate) fn router<B: Backend>(
+    backend: Arc<B>,
+    tenancy: Arc<Tenancy>,
+    extra_hosts: Vec<String>,
+) -> Router {
     let mut session_config = SessionConfig::default();
     session_config.keep_alive = Some(SESSION_IDLE);
     let mut local = LocalSessionManager::default();
     local.session_config = session_config;
-    let sessions = Arc::new(Bounded { inner: local });
+    let sessions = Arc::new(Bounded {
+        inner: local,
+        owners: Default::default(),
+        requires_keys: tenancy.requires_keys(),
+    });
 
     let hosts = LOOPBACK_HOSTS
         .iter()
@@ -68,7 +84,13 @@ pub(crate) fn router<B: Backend>(backend: Arc<B>, extra_hosts: Vec<String>) -> R
         .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]);
     config.max_request_body_bytes = MAX_BODY_BYTES;
     let service = StreamableHttpService::new(
-        move || Ok(McpServer::new(backend.clone(), Transport::Http)),
+        move || {
+            Ok(McpServer::new(
+                backend.clone(),
+                Some(tenancy.clone()),
+                Transport::Http,
+            ))
+        },
         sessions.clone(),
         config,
     );
@@ -77,14 +99,32 @@ pub(crate) fn router<B: Backend>(backend: Arc<B>, extra_hosts: Vec<String>) -> R
         .layer(axum::middleware::from_fn_with_state(sessions, guard))
 }
 
-/// Refuses a new session past the bound (before rmcp reads the body), and watches the
-/// response for a client that goes away.
+/// Refuses a new session past the bound (before rmcp reads the body) and a request for a
+/// session opened by another key, records who opens a session, and watches the response for
+/// a client that goes away.
 async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Next) -> Response {
-    if req.method() == Method::POST
-        && !req.headers().contains_key("mcp-session-id")
-        && sessions.count().await >= MAX_SESSIONS
-    {
+    let key = req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.key_id.clone());
+    if sessions.requires_keys && key.is_none() {
+        // The server's middleware answers first; this holds should it ever not run.
+        return rpc_error(StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let opening = req.method() == Method::POST && !req.headers().contains_key("mcp-session-id");
+    if opening && sessions.count().await >= MAX_SESSIONS {
         return too_many_sessions();
+    }
+    if let Some(id) = &session {
+        if sessions.exists(id).await && !sessions.opened_by(id, &key) {
+            // rmcp's own words for an unknown session: the two read the same.
+            return rpc_error(StatusCode::NOT_FOUND, "Not Found: Session not found");
+        }
     }
     if req.method() == Method::DELETE {
         // rmcp answers 202 to ending a session it does not have; MCP's answer for an unknown
@@ -103,6 +143,16 @@ async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Nex
     req.extensions_mut().insert(ClientGone(gone.clone()));
     let delete = req.method() == Method::DELETE;
     let mut resp = next.run(req).await;
+    if opening && resp.status().is_success() {
+        // Read before the client has the id, so its next request finds the owner.
+        let opened = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = opened {
+            sessions.opened(id, key).await;
+        }
+    }
     if resp.status().is_client_error() || resp.status().is_server_error() {
         resp = as_rpc_error(resp).await;
     } else if delete && resp.status() == StatusCode::ACCEPTED {
@@ -240,9 +290,13 @@ impl Drop for Watched {
     }
 }
 
-/// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] at once.
+/// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] at once, and the key that opened each.
 struct Bounded {
     inner: LocalSessionManager,
+    /// Session id → the id of the API key that opened it (`None` on a server without keys).
+    /// Entries of sessions that expired are pruned when new ones are added.
+    owners: std::sync::Mutex<HashMap<String, Option<String>>>,
+    requires_keys: bool,
 }
 
 impl Bounded {
@@ -252,6 +306,37 @@ impl Bounded {
 
     async fn exists(&self, id: &str) -> bool {
         self.inner.sessions.read().await.contains_key(id)
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
+        self.owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether session `id` was opened by `key`. A session with no recorded opener belongs
+    /// to nobody.
+    fn opened_by(&self, id: &str, key: &Option<String>) -> bool {
+        self.owners().get(id).is_some_and(|k| k == key)
+    }
+
+    /// Records that `key` opened session `id`.
+    async fn opened(&self, id: &str, key: Option<String>) {
+        let stale = self.owners().len() >= MAX_SESSIONS;
+        if stale {
+            // Sessions expire inside rmcp without telling; their entries go here, at most
+            // once per MAX_SESSIONS openings.
+            let live: std::collections::HashSet<String> = self
+                .inner
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(|k| k.to_string())
+                .collect();
+            self.owners().retain(|k, _| live.contains(k));
+        }
+        self.owners().insert(id.to_owned(), key);
     }
 }
 
@@ -289,7 +374,9 @@ impl SessionManager for Bounded {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        Ok(self.inner.close_session(id).await?)
+        self.inner.close_session(id).await?;
+        self.owners().remove(id.as_ref());
+        Ok(())
     }
 
     async fn create_stream(

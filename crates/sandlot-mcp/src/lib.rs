@@ -6,6 +6,10 @@
 //! [`Runtime`] serves `/mcp`, [`remote::Remote`] (a client of the server's HTTP API) serves
 //! stdio. Each MCP session gets its own sandbox on first use (`session`), deleted when the
 //! session ends; every sandbox tool takes a `sandbox_id` to use a shared one instead.
+//!
+//! On `/mcp` each session acts as the API key that opened it: its sandboxes are that key's
+//! tenant's, it sees and names no other tenant's (`tenancy`). Over stdio the server's `/v1`
+//! scopes every call by the key `sandlot mcp` sends.
 
 mod backend;
 mod error;
@@ -14,6 +18,7 @@ mod remote;
 mod server;
 mod session;
 mod stdio;
+mod tenancy;
 mod tools;
 
 pub use backend::{Backend, ReadFile};
@@ -23,6 +28,7 @@ pub use stdio::serve_stdio;
 pub use tools::READ_LIMIT;
 
 use axum::Router;
+use sandlot_api::govern::Governance;
 use sandlot_runtime::Runtime;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,13 +48,20 @@ pub const MAX_BODY_BYTES: usize = 8 << 20;
 
 /// `/mcp`: the MCP server over streamable HTTP, a sandbox per MCP session. Requests must
 /// name a loopback host (`localhost`, `127.0.0.1`, `::1`, any port): the guard against DNS
-/// rebinding.
-pub fn http_router(rt: Runtime) -> Router {
-    http::router(Arc::new(rt), Vec::new())
+/// rebinding. With `gov`, every request must carry the [`sandlot_types::Principal`] the
+/// server's authentication put in its extensions, and a session acts as the key that opened
+/// it (its tenant, its quotas).
+pub fn http_router(rt: Runtime, gov: Option<Arc<Governance>>) -> Router {
+    http_router_with_hosts(rt, gov, Vec::new())
 }
 
 /// [`http_router`] that also accepts requests whose `Host` is one of `hosts` (`name` or
 /// `name:port`), for a server reached by another name than loopback.
-pub fn http_router_with_hosts(rt: Runtime, hosts: impl IntoIterator<Item = String>) -> Router {
-    http::router(Arc::new(rt), hosts.into_iter().collect())
+pub fn http_router_with_hosts(
+    rt: Runtime,
+    gov: Option<Arc<Governance>>,
+    hosts: impl IntoIterator<Item = String>,
+) -> Router {
+    let tenancy = Arc::new(tenancy::Tenancy::new(rt.clone(), gov));
+    http::router(Arc::new(rt), tenancy, hosts.into_iter().collect())
 }

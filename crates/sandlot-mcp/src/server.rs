@@ -3,6 +3,7 @@
 
 use crate::backend::Backend;
 use crate::session::Session;
+use crate::tenancy::Tenancy;
 use crate::tools;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
@@ -33,6 +34,8 @@ const INSTRUCTIONS: &str = "sandlot runs code in isolated sandboxes. run_python 
 pub(crate) struct McpServer<B: Backend> {
     pub(crate) backend: Arc<B>,
     pub(crate) session: Arc<Session<B>>,
+    /// In-process `/mcp`: the tenants' checks (stdio: `None`, the server it calls scopes).
+    pub(crate) tenancy: Option<Arc<Tenancy>>,
     transport: Transport,
 }
 
@@ -41,16 +44,22 @@ impl<B: Backend> Clone for McpServer<B> {
         Self {
             backend: self.backend.clone(),
             session: self.session.clone(),
+            tenancy: self.tenancy.clone(),
             transport: self.transport,
         }
     }
 }
 
 impl<B: Backend> McpServer<B> {
-    pub(crate) fn new(backend: Arc<B>, transport: Transport) -> Self {
+    pub(crate) fn new(
+        backend: Arc<B>,
+        tenancy: Option<Arc<Tenancy>>,
+        transport: Transport,
+    ) -> Self {
         Self {
             session: Arc::new(Session::new(backend.clone())),
             backend,
+            tenancy,
             transport,
         }
     }

@@ -1,9 +1,11 @@
 //! One MCP session's sandbox: created on the first tool call that needs one, deleted when the
 //! session ends (streamable HTTP: DELETE or idle expiry; stdio: EOF). Sandboxes named by an
-//! explicit `sandbox_id` are never owned by a session.
+//! explicit `sandbox_id` are never owned by a session. On `/mcp` with API keys the sandbox is
+//! the tenant's of the key that opened the session (see `tenancy`).
 
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::tenancy::Scope;
 use sandlot_types::{CreateSandbox, IdleAction};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,7 +49,7 @@ impl<B: Backend> Session<B> {
 
     /// The session's sandbox, created now if it has none. The lock is held across the
     /// creation so two first calls at once make one sandbox.
-    pub(crate) async fn sandbox(&self, label: &str) -> Result<Own, Error> {
+    pub(crate) async fn sandbox(&self, label: &str, scope: Option<&Scope>) -> Result<Own, Error> {
         let mut slot = self.slot.lock().await;
         if slot.closed {
             return Err(Error::SessionClosed);
@@ -58,7 +60,7 @@ impl<B: Backend> Session<B> {
                 replaced: None,
             });
         }
-        let id = self.create(label).await?;
+        let id = self.create(label, scope).await?;
         slot.id = Some(id.clone());
         slot.label = label.to_string();
         Ok(Own { id, replaced: None })
@@ -66,7 +68,12 @@ impl<B: Backend> Session<B> {
 
     /// Replaces the session's sandbox `gone` (found missing: expired or deleted elsewhere) by
     /// a new one, unless another call did already.
-    pub(crate) async fn replace(&self, gone: &str, label: &str) -> Result<Own, Error> {
+    pub(crate) async fn replace(
+        &self,
+        gone: &str,
+        label: &str,
+        scope: Option<&Scope>,
+    ) -> Result<Own, Error> {
         let mut slot = self.slot.lock().await;
         if slot.closed {
             return Err(Error::SessionClosed);
@@ -77,7 +84,7 @@ impl<B: Backend> Session<B> {
                 replaced: None,
             });
         }
-        let id = self.create(label).await?;
+        let id = self.create(label, scope).await?;
         slot.id = Some(id.clone());
         slot.label = label.to_string();
         Ok(Own {
@@ -99,21 +106,25 @@ impl<B: Backend> Session<B> {
         }
     }
 
-    async fn create(&self, label: &str) -> Result<String, Error> {
+    async fn create(&self, label: &str, scope: Option<&Scope>) -> Result<String, Error> {
         let metadata = BTreeMap::from([
             ("created_by".to_string(), "mcp".to_string()),
             ("mcp_session".to_string(), label.to_string()),
         ]);
-        let sb = self
-            .backend
-            .create_sandbox(CreateSandbox {
-                metadata,
-                // Idle (the server's default idle timeout), it is paused rather than deleted:
-                // it holds no memory, and the session's next call resumes it with its state.
-                on_idle: Some(IdleAction::Pause),
-                ..Default::default()
-            })
-            .await?;
+        let mut req = CreateSandbox {
+            metadata,
+            // Idle (the server's default idle timeout), it is paused rather than deleted:
+            // it holds no memory, and the session's next call resumes it with its state.
+            on_idle: Some(IdleAction::Pause),
+            ..Default::default()
+        };
+        let mut admission = None;
+        if let Some(scope) = scope {
+            scope.prepare(&mut req)?;
+            admission = scope.admit_create(&req).await?;
+        }
+        let sb = self.backend.create_sandbox(req).await?;
+        drop(admission);
         tracing::debug!(sandbox = %sb.id, session = %label, "created the MCP session's sandbox");
         Ok(sb.id)
     }

@@ -21,7 +21,7 @@ const DRAIN: Duration = Duration::from_secs(15);
 /// Serves MCP on stdin/stdout until the client closes stdin, with the sandlot server at `url`
 /// (authenticated with `api_key` when given).
 pub async fn serve_stdio(url: &str, api_key: Option<&str>) -> Result<(), Error> {
-    let server = McpServer::new(Arc::new(Remote::new(url, api_key)?), Transport::Stdio);
+    let server = McpServer::new(Arc::new(Remote::new(url, api_key)?), None, Transport::Stdio);
     let session = server.session.clone();
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let stdin = EofWatch {

@@ -10,6 +10,7 @@ use crate::backend::{Backend, ReadFile};
 use crate::error::Error;
 use crate::server::McpServer;
 use crate::session::Session;
+use crate::tenancy::Scope;
 use base64::Engine as _;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use rmcp::schemars::JsonSchema;
@@ -283,10 +284,23 @@ pub(crate) async fn call<B: Backend>(
     req: CallToolRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult, McpError> {
+    let who = ctx
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<sandlot_types::Principal>());
+    let scope = match Scope::of(server.tenancy.as_ref(), who) {
+        Ok(scope) => scope,
+        Err(e) => {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                e.for_model(),
+            )]))
+        }
+    };
     let call = Call {
         server,
         label: session_label(&ctx),
         ctx: &ctx,
+        scope,
         notes: Vec::new(),
     };
     match req.name.as_ref() {
@@ -406,12 +420,22 @@ struct Call<'a, B: Backend> {
     server: &'a McpServer<B>,
     ctx: &'a RequestContext<RoleServer>,
     label: String,
+    /// The tenant the call acts for (in-process `/mcp` with API keys).
+    scope: Option<Scope>,
     notes: Vec<String>,
 }
 
 impl<B: Backend> Call<'_, B> {
     fn backend(&self) -> Arc<B> {
         self.server.backend.clone()
+    }
+
+    /// `Ok` when the call may name sandbox `id` (its tenant's; anyone's without a scope).
+    fn check(&self, id: &str) -> Result<(), Error> {
+        match &self.scope {
+            Some(scope) => scope.check_sandbox(id),
+            None => Ok(()),
+        }
     }
 
     /// Runs `op` on the sandbox named, or on the session's own (created if need be, and
@@ -422,13 +446,15 @@ impl<B: Backend> Call<'_, B> {
         Fut: Future<Output = Result<T, Error>>,
     {
         if let Some(id) = explicit {
+            self.check(&id)?;
             return op(id).await;
         }
         let session = &self.server.session;
-        let own = session.sandbox(&self.label).await?;
+        let scope = self.scope.as_ref();
+        let own = session.sandbox(&self.label, scope).await?;
         match op(own.id.clone()).await {
             Err(e) if e.is_not_found() => {
-                let own = session.replace(&own.id, &self.label).await?;
+                let own = session.replace(&own.id, &self.label, scope).await?;
                 if let Some(old) = &own.replaced {
                     self.notes.push(format!(
                         "[this session's sandbox {old} was gone (it reached its maximum \
@@ -568,7 +594,7 @@ impl<B: Backend> Call<'_, B> {
     }
 
     async fn create_sandbox(self, a: CreateSandboxArgs) -> CallToolResult {
-        let req = CreateSandbox {
+        let mut req = CreateSandbox {
             template: a.template,
             from_snapshot: a.from_snapshot,
             env: a.env,
@@ -576,6 +602,18 @@ impl<B: Backend> Call<'_, B> {
             metadata: BTreeMap::from([("created_by".to_string(), "mcp".to_string())]),
             ..Default::default()
         };
+        // Held until the sandbox is created.
+        let mut _admission = None;
+        if let Some(scope) = &self.scope {
+            let admitted = match scope.prepare(&mut req) {
+                Ok(()) => scope.admit_create(&req).await,
+                Err(e) => Err(e),
+            };
+            match admitted {
+                Ok(a) => _admission = a,
+                Err(e) => return self.failed(&e),
+            }
+        }
         match self.server.backend.create_sandbox(req).await {
             Ok(sb) => self.json(sandbox_json(&sb, None)),
             Err(e) => self.failed(&e),
@@ -584,9 +622,11 @@ impl<B: Backend> Call<'_, B> {
 
     async fn list_sandboxes(self) -> CallToolResult {
         let own = self.server.session.current().await;
+        let tenant = self.scope.as_ref().map(Scope::tenant);
         match self.server.backend.list_sandboxes().await {
             Ok(list) => self.json(Value::Array(
                 list.iter()
+                    .filter(|sb| tenant.is_none_or(|t| sb.tenant == t))
                     .map(|sb| sandbox_json(sb, own.as_deref()))
                     .collect(),
             )),
@@ -608,9 +648,15 @@ impl<B: Backend> Call<'_, B> {
                 }
             },
         };
+        if let Err(e) = self.check(&id) {
+            return self.failed(&e);
+        }
         match self.server.backend.delete_sandbox(&id).await {
             Ok(()) => {
                 session.forget(&id).await;
+                if let Some(scope) = &self.scope {
+                    scope.released();
+                }
                 self.json(json!({ "deleted": id }))
             }
             Err(e) => self.failed(&e),
@@ -619,13 +665,19 @@ impl<B: Backend> Call<'_, B> {
 
     async fn fork(mut self, explicit: Option<String>, count: u64) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
-                let backend = backend.clone();
+                let (backend, scope) = (backend.clone(), scope.clone());
                 async move {
                     let req = ForkRequest {
                         count,
                         same_seed: false,
+                    };
+                    // Held until the children are created; they are the parent's tenant's.
+                    let _admission = match &scope {
+                        Some(s) => s.admit_like(&id, count.clamp(1, 100)).await?,
+                        None => None,
                     };
                     backend.fork_sandbox(&id, req).await
                 }
@@ -643,14 +695,23 @@ impl<B: Backend> Call<'_, B> {
 
     async fn lifecycle(mut self, explicit: Option<String>, what: Lifecycle) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
-                let backend = backend.clone();
+                let (backend, scope) = (backend.clone(), scope.clone());
                 let pause = matches!(what, Lifecycle::Pause);
                 async move {
                     if pause {
-                        backend.pause_sandbox(&id).await
+                        let paused = backend.pause_sandbox(&id).await;
+                        if let Some(s) = &scope {
+                            s.released();
+                        }
+                        paused
                     } else {
+                        let _admission = match &scope {
+                            Some(s) => s.admit_like(&id, 1).await?,
+                            None => None,
+                        };
                         backend.resume_sandbox(&id).await
                     }
                 }

@@ -439,7 +439,8 @@ fn replace_persists_and_a_bad_set_on_disk_stops_open() {
     )
     .unwrap();
     let err = PolicyEngine::open(dir.path()).unwrap_err();
-    assert!(matches!(err, PolicyError::Schema { .. }), "{err:?}");
+    assert!(matches!(err, PolicyError::Stored { .. }), "{err:?}");
+    assert_eq!(err.code(), "policy_stored");
     let msg = err.to_string();
     assert!(
         msg.contains(POLICIES_FILE) && msg.contains("no @id"),

@@ -915,7 +915,10 @@ fn schema_3_sandboxes_expose_no_ports() {
     assert!(sb.ports.is_empty());
     assert!(!sb.all_ports);
     // Records from before tenants belong to the tenant `default`, isolated, no network.
-    assert_eq!((sb.tenant.as_str(), sb.tier.as_str()), ("default", "isolated"));
+    assert_eq!(
+        (sb.tenant.as_str(), sb.tier.as_str()),
+        ("default", "isolated")
+    );
     assert!(sb.network.is_empty() && sb.contained.is_none());
     let version: i64 = store
         .conn()
@@ -956,7 +959,10 @@ fn tenants_keys_and_records_roundtrip() {
     };
     store.insert_key(&k).unwrap();
     assert!(store.insert_key(&k).is_err(), "ids and prefixes are unique");
-    let revoked = store.revoke_key("key_1", "2026-01-02T00:00:00.000000Z").unwrap().unwrap();
+    let revoked = store
+        .revoke_key("key_1", "2026-01-02T00:00:00.000000Z")
+        .unwrap()
+        .unwrap();
     assert!(revoked.info.revoked_at.is_some());
     assert!(store.revoke_key("nope", "x").unwrap().is_none());
     // A key of an unknown tenant is refused by the foreign key.
@@ -995,7 +1001,9 @@ fn the_journal_writes_in_batches_and_flushes() {
         });
     }
     j.flush();
-    let got = store.list_decisions(Some("acme"), Some("execute"), 2000).unwrap();
+    let got = store
+        .list_decisions(Some("acme"), Some("execute"), 2000)
+        .unwrap();
     assert_eq!(got.len(), 1000);
     assert_eq!(got[0].id, "dec_999", "newest first");
 }
