@@ -16,9 +16,14 @@ Usage::
 
     python bench/mcp_rtt.py [--url http://127.0.0.1:7878] [--iterations 2000] [--warmup 50]
                             [--time-limit 60] [--code 1+1] [--raw] [--samples]
+
+Both send the API key in an ``Authorization`` header: ``$SANDLOT_API_KEY``, else (for a server
+on this machine) the one the server keeps in its data dir. The SDK's session gets it through
+its own HTTP client (``httpx2``, with the SDK's default timeouts), as the SDK documents.
 """
 
 import argparse
+import ipaddress
 import http.client
 import json
 import os
@@ -29,6 +34,29 @@ import urllib.parse
 from importlib import metadata
 
 PROTOCOL = "2025-11-25"
+
+
+def api_key(url):
+    """``$SANDLOT_API_KEY``; else, for a server on this machine, the key it keeps in its data
+    dir (``$SANDLOT_DATA_DIR/api-key``, else ``~/.local/share/sandlot/api-key``)."""
+    key = os.environ.get("SANDLOT_API_KEY", "").strip()
+    if key:
+        return key
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        return None
+    data = os.environ.get("SANDLOT_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "sandlot"
+    )
+    try:
+        with open(os.path.join(data, "api-key")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def percentile(sorted_ms, q):
@@ -54,10 +82,17 @@ def summary(samples, with_samples=False):
 
 def time_client(url, args):
     import anyio
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    key = api_key(url)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     async def run():
-        async with Client(f"{url}/mcp", read_timeout_seconds=60) as client:
+        # The timeouts the SDK gives the client it makes when given none (30 s, 300 s read).
+        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), read_timeout_seconds=60) as client:
             first = await client.call_tool("run_python", {"code": args.code})
             if first.is_error:
                 sys.exit(f"the cell raised: {first.content}")
@@ -91,12 +126,15 @@ class Raw:
         self.path = (u.path.rstrip("/") or "") + "/mcp"
         self.session = None
         self.next_id = 0
+        key = api_key(url)
+        self.auth = {"Authorization": f"Bearer {key}"} if key else {}
 
     def post(self, message):
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": PROTOCOL,
+            **self.auth,
         }
         if self.session:
             headers["Mcp-Session-Id"] = self.session
@@ -123,7 +161,7 @@ class Raw:
 
     def close(self):
         if self.session:
-            self.conn.request("DELETE", self.path, headers={"Mcp-Session-Id": self.session})
+            self.conn.request("DELETE", self.path, headers={"Mcp-Session-Id": self.session, **self.auth})
             self.conn.getresponse().read()
         self.conn.close()
 

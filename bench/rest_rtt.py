@@ -13,17 +13,43 @@ Usage::
     python bench/rest_rtt.py [--url http://127.0.0.1:7878] [--iterations 2000] [--warmup 50]
                              [--time-limit 60] [--code 1+1] [--samples]
 
-``$SANDLOT_API_KEY``, when set, is sent as a bearer token.
+The API key sent is ``$SANDLOT_API_KEY``, else (for a server on this machine) the one the
+server keeps in its data dir.
 """
 
 import argparse
+import ipaddress
 import json
 import os
 import platform
 import statistics
 import sys
 import time
+import urllib.parse
 from importlib import metadata
+
+
+def api_key(url):
+    """``$SANDLOT_API_KEY``; else, for a server on this machine, the key it keeps in its data
+    dir (``$SANDLOT_DATA_DIR/api-key``, else ``~/.local/share/sandlot/api-key``)."""
+    key = os.environ.get("SANDLOT_API_KEY", "").strip()
+    if key:
+        return key
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        return None
+    data = os.environ.get("SANDLOT_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "sandlot"
+    )
+    try:
+        with open(os.path.join(data, "api-key")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def percentile(sorted_ms, q):
@@ -46,8 +72,9 @@ def main():
     import httpx
 
     headers = {}
-    if os.environ.get("SANDLOT_API_KEY"):
-        headers["Authorization"] = f"Bearer {os.environ['SANDLOT_API_KEY']}"
+    key = api_key(args.url)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
     # One connection, kept alive: what an SDK holding a client does.
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, limits=limits, timeout=60) as http:

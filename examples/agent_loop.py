@@ -10,7 +10,8 @@ Environment:
   OPENAI_API_KEY    sent as a bearer token when set
   OPENAI_MODEL      model name (default: gpt-4o-mini)
   SANDLOT_URL       sandlot server (default: http://127.0.0.1:7878)
-  SANDLOT_API_KEY   sandlot bearer token, when the server wants one
+  SANDLOT_API_KEY   sandlot API key (default: for a server on this machine, the local admin
+                    key it keeps in ~/.local/share/sandlot/api-key, or $SANDLOT_DATA_DIR/api-key)
 
 Only ``httpx`` and the ``sandlot`` SDK are needed (no ``openai`` package).
 """

@@ -43,7 +43,7 @@ pub(crate) fn policy_principal(p: &Principal) -> PolicyPrincipal {
     }
 }
 
-pub(crate) fn sandbox_ref(s: &Sandbox) -> SandboxRef {
+pub fn sandbox_ref(s: &Sandbox) -> SandboxRef {
     SandboxRef {
         id: s.id.clone(),
         tenant: s.tenant.clone(),
@@ -144,8 +144,8 @@ pub(crate) fn denied(d: &Decision, id: &str) -> HttpError {
     )
 }
 
-/// Gates a creation and picks its tier: `create_sandbox` on its template, then `select_tier`
-/// from the least privileged tier upward. Returns the tier to run it in.
+/// Gates a creation and picks its tier (see [`Governance::gate_creation`]); without
+/// governance, the tier asked for.
 pub(crate) fn gate_create<B>(
     st: &AppState<B>,
     who: &Principal,
@@ -153,65 +153,150 @@ pub(crate) fn gate_create<B>(
     limits: sandlot_types::EffectiveLimits,
     needs_trusted: bool,
 ) -> Result<String, HttpError> {
-    let Some(g) = st.gov.as_deref() else {
-        return Ok(req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into()));
-    };
-    let asked = req.tier.as_deref().unwrap_or(ISOLATED_TIER);
-    if !TIERS.contains(&asked) {
-        return Err(HttpError::new(
-            ErrorCode::InvalidArgument,
-            format!("tier must be one of {}, not {asked:?}", TIERS.join(", ")),
-        ));
+    match st.gov.as_deref() {
+        Some(g) => g
+            .gate_creation(who, req, limits, needs_trusted)
+            .map_err(HttpError),
+        None => Ok(req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into())),
     }
-    let request = SandboxRequest {
-        memory_mb: limits.memory_mb,
-        cpu_millis: limits.cpu_millis,
-        pids: limits.pids,
-        disk_mb: limits.disk_mb,
-        network: !req.network.is_empty(),
-        allow: req.network.clone(),
-        tier: asked.to_owned(),
-        ports: if req.all_ports {
-            64512
+}
+
+impl Governance {
+    /// The creation gates, for every interface (REST, E2B, MCP): `create_sandbox` on its
+    /// template, then `select_tier` for the least tier that gives what it asks for (`trusted`
+    /// when it names it or `needs_trusted`: its limits are above the isolated maxima). The
+    /// tier to run it in, or 403 `policy_denied`.
+    pub fn gate_creation(
+        &self,
+        who: &Principal,
+        req: &sandlot_types::CreateSandbox,
+        limits: sandlot_types::EffectiveLimits,
+        needs_trusted: bool,
+    ) -> Result<String, sandlot_types::ApiError> {
+        let asked = req.tier.as_deref().unwrap_or(ISOLATED_TIER);
+        if !TIERS.contains(&asked) {
+            return Err(sandlot_types::ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("tier must be one of {}, not {asked:?}", TIERS.join(", ")),
+            ));
+        }
+        let request = SandboxRequest {
+            memory_mb: limits.memory_mb,
+            cpu_millis: limits.cpu_millis,
+            pids: limits.pids,
+            disk_mb: limits.disk_mb,
+            network: !req.network.is_empty(),
+            allow: req.network.clone(),
+            tier: asked.to_owned(),
+            ports: if req.all_ports {
+                64512
+            } else {
+                req.ports.len() as u64
+            },
+        };
+        let template = req.template.clone().unwrap_or_else(|| "default".into());
+        self.gate(
+            who,
+            GateRequest::CreateSandbox {
+                template: template.clone(),
+                request: request.clone(),
+            },
+            format!("Template::{template:?}"),
+        )
+        .map_err(|e| e.0)?;
+        // Tiers above the least sufficient one are never tried: a denial there is the
+        // answer, not a reason to run with more.
+        let tier = if asked == TRUSTED_TIER || needs_trusted {
+            TRUSTED_TIER
         } else {
-            req.ports.len() as u64
-        },
-    };
-    let template = req.template.clone().unwrap_or_else(|| "default".into());
-    g.gate(
-        who,
-        GateRequest::CreateSandbox {
-            template: template.clone(),
-            request: request.clone(),
-        },
-        format!("Template::{template:?}"),
-    )?;
-    // The least tier that gives what was asked: `trusted` when named or when the limits
-    // need it; tried upward from there, each put to the policy.
-    let least = if asked == TRUSTED_TIER || needs_trusted {
-        1
-    } else {
-        0
-    };
-    // Tiers above the least sufficient one are never tried: a denial there is the answer,
-    // not a reason to run with more.
-    let tier = TIERS[least];
-    let (id, d) = g.decide(
-        &policy_principal(who),
-        GateRequest::SelectTier {
-            tier: tier.to_owned(),
-            request,
-        },
-        format!("Tier::{tier:?}"),
-        Some(serde_json::json!({
-            "asked": asked,
-            "needs_trusted_limits": needs_trusted,
-        })),
-    );
-    if d.allowed {
-        Ok(tier.to_owned())
-    } else {
-        Err(denied(&d, &id))
+            ISOLATED_TIER
+        };
+        let (id, d) = self.decide(
+            &policy_principal(who),
+            GateRequest::SelectTier {
+                tier: tier.to_owned(),
+                request,
+            },
+            format!("Tier::{tier:?}"),
+            Some(serde_json::json!({
+                "asked": asked,
+                "needs_trusted_limits": needs_trusted,
+            })),
+        );
+        if d.allowed {
+            Ok(tier.to_owned())
+        } else {
+            Err(denied(&d, &id).0)
+        }
+    }
+
+    /// The `execute` gate of a sandbox, for every interface.
+    pub fn gate_execute(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        code_bytes: usize,
+        language: sandlot_types::Language,
+    ) -> Result<(), sandlot_types::ApiError> {
+        self.gate(
+            who,
+            GateRequest::Execute {
+                sandbox: sandbox_ref(sandbox),
+                code_bytes: code_bytes as u64,
+                language: match language {
+                    sandlot_types::Language::Python => "python".into(),
+                    sandlot_types::Language::Bash => "bash".into(),
+                },
+            },
+            format!("Sandbox::{:?}", sandbox.id),
+        )
+        .map_err(|e| e.0)
+    }
+
+    /// The `read_file` (`write: None`) or `write_file` (`write: Some(bytes)`) gate of a file
+    /// of a sandbox's workspace (`path` relative to it, or absolute under `/workspace`).
+    pub fn gate_file(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        path: &str,
+        write: Option<u64>,
+    ) -> Result<(), sandlot_types::ApiError> {
+        let path = if path.starts_with("/workspace") {
+            path.to_owned()
+        } else {
+            format!("/workspace/{}", path.trim_start_matches('/'))
+        };
+        let sandbox_r = sandbox_ref(sandbox);
+        let request = match write {
+            Some(bytes) => GateRequest::WriteFile {
+                sandbox: sandbox_r,
+                path,
+                bytes,
+            },
+            None => GateRequest::ReadFile {
+                sandbox: sandbox_r,
+                path,
+            },
+        };
+        self.gate(who, request, format!("Sandbox::{:?}", sandbox.id))
+            .map_err(|e| e.0)
+    }
+
+    /// Who acts on a sandbox through a per-sandbox token rather than a key (E2B's envd
+    /// routes): its tenant, as a member.
+    pub fn sandbox_principal(&self, s: &Sandbox) -> Principal {
+        Principal {
+            key_id: format!("sandbox-token:{}", s.id),
+            key_prefix: "sandbox-token".into(),
+            tenant: s.tenant.clone(),
+            role: sandlot_types::Role::Member,
+            plan: self
+                .keys
+                .tenant(&s.tenant)
+                .map(|t| t.plan)
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -355,12 +440,7 @@ pub(crate) async fn put_policies<B>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<PolicyInfo>, HttpError> {
-    if caller.0.role != sandlot_types::Role::Admin {
-        return Err(HttpError::new(
-            ErrorCode::Forbidden,
-            "this operation needs an admin key",
-        ));
-    }
+    caller.require_operator()?;
     let g = gov(&st)?;
     if body.len() > sandlot_policy::MAX_POLICY_BYTES {
         return Err(HttpError::new(

@@ -120,6 +120,24 @@ impl Caller {
             ))
         }
     }
+
+    /// The operator: an admin of the tenant `default` (the server's own). Only it manages
+    /// tenants, their quotas and plans, other tenants' keys and the policy set; a tenant's
+    /// admin manages its own tenant's keys and nothing beyond.
+    pub fn is_operator(&self) -> bool {
+        self.0.role == Role::Admin && self.0.tenant == DEFAULT_TENANT
+    }
+
+    pub(crate) fn require_operator(&self) -> Result<(), HttpError> {
+        if self.is_operator() {
+            Ok(())
+        } else {
+            Err(HttpError::new(
+                ErrorCode::Forbidden,
+                "this operation needs an operator key (an admin key of tenant default)",
+            ))
+        }
+    }
 }
 
 /// Who requests act as when the server runs without keys.
@@ -224,12 +242,17 @@ fn scope<B: Backend>(
     path: &str,
 ) -> Result<(), HttpError> {
     let mut parts = path.trim_start_matches("/v1/").split('/');
-    let (Some(kind), Some(id)) = (parts.next(), parts.next()) else {
+    let (Some(kind), Some(raw)) = (parts.next(), parts.next()) else {
         return Ok(());
     };
-    if id.is_empty() {
+    if raw.is_empty() {
         return Ok(());
     }
+    // The handlers get the segment percent-decoded: check the same spelling they will use.
+    let decoded = percent_encoding::percent_decode_str(raw).decode_utf8();
+    let Ok(id) = decoded.as_deref() else {
+        return Err(HttpError::invalid_request("a path segment is not UTF-8"));
+    };
     let mine = |owner: Option<String>| owner.as_deref() == Some(who.tenant.as_str());
     match kind {
         "sandboxes" => {
@@ -238,8 +261,11 @@ fn scope<B: Backend>(
             }
             // `/v1/sandboxes/{id}/diff/{other}` names two.
             if let (Some("diff"), Some(other)) = (parts.next(), parts.next()) {
-                if !other.is_empty() && !mine(backend.sandbox_tenant(other)) {
-                    return Err(sandbox_not_found(other));
+                let other = percent_encoding::percent_decode_str(other)
+                    .decode_utf8()
+                    .map_err(|_| HttpError::invalid_request("a path segment is not UTF-8"))?;
+                if !other.is_empty() && !mine(backend.sandbox_tenant(&other)) {
+                    return Err(sandbox_not_found(&other));
                 }
             }
         }
@@ -288,13 +314,17 @@ pub(crate) fn volume_not_found(name: &str) -> HttpError {
     )
 }
 
-/// Built-in templates (no owner) are everyone's; others their owner's.
+/// The built-in template is everyone's; a template made through the API its owner's; one
+/// with no recorded owner (made before tenants existed) the tenant `default`'s.
 pub(crate) fn template_visible(gov: &Governance, who: &Principal, name: &str) -> bool {
+    if name == "default" {
+        return true;
+    }
     match gov.store.template_owners() {
-        Ok(owners) => owners
-            .iter()
-            .find(|(n, _)| n == name)
-            .is_none_or(|(_, t)| *t == who.tenant),
+        Ok(owners) => match owners.iter().find(|(n, _)| n == name) {
+            Some((_, t)) => *t == who.tenant,
+            None => who.tenant == DEFAULT_TENANT,
+        },
         Err(_) => false,
     }
 }
@@ -482,7 +512,7 @@ pub(crate) async fn create_tenant<B: Backend>(
     caller: Caller,
     ApiJson(req): ApiJson<CreateTenant>,
 ) -> Result<Response, HttpError> {
-    caller.require_admin()?;
+    caller.require_operator()?;
     let name = req.name.clone();
     let t = gov(&st)?
         .keys
@@ -496,7 +526,7 @@ pub(crate) async fn list_tenants<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
 ) -> Result<Json<TenantList>, HttpError> {
-    caller.require_admin()?;
+    caller.require_operator()?;
     Ok(Json(TenantList {
         tenants: gov(&st)?.keys.tenants(),
     }))
@@ -514,7 +544,7 @@ pub(crate) async fn get_tenant<B: Backend>(
             format!("no tenant {}", short(&name)),
         )
     };
-    if caller.0.role != Role::Admin && caller.tenant() != name {
+    if !caller.is_operator() && caller.tenant() != name {
         return Err(not_found());
     }
     gov(&st)?.keys.tenant(&name).map(Json).ok_or_else(not_found)
@@ -527,7 +557,7 @@ pub(crate) async fn put_tenant<B: Backend>(
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<CreateTenant>,
 ) -> Result<Json<Tenant>, HttpError> {
-    caller.require_admin()?;
+    caller.require_operator()?;
     if !req.name.is_empty() && req.name != name {
         return Err(HttpError::new(
             ErrorCode::InvalidArgument,
@@ -549,6 +579,13 @@ pub(crate) async fn create_key<B: Backend>(
     ApiJson(req): ApiJson<CreateKey>,
 ) -> Result<Response, HttpError> {
     caller.require_admin()?;
+    // A tenant's admin mints keys for its own tenant only; another looks like no tenant.
+    if !caller.is_operator() && req.tenant != caller.tenant() {
+        return Err(HttpError::new(
+            ErrorCode::TenantNotFound,
+            format!("no tenant {}", short(&req.tenant)),
+        ));
+    }
     let k = gov(&st)?.keys.create_key(req).map_err(tenancy_error)?;
     Ok((StatusCode::CREATED, Json(k)).into_response())
 }
@@ -559,7 +596,7 @@ pub(crate) async fn list_keys<B: Backend>(
     caller: Caller,
     ApiQuery(q): ApiQuery<KeyQuery>,
 ) -> Result<Json<KeyList>, HttpError> {
-    let tenant = if caller.0.role == Role::Admin {
+    let tenant = if caller.is_operator() {
         q.tenant
     } else {
         Some(caller.0.tenant.clone())
@@ -577,7 +614,7 @@ pub(crate) async fn revoke_key<B: Backend>(
 ) -> Result<Json<ApiKeyInfo>, HttpError> {
     let g = gov(&st)?;
     let not_found = || HttpError::new(ErrorCode::KeyNotFound, format!("no API key {}", short(&id)));
-    if caller.0.role != Role::Admin {
+    if !caller.is_operator() {
         let own = g
             .keys
             .list_keys(Some(caller.tenant()))

@@ -35,7 +35,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub(crate) fn conn(&self) -> Conn {
-        Conn::new(self.server.addr)
+        Conn::new(&self.server.endpoint())
     }
 
     pub(crate) fn note_instance(&mut self, id: &str) {
@@ -567,13 +567,13 @@ pub fn throughput(ctx: &mut Ctx) -> anyhow::Result<ThroughputResult> {
         o.seconds, o.concurrency
     );
     let stop = Arc::new(AtomicBool::new(false));
-    let addr = ctx.server.addr;
+    let to = ctx.server.endpoint();
     let started = Instant::now();
     let workers: Vec<_> = (0..o.concurrency)
         .map(|_| {
-            let stop = stop.clone();
+            let (stop, to) = (stop.clone(), to.clone());
             std::thread::spawn(move || {
-                let mut c = Conn::new(addr);
+                let mut c = Conn::new(&to);
                 let (mut create, mut delete) = (Samples::new(), Samples::new());
                 let mut errors = Vec::new();
                 // Bounded by time, and by count as a backstop.

@@ -82,14 +82,14 @@ pub fn burst(ctx: &mut Ctx) -> anyhow::Result<BurstResult> {
         &[],
     )];
 
-    let addr = ctx.server.addr;
+    let to = ctx.server.endpoint();
     let barrier = Arc::new(Barrier::new(o.burst_size + 1));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     let clients: Vec<_> = (0..o.burst_size)
         .map(|_| {
-            let (barrier, start) = (barrier.clone(), start.clone());
+            let (barrier, start, to) = (barrier.clone(), start.clone(), to.clone());
             std::thread::spawn(move || {
-                let mut c = Conn::new(addr);
+                let mut c = Conn::new(&to);
                 // Connected before the release: the burst times sandboxes, not TCP handshakes.
                 let connected = c.request("GET", "/v1/health", None);
                 barrier.wait();

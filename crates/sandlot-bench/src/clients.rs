@@ -225,13 +225,16 @@ fn summary_of(v: &Value, what: &str) -> anyhow::Result<Summary> {
 }
 
 /// Runs the client scripts in the venv, with only what they need in their environment: E2B's
-/// own settings pointing at this server, and no proxy for loopback.
+/// own settings pointing at this server (its E2B key), or sandlot's URL and API key
+/// (`SANDLOT_API_KEY`, which the REST and MCP scripts send), and no proxy for loopback.
 struct Runner {
     python: PathBuf,
     work: PathBuf,
     url: String,
     env: BTreeMap<String, String>,
     e2b_key: anyhow::Result<String>,
+    /// The server's API key, for the REST and MCP scripts.
+    key: Option<String>,
     iterations: usize,
     warmup: usize,
     limit: Duration,
@@ -267,6 +270,7 @@ impl Runner {
             url: format!("http://{}", ctx.server.addr),
             env,
             e2b_key,
+            key: ctx.server.key.clone(),
             iterations: ctx.opts.hot_iters,
             warmup: ctx.opts.hot_warmup,
             limit: Duration::from_secs(ctx.opts.loop_seconds),
@@ -303,6 +307,9 @@ impl Runner {
                 .env("E2B_API_KEY", key);
         } else {
             cmd.args(["--url", &self.url]);
+            if let Some(key) = &self.key {
+                cmd.env("SANDLOT_API_KEY", key);
+            }
         }
         let out = run_bounded(&mut cmd, self.limit * loops + SCRIPT_OVERHEAD)?;
         last_json_line(&out)

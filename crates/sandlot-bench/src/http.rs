@@ -2,19 +2,41 @@
 //!
 //! The harness measures the server, so the client does as little as it can: one request
 //! written in one `write`, `TCP_NODELAY`, the response read with `Content-Length` or chunked
-//! framing. Every read and write has a timeout, so no measurement can hang.
+//! framing. Every read and write has a timeout, so no measurement can hang. Every request
+//! carries the server's API key (its `Authorization` line is formatted once per connection),
+//! as any real client's does.
 
 use anyhow::{bail, Context};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest any single request may take (a create may wait for a zygote restart).
 const IO_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A server to talk to: where it listens and the API key it wants (`None`: send none, for a
+/// server started with `SANDLOT_AUTH=off`). Cheap to clone into worker threads.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub key: Option<Arc<str>>,
+}
+
+impl Endpoint {
+    pub fn new(addr: SocketAddr, key: Option<&str>) -> Self {
+        Endpoint {
+            addr,
+            key: key.map(Arc::from),
+        }
+    }
+}
+
 pub struct Conn {
     addr: SocketAddr,
+    /// `Authorization: Bearer <key>\r\n`, or empty.
+    auth: Vec<u8>,
     reader: Option<BufReader<TcpStream>>,
     buf: Vec<u8>,
 }
@@ -37,9 +59,15 @@ impl Response {
 }
 
 impl Conn {
-    pub fn new(addr: SocketAddr) -> Self {
+    pub fn new(to: &Endpoint) -> Self {
+        let auth = to
+            .key
+            .as_deref()
+            .map(|k| format!("Authorization: Bearer {k}\r\n").into_bytes())
+            .unwrap_or_default();
         Conn {
-            addr,
+            addr: to.addr,
+            auth,
             reader: None,
             buf: Vec::with_capacity(1024),
         }
@@ -100,6 +128,7 @@ impl Conn {
         let mut req = std::mem::take(&mut self.buf);
         req.clear();
         let _ = write!(req, "{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+        req.extend_from_slice(&self.auth);
         if let Some(b) = body {
             let _ = write!(
                 req,
@@ -217,28 +246,34 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    fn serve_once(responses: Vec<&'static [u8]>) -> SocketAddr {
+    /// Answers each request on one connection with the next response; returns the address
+    /// and what it received, one request per message.
+    fn serve_once(
+        responses: Vec<&'static [u8]>,
+    ) -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
             for resp in responses {
                 let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).unwrap();
+                let n = s.read(&mut buf).unwrap();
+                let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
                 s.write_all(resp).unwrap();
             }
         });
-        addr
+        (addr, rx)
     }
 
     #[test]
     fn reads_length_chunked_and_empty_bodies_on_one_connection() {
-        let addr = serve_once(vec![
+        let (addr, seen) = serve_once(vec![
             b"HTTP/1.1 201 Created\r\ncontent-length: 11\r\n\r\n{\"id\":\"a\"}\n",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
             b"HTTP/1.1 204 No Content\r\n\r\n",
         ]);
-        let mut c = Conn::new(addr);
+        let mut c = Conn::new(&Endpoint::new(addr, Some("sl_k")));
         let r = c
             .post_json("/v1/sandboxes", &serde_json::json!({}))
             .unwrap();
@@ -248,5 +283,27 @@ mod tests {
         assert_eq!((r.status, r.body.as_slice()), (200, &b"abcde"[..]));
         let r = c.delete("/v1/sandboxes/a").unwrap();
         assert_eq!((r.status, r.body.len()), (204, 0));
+        // Every request carried the key, in its head.
+        let reqs: Vec<String> = seen.try_iter().collect();
+        assert_eq!(reqs.len(), 3);
+        for req in reqs {
+            let head = req.split("\r\n\r\n").next().unwrap();
+            assert!(
+                head.contains("\r\nAuthorization: Bearer sl_k\r\n"),
+                "{req:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_key_no_authorization_line() {
+        let (addr, seen) = serve_once(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]);
+        let mut c = Conn::new(&Endpoint::new(addr, None));
+        assert_eq!(c.request("GET", "/v1/health", None).unwrap().status, 200);
+        assert!(!seen
+            .recv()
+            .unwrap()
+            .to_ascii_lowercase()
+            .contains("authorization"));
     }
 }

@@ -1,7 +1,7 @@
 //! The `sandlot serve` under test: started on 127.0.0.1:0 with a temporary data dir, stopped
 //! (SIGTERM, then SIGKILL) when the harness is done, and its log kept in a file.
 
-use crate::http::Conn;
+use crate::http::{Conn, Endpoint};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -19,8 +19,11 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
-    /// Its data dir (the E2B API key is `e2b-api-key` in it).
+    /// Its data dir (its API key is `api-key` in it, the E2B API key `e2b-api-key`).
     pub data_dir: PathBuf,
+    /// The local admin key it made on its first start (read from `<data_dir>/api-key`), sent
+    /// with every request; `None` when it serves without keys (`SANDLOT_AUTH=off`).
+    pub key: Option<String>,
     pub log: PathBuf,
     /// When the process was spawned, and how long after that it announced its address.
     pub spawned_at: Instant,
@@ -81,6 +84,7 @@ impl Server {
             child,
             addr: "127.0.0.1:0".parse()?,
             data_dir: data_dir.to_path_buf(),
+            key: None,
             log,
             spawned_at: started,
             started_in: Duration::ZERO,
@@ -108,6 +112,7 @@ impl Server {
                             .parse()
                             .context("bad listening address")?;
                         server.started_in = started.elapsed();
+                        server.key = read_key(data_dir)?;
                         return Ok(server);
                     }
                 }
@@ -117,6 +122,11 @@ impl Server {
                 }
             }
         }
+    }
+
+    /// Where to send requests, with the key.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.addr, self.key.as_deref())
     }
 
     pub fn pid(&self) -> u32 {
@@ -174,6 +184,20 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop();
+    }
+}
+
+/// The key in `<data_dir>/api-key`, written before the server announces itself; no file means
+/// a server without keys.
+fn read_key(data_dir: &Path) -> anyhow::Result<Option<String>> {
+    let path = data_dir.join("api-key");
+    match std::fs::read_to_string(&path) {
+        Ok(k) if !k.trim().is_empty() => Ok(Some(k.trim().to_owned())),
+        Ok(_) => bail!("{} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => {
+            Err(e).with_context(|| format!("reading the server's API key {}", path.display()))
+        }
     }
 }
 

@@ -17,13 +17,12 @@
 //! until one of the paused sandboxes (picked at random) answers `a + 1`.
 
 use crate::bench::{Conditions, Ctx, Watch};
-use crate::http::Conn;
+use crate::http::{Conn, Endpoint};
 use crate::server::{self, Server};
 use crate::stats::{Rng, Samples, Summary};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -181,15 +180,15 @@ struct Crew {
 }
 
 impl Crew {
-    fn new(addr: SocketAddr, n: usize) -> Crew {
+    fn new(to: &Endpoint, n: usize) -> Crew {
         let (done_tx, done) = mpsc::channel();
         let mut jobs = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
         for _ in 0..n {
             let (tx, rx) = mpsc::channel::<Job>();
-            let done_tx = done_tx.clone();
+            let (done_tx, to) = (done_tx.clone(), to.clone());
             handles.push(std::thread::spawn(move || {
-                let mut c = Conn::new(addr);
+                let mut c = Conn::new(&to);
                 // Connected before any clock starts: the samples time sandboxes, not handshakes.
                 let _ = c.request("GET", "/v1/health", None);
                 for (id, code, answer) in rx {
@@ -301,7 +300,7 @@ pub fn fork(ctx: &mut Ctx) -> anyhow::Result<ForkResult> {
         o.fork_iters, o.fork_iters, o.fork100_iters
     );
     let mut c = ctx.conn();
-    let crew = Crew::new(ctx.server.addr, 100);
+    let crew = Crew::new(&ctx.server.endpoint(), 100);
     let mut cases = Vec::new();
     let mut cleanup = Vec::new();
     let plan: [(Kind, &[(usize, usize)]); 2] = [
@@ -790,7 +789,7 @@ pub fn paused_start(ctx: &mut Ctx) -> anyhow::Result<PausedStartResult> {
             let mut srv = start(&format!("make-{n}"))?;
             let t = Instant::now();
             let made = make_paused(
-                srv.addr,
+                &srv.endpoint(),
                 n - ids.len(),
                 Duration::from_secs(o.loop_seconds * 2),
             );
@@ -848,14 +847,14 @@ struct Made {
 }
 
 /// Creates `n` small sandboxes and pauses them, `MAKERS` at a time.
-fn make_paused(addr: SocketAddr, n: usize, limit: Duration) -> Made {
+fn make_paused(to: &Endpoint, n: usize, limit: Duration) -> Made {
     let left = Arc::new(Mutex::new(n));
     let t = Instant::now();
     let workers: Vec<_> = (0..MAKERS)
         .map(|_| {
-            let left = left.clone();
+            let (left, to) = (left.clone(), to.clone());
             std::thread::spawn(move || {
-                let mut c = Conn::new(addr);
+                let mut c = Conn::new(&to);
                 let mut ids = Vec::new();
                 loop {
                     {
@@ -931,7 +930,7 @@ fn measure_starts(
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .saturating_sub(srv.spawned_at.elapsed());
-        let mut c = Conn::new(srv.addr);
+        let mut c = Conn::new(&srv.endpoint());
         let t_health = Instant::now();
         loop {
             match c.request("GET", "/v1/health", None) {

@@ -15,7 +15,7 @@ pub(crate) struct Client {
 
 impl Client {
     pub(crate) fn new(url: &str) -> anyhow::Result<Client> {
-        let http = crate::config::http_builder()
+        let http = crate::config::http_builder(url)
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(600))
             .build()

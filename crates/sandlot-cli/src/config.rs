@@ -245,12 +245,16 @@ pub fn default_env_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("envs")
 }
 
-/// The API key client commands (`run`, `mcp`, `agent`, `template`, `snapshots`, `keys`) send:
-/// `$SANDLOT_API_KEY`, else the local admin key a server keeps in its data dir
-/// (`$SANDLOT_DATA_DIR`, else the default one), when this user can read it.
-pub fn api_key() -> Option<String> {
+/// The API key client commands (`run`, `mcp`, `agent`, `template`, `snapshots`, `keys`) send
+/// to the server at `url`: `$SANDLOT_API_KEY`, else, for a server on this machine (a loopback
+/// URL), the local admin key a server keeps in its data dir (`$SANDLOT_DATA_DIR`, else the
+/// default one) when this user can read it. This machine's key never goes to another host.
+pub fn api_key_for(url: &str) -> Option<String> {
     if let Some(k) = std::env::var(API_KEY).ok().filter(|k| !k.trim().is_empty()) {
         return Some(k.trim().to_owned());
+    }
+    if !is_loopback_url(url) {
+        return None;
     }
     let dir = match std::env::var_os(DATA_DIR).filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
@@ -260,10 +264,23 @@ pub fn api_key() -> Option<String> {
     Some(text.trim().to_owned()).filter(|k| !k.is_empty())
 }
 
-/// A client builder that sends [`api_key`] with every request.
-pub fn http_builder() -> reqwest::ClientBuilder {
+/// Whether `url`'s host is this machine's loopback (`localhost`, `127.0.0.0/8`, `::1`).
+pub fn is_loopback_url(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// A client builder that sends [`api_key_for`] `url` with every request.
+pub fn http_builder(url: &str) -> reqwest::ClientBuilder {
     let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(key) = api_key() {
+    if let Some(key) = api_key_for(url) {
         if let Ok(mut v) = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
             v.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, v);
@@ -279,6 +296,32 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use super::is_loopback_url;
+
+    #[test]
+    fn the_local_key_goes_to_loopback_servers_only() {
+        for local in [
+            "http://127.0.0.1:7878",
+            "http://localhost:1",
+            "http://LOCALHOST",
+            "http://127.9.8.7",
+            "http://[::1]:7878",
+        ] {
+            assert!(is_loopback_url(local), "{local}");
+        }
+        for remote in [
+            "http://127.0.0.1.example.test",
+            "http://localhost.example.test",
+            "http://10.0.0.1:7878",
+            "https://sandlot.example.test",
+            "http://[::2]",
+            "not a url",
+            "http://user@evil.test/127.0.0.1",
+        ] {
+            assert!(!is_loopback_url(remote), "{remote}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -369,7 +369,7 @@ async fn put_json<T: DeserializeOwned>(
     path: &str,
     body: &impl Serialize,
 ) -> anyhow::Result<T> {
-    let http = crate::config::http_builder()
+    let http = crate::config::http_builder(url)
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(60))
         .build()

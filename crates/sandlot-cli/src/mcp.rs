@@ -27,7 +27,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<u8> {
     crate::init_logging(config::DEFAULT_CLI_LOG);
     crate::tokio_runtime()?.block_on(sandlot_mcp::serve_stdio(
         &args.url.url,
-        crate::config::api_key().as_deref(),
+        crate::config::api_key_for(&args.url.url).as_deref(),
     ))?;
     Ok(0)
 }

@@ -145,7 +145,7 @@ async fn run_on_server(
     req: ExecuteRequest,
     printer: &mut Printer,
 ) -> anyhow::Result<Outcome> {
-    let http = crate::config::http_builder()
+    let http = crate::config::http_builder(url)
         .connect_timeout(Duration::from_secs(10))
         .build()
         .context("could not build the HTTP client")?;

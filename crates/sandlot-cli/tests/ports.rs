@@ -1189,7 +1189,7 @@ fn capability_urls_open_one_sandboxs_ports_without_a_key() {
     for bad in [
         format!("{id}.{}", "0".repeat(32)),
         format!("{id}.{mac}"),
-        format!("{id}"),
+        id.clone(),
         "x".to_string(),
     ] {
         let (status, body) = get(&format!("/v1/ports/{bad}/{HTTP_PORT}/sub/page.html"));

@@ -10,7 +10,12 @@ run against a real ``sandlot serve`` that the session-scoped ``sandlot_url`` fix
   <repo>/target/sandlot-envs>``; the address is read from the stdout line
   ``sandlot listening on http://ADDR``, waiting up to 10 minutes (the first start provisions
   the Python environment).
-* ``$SANDLOT_TEST_URL`` instead points the live tests at a server that is already running.
+* ``$SANDLOT_TEST_URL`` instead points the live tests at a server that is already running
+  (with its key in ``$SANDLOT_API_KEY``).
+* The server's local admin key is exported as ``$SANDLOT_API_KEY`` for the session (what the
+  SDK and the ``sandlot`` client commands send). ``local_key_home`` is a home directory with
+  that key where ``sandlot serve`` keeps it by default (``~/.local/share/sandlot/api-key``),
+  for tests of clients that find it there themselves, as on the server's own machine.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -137,6 +142,28 @@ def sandlot_url() -> Iterator[str]:
             del os.environ["SANDLOT_URL"]
             os.environ.pop("SANDLOT_API_KEY", None)
         sys.stderr.write(f"\nsandlot server logs: {tmp}\n")
+
+
+@pytest.fixture(scope="session")
+def local_key_home(sandlot_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    key = os.environ.get("SANDLOT_API_KEY", "")
+    assert key, "the live tests need $SANDLOT_API_KEY (the server's key)"
+    home = tmp_path_factory.mktemp("home")
+    keydir = home / ".local" / "share" / "sandlot"
+    keydir.mkdir(parents=True)
+    (keydir / "api-key").write_text(key + "\n")
+    (keydir / "api-key").chmod(0o600)
+    return home
+
+
+def local_client_env(home: Path, **extra: str) -> Dict[str, str]:
+    """This process's environment for a client subprocess that must find the key by itself:
+    no ``$SANDLOT_API_KEY`` or data dir settings, and ``home`` (see ``local_key_home``) as
+    HOME."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDLOT_API_KEY", "SANDLOT_DATA_DIR", "XDG_DATA_HOME")}
+    env["HOME"] = str(home)
+    env.update(extra)
+    return env
 
 
 @pytest.fixture

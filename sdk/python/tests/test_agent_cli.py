@@ -23,6 +23,8 @@ from sandlot import Sandbox
 from sandlot.models import Execution
 from sandlot.tools import _OPENAI_IMAGE_NOTE, declarations, format_execution
 
+from .conftest import local_client_env
+
 REPO = Path(__file__).resolve().parents[3]
 RUN_TIMEOUT = 180
 
@@ -439,6 +441,30 @@ def test_the_api_key_is_sent_and_bad_arguments_are_usage_errors(sandlot_url: str
     assert out.returncode == 1 and "sandbox_not_found" in out.stderr
     out = subprocess.run(base[:2] + ["--url", "http://127.0.0.1:9"] + base[4:] + ["t"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "could not reach the server" in out.stderr
+
+
+@pytest.mark.live
+def test_sandlot_key_comes_from_the_key_file_and_never_reaches_the_model(sandlot_url: str, scripted, local_key_home: Path, tmp_path: Path) -> None:
+    key = os.environ["SANDLOT_API_KEY"]
+    model = scripted([lambda m: calls(tool_call("c1", "run_python", {"code": "6 * 7"})), lambda m: answer("done")])
+    cmd = [str(_need_bin()), "agent", "--url", sandlot_url, "--base-url", model.base_url, "--model", "m", "-q", "compute"]
+    # As on the server's machine: no $SANDLOT_API_KEY, the key file in the default data dir.
+    env = local_client_env(local_key_home)
+    env.pop("OPENAI_API_KEY", None)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "done\n" and "42" in tool_messages(model.requests[-1]["body"]["messages"])["c1"]
+    # The model endpoint is someone else's: it never sees sandlot's key.
+    assert [r["auth"] for r in model.requests] == [None, None]
+    assert key not in json.dumps([r["body"] for r in model.requests])
+
+    # No key anywhere: the agent stops before calling the model, saying why.
+    model = scripted([lambda m: answer("unreachable")])
+    cmd = [str(_need_bin()), "agent", "--url", sandlot_url, "--base-url", model.base_url, "--model", "m", "-q", "compute"]
+    env = local_client_env(tmp_path)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
+    assert out.returncode == 1 and "unauthenticated" in out.stderr and "API key" in out.stderr, out.stderr
+    assert model.requests == []
 
 
 @pytest.mark.live

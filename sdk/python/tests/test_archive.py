@@ -25,9 +25,12 @@ from ._openapi import OpenAPI, errors_of
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
-    monkeypatch.delenv("SANDLOT_URL", raising=False)
-    monkeypatch.delenv("SANDLOT_API_KEY", raising=False)
+def _no_env(request, monkeypatch):
+    # The offline tests talk to a fake: no server address or key from the environment. The
+    # live ones keep the key conftest.py exports for its server.
+    if request.node.get_closest_marker("live") is None:
+        monkeypatch.delenv("SANDLOT_URL", raising=False)
+        monkeypatch.delenv("SANDLOT_API_KEY", raising=False)
 
 
 def make_tree(root: Path) -> None:

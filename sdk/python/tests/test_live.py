@@ -22,6 +22,8 @@ import sandlot
 from sandlot import AsyncSandbox, ExecutionError, ExecutionTimeout, Sandbox
 from sandlot.tools import ToolDispatcher
 
+from .conftest import local_client_env
+
 pytestmark = pytest.mark.live
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -426,19 +428,19 @@ class ScriptedChat(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
-def test_agent_loop_example(sandlot_url):
+def test_agent_loop_example(sandlot_url, local_key_home):
     ScriptedChat.requests = []
     ScriptedChat.problems = []
     srv = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedChat)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        env = dict(os.environ)
-        env.update(
+        # Run as on the server's machine: no $SANDLOT_API_KEY, the SDK finds the local key.
+        env = local_client_env(
+            local_key_home,
             OPENAI_BASE_URL=f"http://127.0.0.1:{srv.server_port}/v1",
             OPENAI_API_KEY="sk-test",
             SANDLOT_URL=sandlot_url,
         )
-        env.pop("SANDLOT_API_KEY", None)
         proc = subprocess.run(
             [sys.executable, str(REPO / "examples" / "agent_loop.py"), "What is the mean of 3, 5, 7, 11?"],
             env=env,

@@ -149,7 +149,8 @@ def test_bad_port_lists_are_refused(sandlot_url):
 async def test_async_sandbox_exposes_all_ports(sandlot_url):
     async with AsyncSandbox.create(url=sandlot_url, all_ports=True) as sb:
         url = sb.get_url(8080)
-        assert url.endswith(f"/v1/sandboxes/{sb.id}/ports/8080/")
+        token = (await sb.info()).port_token
+        assert token and url.endswith(f"/v1/ports/{token}/8080/")
         async with httpx.AsyncClient(timeout=30) as client:
             nothing = await client.get(url)
             assert (nothing.status_code, nothing.json()["error"]["code"]) == (502, "port_unreachable")

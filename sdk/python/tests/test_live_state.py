@@ -4,6 +4,7 @@ Like test_live.py, skipped only when the sandlot binary does not exist."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -88,7 +89,11 @@ def test_fork_reseeds_children_unless_same_seed(sandlot_url):
 def test_fork_count_out_of_range_is_refused(sandlot_url, sandbox):
     # The SDK refuses such a count itself, so ask the server directly.
     for count in (0, 101):
-        resp = httpx.post(f"{sandlot_url}/v1/sandboxes/{sandbox.id}/fork", json={"count": count})
+        resp = httpx.post(
+            f"{sandlot_url}/v1/sandboxes/{sandbox.id}/fork",
+            json={"count": count},
+            headers={"Authorization": f"Bearer {os.environ['SANDLOT_API_KEY']}"},
+        )
         assert resp.status_code == 400 and resp.json()["error"]["code"] in ("invalid_request", "invalid_argument")
     assert [s.forked_from for s in Sandbox.list(url=sandlot_url)].count(sandbox.id) == 0
     assert _ok(sandbox.run_code("1 + 1")).text == "2"

@@ -4,13 +4,19 @@ registry) as the client, against a real `sandlot serve` (see conftest.py):
 * over stdio: `sandlot mcp` launched exactly as Claude Desktop launches it, from the config
   snippet the README shows (examples/claude_desktop_config.json: command, args, env;
   only SANDLOT_URL is pointed at the test server and PATH given the binary's directory);
-* over streamable HTTP: `<server>/mcp`.
+* over streamable HTTP: `<server>/mcp`, with the API key in the headers of the client's own
+  `httpx2.AsyncClient` (the `mcp` SDK's way to authenticate).
+
+`sandlot mcp` is given no key: like Claude Desktop on the server's machine, it finds the local
+admin key in the default data dir (`$HOME/.local/share/sandlot/api-key`; HOME here is a temp
+dir holding the test server's key, see conftest.py's local_key_home).
 
 Covered: the tool list, running Python (values, stdout, tracebacks with isError), figures as
 image content, DataFrames as text, a session's sandbox kept across calls and deleted when the
 session ends, explicit sandbox_id sharing across sessions and transports, a client killed
 mid-execution (`while True: pass`) leaving the sandbox usable with its state, and bad tool
-arguments answered as MCP errors.
+arguments answered as MCP errors; requests without a key, with a wrong one, or with it in
+`X-Api-Key`.
 """
 
 from __future__ import annotations
@@ -33,9 +39,11 @@ import pytest
 
 mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
 import anyio  # noqa: E402
+import httpx2  # noqa: E402  (the HTTP client the mcp SDK uses)
 
 pytestmark = pytest.mark.live
 
@@ -64,21 +72,55 @@ def _bin() -> Path:
     return Path(os.environ.get("SANDLOT_BIN") or Path(__file__).resolve().parents[3] / "target" / "debug" / "sandlot")
 
 
-def _claude_desktop_params(url: str) -> StdioServerParameters:
+def _key() -> str:
+    key = os.environ.get("SANDLOT_API_KEY", "")
+    assert key, "the live tests need $SANDLOT_API_KEY (conftest.py sets it for the server it starts)"
+    return key
+
+
+def _auth() -> Dict[str, str]:
+    return {"Authorization": f"Bearer {_key()}"}
+
+
+# Home directories for `sandlot mcp`: one holding the test server's key where `sandlot serve`
+# keeps it by default (conftest.py's local_key_home), so that given only SANDLOT_URL, as in the
+# config, it finds the key; and one without.
+_HOMES: Dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True)
+def _desktop_homes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if "sandlot_url" in request.fixturenames and not _HOMES:
+        _HOMES["with_key"] = request.getfixturevalue("local_key_home")
+        _HOMES["without_key"] = tmp_path_factory.mktemp("home-without-key")
+
+
+def _claude_desktop_params(url: str, home: str = "with_key") -> StdioServerParameters:
     """The server entry of the config snippet, launched as Claude Desktop does: its command
-    (found on PATH), its args and its env."""
+    (found on PATH), its args and its env (plus HOME, which Claude Desktop passes on too)."""
     cfg = json.loads(FIXTURE.read_text())["mcpServers"]["sandlot"]
     env = dict(cfg["env"])
     env["SANDLOT_URL"] = url
     env["PATH"] = f"{_bin().parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env["HOME"] = str(_HOMES[home])
     return StdioServerParameters(command=cfg["command"], args=cfg["args"], env=env)
 
 
+def _http_client(headers: Dict[str, str]) -> httpx2.AsyncClient:
+    # The mcp SDK's own default timeouts (a response stream may stay open for minutes).
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+
+
 @asynccontextmanager
-async def _client(kind: str, url: str) -> AsyncIterator[Client]:
-    server: Any = _claude_desktop_params(url) if kind == "stdio" else f"{url}/mcp"
-    async with Client(server, read_timeout_seconds=90) as client:
-        yield client
+async def _client(kind: str, url: str, headers: Any = None) -> AsyncIterator[Client]:
+    if kind == "stdio":
+        async with Client(_claude_desktop_params(url), read_timeout_seconds=90) as client:
+            yield client
+        return
+    async with _http_client(_auth() if headers is None else headers) as http:
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with Client(transport, read_timeout_seconds=90) as client:
+            yield client
 
 
 def _texts(result: Any) -> List[str]:
@@ -95,7 +137,7 @@ def _json(result: Any) -> Any:
 
 
 def _api(url: str, method: str, path: str) -> Dict[str, Any]:
-    req = urllib.request.Request(f"{url}{path}", method=method)
+    req = urllib.request.Request(f"{url}{path}", method=method, headers=_auth())
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             body = resp.read()
@@ -268,17 +310,23 @@ async def test_explicit_sandbox_is_shared_across_sessions_and_transports(sandlot
 # A client that calls run_python("while True: pass") on a shared sandbox and is then killed.
 DISCONNECTING_CLIENT = textwrap.dedent(
     """
-    import json, sys, anyio
+    import json, os, sys, anyio, httpx2
     from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
 
     kind, server, sandbox_id = sys.argv[1], sys.argv[2], sys.argv[3]
 
     async def main():
-        target = StdioServerParameters(**json.loads(server)) if kind == "stdio" else server
-        async with Client(target) as client:
-            await client.list_tools()
-            print("calling", flush=True)
-            await client.call_tool("run_python", {"code": "while True: pass", "sandbox_id": sandbox_id})
+        headers = {"Authorization": "Bearer " + os.environ["SANDLOT_API_KEY"]}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)) as http:
+            if kind == "stdio":
+                target = StdioServerParameters(**json.loads(server))
+            else:
+                target = streamable_http_client(server, http_client=http)
+            async with Client(target) as client:
+                await client.list_tools()
+                print("calling", flush=True)
+                await client.call_tool("run_python", {"code": "while True: pass", "sandbox_id": sandbox_id})
 
     anyio.run(main)
     """
@@ -328,3 +376,78 @@ async def test_client_killed_mid_execution_leaves_sandbox_usable(kind: str, sand
             spin = [e for e in history if e["code"] == "while True: pass"]
             assert spin and spin[-1]["result"]["end_state"] == "interrupted", spin
             _json(await c.call_tool("delete_sandbox", {"sandbox_id": shared}))
+
+
+def _mcp_errors(exc: BaseException) -> List[MCPError]:
+    """The MCPErrors in an exception, looking inside exception groups (anyio task groups)."""
+    if isinstance(exc, MCPError):
+        return [exc]
+    found: List[MCPError] = []
+    for inner in getattr(exc, "exceptions", None) or [exc.__cause__, exc.__context__]:
+        if inner is not None and inner is not exc:
+            found.extend(_mcp_errors(inner))
+    return found
+
+
+# A key of the right shape that the server never issued, and strings that are not keys at all.
+UNKNOWN_KEY = "sl_aaaaaaaa_" + "a" * 32
+BAD_HEADERS = [
+    {},
+    {"Authorization": f"Bearer {UNKNOWN_KEY}"},
+    {"Authorization": "Bearer not-a-key"},
+    {"Authorization": "Basic c2FuZGxvdDpzYW5kbG90"},
+    {"X-Api-Key": UNKNOWN_KEY},
+]
+
+
+@pytest.mark.parametrize("headers", BAD_HEADERS, ids=["none", "unknown", "malformed", "basic", "x-api-key-unknown"])
+async def test_http_without_a_valid_key_is_refused(headers: Dict[str, str], sandlot_url: str) -> None:
+    with anyio.fail_after(TEST_BOUND):
+        # What any HTTP client sees: 401, a Bearer challenge and a JSON-RPC error body.
+        init = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        ).encode()
+        req = urllib.request.Request(
+            f"{sandlot_url}/mcp", data=init, method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers},
+        )
+        with pytest.raises(urllib.error.HTTPError) as raw:
+            urllib.request.urlopen(req, timeout=30)
+        assert raw.value.code == 401
+        assert raw.value.headers.get("WWW-Authenticate", "").startswith("Bearer"), dict(raw.value.headers)
+        body = json.loads(raw.value.read())
+        assert body["jsonrpc"] == "2.0" and "API key" in body["error"]["message"], body
+        assert UNKNOWN_KEY not in json.dumps(body), "the refusal echoes the key it was sent"
+        # What the official client sees: the session never starts, with the server's reason.
+        try:
+            async with _client("http", sandlot_url, headers) as client:
+                await client.list_tools()
+        except BaseException as e:  # noqa: BLE001 - an exception group from the client's task group
+            errs = _mcp_errors(e)
+            assert errs and "API key" in str(errs[0]), repr(e)
+        else:
+            pytest.fail(f"an MCP session started with {headers}")
+
+
+async def test_http_key_in_x_api_key_works(sandlot_url: str) -> None:
+    with anyio.fail_after(TEST_BOUND):
+        async with _client("http", sandlot_url, {"X-Api-Key": _key()}) as client:
+            r = await client.call_tool("run_python", {"code": "6 * 7"})
+            assert _texts(r) == ["42"], _text(r)
+
+
+async def test_stdio_without_a_key_says_so(sandlot_url: str) -> None:
+    with anyio.fail_after(TEST_BOUND):
+        # No $SANDLOT_API_KEY and no key file in the default data dir: every tool that reaches
+        # the server answers the server's reason, readable by the model and the user.
+        async with Client(_claude_desktop_params(sandlot_url, "without_key"), read_timeout_seconds=90) as client:
+            r = await client.call_tool("run_python", {"code": "1"})
+            assert r.is_error and "unauthenticated" in _text(r) and "API key" in _text(r), _text(r)
+        # A wrong key given explicitly wins over the key file, and is refused.
+        params = _claude_desktop_params(sandlot_url)
+        params.env = dict(params.env or {}, SANDLOT_API_KEY=UNKNOWN_KEY)
+        async with Client(params, read_timeout_seconds=90) as client:
+            r = await client.call_tool("list_sandboxes", {})
+            assert r.is_error and "unauthenticated" in _text(r), _text(r)
+            assert UNKNOWN_KEY not in _text(r)

@@ -63,9 +63,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
+def _no_env(monkeypatch, tmp_path):
     monkeypatch.delenv("SANDLOT_URL", raising=False)
     monkeypatch.delenv("SANDLOT_API_KEY", raising=False)
+    # nor a local server's key file (the SDK reads one for a loopback URL)
+    monkeypatch.setenv("SANDLOT_DATA_DIR", str(tmp_path / "no-server"))
 
 
 def fake_sandbox(fake: FakeSandlot, **kw) -> Sandbox:

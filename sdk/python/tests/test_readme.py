@@ -10,6 +10,9 @@ Rules the README follows (and this test enforces):
   every command must succeed (the block runs under ``set -eo pipefail``). ``localhost:7878``
   (and ``127.0.0.1:7878`` in Python blocks) is the test server's address, ``sandlot`` is the
   binary under test, and the E2B settings point at the test server.
+* The snippets run as on the server's machine: HOME is a temp dir whose
+  ``~/.local/share/sandlot/api-key`` holds the test server's key, and no ``$SANDLOT_API_KEY``
+  is set, so every client finds the key where ``sandlot serve`` keeps it, as the README says.
 * A block followed by ``<!-- output -->`` and a ``text`` block must print exactly that text.
 """
 
@@ -27,6 +30,7 @@ from typing import List, Optional, Tuple
 import pytest
 
 from ._e2b import server_key
+from .conftest import local_client_env
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
@@ -126,7 +130,7 @@ def _bin() -> Path:
 
 
 @pytest.mark.live
-def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, tmp_path: Path) -> None:
+def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, local_key_home: Path, tmp_path: Path) -> None:
     if not _bin().exists():
         pytest.skip(f"needs the sandlot binary: {_bin()}")
     for tool in ("curl", "jq", "bash"):
@@ -137,7 +141,7 @@ def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, tmp_pa
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "sandlot").symlink_to(_bin())
-    env = dict(os.environ, SANDLOT_URL=sandlot_url, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = local_client_env(local_key_home, SANDLOT_URL=sandlot_url, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     # The E2B settings the README has a user export, for this server.
     env.update(E2B_API_URL=sandlot_url, E2B_SANDBOX_URL=sandlot_url, E2B_API_KEY=server_key())
     env.pop("E2B_DOMAIN", None)

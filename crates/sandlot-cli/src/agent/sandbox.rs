@@ -51,7 +51,7 @@ impl Remote {
                 (sb.id, true)
             }
         };
-        let http = crate::config::http_builder()
+        let http = crate::config::http_builder(url)
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("could not build the HTTP client")?;

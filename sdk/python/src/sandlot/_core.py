@@ -3,11 +3,12 @@ encoding, response decoding, retry policy and the streaming-execution state mach
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import urllib.parse
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import (
     Any,
     Callable,
@@ -61,21 +62,34 @@ MAX_FORK = 100
 
 
 def _is_loopback(url: str) -> bool:
-    host = (urllib.parse.urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "::1") or host.startswith("127.")
+    """Whether ``url`` names this machine: ``localhost`` or a loopback address, never a host
+    name that merely starts like one (``127.0.0.1.example.com``)."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower().rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
-def _local_key() -> Optional[str]:
-    """The local admin key `sandlot serve` keeps in its data dir, if this user can read it."""
+def _local_key_file() -> str:
+    """Where `sandlot serve` keeps the local admin key: ``$SANDLOT_DATA_DIR/api-key``, else
+    ``$XDG_DATA_HOME/sandlot/api-key``, else ``~/.local/share/sandlot/api-key``."""
     data_dir = os.environ.get("SANDLOT_DATA_DIR")
     if not data_dir:
         xdg = os.environ.get("XDG_DATA_HOME")
         base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".local", "share")
         data_dir = os.path.join(base, "sandlot")
+    return os.path.join(data_dir, "api-key")
+
+
+def _local_key() -> Optional[str]:
+    """The local admin key `sandlot serve` keeps in its data dir, if this user can read it."""
     try:
-        with open(os.path.join(data_dir, "api-key"), encoding="utf-8") as f:
+        with open(_local_key_file(), encoding="utf-8") as f:
             key = f.read().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     return key or None
 
@@ -92,10 +106,13 @@ class ConnectionConfig:
     """
 
     url: str
-    api_key: Optional[str]
+    api_key: Optional[str] = field(repr=False)
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     retries: int = DEFAULT_RETRIES
     backoff: float = 0.25
+    # Where api_key came from ("api_key=", "$SANDLOT_API_KEY" or the key file's path), for
+    # error messages: never the key itself.
+    key_source: Optional[str] = None
 
     @classmethod
     def resolve(
@@ -111,13 +128,17 @@ class ConnectionConfig:
             url = url[: -len("/v1")]
         if "://" not in url:
             url = "http://" + url
+        source: Optional[str] = "api_key=" if api_key else None
         if api_key is None:
             api_key = os.environ.get("SANDLOT_API_KEY") or None
+            source = "$SANDLOT_API_KEY" if api_key else None
         if api_key is None and _is_loopback(url):
             api_key = _local_key()
+            source = _local_key_file() if api_key else None
         return cls(
             url=url,
             api_key=api_key,
+            key_source=source,
             request_timeout=DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
             retries=DEFAULT_RETRIES if retries is None else retries,
         )
@@ -127,6 +148,15 @@ class ConnectionConfig:
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
+
+    def key_hint(self) -> str:
+        """What the SDK did about the API key, for an ``unauthenticated`` error."""
+        if self.api_key:
+            return f"(the SDK sent the key from {self.key_source or 'api_key='})"
+        where = "pass api_key= or set $SANDLOT_API_KEY"
+        if _is_loopback(self.url):
+            return f"(the SDK sent no key: {where}, or make {_local_key_file()} readable by this user)"
+        return f"(the SDK sent no key: {where}; the local key file is read only for a server on this machine)"
 
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.request_timeout, connect=min(DEFAULT_CONNECT_TIMEOUT, self.request_timeout))
@@ -529,7 +559,14 @@ class StreamState:
 def _stream_api_error(data: Mapping[str, Any]) -> errors.SandlotError:
     body = json.dumps(data).encode("utf-8")
     code = str(data["error"].get("code", ""))
-    status = {"sandbox_gone": 410, "sandbox_not_found": 404, "sandbox_busy": 409, "state_corrupt": 422}.get(code, 500)
+    status = {
+        "sandbox_gone": 410,
+        "sandbox_not_found": 404,
+        "sandbox_busy": 409,
+        "state_corrupt": 422,
+        "policy_denied": 403,
+        "sandbox_contained": 409,
+    }.get(code, 500)
     return errors.error_from_response(status, body)
 
 

@@ -32,7 +32,14 @@ from ._core import CHUNK_SIZE, CONNECT_ERRORS, ConnectionConfig, transfer_timeou
 BodyFactory = Callable[[], Any]
 
 
-def _raise_for_status_sync(resp: httpx.Response) -> None:
+def _error(resp: httpx.Response, body: bytes, cfg: ConnectionConfig) -> errors.SandlotError:
+    err = errors.error_from_response(resp.status_code, body, resp.headers)
+    if isinstance(err, errors.Unauthenticated):
+        err.message = f"{err.message} {cfg.key_hint()}"
+    return err
+
+
+def _raise_for_status_sync(resp: httpx.Response, cfg: ConnectionConfig) -> None:
     if resp.status_code < 400:
         return
     try:
@@ -41,10 +48,10 @@ def _raise_for_status_sync(resp: httpx.Response) -> None:
         body = b""
     finally:
         resp.close()
-    raise errors.error_from_response(resp.status_code, body)
+    raise _error(resp, body, cfg)
 
 
-async def _raise_for_status_async(resp: httpx.Response) -> None:
+async def _raise_for_status_async(resp: httpx.Response, cfg: ConnectionConfig) -> None:
     if resp.status_code < 400:
         return
     try:
@@ -53,7 +60,7 @@ async def _raise_for_status_async(resp: httpx.Response) -> None:
         body = b""
     finally:
         await resp.aclose()
-    raise errors.error_from_response(resp.status_code, body)
+    raise _error(resp, body, cfg)
 
 
 class SyncHTTP:
@@ -100,7 +107,7 @@ class SyncHTTP:
                 raise transport_error(e, method, str(req.url)) from e
             except httpx.TransportError as e:
                 raise transport_error(e, method, str(req.url)) from e
-            _raise_for_status_sync(resp)
+            _raise_for_status_sync(resp, self.cfg)
             return resp
 
     def close(self) -> None:
@@ -192,7 +199,7 @@ class AsyncHTTP:
                 raise transport_error(e, method, str(req.url)) from e
             except httpx.TransportError as e:
                 raise transport_error(e, method, str(req.url)) from e
-            await _raise_for_status_async(resp)
+            await _raise_for_status_async(resp, self.cfg)
             return resp
 
     async def aclose(self) -> None:

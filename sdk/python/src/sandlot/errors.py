@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Type
 
 if TYPE_CHECKING:  # pragma: no cover
     from .models import Execution
@@ -40,6 +40,15 @@ __all__ = [
     "SandboxBusy",
     "CapacityExhausted",
     "AuthenticationError",
+    "Unauthenticated",
+    "Forbidden",
+    "PolicyDenied",
+    "TenantQuotaExceeded",
+    "NameTaken",
+    "TenantNotFound",
+    "KeyNotFound",
+    "InvalidPolicy",
+    "SandboxContained",
     "ServerError",
     "SandboxFailed",
     "StateCorrupt",
@@ -191,7 +200,60 @@ class CapacityExhausted(SandlotError):
 
 
 class AuthenticationError(SandlotError):
-    """The API key is missing or wrong (HTTP 401/403)."""
+    """The request was refused for who sent it (HTTP 401/403): base class of
+    :class:`Unauthenticated` and :class:`Forbidden`."""
+
+
+class Unauthenticated(AuthenticationError):
+    """No API key, or a key that is malformed, unknown or revoked (``unauthenticated``, HTTP
+    401). The SDK sends ``api_key=``, else ``$SANDLOT_API_KEY``, else (for a server on this
+    machine) the local admin key in ``$SANDLOT_DATA_DIR/api-key`` or
+    ``~/.local/share/sandlot/api-key``; the message says which, if any, it found."""
+
+
+class Forbidden(AuthenticationError):
+    """The key is valid but may not do this, e.g. an admin-only operation with a member key
+    (``forbidden``, HTTP 403)."""
+
+
+class PolicyDenied(Forbidden):
+    """A policy of the server denied the request (``policy_denied``, HTTP 403); the message
+    names the deciding policies and their reason."""
+
+
+class TenantQuotaExceeded(SandlotError):
+    """A quota of the key's tenant (sandboxes, CPU, memory, creation rate) stayed full for the
+    server's whole wait bound (``tenant_quota_exceeded``, HTTP 429). ``retry_after`` is the
+    number of seconds the server suggests waiting (its ``Retry-After``), or ``None``."""
+
+    def __init__(
+        self, message: str, *, code: str = "tenant_quota_exceeded", status: Optional[int] = None, retry_after: Optional[float] = None
+    ) -> None:
+        super().__init__(message, code=code, status=status)
+        self.retry_after = retry_after
+
+
+class NameTaken(SandlotError):
+    """The name is taken, e.g. by a template or a volume of another tenant (``name_taken``,
+    HTTP 409)."""
+
+
+class TenantNotFound(NotFoundError):
+    """No tenant with that name (``tenant_not_found``)."""
+
+
+class KeyNotFound(NotFoundError):
+    """No API key with that id (``key_not_found``)."""
+
+
+class InvalidPolicy(InvalidRequest):
+    """The policy set does not parse or does not validate against the schema
+    (``invalid_policy``, HTTP 422)."""
+
+
+class SandboxContained(SandlotError):
+    """The sandbox was contained after a guardrail finding and takes no more work
+    (``sandbox_contained``, HTTP 409)."""
 
 
 class ServerError(SandlotError):
@@ -275,24 +337,52 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "state_corrupt": StateCorrupt,
     "capture_failed": CaptureFailed,
     "internal": ServerError,
-    "unauthorized": AuthenticationError,
-    "forbidden": AuthenticationError,
+    "unauthenticated": Unauthenticated,
+    "unauthorized": Unauthenticated,
+    "forbidden": Forbidden,
+    "policy_denied": PolicyDenied,
+    "tenant_quota_exceeded": TenantQuotaExceeded,
+    "name_taken": NameTaken,
+    "tenant_not_found": TenantNotFound,
+    "key_not_found": KeyNotFound,
+    "invalid_policy": InvalidPolicy,
+    "sandbox_contained": SandboxContained,
 }
 
 _BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [
-    (401, AuthenticationError, "unauthorized"),
-    (403, AuthenticationError, "forbidden"),
+    (401, Unauthenticated, "unauthenticated"),
+    (403, Forbidden, "forbidden"),
     (404, NotFoundError, "not_found"),
     (409, SandboxBusy, "sandbox_busy"),
     (410, SandboxGone, "sandbox_gone"),
     (413, PayloadTooLarge, "payload_too_large"),
+    (429, TenantQuotaExceeded, "too_many_requests"),
     (503, CapacityExhausted, "capacity_exhausted"),
     (507, WorkspaceFull, "workspace_full"),
 ]
 
 
-def error_from_response(status: int, body: bytes) -> SandlotError:
-    """Build the typed error for an HTTP error response with ``status`` and raw ``body``."""
+def _retry_after(headers: Optional[Mapping[str, str]]) -> Optional[float]:
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        secs = float(value) if value is not None else None
+    except ValueError:  # an HTTP date: not what sandlot sends
+        return None
+    return secs if secs is not None and secs >= 0 else None
+
+
+def error_from_response(status: int, body: bytes, headers: Optional[Mapping[str, str]] = None) -> SandlotError:
+    """Build the typed error for an HTTP error response with ``status``, raw ``body`` and
+    (optionally) its ``headers`` (for ``Retry-After``)."""
+    err = _error_from_body(status, body)
+    if isinstance(err, TenantQuotaExceeded):
+        err.retry_after = _retry_after(headers)
+    return err
+
+
+def _error_from_body(status: int, body: bytes) -> SandlotError:
     code: Optional[str] = None
     message: Optional[str] = None
     try:
