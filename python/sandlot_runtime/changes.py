@@ -13,6 +13,9 @@ from .jsonsafe import clean_str
 
 # The workspace the driver watches; tests without a jail point it elsewhere.
 WORKSPACE = os.environ.get("SANDLOT_WORKSPACE") or "/workspace"
+# Where `pip install` puts packages (PIP_TARGET): thousands of files that are not the cell's
+# results, so the snapshot does not walk them.
+PACKAGES = ".packages"
 # Most directory entries a snapshot visits; past it a cell's changes are not reported.
 MAX_SNAPSHOT_ENTRIES = 20_000
 # Most changes one done frame lists.
@@ -68,6 +71,8 @@ def snapshot(root: str = "", racy: bool = False) -> dict | None:
                     if seen > MAX_SNAPSHOT_ENTRIES:
                         return None
                     name = rel + entry.name
+                    if name == PACKAGES:
+                        continue
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             pending.append((entry.path, name + "/"))

@@ -55,10 +55,35 @@ def _execute(message: dict) -> None:
         write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
     if os.getpid() != state.pid:
         os._exit(0)  # a child that user code forked (os.fork()) and that fell out of the cell
+    _refresh_packages()
     changes = changes_between(before, None if before is None else safe_snapshot())
     state.channel.send({"type": "done", "id": state.exec_id, "status": status,
                         "exit_code": exit_code, **changes}, wait_until_read=False)
     state.exec_id = None
+
+
+def _packages_dir() -> str | None:
+    return os.environ.get("PIP_TARGET") or None
+
+
+def _place_packages() -> None:
+    """Keeps the pip target (`/workspace/.packages`) last on the driver's path: packages a cell
+    installs are importable, and never shadow the ones the driver itself runs on."""
+    target = _packages_dir()
+    if not target:
+        return
+    sys.path[:] = [p for p in sys.path if p != target] + [target]
+    _refresh_packages()
+
+
+def _refresh_packages() -> None:
+    """Once the pip target exists, forgets the import system's note that it did not (made when
+    the interpreter started, before any install), so `import` finds what `pip install` put there."""
+    target = _packages_dir()
+    if target and sys.path_importer_cache.get(target, False) is None and os.path.isdir(target):
+        del sys.path_importer_cache[target]
+        import importlib
+        importlib.invalidate_caches()
 
 
 def _warm() -> None:
@@ -74,6 +99,7 @@ def serve(channel: Channel) -> None:
     """Answers the server's messages until it closes the control stream."""
     if state.module_baseline is None:  # what the sandbox got from the zygote (see snapshot.py)
         state.module_baseline = frozenset(sys.modules)
+    _place_packages()
     while True:
         try:
             message = channel.recv()

@@ -61,6 +61,10 @@ fn base_prefix(env_root: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Where `pip install` inside a sandbox puts packages: in its workspace, so they last as long as
+/// its files (restarts, pause, forks, snapshots), and skipped by the driver's change tracking.
+pub(crate) const PACKAGES_DIR: &str = "/workspace/.packages";
+
 /// The environment of zygotes and sandboxes: nothing of the server's own, an allowlist only.
 /// Every template's Python environment is at [`SANDBOX_ROOT`] inside.
 pub(crate) fn sandbox_env() -> BTreeMap<String, String> {
@@ -77,7 +81,15 @@ pub(crate) fn sandbox_env() -> BTreeMap<String, String> {
         ("TERM", "dumb".into()),
         ("SHELL", "/bin/bash".into()),
         ("VIRTUAL_ENV", SANDBOX_ROOT.into()),
-        ("PYTHONPATH", format!("{}/python", assets::INSIDE_ROOT)),
+        // `/workspace/.packages` is where `pip install` puts packages (`PIP_TARGET`: the
+        // environment is read-only, and a venv has no user site); it is on the path of the
+        // sandbox's own Python programs, and the driver keeps it last on its own path, so an
+        // install adds packages and never replaces the ones the driver runs on.
+        (
+            "PYTHONPATH",
+            format!("{}/python:{PACKAGES_DIR}", assets::INSIDE_ROOT),
+        ),
+        ("PIP_TARGET", PACKAGES_DIR.into()),
         ("PYTHONDONTWRITEBYTECODE", "1".into()),
         ("PYTHONUNBUFFERED", "1".into()),
         ("MPLBACKEND", "Agg".into()),
