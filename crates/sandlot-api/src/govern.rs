@@ -282,7 +282,8 @@ fn scope<B: Backend>(
                 format!("no template {}", short(id)),
             ))
         }
-        "artifacts" if !artifact_visible(gov, who, id) => {
+        // A malformed hash gets the handler's 400; a well-formed one must be the tenant's.
+        "artifacts" if is_sha256(id) && !artifact_visible(gov, who, id) => {
             return Err(HttpError::new(
                 ErrorCode::FileNotFound,
                 format!(
@@ -294,6 +295,10 @@ fn scope<B: Backend>(
         _ => {}
     }
     Ok(())
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 fn short(id: &str) -> String {

@@ -54,6 +54,16 @@ const ALLOWED_ENV: &[&str] = &[
     "IPYTHONDIR",
     "XDG_CACHE_HOME",
     "PIP_NO_INPUT",
+    "PIP_TARGET",
+    // The egress proxy (inside the sandbox's own namespace) and the canary credentials.
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
     "OPENBLAS_NUM_THREADS",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -227,9 +237,14 @@ fn host_files_and_secrets() {
         ensure(server_env.iter().any(|(k, v)| k == "SANDLOT_ATTACK_SECRET" && *v == secret), || {
             "the server process did not get the secret (test setup)".into()
         })?;
-        let r = exec(&server, &id, Lang::Py, "import os, json\nprint('ATTACK ' + json.dumps(dict(os.environ)))", 30.0)?;
+        // Names only: printing the values would print the sandbox's canary, which contains it.
+        let code = format!(
+            "import os, json\nprint('ATTACK ' + json.dumps({{k: {secret:?} in v for k, v in os.environ.items()}}))"
+        );
+        let r = exec(&server, &id, Lang::Py, &code, 30.0)?;
         let env = attack_line(&r).ok_or_else(|| brief(&r))?;
         let env = env.as_object().ok_or("environment is not an object")?;
+        ensure(env.values().all(|v| v == &json!(false)), || "the secret is in a variable's value".into())?;
         let extra: Vec<&String> = env.keys().filter(|k| !ALLOWED_ENV.contains(&k.as_str())).collect();
         ensure(extra.is_empty(), || format!("variables outside the allowlist: {extra:?}"))?;
         let leaked: Vec<&String> = server_env
