@@ -74,6 +74,30 @@ def _place_packages() -> None:
         return
     sys.path[:] = [p for p in sys.path if p != target] + [target]
     _refresh_packages()
+    _wrap_pip_magic()
+
+
+def _wrap_pip_magic() -> None:
+    """`%pip install x` then `import x` in the same cell: the magic refreshes the import
+    caches as soon as pip returns, not only at the end of the cell."""
+    shell = getattr(state, "shell", None)
+    if shell is None:
+        return
+    try:
+        original = shell.find_line_magic("pip")
+    except Exception:  # no magics machinery: nothing to wrap
+        return
+    if original is None or getattr(original, "_sandlot_refreshes", False):
+        return
+
+    def pip(line: str = ""):
+        try:
+            return original(line)
+        finally:
+            _refresh_packages()
+
+    pip._sandlot_refreshes = True  # type: ignore[attr-defined]
+    shell.register_magic_function(pip, "line", "pip")
 
 
 def _refresh_packages() -> None:

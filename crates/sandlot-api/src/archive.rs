@@ -35,10 +35,12 @@ pub(crate) struct ArchiveQuery {
 
 pub(crate) async fn put<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ArchiveQuery>,
     body: Body,
 ) -> Result<Json<ArchiveSummary>, HttpError> {
+    crate::files::file_gate(&st, &caller, &id, &q.path, Some(0)).await?;
     let body = Arc::new(Mutex::new(body.into_data_stream()));
     let summary = st
         .backend
@@ -48,6 +50,84 @@ pub(crate) async fn put<B: Backend>(
     // client gets this answer rather than a reset connection.
     discard_stream(&mut *body.lock().await).await;
     Ok(Json(summary?))
+}
+
+/// Archives up to this size (uncompressed) are scanned by the guardrails before they leave;
+/// larger ones leave unscanned (documented), as large file downloads do.
+const MAX_SCANNED_ARCHIVE: usize = 64 << 20;
+
+/// The archive, whole, after the guardrails: a tar cannot be redacted (its sizes would lie),
+/// so one with findings the policy does not pass is withheld (403 `policy_denied`). Built
+/// uncompressed to scan, compressed here when asked.
+async fn scanned_archive<B: Backend>(
+    st: &AppState<B>,
+    id: &str,
+    q: &ArchiveQuery,
+) -> Result<Response, HttpError> {
+    let mut stream = st.backend.archive_dir(id, &q.path, false).await?;
+    let mut tar = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| HttpError::internal(format!("packing the archive: {e}")))?;
+        tar.extend_from_slice(&chunk);
+        if tar.len() > MAX_SCANNED_ARCHIVE {
+            // Too large to hold: the rest streams after what was read, unscanned.
+            let head = futures::stream::once(async move { Ok(bytes::Bytes::from(tar)) });
+            let rest: ByteStream = stream;
+            let all = head.chain(rest);
+            return Ok(if q.gzip {
+                Body::from_stream(gzip_stream(Box::pin(all))).into_response()
+            } else {
+                Body::from_stream(all).into_response()
+            });
+        }
+    }
+    if !st.backend.guard_whole(id, &tar).await {
+        return Err(HttpError::new(
+            sandlot_types::ErrorCode::PolicyDenied,
+            "the archive was withheld: the guardrails found secrets in it (download its files \
+             one by one: they come back redacted)",
+        ));
+    }
+    let body = if q.gzip {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&tar)
+            .and_then(|()| enc.finish())
+            .map_err(|e| HttpError::internal(format!("compressing the archive: {e}")))?
+    } else {
+        tar
+    };
+    Ok(Body::from(body).into_response())
+}
+
+/// `stream` gzip-compressed, chunk by chunk.
+fn gzip_stream(mut stream: ByteStream) -> ByteStream {
+    Box::pin(async_stream::stream! {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => {
+                    if let Err(e) = enc.write_all(&c) {
+                        yield Err(e);
+                        return;
+                    }
+                    let out = std::mem::take(enc.get_mut());
+                    if !out.is_empty() {
+                        yield Ok(bytes::Bytes::from(out));
+                    }
+                }
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+        match enc.finish() {
+            Ok(rest) => yield Ok(bytes::Bytes::from(rest)),
+            Err(e) => yield Err(e),
+        }
+    })
 }
 
 /// The body as a [`ByteStream`], kept shared so the handler can drain what the runtime left.
@@ -69,11 +149,17 @@ fn shared(body: Arc<Mutex<BodyDataStream>>) -> ByteStream {
 
 pub(crate) async fn get<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ArchiveQuery>,
 ) -> Result<Response, HttpError> {
-    let stream = st.backend.archive_dir(&id, &q.path, q.gzip).await?;
-    let mut resp = Body::from_stream(stream).into_response();
+    crate::files::file_gate(&st, &caller, &id, &q.path, None).await?;
+    let mut resp = if st.gov.is_some() {
+        scanned_archive(&st, &id, &q).await?
+    } else {
+        let stream = st.backend.archive_dir(&id, &q.path, q.gzip).await?;
+        Body::from_stream(stream).into_response()
+    };
     let kind = match q.gzip {
         true => "application/gzip",
         false => "application/x-tar",

@@ -264,6 +264,20 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = (id, update);
         async { Err(not_served()) }
     }
+    /// Whether bytes that cannot be redacted (an archive) may leave sandbox `id`.
+    fn guard_whole(&self, id: &str, bytes: &[u8]) -> impl Future<Output = bool> + Send {
+        let _ = (id, bytes);
+        async { true }
+    }
+    /// A volume file's bytes as they may be downloaded (`None`: withheld).
+    fn guard_volume_file(
+        &self,
+        volume: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Option<Vec<u8>>> + Send {
+        let _ = volume;
+        async { Some(bytes) }
+    }
     /// A file's bytes as they may be downloaded after the guardrails (`None`: withheld).
     fn guard_file(
         &self,
@@ -363,6 +377,25 @@ impl Backend for Runtime {
         Runtime::guard_file(self, id, path, bytes)
     }
 
+    fn guard_whole(&self, id: &str, bytes: &[u8]) -> impl Future<Output = bool> + Send {
+        Runtime::guard_whole(self, id, bytes)
+    }
+
+    fn guard_volume_file(
+        &self,
+        volume: &str,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = Option<Vec<u8>>> + Send {
+        let rt = self.clone();
+        let volume = volume.to_owned();
+        async move {
+            let tenant = rt
+                .volume_tenant(&volume)
+                .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
+            rt.guard_volume_file(&volume, &tenant, bytes).await
+        }
+    }
+
     async fn proxy_port(
         &self,
         id: &str,
@@ -413,7 +446,13 @@ impl Backend for Runtime {
         id: &str,
         clear: bool,
     ) -> impl Future<Output = Result<BackgroundOutput, ApiError>> + Send {
-        std::future::ready(api(Runtime::background_output(self, id, clear)))
+        let rt = self.clone();
+        let id = id.to_owned();
+        async move {
+            let mut out = api(Runtime::background_output(&rt, &id, clear))?;
+            rt.guard_background(&id, &mut out).await;
+            Ok(out)
+        }
     }
 
     fn list_executions(

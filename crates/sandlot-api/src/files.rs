@@ -187,7 +187,7 @@ pub(crate) async fn get<B: Backend>(
 const MAX_SCANNED_DOWNLOAD: u64 = 16 << 20;
 
 /// The `read_file` / `write_file` gate of a sandbox's file (`bytes` for a write).
-async fn file_gate<B: Backend>(
+pub(crate) async fn file_gate<B: Backend>(
     st: &AppState<B>,
     caller: &crate::govern::Caller,
     id: &str,
@@ -197,17 +197,9 @@ async fn file_gate<B: Backend>(
     let Some(g) = st.gov.as_deref() else {
         return Ok(());
     };
-    let sandbox = crate::gates::sandbox_ref(&st.backend.get_sandbox(id).await?);
-    let path = format!("/workspace/{}", path.trim_start_matches('/'));
-    let request = match bytes {
-        Some(bytes) => sandlot_policy::GateRequest::WriteFile {
-            sandbox,
-            path,
-            bytes,
-        },
-        None => sandlot_policy::GateRequest::ReadFile { sandbox, path },
-    };
-    g.gate(&caller.0, request, format!("Sandbox::{id:?}"))
+    let sandbox = st.backend.get_sandbox(id).await?;
+    g.gate_file(&caller.0, &sandbox, path, bytes)
+        .map_err(HttpError)
 }
 
 /// `GET /v1/volumes/{name}/files/{*path}`.
@@ -215,7 +207,29 @@ pub(crate) async fn get_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath((name, path)): ApiPath<(String, String)>,
 ) -> Result<Response, HttpError> {
-    download(st.backend.read_volume_file(&name, &path).await?)
+    let (size, file) = st.backend.read_volume_file(&name, &path).await?;
+    if st.gov.is_none() || size > MAX_SCANNED_DOWNLOAD {
+        return download((size, file));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(size)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| HttpError::internal(format!("reading the file: {e}")))?;
+    match st.backend.guard_volume_file(&name, bytes).await {
+        Some(bytes) => {
+            let mut resp = Body::from(bytes).into_response();
+            resp.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            Ok(resp)
+        }
+        None => Err(HttpError::new(
+            ErrorCode::PolicyDenied,
+            "the file was withheld: the guardrails found secrets in it and the policy withholds them",
+        )),
+    }
 }
 
 fn download((size, file): (u64, tokio::fs::File)) -> Result<Response, HttpError> {
@@ -234,8 +248,10 @@ fn download((size, file): (u64, tokio::fs::File)) -> Result<Response, HttpError>
 pub(crate) async fn list<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(id): ApiPath<String>,
+    caller: crate::govern::Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<FileList>, HttpError> {
+    file_gate(&st, &caller, &id, &q.path, None).await?;
     let entries = st.backend.list_files(&id, &q.path, q.recursive).await?;
     Ok(Json(FileList { entries }))
 }

@@ -262,11 +262,7 @@ impl Governance {
         path: &str,
         write: Option<u64>,
     ) -> Result<(), sandlot_types::ApiError> {
-        let path = if path.starts_with("/workspace") {
-            path.to_owned()
-        } else {
-            format!("/workspace/{}", path.trim_start_matches('/'))
-        };
+        let path = policy_path(path);
         let sandbox_r = sandbox_ref(sandbox);
         let request = match write {
             Some(bytes) => GateRequest::WriteFile {
@@ -298,6 +294,20 @@ impl Governance {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The path a file gate sees: `/workspace/` + the path without `.` or empty components, the
+/// way the runtime resolves it (it refuses `..`), so `./secret` and `//secret` are `secret`.
+pub fn policy_path(path: &str) -> String {
+    let rel = path
+        .strip_prefix("/workspace")
+        .filter(|r| r.is_empty() || r.starts_with('/'))
+        .unwrap_or(path);
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    format!("/workspace/{}", parts.join("/"))
 }
 
 /// The governor the runtime consults while sandboxes run.
@@ -392,9 +402,7 @@ impl Governor for ServerGovernor {
             sandlot_policy::Outcome::Withhold => Outcome::Withhold,
             sandlot_policy::Outcome::Contain => Outcome::Contain,
         };
-        // Streamed findings are decided without an execution id and recorded with the final
-        // result's scan, which sees the same text.
-        if f.execution_id.is_some() || f.stream == "file" {
+        if f.record {
             let decision = self.gov.record(
                 &pp,
                 format!(

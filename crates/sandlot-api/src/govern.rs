@@ -418,31 +418,55 @@ pub(crate) async fn admit<B: Backend>(
     let Some(gov) = st.gov.as_deref() else {
         return Ok(None);
     };
-    let Some(tenant) = gov.keys.tenant(&who.tenant) else {
-        return Err(HttpError::new(
-            ErrorCode::TenantNotFound,
-            format!("no tenant {}", who.tenant),
-        ));
-    };
-    let want = Want {
-        sandboxes: count,
-        cpu_millis: limits.cpu_millis * count,
-        memory_mb: limits.memory_mb * count,
-    };
     let backend = st.backend.clone();
-    let name = tenant.name.clone();
-    gov.quotas
-        .admit(&tenant, want, move || backend.tenant_usage(&name))
+    gov.admit_for(move |t| backend.tenant_usage(t), who, limits, count)
         .await
         .map(Some)
-        .map_err(|e| match e {
-            QuotaError::TooLarge { .. } => {
-                HttpError::new(ErrorCode::TenantQuotaExceeded, format!("{e}; retry in 0 s"))
-            }
-            QuotaError::Exceeded { .. } => {
-                HttpError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
-            }
-        })
+        .map_err(HttpError)
+}
+
+impl Governance {
+    /// Admits a creation of `count` sandboxes of `limits` for `who`'s tenant (for every
+    /// interface), waiting in its line while its quotas are full; `usage` reads what a
+    /// tenant's sandboxes hold now (`Runtime::tenant_usage`). Hold the admission until the
+    /// sandboxes exist (or the creation failed).
+    pub async fn admit_for(
+        &self,
+        usage: impl Fn(&str) -> Want + Send + Sync + 'static,
+        who: &Principal,
+        limits: sandlot_types::EffectiveLimits,
+        count: u64,
+    ) -> Result<sandlot_tenancy::Admission, sandlot_types::ApiError> {
+        let Some(tenant) = self.keys.tenant(&who.tenant) else {
+            return Err(sandlot_types::ApiError::new(
+                ErrorCode::TenantNotFound,
+                format!("no tenant {}", who.tenant),
+            ));
+        };
+        let want = Want {
+            sandboxes: count,
+            cpu_millis: limits.cpu_millis * count,
+            memory_mb: limits.memory_mb * count,
+        };
+        let name = tenant.name.clone();
+        self.quotas
+            .admit(&tenant, want, move || usage(&name))
+            .await
+            .map_err(|e| match e {
+                // Waiting cannot help: not a 429 a client would retry.
+                QuotaError::TooLarge { .. } => {
+                    sandlot_types::ApiError::new(ErrorCode::InvalidArgument, e.to_string())
+                }
+                QuotaError::Exceeded { .. } => {
+                    sandlot_types::ApiError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
+                }
+            })
+    }
+
+    /// Whether `who` may use template `name` (see [`template_visible`]).
+    pub fn template_visible(&self, who: &Principal, name: &str) -> bool {
+        template_visible(self, who, name)
+    }
 }
 
 /// Wakes creations waiting for room in `tenant`'s quotas (a sandbox of it ended).

@@ -281,6 +281,7 @@ fn run_against_a_server() {
 
     // Code from stdin.
     let mut child = sandlot(&["run", "--url", server.url(), "-"])
+        .env("SANDLOT_API_KEY", server.key())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -711,3 +711,366 @@ fn e2b_tenants() {
     let got = e.send(with(&b_key, M::POST, "/sandboxes").json(&json!({ "templateID": "base" })));
     assert_eq!(got.status, 201, "{}", got.text);
 }
+
+/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
+/// `secret*`, no reads of `private*` through the file API).
+const FILE_POLICIES: &str = r#"
+@id("allow-all-gates")
+@reason("every authenticated key may use every gate")
+permit (
+  principal,
+  action in [
+    Sandlot::Action::"create_sandbox",
+    Sandlot::Action::"execute",
+    Sandlot::Action::"read_file",
+    Sandlot::Action::"write_file",
+    Sandlot::Action::"egress",
+    Sandlot::Action::"build_template"
+  ],
+  resource
+);
+
+@id("isolated-tier")
+@reason("every key may run in the isolated tier")
+permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
+
+@id("trusted-tier-local")
+@reason("the trusted tier is for the local single-user plan")
+permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"trusted")
+when { principal.plan == "local" };
+
+@id("no-secret-writes")
+@reason("files named secret* are not written through the file API")
+forbid (principal, action == Sandlot::Action::"write_file", resource)
+when { context.path like "/workspace/secret*" };
+
+@id("no-private-reads")
+@reason("files named private* are not read through the file API")
+forbid (principal, action == Sandlot::Action::"read_file", resource)
+when { context.path like "/workspace/private*" };
+
+@id("contain-canary")
+@reason("the sandbox's canary credential appeared in its output: contained")
+permit (principal, action == Sandlot::Action::"output_contain", resource)
+when { context.kind == "canary" };
+
+@id("redact-secrets")
+@reason("secrets are redacted from output")
+permit (principal, action == Sandlot::Action::"output_redact", resource)
+when { context.kind == "secret" };
+"#;
+
+/// A shipped example policy set (examples/policies/).
+fn example_policy(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/policies")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A GitHub token, made here so no secret-shaped literal sits in the source.
+fn github_token() -> String {
+    const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let body: String = (0..36).map(|i| ALNUM[(i * 17 + 5) % 62] as char).collect();
+    format!("ghp_{body}")
+}
+
+/// The newest decisions at `gate` the operator's tenant sees.
+fn decisions(e: &E2b, gate: &str) -> Vec<Value> {
+    let r = e.server.get(&format!("/v1/decisions?gate={gate}&limit=50"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["decisions"].as_array().unwrap().clone()
+}
+
+/// Asserts a 403 `policy_denied` in E2B's REST error format whose message names `policy`.
+#[track_caller]
+fn assert_e2b_denied(got: &Got, policy: &str) {
+    e2b_error(got, 403);
+    assert_eq!(got.json["sandlot_code"], "policy_denied", "{}", got.text);
+    assert!(
+        got.json["message"].as_str().unwrap().contains(policy),
+        "the message should name {policy}: {}",
+        got.text
+    );
+}
+
+#[test]
+fn e2b_policy_gates() {
+    use reqwest::Method as M;
+    let e = E2b::start();
+    let (id, token, _) = e.create();
+    let sb = format!("Sandbox::\"{id}\"");
+
+    // --- execute: the code-size cap, through the interpreter's /execute.
+    let r = e
+        .server
+        .put_bytes("/v1/policies", example_policy("code-size-cap.cedar"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let exec = |code: &str| {
+        e.send(
+            e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
+                .json(&json!({ "code": code })),
+        )
+    };
+    let ok = exec("print(6 * 7)");
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert!(ok.text.contains("42"), "{}", ok.text);
+    let long = format!("x = 1\n#{}\nprint('ran')", "a".repeat(10_001));
+    let denied = exec(&long);
+    assert_eq!(denied.status, 403, "{}", denied.text);
+    assert!(
+        denied.text.starts_with("policy_denied: ") && denied.text.contains("code-size-cap"),
+        "the interpreter's plain-text error names the policy: {}",
+        denied.text
+    );
+    assert!(!denied.text.contains("ran"), "{}", denied.text);
+    // Recorded, for the sandbox's tenant, as decided for its token (not a key).
+    let d = decisions(&e, "execute")
+        .into_iter()
+        .find(|d| d["resource"] == sb && d["allowed"] == false)
+        .expect("the denied execute is recorded");
+    assert_eq!(d["policies"], json!(["code-size-cap"]), "{d:#}");
+    assert_eq!(d["tenant"], "default", "{d:#}");
+    assert_eq!(d["key_id"], format!("sandbox-token:{id}"), "{d:#}");
+    // A Bash context is gated as well.
+    let bash = e.send(
+        e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
+            .json(&json!({ "code": format!("# {}\necho ran", "b".repeat(10_001)), "language": "bash" })),
+    );
+    assert_eq!(bash.status, 403, "{}", bash.text);
+    // Through the server's E2B key instead of the token: decided for that key.
+    let with_key = e.send(
+        e.sandbox(M::POST, &id, JUPYTER, "/execute", None)
+            .header("X-API-KEY", &e.key)
+            .json(&json!({ "code": long })),
+    );
+    assert_eq!(with_key.status, 403, "{}", with_key.text);
+    assert!(
+        decisions(&e, "execute")
+            .iter()
+            .any(|d| d["resource"] == sb && d["allowed"] == false && d["key_id"] == "e2b"),
+        "the key's denial is recorded as the key's"
+    );
+
+    // --- files: writes of secret*, reads of private*.
+    let r = e.server.put_bytes("/v1/policies", FILE_POLICIES);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let upload = |path: &str, content: &[u8]| {
+        let (ctype, body) = multipart(path, content);
+        e.send(
+            e.sandbox(M::POST, &id, ENVD, "/files", Some(&token))
+                .header("content-type", ctype)
+                .body(body),
+        )
+    };
+    let octet = |path: &str, content: &[u8]| {
+        e.send(
+            e.sandbox(
+                M::POST,
+                &id,
+                ENVD,
+                &format!("/files?path={path}"),
+                Some(&token),
+            )
+            .header("content-type", "application/octet-stream")
+            .body(content.to_vec()),
+        )
+    };
+    assert_eq!(upload("/home/user/notes.txt", b"fine").status, 200);
+    // Every spelling of the same file is the same file to the policy.
+    for path in [
+        "/home/user/secret.txt",
+        "secret.txt",
+        "./secret.txt",
+        "/home/user//secret.txt",
+        "/home/user/./secret-2.txt",
+        "~/secret.txt",
+        "/workspace/secret.txt",
+    ] {
+        assert_e2b_denied(&upload(path, b"nope"), "no-secret-writes");
+        assert_e2b_denied(&octet(path, b"nope"), "no-secret-writes");
+    }
+    // Several files in one upload: the refused one stops it.
+    let boundary = "sandlot-e2b-two";
+    let mut two = Vec::new();
+    for name in ["/home/user/ok2.txt", "/home/user/secret3.txt"] {
+        two.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\r\nx\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    two.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let got = e.send(
+        e.sandbox(M::POST, &id, ENVD, "/files", Some(&token))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(two),
+    );
+    assert_e2b_denied(&got, "no-secret-writes");
+    let ls = e.send(
+        e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
+            .json(&json!({ "code": "ls /workspace", "language": "bash" })),
+    );
+    assert!(
+        !ls.text.contains("secret"),
+        "a refused write left a file: {}",
+        ls.text
+    );
+    // The sandbox's own code is not the file API: it may write the file, the API may not
+    // read a private one.
+    let made = e.send(
+        e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
+            .json(&json!({ "code": "echo hidden > /workspace/private.txt", "language": "bash" })),
+    );
+    assert_eq!(made.status, 200, "{}", made.text);
+    for path in ["/home/user/private.txt", "private.txt", "./private.txt"] {
+        let got = e.send(e.sandbox(
+            M::GET,
+            &id,
+            ENVD,
+            &format!("/files?path={path}"),
+            Some(&token),
+        ));
+        assert_e2b_denied(&got, "no-private-reads");
+        assert!(!got.text.contains("hidden"), "{}", got.text);
+    }
+    let d = decisions(&e, "write_file")
+        .into_iter()
+        .find(|d| d["allowed"] == false)
+        .expect("the denied write is recorded");
+    assert_eq!(d["policies"], json!(["no-secret-writes"]), "{d:#}");
+    assert_eq!(d["resource"], sb, "{d:#}");
+
+    // --- downloads pass the output guardrails: a secret comes back redacted.
+    let secret = github_token();
+    let content = format!("user = alice\ntoken = {secret}\n");
+    assert_eq!(octet("config.txt", content.as_bytes()).status, 200);
+    let got = e.send(e.sandbox(
+        M::GET,
+        &id,
+        ENVD,
+        "/files?path=/home/user/config.txt",
+        Some(&token),
+    ));
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert!(!got.text.contains(&secret), "the secret left: {}", got.text);
+    assert!(
+        got.text.contains("[REDACTED:github-token]") && got.text.contains("user = alice"),
+        "{}",
+        got.text
+    );
+    let clean = e.send(e.sandbox(M::GET, &id, ENVD, "/files?path=notes.txt", Some(&token)));
+    assert_eq!((clean.status, clean.text.as_str()), (200, "fine"));
+    // A policy that withholds secrets: the download is refused, nothing of it sent.
+    let withhold = format!(
+        "{FILE_POLICIES}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
+         permit (principal, action == Sandlot::Action::\"output_withhold\", resource)\n\
+         when {{ context.kind == \"secret\" }};\n"
+    );
+    let r = e.server.put_bytes("/v1/policies", withhold);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let got = e.send(e.sandbox(M::GET, &id, ENVD, "/files?path=config.txt", Some(&token)));
+    e2b_error(&got, 403);
+    assert_eq!(got.json["sandlot_code"], "policy_denied", "{}", got.text);
+    assert!(
+        got.text.contains("withheld") && !got.text.contains("alice"),
+        "{}",
+        got.text
+    );
+    let r = e.server.put_bytes("/v1/policies", FILE_POLICIES);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+
+    // --- creation: a free tenant asking for the trusted tier is refused, and nothing made.
+    let (free_key, _) = tenant_key(&e, "freebie", json!({}));
+    let plain = e.server.client_with_key(None);
+    let got = e.send(
+        plain
+            .post(e.url("/sandboxes"))
+            .header("X-API-KEY", &free_key)
+            .json(&json!({ "templateID": "base", "metadata": { "sandlot.tier": "trusted" } })),
+    );
+    e2b_error(&got, 403);
+    assert_eq!(got.json["sandlot_code"], "policy_denied", "{}", got.text);
+    assert!(got.text.contains("select_tier"), "{}", got.text);
+    let listed = e.send(
+        plain
+            .get(e.url("/v2/sandboxes"))
+            .header("X-API-KEY", &free_key),
+    );
+    assert_eq!(listed.json, json!([]), "a refused creation left a sandbox");
+    let v1 = e.server.client_with_key(Some(&free_key));
+    let d: Value = v1
+        .get(e.url("/v1/decisions?gate=select_tier"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let d = &d["decisions"][0];
+    assert_eq!(
+        (&d["allowed"], &d["resource"], &d["tenant"]),
+        (
+            &json!(false),
+            &json!("Tier::\"trusted\""),
+            &json!("freebie")
+        ),
+        "{d:#}"
+    );
+    // Isolated (asked for or not) is fine; a tier that does not exist is a 400.
+    for tier in [None, Some("isolated")] {
+        let mut body = json!({ "templateID": "base", "timeout": 60 });
+        if let Some(t) = tier {
+            body["metadata"] = json!({ "sandlot.tier": t });
+        }
+        let got = e.send(
+            plain
+                .post(e.url("/sandboxes"))
+                .header("X-API-KEY", &free_key)
+                .json(&body),
+        );
+        assert_eq!(got.status, 201, "{}", got.text);
+        let sid = got.json["sandboxID"].as_str().unwrap();
+        let r: Value = v1
+            .get(e.url(&format!("/v1/sandboxes/{sid}")))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(r["tier"], "isolated", "{r:#}");
+        let got = e.send(
+            plain
+                .delete(e.url(&format!("/sandboxes/{sid}")))
+                .header("X-API-KEY", &free_key),
+        );
+        assert_eq!(got.status, 204, "{}", got.text);
+    }
+    let got = e.send(
+        plain
+            .post(e.url("/sandboxes"))
+            .header("X-API-KEY", &free_key)
+            .json(&json!({ "templateID": "base", "metadata": { "sandlot.tier": "root" } })),
+    );
+    e2b_error(&got, 400);
+    // The local plan (the server's E2B key) may have it.
+    let got = e.send(e.api(M::POST, "/sandboxes").json(
+        &json!({ "templateID": "base", "timeout": 60, "metadata": { "sandlot.tier": "trusted" } }),
+    ));
+    assert_eq!(got.status, 201, "{}", got.text);
+    let tid = got.json["sandboxID"].as_str().unwrap().to_owned();
+    assert_eq!(
+        e.server.get(&format!("/v1/sandboxes/{tid}")).body["tier"],
+        "trusted"
+    );
+    assert_eq!(
+        e.send(e.api(M::DELETE, &format!("/sandboxes/{tid}")))
+            .status,
+        204
+    );
+    assert_eq!(
+        e.send(e.api(M::DELETE, &format!("/sandboxes/{id}"))).status,
+        204
+    );
+}

@@ -750,3 +750,165 @@ fn commands_run_side_by_side_and_their_pipes_resist_the_sandbox() {
     let r = server.execute_bash(&sb.id, "ls -A /tmp/.e2b-proc | grep -c -- -");
     assert_eq!(r["stdout"], "0\n");
 }
+
+/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
+/// `secret*`, no reads of `private*` through the file API).
+const FILE_POLICIES: &str = r#"
+@id("allow-all-gates")
+@reason("every authenticated key may use every gate")
+permit (
+  principal,
+  action in [
+    Sandlot::Action::"create_sandbox",
+    Sandlot::Action::"execute",
+    Sandlot::Action::"read_file",
+    Sandlot::Action::"write_file",
+    Sandlot::Action::"egress",
+    Sandlot::Action::"build_template"
+  ],
+  resource
+);
+
+@id("isolated-tier")
+@reason("every key may run in the isolated tier")
+permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
+
+@id("no-secret-writes")
+@reason("files named secret* are not written through the file API")
+forbid (principal, action == Sandlot::Action::"write_file", resource)
+when { context.path like "/workspace/secret*" };
+
+@id("no-private-reads")
+@reason("files named private* are not read through the file API")
+forbid (principal, action == Sandlot::Action::"read_file", resource)
+when { context.path like "/workspace/private*" };
+
+@id("redact-secrets")
+@reason("secrets are redacted from output")
+permit (principal, action == Sandlot::Action::"output_redact", resource)
+when { context.kind == "secret" };
+"#;
+
+/// Asserts a Connect `permission_denied` whose message names `policy`.
+#[track_caller]
+fn assert_rpc_denied(a: &Answer, policy: &str) {
+    assert_eq!(a.status, 403, "{:?}", a.json());
+    assert_eq!(a.json()["code"], "permission_denied", "{:?}", a.json());
+    let message = a.json()["message"].as_str().unwrap_or("").to_owned();
+    assert!(message.contains(policy), "names {policy}: {message}");
+}
+
+#[test]
+fn commands_and_filesystem_calls_pass_the_policy() {
+    let server = TestServer::start();
+    let sb = sandbox(&server);
+    let code_size = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/policies/code-size-cap.cedar"),
+    )
+    .unwrap();
+    let r = server.put_bytes("/v1/policies", code_size);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+
+    // A command is code: a short one runs, one past the cap is refused before it starts.
+    let (out, _, _) = sb.run("echo short", json!({}));
+    assert_eq!(out, "short\n");
+    let long = format!("echo ran # {}", "c".repeat(10_001));
+    let a = sb.stream(
+        "process.Process/Start",
+        json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", long]}, "stdin": false}),
+        &[],
+    );
+    assert_eq!(a.status, 200);
+    assert_eq!(a.stream_error().as_deref(), Some("permission_denied"));
+    let env = a.envelopes();
+    assert_eq!(env.len(), 1, "nothing but the end of stream: {env:?}");
+    let message = env[0]
+        .1
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap();
+    assert!(message.contains("code-size-cap"), "{message}");
+    assert!(
+        sb.processes().is_empty(),
+        "a refused command was registered: {:?}",
+        sb.processes()
+    );
+    let r = server.get("/v1/decisions?gate=execute&limit=20");
+    let d = r.body["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["allowed"] == false)
+        .cloned()
+        .expect("the refused command is recorded");
+    assert_eq!(d["policies"], json!(["code-size-cap"]), "{d:#}");
+    assert_eq!(d["resource"], format!("Sandbox::\"{}\"", sb.id), "{d:#}");
+    assert_eq!(d["key_id"], format!("sandbox-token:{}", sb.id), "{d:#}");
+
+    // The file API's calls: writes of secret*, reads of private*.
+    let r = server.put_bytes("/v1/policies", FILE_POLICIES);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    sb.run(
+        "echo x > notes.txt; echo y > private.txt; mkdir -p private-d sub/private",
+        json!({}),
+    );
+    let fs = |method: &str, msg: Value| sb.unary(&format!("filesystem.Filesystem/{method}"), msg);
+    for (method, msg) in [
+        ("MakeDir", json!({"path": "/home/user/secret-dir"})),
+        ("MakeDir", json!({"path": "./secret-dir"})),
+        ("MakeDir", json!({"path": "/home/user//secret-dir"})),
+        (
+            "Move",
+            json!({"source": "/home/user/notes.txt", "destination": "/home/user/secret.txt"}),
+        ),
+        (
+            "Move",
+            json!({"source": "/home/user/notes.txt", "destination": "secret.txt"}),
+        ),
+        ("Remove", json!({"path": "/home/user/secret.txt"})),
+    ] {
+        assert_rpc_denied(&fs(method, msg.clone()), "no-secret-writes");
+    }
+    for (method, msg) in [
+        ("Stat", json!({"path": "/home/user/private.txt"})),
+        ("Stat", json!({"path": "./private.txt"})),
+        (
+            "ListDir",
+            json!({"path": "/home/user/private-d", "depth": 1}),
+        ),
+    ] {
+        assert_rpc_denied(&fs(method, msg.clone()), "no-private-reads");
+    }
+    // The rule is on the path: `sub/private` is not `/workspace/private*`.
+    let a = fs(
+        "ListDir",
+        json!({"path": "/home/user/sub/private", "depth": 1}),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.json());
+    // Nothing was written or moved; allowed calls still work.
+    let (out, _, _) = sb.run("ls", json!({}));
+    assert!(!out.contains("secret"), "{out}");
+    assert!(out.contains("notes.txt"), "{out}");
+    let a = fs(
+        "Move",
+        json!({"source": "/home/user/notes.txt", "destination": "/home/user/kept.txt"}),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.json());
+    let a = fs("MakeDir", json!({"path": "/home/user/fine-dir"}));
+    assert_eq!(a.status, 200, "{:?}", a.json());
+    let r = server.get("/v1/decisions?gate=write_file&limit=50");
+    let denied: Vec<&Value> = r.body["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["allowed"] == false)
+        .collect();
+    assert!(denied.len() >= 6, "{denied:#?}");
+    assert!(
+        denied
+            .iter()
+            .all(|d| d["policies"] == json!(["no-secret-writes"])),
+        "{denied:#?}"
+    );
+}

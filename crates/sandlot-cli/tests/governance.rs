@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The server's name mapping for the proxy.
-const EGRESS_HOSTS: &str = "pkgs.test=127.0.0.2,api.test=127.0.0.3,rebind.test=127.0.0.1";
+const EGRESS_HOSTS: &str =
+    "pkgs.test=127.0.0.2,api.test=127.0.0.3,rebind.test=127.0.0.1,meta.test=169.254.169.254";
 
 /// How long an egress effect (a record, a containment) may take to show.
 const SETTLE: Duration = Duration::from_secs(15);
@@ -375,17 +376,22 @@ fn serve_one(
     let _ = conn.write_all(&body);
 }
 
-/// A TCP echo server (`echo:` + what it read), for CONNECT tunnels.
-fn echo_server(ip: &str) -> SocketAddr {
+/// A TCP echo server (`echo:` + what it read), for CONNECT tunnels; with the first bytes of
+/// every connection it was sent.
+fn echo_server(ip: &str) -> (SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
     let listener = TcpListener::bind((ip, 0)).unwrap();
     let addr = listener.local_addr().unwrap();
+    let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let g = got.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
+            let g = g.clone();
             std::thread::spawn(move || {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
                 let mut buf = [0u8; 1024];
                 if let Ok(n) = conn.read(&mut buf) {
+                    g.lock().unwrap().push(buf[..n].to_vec());
                     let mut out = b"echo:".to_vec();
                     out.extend_from_slice(&buf[..n]);
                     let _ = conn.write_all(&out);
@@ -393,7 +399,7 @@ fn echo_server(ip: &str) -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, got)
 }
 
 /// Python run inside sandboxes: `fetch(url, headers)` through the environment's proxy
@@ -445,6 +451,27 @@ def connect(host, port, payload=b"ping"):
     except Exception:
         pass
     return [status, got.decode(errors="replace")]
+def fronted(host, port, sni):
+    import ssl
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    head = s.recv(4096).decode(errors="replace").split("\r\n")[0]
+    ctx = ssl.create_default_context()
+    try:
+        ctx.wrap_socket(s, server_hostname=sni)
+        return [head, "handshake completed"]
+    except Exception as e:
+        return [head, repr(e)]
+def raw_http(host_port, host_header):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"GET http://{host_port}/spoof HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n".encode())
+    out = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        out += chunk
+    return out.decode(errors="replace").split("\r\n")[0]
 "#;
 
 /// Waits until `cond` holds on the sandbox's egress records; returns them.
@@ -547,6 +574,16 @@ fn each_example_policy_changes_behaviour_as_written_and_decisions_name_it() {
     assert_eq!(d["tenant"], "freebie", "{d:#}");
     let ok = f.create(&json!({}));
     assert_eq!(ok["tier"], "isolated");
+    // Nor can it be given network afterwards.
+    let r = f.put(
+        &format!("/v1/sandboxes/{}/network", ok["id"].as_str().unwrap()),
+        &json!({ "allow": ["pkgs.test"] }),
+    );
+    assert_denied_by(&r, "free-plan-no-network");
+    assert!(f
+        .sandbox(ok["id"].as_str().unwrap())
+        .get("network")
+        .is_none());
     f.delete(&format!("/v1/sandboxes/{}", ok["id"].as_str().unwrap()))
         .expect(204);
     // The local plan is not the free plan.
@@ -742,7 +779,14 @@ fn bad_policy_sets_are_refused_and_the_set_in_force_stays() {
 fn egress_is_off_by_default_allowlisted_and_recorded() {
     let pkgs = Upstream::start("127.0.0.2", "pkgs", HashMap::new());
     let api = Upstream::start("127.0.0.3", "api", HashMap::new());
-    let echo = echo_server("127.0.0.2");
+    let (echo, echoed) = echo_server("127.0.0.2");
+    let echo_saw_tls = || {
+        echoed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.first() == Some(&0x16))
+    };
     let server = server();
     let a = admin(&server);
     let (pp, ap, ep) = (pkgs.port(), api.port(), echo.port());
@@ -772,12 +816,18 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
 
     // --- An allowlist.
     let s = a.create(&json!({
-        "network": ["pkgs.test", "127.0.0.2/32", "rebind.test", "*.wild.test"],
+        "network": ["pkgs.test", "127.0.0.2/32", "rebind.test", "meta.test", "*.wild.test"],
     }));
     let id = s["id"].as_str().unwrap().to_owned();
     assert_eq!(
         s["network"],
-        json!(["pkgs.test", "127.0.0.2/32", "rebind.test", "*.wild.test"])
+        json!([
+            "pkgs.test",
+            "127.0.0.2/32",
+            "rebind.test",
+            "meta.test",
+            "*.wild.test"
+        ])
     );
     let r = a.run_json(
         &id,
@@ -791,17 +841,28 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
              'raw_ip': fetch('http://127.0.0.3:{ap}/x'),\
              'rebind': fetch('http://rebind.test:{pp}/x'),\
              'metadata': fetch('http://169.254.169.254/latest/meta-data/'),\
+             'metadata_by_name': fetch('http://meta.test/latest/meta-data/'),\
              'metadata_connect': connect('169.254.169.254', 80),\
              'other_connect': connect('api.test', {ap}),\
              'direct': direct('http://127.0.0.2:{pp}/x'),\
+             'fronted': fronted('pkgs.test', {ep}, 'api.test'),\
+             'host_mismatch': raw_http('pkgs.test:{pp}', 'api.test'),\
              }}))"
         ),
     );
+    eprintln!("egress probes: {r:#}");
     assert_eq!(r["http"], json!([200, "hello from pkgs"]), "{r:#}");
     assert!(r["connect"][0].as_str().unwrap().contains(" 200"), "{r:#}");
     assert_eq!(r["connect"][1], "echo:ping", "{r:#}");
     assert_eq!(r["raw_ip_allowed"][0], 200, "{r:#}");
-    for k in ["other_domain", "unknown", "raw_ip", "rebind", "metadata"] {
+    for k in [
+        "other_domain",
+        "unknown",
+        "raw_ip",
+        "rebind",
+        "metadata",
+        "metadata_by_name",
+    ] {
         assert_eq!(r[k][0], 403, "{k} should be refused by the proxy: {r:#}");
         assert!(
             r[k][1].as_str().unwrap().contains("refused"),
@@ -815,8 +876,21 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
         );
     }
     assert_eq!(r["direct"][0], 0, "bypassing the proxy must fail: {r:#}");
+    // Domain fronting (CONNECT to an allowed host, TLS for another) and a Host header that
+    // differs from the request's authority are refused.
+    assert!(r["fronted"][0].as_str().unwrap().contains(" 200"), "{r:#}");
+    assert_ne!(r["fronted"][1], "handshake completed", "{r:#}");
+    let status = r["host_mismatch"].as_str().unwrap();
+    assert!(
+        status.contains(" 400") || status.contains(" 403"),
+        "a Host header naming another host: {r:#}"
+    );
     let hosts: Vec<String> = pkgs.seen().iter().map(|s| s.target.clone()).collect();
     assert_eq!(hosts, ["/hello", "/by-ip"], "{:?}", pkgs.seen());
+    assert!(
+        !echo_saw_tls(),
+        "the fronted ClientHello reached the upstream"
+    );
     assert!(api.seen().is_empty(), "{:?}", api.seen());
     let seen = pkgs.seen();
     assert_eq!(
@@ -827,7 +901,7 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     assert_eq!(seen[0].method, "GET");
 
     // Every attempt is recorded, with why.
-    let e = egress_until(&a, &id, "all attempts recorded", |e| e.len() >= 10);
+    let e = egress_until(&a, &id, "all attempts recorded", |e| e.len() >= 13);
     let allowed: Vec<&Value> = e.iter().filter(|e| e["allowed"] == true).collect();
     assert!(
         allowed.iter().any(|e| e["host"] == "pkgs.test"
@@ -853,6 +927,9 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
             "{host} refused and recorded with a reason: {e:#?}"
         );
     }
+    let meta = e.iter().find(|e| e["host"] == "meta.test").unwrap();
+    assert_eq!(meta["ip"], "169.254.169.254", "{meta:#}");
+    assert_eq!(meta["allowed"], false, "{meta:#}");
     let rebind = e.iter().find(|e| e["host"] == "rebind.test").unwrap();
     assert_eq!(rebind["ip"], "127.0.0.1", "{rebind:#}");
     assert!(
@@ -1244,6 +1321,58 @@ print(json.dumps(hits))
         &json!({ "network": ["api.test"], "secrets": [{ "name": "bad name!", "hosts": ["api.test"], "header": "X", "value": "v" }] }),
     );
     assert_eq!(r.status, 400, "{}", r.text);
+
+    // A restart in place keeps them (new processes, the same proxy settings).
+    let r = a.execute(&id, "import os\nos.kill(os.getpid(), 9)");
+    assert_eq!(r.expect(200)["end_state"], "killed");
+    let r = a.run_json(
+        &id,
+        &format!("{PY_NET}\nprint(json.dumps(fetch('http://api.test:{ap}/after-restart')))"),
+    );
+    assert_eq!(r[0], 200, "{r}");
+    let seen = api.seen();
+    let after = seen.iter().find(|s| s.target == "/after-restart").unwrap();
+    assert_eq!(
+        after.header("x-api-key"),
+        Some(value2.as_str()),
+        "{after:?}"
+    );
+}
+
+/// LEAD BUG (requests-a.md #secrets-restart): secrets are kept in memory only; after a server
+/// restart the sandbox still lists them but the proxy no longer sends them, silently.
+#[test]
+fn after_a_server_restart_a_listed_secret_is_still_sent() {
+    let api = Upstream::start("127.0.0.3", "api", HashMap::new());
+    let ap = api.port();
+    let mut server = server();
+    let value = format!("Bearer {}", random_alnum(24));
+    let id = admin(&server).create(&json!({
+        "network": ["api.test", "127.0.0.3/32"],
+        "secrets": [{ "name": "tok", "hosts": ["api.test"], "header": "Authorization", "value": value }],
+    }))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.restart();
+    let a = admin(&server);
+    let listed = a.sandbox(&id)["secrets"].clone();
+    let r = a.run_json(
+        &id,
+        &format!("{PY_NET}\nprint(json.dumps(fetch('http://api.test:{ap}/after-server-restart')))"),
+    );
+    assert_eq!(r[0], 200, "{r}");
+    let seen = api.seen();
+    let after = seen
+        .iter()
+        .find(|s| s.target == "/after-server-restart")
+        .unwrap();
+    let sent = after.header("authorization") == Some(value.as_str());
+    assert!(
+        sent || listed.as_array().is_none_or(|l| l.is_empty()),
+        "LEAD BUG: after a server restart the sandbox lists secrets {listed} but the proxy no \
+         longer sends them: {after:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1438,11 +1567,54 @@ fn secrets_in_output_are_redacted_in_results_streams_and_downloads() {
     assert!(a.sandbox(&id).get("contained").is_none());
 }
 
+/// One MCP tool call over `/mcp` in a fresh session; the raw response text.
+fn mcp_call(server: &TestServer, tool: &str, arguments: Value) -> String {
+    const PROTOCOL: &str = "2025-06-18";
+    let http = server.client();
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = http
+            .post(format!("{}/mcp", server.url()))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", PROTOCOL)
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send().expect("mcp request")
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": {"name": "governance", "version": "1"}}}),
+    );
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .expect("an MCP session")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = init.text();
+    let _ = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .text();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": tool, "arguments": arguments}}),
+    )
+    .text()
+    .unwrap_or_default()
+}
+
 /// Every other way output leaves a sandbox through the REST API, each scanned like a
 /// download: error values and tracebacks, rich display data, the execution history, the
-/// background output of processes a cell left running, artifacts, the workspace archive and
-/// volume files. LEAD BUG (requests-a.md #other-exits): the archive, artifacts, background
-/// output and volume files are not scanned.
+/// background output of processes a cell left running, artifacts, the workspace archive,
+/// volume files and MCP's `read_file`. LEAD BUG (requests-a.md #other-exits): the archive,
+/// artifacts, background output and volume files are not scanned.
 #[test]
 fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     let server = server();
@@ -1475,7 +1647,7 @@ fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     check("display data", &r.text);
     let r = a.execute(
         &id,
-        &format!("open('/workspace/out.txt', 'w').write({t})\nopen('/workspace/vol/v.txt', 'w').write({t})\nimport subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 0.5; echo \"$0$1\"', {head:?}, {tail:?}])\nprint('started')"),
+        &format!("open('/workspace/vol/v.txt', 'w').write({t})\nimport subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 0.5; echo \"$0$1\"', {head:?}, {tail:?}])\nprint('started')"),
     );
     let b = r.expect(200).clone();
     check("the execution's result", &r.text);
@@ -1487,16 +1659,22 @@ fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     let bg = a.get(&format!("/v1/sandboxes/{id}/background"));
     assert_eq!(bg.status, 200, "{}", bg.text);
     check("background output", &bg.text);
-    for art in b["artifacts"].as_array().into_iter().flatten() {
-        let sha = art["sha256"].as_str().unwrap_or_default();
-        let (status, _, bytes) = server.get_bytes(&format!("/v1/artifacts/{sha}"));
-        if status == 200 {
-            check(
-                &format!("artifact {}", art["path"]),
-                &String::from_utf8_lossy(&bytes),
-            );
-        }
-    }
+    let _ = b;
+    // An artifact: the file a cell wrote, fetched by its hash.
+    let r = a.execute(&id, &format!("open('/workspace/out.txt', 'w').write({t})"));
+    let art = r.expect(200)["artifacts"]
+        .as_array()
+        .and_then(|l| l.iter().find(|x| x["path"] == "out.txt").cloned())
+        .unwrap_or_else(|| panic!("out.txt is an artifact: {}", r.text));
+    let (status, _, bytes) = server.get_bytes(&format!(
+        "/v1/artifacts/{}",
+        art["sha256"].as_str().unwrap()
+    ));
+    eprintln!(
+        "artifact download: {status} {}",
+        String::from_utf8_lossy(&bytes)
+    );
+    check("an artifact", &String::from_utf8_lossy(&bytes));
     let (status, _, tar) = server.get_bytes(&format!("/v1/sandboxes/{id}/archive"));
     assert_eq!(status, 200);
     check("the workspace archive", &String::from_utf8_lossy(&tar));
@@ -1507,6 +1685,14 @@ fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     check(
         "a file download from a volume mount",
         &String::from_utf8_lossy(&bytes),
+    );
+    check(
+        "MCP read_file",
+        &mcp_call(
+            &server,
+            "read_file",
+            json!({ "sandbox_id": id, "path": "out.txt" }),
+        ),
     );
     a.delete(&format!("/v1/sandboxes/{id}")).expect(204);
     let (status, _, bytes) = server.get_bytes("/v1/volumes/govvol/files/v.txt");
@@ -1578,6 +1764,8 @@ fn assert_contained(server: &TestServer, a: &As, id: &str) {
 /// restart in place boots fresh ones (`restart_count` + 1, `state: running`).
 #[track_caller]
 fn assert_no_processes(server: &TestServer, a: &As, id: &str) {
+    // Reading its files must not bring its processes back either.
+    let _ = a.get(&format!("/v1/sandboxes/{id}/files"));
     let ok = common::wait_until(SETTLE, || sandbox_pids(server, id).is_empty());
     assert!(
         ok,
@@ -1707,10 +1895,10 @@ fn the_canary_in_an_egress_request_is_refused_and_contains() {
     assert_no_processes(&server, &a, &id2);
 }
 
-/// LEAD BUG (requests-a.md #pip): the issue asks that `pip install` and `%pip install` work
-/// when the index is allowed; they download through the proxy but cannot install: the
-/// environment (`/opt/sandlot/env`) is read-only and a venv has no user site, so only
-/// `--target` into the workspace (plus a `sys.path` entry) works.
+/// `pip install` and `%pip install` with no `--target` (the sandbox's `PIP_TARGET`,
+/// `/workspace/.packages`), and the package imports. LEAD BUG (requests-a.md #pip): after
+/// `%pip install` the package is importable from the next cell only, not in the same cell as
+/// in Jupyter.
 #[test]
 fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
     let dist = "sandlot-gov-plain";
@@ -1731,7 +1919,7 @@ fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
     let out = r["stdout"].as_str().unwrap_or_default();
     assert!(
         out.contains("exit=0"),
-        "LEAD BUG: `pip install {dist}` (no --target) in a sandbox: {out}"
+        "`pip install {dist}` (no --target) in a sandbox: {out}"
     );
     assert_eq!(
         a.run(
@@ -1752,6 +1940,47 @@ fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
     let b = r.expect(200);
     assert_eq!(
         b["end_state"], "ok",
-        "LEAD BUG: `%pip install {dist}` then import: {b:#}"
+        "LEAD BUG: `%pip install {dist}` then import in the same cell: {b:#}"
+    );
+}
+
+/// LEAD BUG (requests-a.md #fork-canary): a fork, or a sandbox restored from a snapshot,
+/// carries its source's Python state, including any copy of the source's canary, but gets a
+/// canary of its own and is scanned for that one only: the source's canary printed there goes
+/// out in clear.
+#[test]
+fn forks_and_restores_printing_their_sources_canary_are_contained() {
+    let server = server();
+    let a = admin(&server);
+    let id = a.create(&json!({}))["id"].as_str().unwrap().to_owned();
+    let (_, secret) = canary_of(&a, &id);
+    a.run(&id, "import os\nc = os.environ['AWS_SECRET_ACCESS_KEY']");
+    let fork = a.post(&format!("/v1/sandboxes/{id}/fork"), &json!({}));
+    let fid = fork.expect(201)["sandboxes"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let snap = a.post(&format!("/v1/sandboxes/{id}/snapshots"), &json!({}));
+    let snap = snap.expect(201)["id"].as_str().unwrap().to_owned();
+    let rid = a.create(&json!({ "from_snapshot": snap }))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut leaks = Vec::new();
+    for (what, sid) in [("a fork", &fid), ("a restore", &rid)] {
+        // Its own canary is a new one.
+        let (_, own) = canary_of(&a, sid);
+        assert_ne!(own, secret, "{what}");
+        let r = a.execute(sid, "print(c)");
+        r.expect(200);
+        if r.text.contains(&secret) {
+            leaks.push(format!("{what}: {}", r.text));
+        } else {
+            assert_contained(&server, &a, sid);
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "LEAD BUG: the source's canary leaves in clear through {leaks:#?}"
     );
 }

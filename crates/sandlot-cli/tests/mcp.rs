@@ -1114,3 +1114,229 @@ fn stdio_acts_for_its_key_tenant() {
     }
     assert!(alive(&server, &a_id));
 }
+
+/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
+/// `secret*`, no reads of `private*` through the file API).
+const FILE_POLICIES: &str = r#"
+@id("allow-all-gates")
+@reason("every authenticated key may use every gate")
+permit (
+  principal,
+  action in [
+    Sandlot::Action::"create_sandbox",
+    Sandlot::Action::"execute",
+    Sandlot::Action::"read_file",
+    Sandlot::Action::"write_file",
+    Sandlot::Action::"egress",
+    Sandlot::Action::"build_template"
+  ],
+  resource
+);
+
+@id("isolated-tier")
+@reason("every key may run in the isolated tier")
+permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
+
+@id("trusted-tier-local")
+@reason("the trusted tier is for the local single-user plan")
+permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"trusted")
+when { principal.plan == "local" };
+
+@id("no-secret-writes")
+@reason("files named secret* are not written through the file API")
+forbid (principal, action == Sandlot::Action::"write_file", resource)
+when { context.path like "/workspace/secret*" };
+
+@id("no-private-reads")
+@reason("files named private* are not read through the file API")
+forbid (principal, action == Sandlot::Action::"read_file", resource)
+when { context.path like "/workspace/private*" };
+
+@id("redact-secrets")
+@reason("secrets are redacted from output")
+permit (principal, action == Sandlot::Action::"output_redact", resource)
+when { context.kind == "secret" };
+"#;
+
+/// Asserts a tool error carrying `policy_denied` and naming `what` (a policy id, a gate).
+#[track_caller]
+fn assert_tool_denied(reply: &Value, what: &str) {
+    assert_eq!(reply["result"]["isError"], json!(true), "{reply}");
+    let t = text(reply);
+    assert!(
+        t.contains("policy_denied") && t.contains(what),
+        "names {what}: {t}"
+    );
+}
+
+#[test]
+fn http_tools_pass_the_policy() {
+    let server = TestServer::start();
+    let mut a = Mcp::new(&server);
+    a.initialize();
+
+    // --- execute: the shipped code-size cap.
+    let cap = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/policies/code-size-cap.cedar"),
+    )
+    .unwrap();
+    assert_eq!(server.put_bytes("/v1/policies", cap).status, 200);
+    let short = a.call("run_python", json!({ "code": "print(6 * 7)" }));
+    assert_ok(&short);
+    assert_eq!(text(&short), "42\n");
+    let own = own_sandbox(&mut a);
+    let long = format!("x = 1\n#{}\nprint('ran')", "a".repeat(10_001));
+    let denied = a.call("run_python", json!({ "code": long }));
+    assert_tool_denied(&denied, "code-size-cap");
+    assert!(!text(&denied).contains("ran\n"), "{denied}");
+    let denied = a.call(
+        "run_bash",
+        json!({ "code": format!("# {}\necho ran", "b".repeat(10_001)) }),
+    );
+    assert_tool_denied(&denied, "code-size-cap");
+    let sb = format!("Sandbox::\"{own}\"");
+    let r = server.get("/v1/decisions?gate=execute&limit=20");
+    let mine: Vec<&Value> = r.body["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["resource"] == sb && d["allowed"] == false)
+        .collect();
+    assert_eq!(mine.len(), 2, "{:#?}", r.body);
+    for d in mine {
+        assert_eq!(d["policies"], json!(["code-size-cap"]), "{d:#}");
+        // Decided for the session's key, not for the sandbox.
+        assert!(
+            !d["key_id"].as_str().unwrap().starts_with("sandbox"),
+            "{d:#}"
+        );
+    }
+
+    // --- files: writes of secret*, reads of private*, list_files too.
+    assert_eq!(server.put_bytes("/v1/policies", FILE_POLICIES).status, 200);
+    for path in [
+        "secret.txt",
+        "./secret.txt",
+        "/workspace/secret.txt",
+        "/workspace//secret",
+    ] {
+        let r = a.call("write_file", json!({ "path": path, "content": "nope" }));
+        assert_tool_denied(&r, "no-secret-writes");
+    }
+    assert_ok(&a.call(
+        "write_file",
+        json!({ "path": "notes.txt", "content": "fine" }),
+    ));
+    assert_ok(&a.call(
+        "run_bash",
+        json!({ "code": "echo hidden > private.txt; mkdir -p private-d" }),
+    ));
+    let ls = a.call("run_bash", json!({ "code": "ls" }));
+    assert!(
+        !text(&ls).contains("secret"),
+        "a refused write left a file: {ls}"
+    );
+    for (tool, args) in [
+        ("read_file", json!({ "path": "private.txt" })),
+        ("read_file", json!({ "path": "/workspace/./private.txt" })),
+        ("list_files", json!({ "path": "private-d" })),
+    ] {
+        let r = a.call(tool, args);
+        assert_tool_denied(&r, "no-private-reads");
+        assert!(!text(&r).contains("hidden"), "{r}");
+    }
+    assert_ok(&a.call("list_files", json!({})));
+    let r = server.get("/v1/decisions?gate=write_file&limit=20");
+    let d = r.body["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["allowed"] == false)
+        .cloned()
+        .expect("the refused write is recorded");
+    assert_eq!(d["policies"], json!(["no-secret-writes"]), "{d:#}");
+
+    // --- read_file's bytes pass the output guardrails: a secret comes back redacted.
+    const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let secret: String = std::iter::once("ghp_".to_owned())
+        .chain((0..36).map(|i| (ALNUM[(i * 17 + 5) % 62] as char).to_string()))
+        .collect();
+    assert_ok(&a.call(
+        "write_file",
+        json!({ "path": "config.txt", "content": format!("user = alice\ntoken = {secret}\n") }),
+    ));
+    let r = a.call("read_file", json!({ "path": "config.txt" }));
+    assert_ok(&r);
+    let t = text(&r);
+    assert!(!t.contains(&secret), "the secret left: {t}");
+    assert!(
+        t.contains("[REDACTED:github-token]") && t.contains("user = alice"),
+        "{t}"
+    );
+    // A policy that withholds secrets: the file is refused, nothing of it returned.
+    let withhold = format!(
+        "{FILE_POLICIES}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
+         permit (principal, action == Sandlot::Action::\"output_withhold\", resource)\n\
+         when {{ context.kind == \"secret\" }};\n"
+    );
+    assert_eq!(server.put_bytes("/v1/policies", withhold).status, 200);
+    let r = a.call("read_file", json!({ "path": "config.txt" }));
+    assert_tool_denied(&r, "withheld");
+    assert!(!text(&r).contains("alice"), "{r}");
+    assert_eq!(server.put_bytes("/v1/policies", FILE_POLICIES).status, 200);
+
+    // --- creation: a free tenant's session asking for the trusted tier is refused.
+    let free_key = tenant_key(&server, "freebie", json!({}));
+    let mut f = Mcp::new(&server);
+    f.http = server.client_with_key(Some(&free_key));
+    f.initialize();
+    let r = f.call("create_sandbox", json!({ "tier": "trusted" }));
+    assert_tool_denied(&r, "select_tier");
+    assert!(
+        listed_ids(&mut f).is_empty(),
+        "a refused creation left a sandbox"
+    );
+    let r = f.call("create_sandbox", json!({ "tier": "isolated" }));
+    assert_ok(&r);
+    let made: Value = serde_json::from_str(&text(&r)).unwrap();
+    let made = made["sandbox_id"].as_str().unwrap().to_owned();
+    let v1 = server.client_with_key(Some(&free_key));
+    let got: Value = v1
+        .get(format!("{}/v1/sandboxes/{made}", server.url()))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(got["tier"], "isolated", "{got:#}");
+    assert_ok(&f.call("delete_sandbox", json!({ "sandbox_id": made })));
+    let r = f.call("create_sandbox", json!({ "tier": "root" }));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).contains("invalid_argument"), "{r}");
+    // The local plan may have it.
+    let r = a.call("create_sandbox", json!({ "tier": "trusted" }));
+    assert_ok(&r);
+    let made: Value = serde_json::from_str(&text(&r)).unwrap();
+    let made = made["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        server.get(&format!("/v1/sandboxes/{made}")).body["tier"],
+        "trusted"
+    );
+    assert_ok(&a.call("delete_sandbox", json!({ "sandbox_id": made })));
+
+    // --- the session's own sandbox, made on first use, passes the creation gate too.
+    let no_freebie = format!(
+        "{FILE_POLICIES}\n@id(\"no-freebie-sandboxes\")\n@reason(\"freebie creates no sandboxes\")\n\
+         forbid (principal, action == Sandlot::Action::\"create_sandbox\", resource)\n\
+         when {{ principal.tenant == Sandlot::Tenant::\"freebie\" }};\n"
+    );
+    let r = server.put_bytes("/v1/policies", no_freebie);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = f.call("run_python", json!({ "code": "1 + 1" }));
+    assert_tool_denied(&r, "no-freebie-sandboxes");
+    assert!(listed_ids(&mut f).is_empty());
+    // Other tenants are not affected.
+    assert_ok(&a.call("run_python", json!({ "code": "1 + 1" })));
+    f.delete();
+    a.delete();
+}

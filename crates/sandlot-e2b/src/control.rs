@@ -14,6 +14,9 @@
 //!   template; any other name must be a sandlot template (else 404).
 //! - states: `paused` is paused; any other sandbox that has not ended (running, or stopped and
 //!   restarting on its next use) is `running`. Ended sandboxes do not exist for E2B (404).
+//! - the policy's creation gates apply as on `/v1` (`create_sandbox` on the template, then
+//!   `select_tier`; a denial is 403 with the policy's reason). E2B has no tier field: the
+//!   metadata key `sandlot.tier` asks for one (`trusted`); without it, the isolated tier.
 //! - sandboxes are created with `all_ports` (E2B exposes every port; requests are still
 //!   authenticated) and no internet access: an explicit `allow_internet_access: true`, MCP
 //!   servers and volume mounts are refused with 400 rather than silently not honoured.
@@ -48,6 +51,9 @@ const DEFAULT_TIMEOUT: u64 = 300;
 const NO_IDLE_TIMEOUT: u64 = 365 * 24 * 3600;
 /// Template names E2B's SDKs use by default; they run on sandlot's default template.
 const E2B_DEFAULT_TEMPLATES: &[&str] = &["base", "code-interpreter-v1", "code-interpreter"];
+/// The metadata key that asks for a sandlot tier (`isolated`, `trusted`): E2B's create has
+/// no such field, and metadata is what its SDKs let a caller set.
+const TIER_METADATA: &str = "sandlot.tier";
 /// Most sandboxes one list page holds.
 const MAX_PAGE: usize = 1000;
 
@@ -196,18 +202,29 @@ async fn create(
             }));
         }
     }
-    let create = CreateSandbox {
+    let metadata = req.metadata.unwrap_or_default();
+    let tier = metadata.get(TIER_METADATA).cloned();
+    let mut create = CreateSandbox {
         template,
         env: req.env_vars.unwrap_or_default(),
-        metadata: req.metadata.unwrap_or_default(),
+        metadata,
         idle_timeout: Some(idle),
         max_lifetime: Some(lifetime),
         on_idle: Some(on_idle),
         all_ports: true,
         tenant: Some(who.tenant.clone()),
+        tier,
         ..Default::default()
     };
-    let limits = ctx.rt.effective_limits(&create.limits)?;
+    let (limits, needs_trusted) = tenancy::creation_limits(&ctx, &create)?;
+    // The creation gates (`create_sandbox`, then `select_tier`), as `/v1` applies them: the
+    // tier the sandbox runs in is the policy's answer.
+    if let Some(gov) = ctx.gov.as_deref() {
+        let tier = gov
+            .gate_creation(&who, &create, limits, needs_trusted)
+            .map_err(|e| Failure::from_api(&e))?;
+        create.tier = Some(tier);
+    }
     // Held until the sandbox is in the runtime's live set (or the creation failed).
     let _admission = tenancy::admit(&ctx, &who, limits, 1).await?;
     let sb = ctx.rt.create_sandbox(create).await?;

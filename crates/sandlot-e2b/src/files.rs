@@ -8,9 +8,14 @@
 //! are its workspace; the rest of its filesystem is private to its processes. Every file
 //! operation goes through the runtime's file API (fd-relative, no symlinks followed).
 //! `username` is accepted and ignored: a sandbox has one user, whose files these are.
+//!
+//! Downloads pass the policy's `read_file` gate and the output guardrails (redacted or
+//! withheld as the policy says, files up to 16 MiB, as `/v1`'s); each uploaded file passes
+//! the `write_file` gate with the request's declared length (see `gates`).
 
 use crate::auth::check_sandbox;
 use crate::error::Failure;
+use crate::gates::{Gate, MAX_SCANNED_DOWNLOAD};
 use crate::Ctx;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Multipart, Query, Request, State};
@@ -22,7 +27,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use futures::StreamExt;
 use sandlot_runtime::{ByteStream, RuntimeError};
-use sandlot_types::FileEntry;
+use sandlot_types::{ApiError, ErrorCode, FileEntry};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
@@ -124,11 +129,44 @@ async fn download(
         .filter(|p| !p.is_empty())
         .ok_or_else(|| Failure::bad_request("missing path"))?;
     let rel = workspace_path(path)?;
+    let gate = Gate::open(&ctx, &headers, &id)
+        .await
+        .map_err(|e| envd_failure(&id, e))?;
+    gate.read(&rel).map_err(|e| Failure::from_api(&e))?;
     let (size, mut file) = ctx
         .rt
         .read_file(&id, &rel)
         .await
         .map_err(|e| envd_failure(&id, e))?;
+    // Downloads leave the sandbox as output does: scanned, and redacted or withheld as the
+    // policy says (as `/v1`'s, up to the same bound).
+    if gate.scans_downloads() && size <= MAX_SCANNED_DOWNLOAD {
+        let mut bytes = Vec::with_capacity(size as usize);
+        (&mut file)
+            .take(size)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("reading the file: {e}"),
+                )
+            })?;
+        let Some(bytes) = ctx.rt.guard_file(&id, &rel, bytes).await else {
+            return Err(Failure::from_api(&ApiError::new(
+                ErrorCode::PolicyDenied,
+                "the file was withheld: the guardrails found secrets in it and the policy withholds them",
+            )));
+        };
+        return Ok((
+            [
+                (CONTENT_TYPE, "application/octet-stream".to_owned()),
+                (CONTENT_LENGTH, bytes.len().to_string()),
+            ],
+            bytes,
+        )
+            .into_response());
+    }
     let stream = async_stream_of(
         move |tx: mpsc::Sender<Result<Bytes, std::io::Error>>| async move {
             let mut buf = vec![0u8; CHUNK];
@@ -201,6 +239,17 @@ async fn upload(
             "file metadata (X-Metadata-*) is not supported by sandlot",
         ));
     }
+    let gate = Gate::open(&ctx, req.headers(), &id)
+        .await
+        .map_err(|e| envd_failure(&id, e))?;
+    // What the write gates are told the upload carries: its declared length (a multipart
+    // body's bounds each of its files), 0 when it declares none, as `/v1` does.
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
     let ctype = req
         .headers()
         .get(CONTENT_TYPE)
@@ -212,7 +261,7 @@ async fn upload(
         let mp = Multipart::from_request(req, &()).await.map_err(|e| {
             Failure::bad_request(format!("invalid multipart body: {}", e.body_text()))
         })?;
-        return upload_multipart(&ctx, &id, q.path, mp).await;
+        return upload_multipart(&ctx, &gate, &id, q.path, mp, declared).await;
     }
     if ctype.starts_with("application/octet-stream") {
         let path = q
@@ -221,6 +270,8 @@ async fn upload(
             .filter(|p| !p.is_empty())
             .ok_or_else(|| Failure::bad_request("missing path for an octet-stream upload"))?;
         let rel = workspace_path(path)?;
+        gate.write(&rel, declared)
+            .map_err(|e| Failure::from_api(&e))?;
         let body: ByteStream = Box::pin(
             req.into_body()
                 .into_data_stream()
@@ -241,9 +292,11 @@ async fn upload(
 
 async fn upload_multipart(
     ctx: &Ctx,
+    gate: &Gate,
     id: &str,
     path: Option<String>,
     mut mp: Multipart,
+    declared: u64,
 ) -> Result<Response, Failure> {
     let path = path.filter(|p| !p.is_empty());
     let mut out = Vec::new();
@@ -277,6 +330,9 @@ async fn upload_multipart(
             }
         };
         let rel = workspace_path(&target)?;
+        // Files before a refused one stay written, as with any other failure mid-upload.
+        gate.write(&rel, declared)
+            .map_err(|e| Failure::from_api(&e))?;
         out.push(write_field(ctx, id, &rel, field).await?);
     }
     if out.is_empty() {

@@ -8,12 +8,17 @@
 //! with `/home/user/...` paths. The mapping is `files::workspace_path` (one for `/files` and
 //! these calls).
 //!
+//! Policy: `Stat` and `ListDir` pass the `read_file` gate on their path, `MakeDir`, `Remove`
+//! and both paths of `Move` the `write_file` gate (0 bytes: they write no content); see
+//! `gates`.
+//!
 //! Not served: `WatchDir` and the polling watchers (`CreateWatcher`, `GetWatcherEvents`,
 //! `RemoveWatcher`) answer `unimplemented` — the runtime has no change notifications to
 //! relay, and polling stat snapshots would be a weaker promise than the SDK's watch makes.
 
 use crate::connect::{self, Call, Code, RpcError};
 use crate::files::{e2b_path, workspace_path};
+use crate::gates::Gate;
 use crate::Ctx;
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -170,6 +175,9 @@ fn entry_info(e: FileEntry) -> EntryInfo {
 async fn stat(State(ctx): State<Ctx>, req: Request) -> Response {
     connect::unary(ctx, req, |ctx, call: Call, req: PathRequest| async move {
         let p = mapped(&req.path)?;
+        Gate::open(&ctx, &call.headers, &call.sandbox)
+            .await?
+            .read(&p)?;
         let e = ctx.rt.stat_path(&call.sandbox, &p).await?;
         Ok(EntryResponse {
             entry: entry_info(e),
@@ -181,6 +189,9 @@ async fn stat(State(ctx): State<Ctx>, req: Request) -> Response {
 async fn make_dir(State(ctx): State<Ctx>, req: Request) -> Response {
     connect::unary(ctx, req, |ctx, call: Call, req: PathRequest| async move {
         let p = mapped(&req.path)?;
+        Gate::open(&ctx, &call.headers, &call.sandbox)
+            .await?
+            .write(&p, 0)?;
         if !ctx.rt.make_dir(&call.sandbox, &p).await? {
             return Err(RpcError::new(
                 Code::AlreadyExists,
@@ -198,6 +209,10 @@ async fn make_dir(State(ctx): State<Ctx>, req: Request) -> Response {
 async fn move_entry(State(ctx): State<Ctx>, req: Request) -> Response {
     connect::unary(ctx, req, |ctx, call: Call, req: MoveRequest| async move {
         let (from, to) = (mapped(&req.source)?, mapped(&req.destination)?);
+        // A move removes one name and writes another: both are writes.
+        let gate = Gate::open(&ctx, &call.headers, &call.sandbox).await?;
+        gate.write(&from, 0)?;
+        gate.write(&to, 0)?;
         let e = ctx.rt.move_path(&call.sandbox, &from, &to).await?;
         Ok(EntryResponse {
             entry: entry_info(e),
@@ -213,6 +228,9 @@ async fn list_dir(State(ctx): State<Ctx>, req: Request) -> Response {
         |ctx, call: Call, req: ListDirRequest| async move {
             let p = mapped(&req.path)?;
             let depth = req.depth.max(1) as usize;
+            Gate::open(&ctx, &call.headers, &call.sandbox)
+                .await?
+                .read(&p)?;
             let dir = ctx.rt.stat_path(&call.sandbox, &p).await?;
             if dir.kind != "dir" {
                 return Err(RpcError::invalid(format!(
@@ -236,6 +254,9 @@ async fn list_dir(State(ctx): State<Ctx>, req: Request) -> Response {
 async fn remove(State(ctx): State<Ctx>, req: Request) -> Response {
     connect::unary(ctx, req, |ctx, call: Call, req: PathRequest| async move {
         let p = mapped(&req.path)?;
+        Gate::open(&ctx, &call.headers, &call.sandbox)
+            .await?
+            .write(&p, 0)?;
         ctx.rt.delete_file(&call.sandbox, &p).await?;
         Ok(Empty {})
     })

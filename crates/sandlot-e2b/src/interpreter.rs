@@ -15,6 +15,10 @@
 //! the server's longest execution timeout; a client that disconnects interrupts its execution.
 //! `env_vars` apply to one execution: set before it and restored after it, by two executions
 //! of the same language whose output is not shown.
+//!
+//! Every `/execute` passes the policy's `execute` gate first (its language, the code's size;
+//! the `env_vars` bookkeeping around it is the server's, not gated); a denial is a 403 with
+//! `policy_denied: <why>` as the body, in the interpreter's plain-text error shape.
 
 use crate::auth::{self, check_sandbox};
 use crate::error::Failure;
@@ -196,6 +200,11 @@ async fn execute(
             "invalid environment variable name {bad:?}"
         ))));
     }
+    crate::gates::Gate::open(&ctx, &headers, &id)
+        .await
+        .map_err(|e| failure(&id, e))?
+        .execute(body.code.len(), language)
+        .map_err(|e| Plain(Failure::from_api(&e)))?;
     let session = ctx.interp.get(&id);
     let req = ExecuteRequest {
         code: body.code,

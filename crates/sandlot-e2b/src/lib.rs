@@ -9,6 +9,8 @@
 //! - `auth`: who a request is (the server's E2B key, sandlot API keys), per-sandbox tokens,
 //!   the checks
 //! - `tenancy`: which sandboxes a caller may name, quota admission
+//! - `gates`: the policy's `execute`, `read_file` and `write_file` gates on sandboxes (the
+//!   creation gates are the control plane's)
 //! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume)
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
@@ -21,6 +23,7 @@ mod control;
 mod error;
 mod files;
 mod filesystem;
+mod gates;
 mod interpreter;
 mod process;
 mod tenancy;

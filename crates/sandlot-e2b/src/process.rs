@@ -40,8 +40,13 @@
 //! signal while its wrapper lives ends with `exit status 128+N`, as a shell reports it. There
 //! is no PTY, `StreamInput` (a client stream) is not served, and the `user` is the sandbox's
 //! one user.
+//!
+//! Policy: `Start` passes the `execute` gate (language `bash`, the command line's length as
+//! its code size) before anything is registered; stdin sent to a running command is its
+//! data, not a new execution, and is not gated again.
 
 use crate::connect::{self, Call, Code, Messages, RpcError};
+use crate::gates::Gate;
 use crate::Ctx;
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -50,7 +55,7 @@ use axum::Router;
 use futures::StreamExt;
 use sandlot_runtime::proctail::{CommandControl, CommandPaths, CommandPipes};
 use sandlot_runtime::{Runtime, RuntimeError};
-use sandlot_types::{ExecuteRequest, Language};
+use sandlot_types::{ExecuteRequest, Language, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -416,7 +421,15 @@ async fn start_call(
         .process
         .ok_or_else(|| RpcError::invalid("StartRequest.process is required"))?;
     check_config(&config)?;
-    check_running(&ctx.rt, &call.sandbox).await?;
+    let sandbox = check_running(&ctx.rt, &call.sandbox).await?;
+    // A command is code run in the sandbox: the `execute` gate, as Bash, sized by its
+    // command line (what E2B's `commands.run` sends is `bash -l -c <command>`).
+    let line = std::iter::once(&config.cmd)
+        .chain(&config.args)
+        .map(|w| w.len() + 1)
+        .sum::<usize>()
+        .saturating_sub(1);
+    Gate::with_sandbox(&ctx, &call.headers, sandbox).execute(line, Language::Bash)?;
     let proc = register(&call.sandbox, config, req.tag, req.stdin == Some(true))?;
     let (tx, rx) = mpsc::channel(QUEUE);
     proc.state().subs.push(tx);
@@ -447,8 +460,9 @@ fn events(pid: u32, rx: mpsc::Receiver<Event>) -> Messages<EventMessage> {
         .boxed()
 }
 
-/// Refuses a sandbox that does not exist or has ended before anything is registered.
-async fn check_running(rt: &Runtime, id: &str) -> Result<(), RpcError> {
+/// Refuses a sandbox that does not exist or has ended before anything is registered; the
+/// sandbox otherwise.
+async fn check_running(rt: &Runtime, id: &str) -> Result<Sandbox, RpcError> {
     use sandlot_types::SandboxState as S;
     let sb = rt.get_sandbox(id).await?;
     match sb.state {
@@ -456,7 +470,7 @@ async fn check_running(rt: &Runtime, id: &str) -> Result<(), RpcError> {
             Code::FailedPrecondition,
             format!("sandbox {id} has failed; commands are refused"),
         )),
-        S::Running | S::Stopped | S::Paused => Ok(()),
+        S::Running | S::Stopped | S::Paused => Ok(sb),
         _ => Err(RpcError::new(
             Code::NotFound,
             format!("sandbox {id} has ended"),

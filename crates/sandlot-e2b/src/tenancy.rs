@@ -8,8 +8,9 @@
 
 use crate::error::Failure;
 use crate::Ctx;
-use sandlot_tenancy::{Admission, QuotaError, Want};
-use sandlot_types::{ApiError, EffectiveLimits, ErrorCode, Principal};
+use sandlot_runtime::RuntimeError;
+use sandlot_tenancy::{Admission, Want};
+use sandlot_types::{CreateSandbox, EffectiveLimits, Principal, TRUSTED_TIER};
 
 /// Whether sandbox `id` (live, or recorded after it ended) belongs to `who`'s tenant. An id
 /// never seen belongs to nobody.
@@ -29,38 +30,19 @@ pub(crate) async fn admit(
     let Some(gov) = ctx.gov.as_deref() else {
         return Ok(None);
     };
-    let Some(tenant) = gov.keys.tenant(&who.tenant) else {
-        return Err(Failure::from_api(&ApiError::new(
-            ErrorCode::TenantNotFound,
-            format!("no tenant {}", who.tenant),
-        )));
-    };
-    let want = Want {
-        sandboxes: count,
-        cpu_millis: limits.cpu_millis * count,
-        memory_mb: limits.memory_mb * count,
-    };
     let rt = ctx.rt.clone();
-    let name = tenant.name.clone();
-    let usage = move || {
-        let u = rt.tenant_usage(&name);
+    let usage = move |tenant: &str| {
+        let u = rt.tenant_usage(tenant);
         Want {
             sandboxes: u.sandboxes,
             cpu_millis: u.cpu_millis,
             memory_mb: u.memory_mb,
         }
     };
-    gov.quotas
-        .admit(&tenant, want, usage)
+    gov.admit_for(usage, who, limits, count)
         .await
         .map(Some)
-        .map_err(|e| {
-            let message = match &e {
-                QuotaError::TooLarge { .. } => format!("{e}; retry in 0 s"),
-                QuotaError::Exceeded { .. } => e.to_string(),
-            };
-            Failure::from_api(&ApiError::new(ErrorCode::TenantQuotaExceeded, message))
-        })
+        .map_err(|e| Failure::from_api(&e))
 }
 
 /// Admits one more running sandbox like `id` (a resume) or `count` copies of it (a fork).
@@ -85,17 +67,32 @@ pub(crate) fn released(ctx: &Ctx, tenant: &str) {
     }
 }
 
-/// Whether `who` may start from template `name`: built-in templates (no owner) are
-/// everyone's, others their owner tenant's (as `/v1` decides).
+/// Whether `who` may start from template `name`, as `/v1` decides: `default` is everyone's,
+/// a template made through the API its owner tenant's, one with no recorded owner (made
+/// before tenants existed) the tenant `default`'s; a store that cannot answer shows none.
 pub(crate) fn template_visible(ctx: &Ctx, who: &Principal, name: &str) -> bool {
     let Some(gov) = ctx.gov.as_deref() else {
         return true;
     };
-    match gov.store.template_owners() {
-        Ok(owners) => owners
-            .iter()
-            .find(|(n, _)| n == name)
-            .is_none_or(|(_, t)| *t == who.tenant),
-        Err(_) => false,
+    gov.template_visible(who, name)
+}
+
+/// The limits a creation gets and whether they need the trusted tier (above the isolated
+/// tier's maxima but within the trusted one's), as `/v1` computes them: with governance (or
+/// the trusted tier asked for) limits past the isolated maxima are the policy's to allow;
+/// without, they are refused as they always were.
+pub(crate) fn creation_limits(
+    ctx: &Ctx,
+    req: &CreateSandbox,
+) -> Result<(EffectiveLimits, bool), RuntimeError> {
+    match ctx.rt.effective_limits(&req.limits) {
+        Ok(l) => Ok((l, false)),
+        Err(e) if req.tier.as_deref() == Some(TRUSTED_TIER) || ctx.gov.is_some() => {
+            match ctx.rt.effective_limits_trusted(&req.limits) {
+                Ok(l) => Ok((l, true)),
+                Err(_) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
     }
 }

@@ -8,7 +8,10 @@
 //!   wait for room in its quotas as `/v1`'s creations do (resumes and forks too);
 //! - a `sandbox_id` (or a snapshot, or a template) of another tenant is answered exactly as
 //!   one that does not exist;
-//! - `list_sandboxes` lists the tenant's only.
+//! - `list_sandboxes` lists the tenant's only;
+//! - the policy decides as on `/v1`: creations (`create_sandbox`, `select_tier`), code
+//!   (`execute`), files (`read_file` for read_file and list_files, `write_file`); a denial is
+//!   a tool error `policy_denied: <why>`. read_file's bytes pass the output guardrails.
 //!
 //! stdio (`sandlot mcp`) has no scope here: it calls the server's `/v1` with its key, which
 //! scopes every call there.
@@ -16,8 +19,10 @@
 use crate::error::Error;
 use sandlot_api::govern::Governance;
 use sandlot_runtime::{Runtime, RuntimeError};
-use sandlot_tenancy::{Admission, QuotaError, Want};
-use sandlot_types::{ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Principal};
+use sandlot_tenancy::{Admission, Want};
+use sandlot_types::{
+    ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Language, Principal, TRUSTED_TIER,
+};
 use std::sync::Arc;
 
 /// What the in-process `/mcp` knows of tenants: who owns what (the runtime) and the quotas
@@ -114,32 +119,78 @@ impl Scope {
         Ok(())
     }
 
-    /// Built-in templates (no owner) are everyone's, others their owner's (as `/v1` decides).
+    /// Whether the tenant may start from template `name`, as `/v1` decides: `default` is
+    /// everyone's, a template made through the API its owner tenant's, one with no recorded
+    /// owner (made before tenants existed) the tenant `default`'s.
     fn template_visible(&self, name: &str) -> bool {
         let Some(gov) = self.tenancy.gov.as_deref() else {
             return true;
         };
-        match gov.store.template_owners() {
-            Ok(owners) => owners
-                .iter()
-                .find(|(n, _)| n == name)
-                .is_none_or(|(_, t)| *t == self.who.tenant),
-            Err(_) => false,
-        }
+        gov.template_visible(&self.who, name)
     }
 
-    /// Admits the creation `req` under the tenant's quotas, waiting in its line while they are
-    /// full. Hold the admission until the sandbox is created.
+    /// Governs the creation `req` as `/v1` does: its limits (above the isolated maxima they
+    /// need the trusted tier), the policy's creation gates (`create_sandbox`, then
+    /// `select_tier`, whose answer becomes `req.tier`), then the tenant's quotas, waiting in
+    /// its line while they are full. Hold the admission until the sandbox is created.
     pub(crate) async fn admit_create(
         &self,
-        req: &CreateSandbox,
+        req: &mut CreateSandbox,
     ) -> Result<Option<Admission>, Error> {
-        let limits = self
-            .tenancy
-            .rt
-            .effective_limits(&req.limits)
-            .map_err(runtime)?;
+        let rt = &self.tenancy.rt;
+        let (limits, needs_trusted) = match rt.effective_limits(&req.limits) {
+            Ok(l) => (l, false),
+            Err(e) if req.tier.as_deref() == Some(TRUSTED_TIER) || self.tenancy.gov.is_some() => {
+                match rt.effective_limits_trusted(&req.limits) {
+                    Ok(l) => (l, true),
+                    Err(_) => return Err(runtime(e)),
+                }
+            }
+            Err(e) => return Err(runtime(e)),
+        };
+        if let Some(gov) = self.tenancy.gov.as_deref() {
+            req.tier = Some(gov.gate_creation(&self.who, req, limits, needs_trusted)?);
+        }
         self.admit(limits, 1).await
+    }
+
+    /// The `execute` gate of sandbox `id` (the tenant's: checked before) for `code_bytes` of
+    /// `language`.
+    pub(crate) async fn gate_execute(
+        &self,
+        id: &str,
+        code_bytes: usize,
+        language: Language,
+    ) -> Result<(), Error> {
+        let Some(gov) = self.tenancy.gov.as_deref() else {
+            return Ok(());
+        };
+        let sb = self.tenancy.rt.get_sandbox(id).await.map_err(runtime)?;
+        Ok(gov.gate_execute(&self.who, &sb, code_bytes, language)?)
+    }
+
+    /// The `read_file` (`write: None`) or `write_file` (`Some(bytes)`) gate of `path` in
+    /// sandbox `id`'s workspace.
+    pub(crate) async fn gate_file(
+        &self,
+        id: &str,
+        path: &str,
+        write: Option<u64>,
+    ) -> Result<(), Error> {
+        let Some(gov) = self.tenancy.gov.as_deref() else {
+            return Ok(());
+        };
+        let sb = self.tenancy.rt.get_sandbox(id).await.map_err(runtime)?;
+        Ok(gov.gate_file(&self.who, &sb, &policy_path(path), write)?)
+    }
+
+    /// A file's bytes as they may leave the sandbox: scanned by the output guardrails and
+    /// redacted, or `None` when the policy withholds them (as `/v1`'s downloads).
+    pub(crate) async fn guard_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        if self.tenancy.gov.is_none() {
+            return Some(bytes);
+        }
+        self.tenancy.rt.guard_file(id, path, bytes).await
     }
 
     /// Admits `count` more running sandboxes like `id` (a resume, a fork).
@@ -159,38 +210,19 @@ impl Scope {
         let Some(gov) = self.tenancy.gov.as_deref() else {
             return Ok(None);
         };
-        let Some(tenant) = gov.keys.tenant(self.tenant()) else {
-            return Err(Error::Api(ApiError::new(
-                ErrorCode::TenantNotFound,
-                format!("no tenant {}", self.tenant()),
-            )));
-        };
-        let want = Want {
-            sandboxes: count,
-            cpu_millis: limits.cpu_millis * count,
-            memory_mb: limits.memory_mb * count,
-        };
         let rt = self.tenancy.rt.clone();
-        let name = tenant.name.clone();
-        let usage = move || {
-            let u = rt.tenant_usage(&name);
+        let usage = move |tenant: &str| {
+            let u = rt.tenant_usage(tenant);
             Want {
                 sandboxes: u.sandboxes,
                 cpu_millis: u.cpu_millis,
                 memory_mb: u.memory_mb,
             }
         };
-        gov.quotas
-            .admit(&tenant, want, usage)
+        gov.admit_for(usage, &self.who, limits, count)
             .await
             .map(Some)
-            .map_err(|e| {
-                let message = match &e {
-                    QuotaError::TooLarge { .. } => format!("{e}; retry in 0 s"),
-                    QuotaError::Exceeded { .. } => e.to_string(),
-                };
-                Error::Api(ApiError::new(ErrorCode::TenantQuotaExceeded, message))
-            })
+            .map_err(Error::Api)
     }
 
     /// Wakes creations waiting for room in the tenant's quotas (a sandbox ended or paused).
@@ -201,6 +233,35 @@ impl Scope {
     }
 }
 
+/// A workspace path as the policy sees it: absolute under `/workspace`, without `.` or empty
+/// components (the runtime ignores them: `./secret` is decided as `secret`); `..` is kept,
+/// the runtime refuses it anyway.
+pub(crate) fn policy_path(path: &str) -> String {
+    let rel = path
+        .strip_prefix("/workspace")
+        .filter(|r| r.is_empty() || r.starts_with('/'))
+        .unwrap_or(path);
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    format!("/workspace/{}", parts.join("/"))
+}
+
 fn runtime(e: RuntimeError) -> Error {
     Error::Api(sandlot_api::api_error(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::policy_path;
+
+    #[test]
+    fn policy_paths_name_the_file_the_runtime_opens() {
+        assert_eq!(policy_path("secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("./secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("/workspace//./secret"), "/workspace/secret");
+        assert_eq!(policy_path(""), "/workspace/");
+        assert_eq!(policy_path("/workspacex/a"), "/workspace/workspacex/a");
+    }
 }

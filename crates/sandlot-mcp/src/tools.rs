@@ -4,7 +4,8 @@
 //! Two kinds of failure, as MCP has them: arguments that do not fit the schema (missing
 //! `code`, wrong types, unknown fields, an unknown tool) are JSON-RPC errors (`-32602`), the
 //! request itself being wrong; anything the call did (code that raised, a sandbox that does
-//! not exist, a file too large) is a tool result with `isError: true`, so the model reads it.
+//! not exist, a file too large, a policy denial: `policy_denied: <why>`) is a tool result with
+//! `isError: true`, so the model reads it. The policy's gates are `tenancy`'s.
 
 use crate::backend::{Backend, ReadFile};
 use crate::error::Error;
@@ -134,6 +135,10 @@ pub struct CreateSandboxArgs {
     /// Seconds without use after which the server deletes the sandbox
     #[serde(default)]
     pub idle_timeout: Option<u64>,
+    /// Isolation tier: `isolated` (default) or `trusted` (more reach; only where the server's
+    /// policy allows it)
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -504,6 +509,7 @@ impl<B: Backend> Call<'_, B> {
         let session = self.server.session.clone();
         let session = &*session;
         let backend = self.backend();
+        let scope = self.scope.clone();
         let result = self
             .on_sandbox(explicit, |id| {
                 let req = ExecuteRequest {
@@ -513,7 +519,13 @@ impl<B: Backend> Call<'_, B> {
                     stream: false,
                     context: None,
                 };
-                execute_interruptible(backend.clone(), id, req, ctx, session)
+                let (backend, scope) = (backend.clone(), scope.clone());
+                async move {
+                    if let Some(s) = &scope {
+                        s.gate_execute(&id, req.code.len(), language).await?;
+                    }
+                    execute_interruptible(backend, id, req, ctx, session).await
+                }
             })
             .await;
         match result {
@@ -532,10 +544,17 @@ impl<B: Backend> Call<'_, B> {
         explicit: Option<String>,
     ) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
                 let (backend, path, content) = (backend.clone(), path.clone(), content.clone());
-                async move { backend.write_file(&id, &path, content).await }
+                let scope = scope.clone();
+                async move {
+                    if let Some(s) = &scope {
+                        s.gate_file(&id, &path, Some(content.len() as u64)).await?;
+                    }
+                    backend.write_file(&id, &path, content).await
+                }
             })
             .await;
         match r {
@@ -546,10 +565,29 @@ impl<B: Backend> Call<'_, B> {
 
     async fn read_file(mut self, path: String, explicit: Option<String>) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
-                let (backend, path) = (backend.clone(), path.clone());
-                async move { backend.read_file(&id, &path, READ_LIMIT).await }
+                let (backend, path, scope) = (backend.clone(), path.clone(), scope.clone());
+                async move {
+                    let Some(s) = &scope else {
+                        return backend.read_file(&id, &path, READ_LIMIT).await;
+                    };
+                    s.gate_file(&id, &path, None).await?;
+                    // The bytes leave the sandbox as output does: scanned, and redacted or
+                    // withheld as the policy says.
+                    match backend.read_file(&id, &path, READ_LIMIT).await? {
+                        ReadFile::Content(bytes) => match s.guard_file(&id, &path, bytes).await {
+                            Some(bytes) => Ok(ReadFile::Content(bytes)),
+                            None => Err(Error::Api(sandlot_types::ApiError::new(
+                                sandlot_types::ErrorCode::PolicyDenied,
+                                "the file was withheld: the guardrails found secrets in it and \
+                                 the policy withholds them",
+                            ))),
+                        },
+                        too_large => Ok(too_large),
+                    }
+                }
             })
             .await;
         let mut blocks: Vec<ContentBlock> = self
@@ -581,10 +619,16 @@ impl<B: Backend> Call<'_, B> {
         explicit: Option<String>,
     ) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
-                let (backend, path) = (backend.clone(), path.clone());
-                async move { backend.list_files(&id, &path, recursive).await }
+                let (backend, path, scope) = (backend.clone(), path.clone(), scope.clone());
+                async move {
+                    if let Some(s) = &scope {
+                        s.gate_file(&id, &path, None).await?;
+                    }
+                    backend.list_files(&id, &path, recursive).await
+                }
             })
             .await;
         match r {
@@ -599,6 +643,7 @@ impl<B: Backend> Call<'_, B> {
             from_snapshot: a.from_snapshot,
             env: a.env,
             idle_timeout: a.idle_timeout,
+            tier: a.tier,
             metadata: BTreeMap::from([("created_by".to_string(), "mcp".to_string())]),
             ..Default::default()
         };
@@ -606,7 +651,7 @@ impl<B: Backend> Call<'_, B> {
         let mut _admission = None;
         if let Some(scope) = &self.scope {
             let admitted = match scope.prepare(&mut req) {
-                Ok(()) => scope.admit_create(&req).await,
+                Ok(()) => scope.admit_create(&mut req).await,
                 Err(e) => Err(e),
             };
             match admitted {

@@ -115,6 +115,7 @@ impl Runtime {
             }
         }
         if !result.artifacts.is_empty() {
+            self.guard_artifacts(&mut result).await;
             // Who may fetch them by hash: tenants whose executions produced them.
             let shas: Vec<String> = result
                 .artifacts

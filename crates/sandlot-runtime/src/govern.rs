@@ -60,6 +60,9 @@ pub struct OutputFinding<'a> {
     pub finding: &'a Finding,
     /// `stdout`, `stderr`, `result`, `file`, `egress`.
     pub stream: &'a str,
+    /// Whether to record it: a streamed finding is decided at once but recorded by the final
+    /// result's scan, which sees the same text.
+    pub record: bool,
 }
 
 /// The server's side of governance, called on hot paths: keep every method quick and
@@ -89,6 +92,9 @@ pub(crate) struct Governance {
     scanner: Scanner,
     /// Each sandbox's canary (the values never leave the server but through its env).
     canaries: std::sync::Mutex<HashMap<String, Canary>>,
+    /// Canaries a sandbox may hold besides its own: those of the sandbox it was forked or
+    /// restored from (its variables and files came from there), transitively.
+    inherited: std::sync::Mutex<HashMap<String, Vec<String>>>,
     /// Secrets live here and in the proxy only (never on disk), to be given again after a
     /// restart in place.
     secrets: std::sync::Mutex<HashMap<String, Vec<sandlot_egress::Secret>>>,
@@ -166,6 +172,7 @@ impl Runtime {
             egress,
             scanner: Scanner::default(),
             canaries: Default::default(),
+            inherited: Default::default(),
             secrets: Default::default(),
             attached: Default::default(),
         });
@@ -220,6 +227,8 @@ impl Runtime {
                 .or_insert_with(Canary::generate)
                 .clone()
         };
+        self.inherit_canaries(e);
+        self.forget_lost_secrets(e);
         let mut env: std::collections::BTreeMap<String, String> =
             canary.env().into_iter().collect();
         for (k, v) in sandlot_egress::proxy_env() {
@@ -258,10 +267,8 @@ impl Runtime {
             .map_err(|err| crate::RuntimeError::BadNetwork {
                 why: err.to_string(),
             })?;
-        g.egress.set_canaries(
-            &e.id,
-            canary.values().iter().map(|v| v.to_string()).collect(),
-        );
+        let _ = canary;
+        g.egress.set_canaries(&e.id, self.canary_values(&e.id));
         if lock(&e.info).contained.is_some() {
             g.egress.cut(&e.id);
         }
@@ -272,6 +279,67 @@ impl Runtime {
             })?;
         lock(&g.attached).insert(e.id.clone());
         Ok(())
+    }
+
+    /// A fork or a restore starts with its source's variables and files, so its source's
+    /// canaries (while the server knows them) count as its own for output and egress.
+    fn inherit_canaries(&self, e: &Entry) {
+        let Some(g) = self.governance() else { return };
+        let source = {
+            let info = lock(&e.info);
+            info.forked_from.clone().or_else(|| {
+                info.from_snapshot.as_deref().and_then(|snap| {
+                    self.inner
+                        .store
+                        .get_snapshot(snap)
+                        .ok()
+                        .flatten()
+                        .map(|r| r.snapshot.sandbox_id)
+                })
+            })
+        };
+        let Some(source) = source else { return };
+        let mut values: Vec<String> = lock(&g.inherited).get(&source).cloned().unwrap_or_default();
+        if let Some(c) = lock(&g.canaries).get(&source) {
+            values.extend(c.values().iter().map(|v| v.to_string()));
+        }
+        if !values.is_empty() {
+            lock(&g.inherited).insert(e.id.clone(), values);
+        }
+    }
+
+    /// Secrets live in memory only: after a server restart a sandbox's record may still name
+    /// secrets the proxy no longer holds; the names go, so nothing claims they are sent.
+    fn forget_lost_secrets(&self, e: &Entry) {
+        let Some(g) = self.governance() else { return };
+        if lock(&g.secrets).contains_key(&e.id) {
+            return;
+        }
+        let info = {
+            let mut info = lock(&e.info);
+            if info.secrets.is_empty() {
+                return;
+            }
+            info.secrets.clear();
+            info.clone()
+        };
+        tracing::warn!(sandbox = %e.id, "its secrets were held in memory by a previous server run; set them again with PUT .../network");
+        if let Err(err) = self.inner.store.update_sandbox(&info) {
+            tracing::warn!(sandbox = %e.id, error = %err, "could not record the forgotten secrets");
+        }
+    }
+
+    /// Every canary value sandbox `id` may hold (its own and inherited ones).
+    fn canary_values(&self, id: &str) -> Vec<String> {
+        let Some(g) = self.governance() else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = lock(&g.canaries)
+            .get(id)
+            .map(|c| c.values().iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default();
+        v.extend(lock(&g.inherited).get(id).cloned().unwrap_or_default());
+        v
     }
 
     /// Secrets for a sandbox about to be adopted under `id` (its creation's).
@@ -345,6 +413,7 @@ impl Runtime {
             g.egress.detach(id);
             lock(&g.attached).remove(id);
             lock(&g.canaries).remove(id);
+            lock(&g.inherited).remove(id);
             lock(&g.secrets).remove(id);
         }
     }
@@ -388,13 +457,32 @@ impl Runtime {
     /// The scanner with `id`'s canary.
     pub(crate) fn scanner_for(&self, id: &str) -> Option<Scanner> {
         let g = self.governance()?;
-        let canary = lock(&g.canaries).get(id).cloned();
-        Some(match canary {
-            Some(c) => g
-                .scanner
-                .with_canaries(&c.values())
-                .unwrap_or_else(|_| g.scanner.clone()),
-            None => g.scanner.clone(),
+        let values = self.canary_values(id);
+        Some(if values.is_empty() {
+            g.scanner.clone()
+        } else {
+            g.scanner
+                .with_canaries(&values)
+                .unwrap_or_else(|_| g.scanner.clone())
+        })
+    }
+
+    /// The scanner with the canaries of every live sandbox of `tenant` (for what leaves
+    /// through no one sandbox: volume files, artifacts).
+    pub(crate) fn scanner_for_tenant(&self, tenant: &str) -> Option<Scanner> {
+        let g = self.governance()?;
+        let ids: Vec<String> = lock(&self.inner.sandboxes)
+            .values()
+            .filter(|e| lock(&e.info).tenant == tenant)
+            .map(|e| e.id.clone())
+            .collect();
+        let values: Vec<String> = ids.iter().flat_map(|id| self.canary_values(id)).collect();
+        Some(if values.is_empty() {
+            g.scanner.clone()
+        } else {
+            g.scanner
+                .with_canaries(&values)
+                .unwrap_or_else(|_| g.scanner.clone())
         })
     }
 
@@ -499,34 +587,147 @@ impl Runtime {
         findings: &[Finding],
         record: bool,
     ) -> Outcome {
-        let (Some(g), Some(info)) = (self.governance(), self.info_of(id)) else {
+        let Some(info) = self.info_of(id) else {
             return Outcome::Pass;
         };
-        let mut worst = Outcome::Pass;
-        for f in findings {
-            let of = OutputFinding {
-                sandbox: &info,
-                execution_id: exec_id,
-                finding: f,
-                stream,
-            };
-            let o = if record {
-                g.governor.output(&of)
-            } else {
-                // Not recorded twice: the final scan records.
-                g.governor.output(&OutputFinding {
-                    execution_id: None,
-                    ..of
-                })
-            };
-            worst = worst.max(o);
-        }
+        let worst = self.decide_for(&info, exec_id, stream, findings, record);
         if worst == Outcome::Contain {
             let kinds: Vec<&str> = findings.iter().map(|f| f.rule).collect();
             self.contain(id, &format!("{stream} had {}", kinds.join(", ")))
                 .await;
         }
         worst
+    }
+
+    /// The worst outcome the governor gives `findings` in `stream` of `info` (no containment).
+    fn decide_for(
+        &self,
+        info: &Sandbox,
+        exec_id: Option<&str>,
+        stream: &str,
+        findings: &[Finding],
+        record: bool,
+    ) -> Outcome {
+        let Some(g) = self.governance() else {
+            return Outcome::Pass;
+        };
+        findings
+            .iter()
+            .map(|f| {
+                g.governor.output(&OutputFinding {
+                    sandbox: info,
+                    execution_id: exec_id,
+                    finding: f,
+                    stream,
+                    record,
+                })
+            })
+            .max()
+            .unwrap_or(Outcome::Pass)
+    }
+
+    /// Output produced while no execution ran (`GET .../background`), scanned like an
+    /// execution's: redacted or withheld as the policy says, and containing on a canary.
+    pub async fn guard_background(&self, id: &str, out: &mut sandlot_types::BackgroundOutput) {
+        let Some(scanner) = self.scanner_for(id) else {
+            return;
+        };
+        for entry in out.entries.iter_mut() {
+            let findings = scanner.scan(&entry.text);
+            if findings.is_empty() {
+                continue;
+            }
+            let stream = match entry.stream {
+                sandlot_types::StreamName::Stdout => "stdout",
+                sandlot_types::StreamName::Stderr => "stderr",
+            };
+            match self.decide(id, None, stream, &findings, true).await {
+                Outcome::Pass => {}
+                Outcome::Redact => entry.text = sandlot_guard::redact(&entry.text, &findings),
+                Outcome::Withhold | Outcome::Contain => {
+                    entry.text = format!("[withheld by policy: {} finding(s)]", findings.len())
+                }
+            }
+        }
+    }
+
+    /// Artifacts an execution collected that hold findings stop being downloadable (their
+    /// bytes cannot be redacted in a content-addressed store); a canary contains the sandbox.
+    pub(crate) async fn guard_artifacts(&self, r: &mut ExecutionResult) {
+        let Some(scanner) = self.scanner_for(&r.sandbox_id) else {
+            return;
+        };
+        for a in r.artifacts.iter_mut() {
+            if a.url.is_empty() || a.size > MAX_SCANNED_BYTES {
+                continue;
+            }
+            let Ok((size, _, file)) = self.open_artifact(&a.sha256).await else {
+                continue;
+            };
+            let mut bytes = Vec::with_capacity(size as usize);
+            use tokio::io::AsyncReadExt;
+            if file.take(size).read_to_end(&mut bytes).await.is_err() {
+                continue;
+            }
+            let findings = scanner.scan_bytes(&bytes);
+            if findings.is_empty() {
+                continue;
+            }
+            if self
+                .decide(&r.sandbox_id, Some(&r.id), "file", &findings, true)
+                .await
+                != Outcome::Pass
+            {
+                a.url.clear();
+            }
+        }
+    }
+
+    /// Bytes that leave as a whole that cannot be redacted (a workspace archive): whether they
+    /// may leave (`false`: withheld, or the sandbox contained).
+    pub async fn guard_whole(&self, id: &str, bytes: &[u8]) -> bool {
+        let Some(scanner) = self.scanner_for(id) else {
+            return true;
+        };
+        let findings = scanner.scan_bytes(bytes);
+        findings.is_empty() || self.decide(id, None, "file", &findings, true).await == Outcome::Pass
+    }
+
+    /// A volume's file about to be downloaded, scanned with the canaries of every live sandbox
+    /// of the volume's tenant: its bytes as they may leave, or `None` (withheld).
+    pub async fn guard_volume_file(
+        &self,
+        volume: &str,
+        tenant: &str,
+        bytes: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let Some(scanner) = self.scanner_for_tenant(tenant) else {
+            return Some(bytes);
+        };
+        let findings = scanner.scan_bytes(&bytes);
+        if findings.is_empty() {
+            return Some(bytes);
+        }
+        // The decision's resource is shaped like a sandbox of the tenant; with none live, the
+        // shipped default (redact) applies without a decision.
+        let Some(mut pseudo) = self.info_of_any(tenant) else {
+            return Some(sandlot_guard::redact_bytes(&bytes, &findings));
+        };
+        pseudo.id = format!("volume:{volume}");
+        match self.decide_for(&pseudo, None, "file", &findings, true) {
+            Outcome::Pass => Some(bytes),
+            Outcome::Redact => Some(sandlot_guard::redact_bytes(&bytes, &findings)),
+            // No one sandbox to contain: withheld.
+            Outcome::Withhold | Outcome::Contain => None,
+        }
+    }
+
+    /// Any live sandbox record of `tenant`, as the shape of a decision's resource.
+    fn info_of_any(&self, tenant: &str) -> Option<Sandbox> {
+        lock(&self.inner.sandboxes)
+            .values()
+            .map(|e| lock(&e.info).clone())
+            .find(|i| i.tenant == tenant)
     }
 
     /// Scans and rewrites one rich event (display data, result, error) in place.
@@ -679,6 +880,9 @@ fn lock_contained(rt: &Runtime, id: &str) -> Option<String> {
         .and_then(|i| i.contained)
         .map(|why| format!("the sandbox was contained: {why}"))
 }
+
+/// Files scanned before they leave (larger ones leave unscanned; documented).
+pub const MAX_SCANNED_BYTES: u64 = 16 << 20;
 
 /// The proxy's secrets from the API's.
 fn to_secrets(

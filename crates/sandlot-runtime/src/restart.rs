@@ -69,6 +69,7 @@ impl Runtime {
         if state == SandboxState::Failed {
             return Err(failed(e));
         }
+        self.check_not_contained(e)?;
         if state == SandboxState::Paused {
             let (turn, live) = self.resume_in(e, turn).await?;
             return Ok((turn, live, None));
@@ -100,6 +101,11 @@ impl Runtime {
     /// or has just failed (a restart loop).
     pub(crate) fn restart_after(&self, e: &Arc<Entry>, turn: Turn, why: &str) -> Option<Restarted> {
         if lock(&e.slot).ended {
+            return None;
+        }
+        // A contained sandbox stays without processes: containment killed them on purpose.
+        if lock(&e.info).contained.is_some() {
+            drop(turn);
             return None;
         }
         let restarted = match self.count_restart(e, why) {

@@ -1,0 +1,126 @@
+//! The policy gates on what E2B's routes do to a sandbox: `execute` (the interpreter's
+//! `/execute`, process `Start`), `read_file` (`GET /files`, filesystem `Stat`/`ListDir`) and
+//! `write_file` (`POST /files`, filesystem `MakeDir`/`Move`/`Remove`), decided and recorded by
+//! the server's [`Governance`] exactly as `/v1`'s are, so no interface is a way round the
+//! policy. Downloads are scanned by the output guardrails as `/v1`'s are.
+//!
+//! Who is decided for: the API key the request carries when that key's tenant owns the
+//! sandbox; a per-sandbox token is not a key, so a request holding one is decided for the
+//! sandbox's tenant as a member ([`Governance::sandbox_principal`]).
+//!
+//! Paths reach the policy as `/workspace/<path>` with `.` and empty components dropped (the
+//! runtime ignores them too), so `./secret` or `a//b` are decided as the file they name.
+//! Without governance (`SANDLOT_AUTH=off`) every gate is open and nothing is fetched.
+
+use crate::Ctx;
+use axum::http::HeaderMap;
+use sandlot_api::govern::Governance;
+use sandlot_runtime::RuntimeError;
+use sandlot_types::{ApiError, Language, Principal, Sandbox};
+use std::sync::Arc;
+
+/// Downloads scanned by the guardrails at most: `/v1`'s bound (larger files go out as they
+/// are, documented).
+pub(crate) const MAX_SCANNED_DOWNLOAD: u64 = 16 << 20;
+
+/// The gates of one request on one sandbox.
+pub(crate) struct Gate {
+    governed: Option<Governed>,
+}
+
+struct Governed {
+    gov: Arc<Governance>,
+    who: Principal,
+    sandbox: Sandbox,
+}
+
+impl Gate {
+    /// The gates for sandbox `id` as `headers` authenticate (already checked by
+    /// `auth::check_sandbox`). Fails as the runtime does for a sandbox that is not there.
+    pub(crate) async fn open(
+        ctx: &Ctx,
+        headers: &HeaderMap,
+        id: &str,
+    ) -> Result<Gate, RuntimeError> {
+        if ctx.gov.is_none() {
+            return Ok(Gate { governed: None });
+        }
+        let sandbox = ctx.rt.get_sandbox(id).await?;
+        Ok(Self::with_sandbox(ctx, headers, sandbox))
+    }
+
+    /// [`Gate::open`] for a sandbox already fetched.
+    pub(crate) fn with_sandbox(ctx: &Ctx, headers: &HeaderMap, sandbox: Sandbox) -> Gate {
+        let Some(gov) = ctx.gov.clone() else {
+            return Gate { governed: None };
+        };
+        let who = match crate::auth::principal(ctx, headers) {
+            Ok(p) if p.tenant == sandbox.tenant => p,
+            _ => gov.sandbox_principal(&sandbox),
+        };
+        Gate {
+            governed: Some(Governed { gov, who, sandbox }),
+        }
+    }
+
+    /// The `execute` gate for `code_bytes` of `language`.
+    pub(crate) fn execute(&self, code_bytes: usize, language: Language) -> Result<(), ApiError> {
+        match &self.governed {
+            Some(g) => g.gov.gate_execute(&g.who, &g.sandbox, code_bytes, language),
+            None => Ok(()),
+        }
+    }
+
+    /// The `read_file` gate for workspace-relative `rel`.
+    pub(crate) fn read(&self, rel: &str) -> Result<(), ApiError> {
+        self.file(rel, None)
+    }
+
+    /// The `write_file` gate for `bytes` into workspace-relative `rel`.
+    pub(crate) fn write(&self, rel: &str, bytes: u64) -> Result<(), ApiError> {
+        self.file(rel, Some(bytes))
+    }
+
+    fn file(&self, rel: &str, write: Option<u64>) -> Result<(), ApiError> {
+        match &self.governed {
+            Some(g) => g
+                .gov
+                .gate_file(&g.who, &g.sandbox, &policy_path(rel), write),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether downloads pass through the guardrails (the server has governance).
+    pub(crate) fn scans_downloads(&self) -> bool {
+        self.governed.is_some()
+    }
+}
+
+/// A workspace path as the policy sees it: absolute under `/workspace`, without `.` or empty
+/// components (`..` is kept: the runtime refuses it anyway).
+pub(crate) fn policy_path(rel: &str) -> String {
+    let rel = rel
+        .strip_prefix("/workspace")
+        .filter(|r| r.is_empty() || r.starts_with('/'))
+        .unwrap_or(rel);
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    format!("/workspace/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_paths_name_the_file_the_runtime_opens() {
+        assert_eq!(policy_path("secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("./secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("a//./b"), "/workspace/a/b");
+        assert_eq!(policy_path("/workspace/./secret"), "/workspace/secret");
+        assert_eq!(policy_path(""), "/workspace/");
+        assert_eq!(policy_path("a/../b"), "/workspace/a/../b");
+    }
+}
