@@ -77,6 +77,14 @@ impl Runtime {
                     tracing::error!(sandbox = %info.id, error = %e, "recording a paused sandbox failed");
                 }
             }
+            // Secrets lived in the previous run's memory only: the record stops naming them
+            // (set them again with `PUT .../network`).
+            if !info.secrets.is_empty() {
+                info.secrets.clear();
+                if let Err(e) = inner.store.update_sandbox(&info) {
+                    tracing::error!(sandbox = %info.id, error = %e, "recording forgotten secrets failed");
+                }
+            }
             let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&info.id));
             restored.insert(info.id.clone());
             let entry = Arc::new(crate::Entry::restored(info, uid, cg));
