@@ -11,9 +11,6 @@
 //! Upstream servers run in this process on 127.0.0.2 (`pkgs.test`) and 127.0.0.3
 //! (`api.test`); the server maps those names with `SANDLOT_EGRESS_HOSTS`, and `rebind.test`
 //! to 127.0.0.1. No traffic leaves loopback.
-//!
-//! Tests marked `LEAD BUG` expose a defect reported in /work/notes/requests-a.md; they pass
-//! once it is fixed.
 
 mod common;
 
@@ -1339,7 +1336,7 @@ print(json.dumps(hits))
     );
 }
 
-/// LEAD BUG (requests-a.md #secrets-restart): secrets are kept in memory only; after a server
+/// Regression (found by this suite): secrets are kept in memory only; after a server
 /// restart the sandbox still lists them but the proxy no longer sends them, silently.
 #[test]
 fn after_a_server_restart_a_listed_secret_is_still_sent() {
@@ -1370,7 +1367,7 @@ fn after_a_server_restart_a_listed_secret_is_still_sent() {
     let sent = after.header("authorization") == Some(value.as_str());
     assert!(
         sent || listed.as_array().is_none_or(|l| l.is_empty()),
-        "LEAD BUG: after a server restart the sandbox lists secrets {listed} but the proxy no \
+        "after a server restart the sandbox lists secrets {listed} but the proxy no \
          longer sends them: {after:?}"
     );
 }
@@ -1613,7 +1610,7 @@ fn mcp_call(server: &TestServer, tool: &str, arguments: Value) -> String {
 /// Every other way output leaves a sandbox through the REST API, each scanned like a
 /// download: error values and tracebacks, rich display data, the execution history, the
 /// background output of processes a cell left running, artifacts, the workspace archive,
-/// volume files and MCP's `read_file`. LEAD BUG (requests-a.md #other-exits): the archive,
+/// volume files and MCP's `read_file`. Regression (found by this suite): the archive,
 /// artifacts, background output and volume files are not scanned.
 #[test]
 fn every_other_way_out_of_a_sandbox_is_scanned_too() {
@@ -1705,7 +1702,7 @@ fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     check("a volume file", &String::from_utf8_lossy(&bytes));
     assert!(
         leaks.is_empty(),
-        "LEAD BUG: the token leaves unscanned through:\n{}",
+        "the token leaves unscanned through:\n{}",
         leaks.join("\n")
     );
 }
@@ -1765,7 +1762,7 @@ fn assert_contained(server: &TestServer, a: &As, id: &str) {
     let _ = server;
 }
 
-/// LEAD BUG (requests-a.md #contain-restart): containment kills the sandbox's processes, then
+/// Regression (found by this suite): containment kills the sandbox's processes, then
 /// restart in place boots fresh ones (`restart_count` + 1, `state: running`).
 #[track_caller]
 fn assert_no_processes(server: &TestServer, a: &As, id: &str) {
@@ -1774,7 +1771,7 @@ fn assert_no_processes(server: &TestServer, a: &As, id: &str) {
     let ok = common::wait_until(SETTLE, || sandbox_pids(server, id).is_empty());
     assert!(
         ok,
-        "LEAD BUG: a contained sandbox runs processes again (restarted in place): pids {:?}, sandbox {:#}",
+        "a contained sandbox runs processes again (restarted in place): pids {:?}, sandbox {:#}",
         sandbox_pids(server, id),
         a.sandbox(id)
     );
@@ -1901,7 +1898,7 @@ fn the_canary_in_an_egress_request_is_refused_and_contains() {
 }
 
 /// `pip install` and `%pip install` with no `--target` (the sandbox's `PIP_TARGET`,
-/// `/workspace/.packages`), and the package imports. LEAD BUG (requests-a.md #pip): after
+/// `/workspace/.packages`), and the package imports. Regression (found by this suite): after
 /// `%pip install` the package is importable from the next cell only, not in the same cell as
 /// in Jupyter.
 #[test]
@@ -1945,11 +1942,11 @@ fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
     let b = r.expect(200);
     assert_eq!(
         b["end_state"], "ok",
-        "LEAD BUG: `%pip install {dist}` then import in the same cell: {b:#}"
+        "`%pip install {dist}` then import in the same cell: {b:#}"
     );
 }
 
-/// LEAD BUG (requests-a.md #fork-canary): a fork, or a sandbox restored from a snapshot,
+/// Regression (found by this suite): a fork, or a sandbox restored from a snapshot,
 /// carries its source's Python state, including any copy of the source's canary, but gets a
 /// canary of its own and is scanned for that one only: the source's canary printed there goes
 /// out in clear.
@@ -1986,6 +1983,6 @@ fn forks_and_restores_printing_their_sources_canary_are_contained() {
     }
     assert!(
         leaks.is_empty(),
-        "LEAD BUG: the source's canary leaves in clear through {leaks:#?}"
+        "the source's canary leaves in clear through {leaks:#?}"
     );
 }

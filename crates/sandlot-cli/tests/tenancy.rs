@@ -4,9 +4,6 @@
 //! seen, on every route of the OpenAPI document that names one), who may manage tenants and
 //! keys, and quotas under burst (50 concurrent creations against 10, in arrival order, no leak
 //! across deletes, crashes and restarts), bad input, and the `sandlot keys|tenants` commands.
-//!
-//! Tests marked `LEAD BUG` expose a defect reported in /work/notes/requests-k.md; they pass
-//! once it is fixed.
 
 mod common;
 
@@ -635,7 +632,7 @@ fn another_tenants_ids_answer_404_on_every_route() {
             );
         }
         // Hostile spellings of the same ids: percent-encoded segments decode to A's names in
-        // the handlers, and must not slip past the scoping (LEAD BUG: templates did).
+        // the handlers, and must not slip past the scoping (templates once did).
         for (path, code) in [
             (
                 format!("/v1/sandboxes/{}", pct(&owned.sandbox)),
@@ -754,7 +751,7 @@ fn another_tenants_ids_answer_404_on_every_route() {
     );
 }
 
-/// MCP tools act for the caller's tenant like the REST routes do (LEAD BUG: they act on every
+/// MCP tools act for the caller's tenant like the REST routes do (they once acted on every
 /// tenant's sandboxes).
 #[test]
 fn mcp_tools_see_only_the_callers_tenant() {
@@ -895,7 +892,7 @@ fn mcp_tools_see_only_the_callers_tenant() {
     }
     assert!(
         failures.is_empty(),
-        "LEAD BUG (MCP is not tenant-scoped):\n{}",
+        "(MCP is not tenant-scoped):\n{}",
         failures.join("\n")
     );
 }
@@ -972,7 +969,7 @@ fn members_cannot_manage_tenants_or_other_tenants_keys() {
 }
 
 /// An admin key of one tenant is not a superuser: it must not mint keys for another tenant,
-/// revoke them, or lift its own tenant's quotas (LEAD BUG: every admin key can).
+/// revoke them, or lift its own tenant's quotas (every admin key once could).
 #[test]
 fn a_tenants_admin_is_not_a_superuser() {
     let server = TestServer::start();
@@ -1026,7 +1023,7 @@ fn a_tenants_admin_is_not_a_superuser() {
     }
     assert!(
         failures.is_empty(),
-        "LEAD BUG (a tenant's admin key manages every tenant):\n{}",
+        "(a tenant's admin key manages every tenant):\n{}",
         failures.join("\n")
     );
 }
@@ -1074,8 +1071,7 @@ fn fifty_concurrent_creations_against_a_quota_of_ten_fail_cleanly_and_in_order()
             .collect::<Vec<_>>()
     );
     for (r, t) in &refused {
-        // Those that never reached the head of the line name it "sandboxes" (see
-        // requests-k.md: it could say max_sandboxes like the others).
+        // Every refusal names the quota that was full (`max_sandboxes`).
         let retry = assert_quota(r, "sandboxes");
         assert!((1..=60).contains(&retry), "{retry}");
         // Each waited its bound, and no longer than it plus slack for two busy cores.

@@ -164,7 +164,10 @@ impl Quotas {
         deadline: Instant,
     ) -> Result<Admission, QuotaError> {
         let q = &tenant.quotas;
-        let mut blocked = ("sandboxes", String::new(), 1u64);
+        // What a creation that never reaches the head of the line reports: the quota that is
+        // full now, or the line itself.
+        let held = usage() + *lane.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut blocked = over(q, held, want).unwrap_or(("queue", String::new(), 1u64));
         let head = tokio::time::timeout_at(deadline.into(), lane.line.lock()).await;
         let Ok(_head) = head else {
             return Err(exceeded(tenant, blocked));
