@@ -210,7 +210,38 @@ pub(crate) async fn authenticate<B: Backend>(
     }
     let principal = match principal_of(gov, req.headers()) {
         Ok(p) => p,
-        Err(e) if is_mcp => {
+        Err(e) => {
+            // Read what a small body the client sent, so the connection stays usable for its
+            // next request (an unread body makes the server close it under the client).
+            drain(req).await;
+            return refusal(e, is_mcp);
+        }
+    };
+    if is_v1 {
+        if let Err(e) = scope(&st.backend, gov, &principal, path) {
+            drain(req).await;
+            return e.into_response();
+        }
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// Reads and drops up to 64 KiB of a refused request's body (more is not worth waiting for:
+/// the connection closes instead).
+async fn drain(req: Request) {
+    let body = req.into_body();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        axum::body::to_bytes(body, 64 << 10),
+    )
+    .await;
+}
+
+/// A 401 in each protocol's shape: JSON-RPC at `/mcp`, the REST error elsewhere.
+fn refusal(e: HttpError, is_mcp: bool) -> Response {
+    match is_mcp {
+        true => {
             let body = serde_json::json!({
                 "jsonrpc": "2.0", "id": null,
                 "error": {"code": -32001, "message": e.0.message}
@@ -220,17 +251,10 @@ pub(crate) async fn authenticate<B: Backend>(
                 axum::http::header::WWW_AUTHENTICATE,
                 axum::http::HeaderValue::from_static("Bearer realm=\"sandlot\""),
             );
-            return resp;
+            resp
         }
-        Err(e) => return e.into_response(),
-    };
-    if is_v1 {
-        if let Err(e) = scope(&st.backend, gov, &principal, path) {
-            return e.into_response();
-        }
+        false => e.into_response(),
     }
-    req.extensions_mut().insert(principal);
-    next.run(req).await
 }
 
 /// Checks that what `path` names belongs to the caller's tenant; another tenant's resource is
@@ -400,6 +424,37 @@ pub(crate) fn check_references<B: Backend>(
         }
     }
     Ok(())
+}
+
+/// `limits` with what it leaves out taken from `template`'s: the limits the runtime will
+/// give the sandbox (it fills a request's missing limits from its template). Quota admission
+/// and the policy's creation context must see these, not the request's alone: a template
+/// with `memory_mb: 8192` once ran sandboxes admitted (and decided) as the server's default.
+pub fn fill_template_limits(limits: &mut sandlot_types::Limits, template: &sandlot_types::Limits) {
+    limits.memory_mb = limits.memory_mb.or(template.memory_mb);
+    limits.cpu_millis = limits.cpu_millis.or(template.cpu_millis);
+    limits.pids = limits.pids.or(template.pids);
+    limits.disk_mb = limits.disk_mb.or(template.disk_mb);
+}
+
+/// [`fill_template_limits`] for a `/v1` creation: its template is the one it names, else the
+/// one its snapshot was taken of, else `default`. A template or snapshot that cannot be read
+/// is left to the runtime's own answer.
+pub(crate) async fn with_template_limits<B: Backend>(
+    backend: &B,
+    req: &mut sandlot_types::CreateSandbox,
+) {
+    let name = match (&req.template, &req.from_snapshot) {
+        (Some(t), _) => t.clone(),
+        (None, Some(snap)) => match backend.get_snapshot(snap, false).await {
+            Ok(s) => s.template,
+            Err(_) => return,
+        },
+        (None, None) => "default".to_owned(),
+    };
+    if let Ok(t) = backend.get_template(&name).await {
+        fill_template_limits(&mut req.limits, &t.spec.limits);
+    }
 }
 
 /// An artifact is readable by the tenants whose executions produced it.
