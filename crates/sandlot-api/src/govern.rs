@@ -392,6 +392,25 @@ pub(crate) fn claim_template<B>(
     Ok(())
 }
 
+/// An allowlist entry inside an always-refused range (loopback, private networks, the metadata
+/// address, ...) opens the host's own neighbourhood to the sandbox: only the operator may list
+/// one (a tenant choosing its own allowlist must not reach the host's loopback services).
+pub(crate) fn check_special_egress(who: &Caller, allow: &[String]) -> Result<(), HttpError> {
+    if who.is_operator() {
+        return Ok(());
+    }
+    let Ok(rules) = sandlot_egress::NetworkRules::parse(allow) else {
+        return Ok(()); // the runtime says what is wrong with it
+    };
+    match rules.opens_special() {
+        Some((entry, what)) => Err(HttpError::new(
+            ErrorCode::Forbidden,
+            format!("listing {entry} ({what}) in an allowlist needs an operator key"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks that what a creation names (its template, the snapshot it starts from, the volumes
 /// it mounts) belongs to the caller's tenant; another tenant's answers as a missing one.
 pub(crate) fn check_references<B: Backend>(

@@ -32,6 +32,11 @@ pub(crate) async fn create<B: Backend>(
 ) -> Result<Response, HttpError> {
     req.tenant = Some(caller.tenant().to_owned());
     govern::check_references(&st, &caller, &req)?;
+    if st.gov.is_some() {
+        govern::check_special_egress(&caller, &req.network)?;
+    }
+    // The quota and the policy see the limits the sandbox will get, its template's included.
+    govern::with_template_limits(&st.backend, &mut req).await;
     // Limits above the isolated tier's maxima need the trusted tier (if its maxima allow).
     let (limits, needs_trusted) = match st.backend.effective_limits(&req.limits) {
         Ok(l) => (l, false),
@@ -75,6 +80,9 @@ pub(crate) async fn set_network<B: Backend>(
     ApiPath(id): ApiPath<String>,
     crate::extract::ApiJson(update): crate::extract::ApiJson<sandlot_types::NetworkUpdate>,
 ) -> Result<Json<Sandbox>, HttpError> {
+    if st.gov.is_some() {
+        govern::check_special_egress(&caller, &update.allow)?;
+    }
     let current = st.backend.get_sandbox(&id).await?;
     let mut asked = CreateSandbox {
         template: Some(current.template.clone()),

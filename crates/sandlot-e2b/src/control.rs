@@ -216,6 +216,7 @@ async fn create(
         tier,
         ..Default::default()
     };
+    tenancy::with_template_limits(&ctx, &mut create).await;
     let (limits, needs_trusted) = tenancy::creation_limits(&ctx, &create)?;
     // The creation gates (`create_sandbox`, then `select_tier`), as `/v1` applies them: the
     // tier the sandbox runs in is the policy's answer.

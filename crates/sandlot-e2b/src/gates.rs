@@ -66,7 +66,10 @@ impl Gate {
     /// The `execute` gate for `code_bytes` of `language`.
     pub(crate) fn execute(&self, code_bytes: usize, language: Language) -> Result<(), ApiError> {
         match &self.governed {
-            Some(g) => g.gov.gate_execute(&g.who, &g.sandbox, code_bytes, language),
+            Some(g) => {
+                g.not_contained()?;
+                g.gov.gate_execute(&g.who, &g.sandbox, code_bytes, language)
+            }
             None => Ok(()),
         }
     }
@@ -83,9 +86,13 @@ impl Gate {
 
     fn file(&self, rel: &str, write: Option<u64>) -> Result<(), ApiError> {
         match &self.governed {
-            Some(g) => g
-                .gov
-                .gate_file(&g.who, &g.sandbox, &policy_path(rel), write),
+            Some(g) => {
+                if write.is_some() {
+                    g.not_contained()?;
+                }
+                g.gov
+                    .gate_file(&g.who, &g.sandbox, &policy_path(rel), write)
+            }
             None => Ok(()),
         }
     }
@@ -93,6 +100,20 @@ impl Gate {
     /// Whether downloads pass through the guardrails (the server has governance).
     pub(crate) fn scans_downloads(&self) -> bool {
         self.governed.is_some()
+    }
+}
+
+impl Governed {
+    /// A contained sandbox takes no more work nor writes, whatever the route: the runtime
+    /// refuses executions, uploads and deletions itself, but not envd's `MakeDir` and `Move`
+    /// (they once went through), so every E2B write and execution is refused here too.
+    fn not_contained(&self) -> Result<(), ApiError> {
+        match self.sandbox.contained {
+            Some(_) => Err(sandlot_api::api_error(RuntimeError::Contained {
+                id: self.sandbox.id.clone(),
+            })),
+            None => Ok(()),
+        }
     }
 }
 

@@ -77,6 +77,17 @@ pub(crate) fn template_visible(ctx: &Ctx, who: &Principal, name: &str) -> bool {
     gov.template_visible(who, name)
 }
 
+/// Fills what `req`'s limits leave out from its template's, as the runtime will: quota
+/// admission and the creation gates must see the limits the sandbox gets (see
+/// `sandlot_api::govern::fill_template_limits`). An unreadable template is left to the
+/// runtime's own answer.
+pub(crate) async fn with_template_limits(ctx: &Ctx, req: &mut CreateSandbox) {
+    let name = req.template.clone().unwrap_or_else(|| "default".into());
+    if let Ok(t) = ctx.rt.get_template(&name).await {
+        sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
+    }
+}
+
 /// The limits a creation gets and whether they need the trusted tier (above the isolated
 /// tier's maxima but within the trusted one's), as `/v1` computes them: with governance (or
 /// the trusted tier asked for) limits past the isolated maxima are the policy's to allow;

@@ -262,6 +262,19 @@ impl NetworkRules {
         }
     }
 
+    /// The first entry that opens part of an always-refused range (loopback, private,
+    /// metadata, ...), with the range's description: what only an operator should list.
+    pub fn opens_special(&self) -> Option<(String, &'static str)> {
+        for n in &self.nets {
+            for (range, what) in special_ranges() {
+                if range.contains(n) {
+                    return Some((n.to_string(), what));
+                }
+            }
+        }
+        None
+    }
+
     /// Whether the proxy may connect to `ip`: `Err` names the special range it is in when no
     /// CIDR of the list inside that range covers it.
     pub fn check_addr(&self, ip: IpAddr) -> Result<(), String> {

@@ -138,6 +138,18 @@ impl Scope {
         req: &mut CreateSandbox,
     ) -> Result<Option<Admission>, Error> {
         let rt = &self.tenancy.rt;
+        // The limits the sandbox will get: what the request leaves out comes from its
+        // template (the one it names, else its snapshot's), as the runtime fills them.
+        let template = match (&req.template, &req.from_snapshot) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(snap)) => rt.get_snapshot(snap).await.ok().map(|s| s.template),
+            (None, None) => Some("default".to_owned()),
+        };
+        if let Some(t) = template {
+            if let Ok(t) = rt.get_template(&t).await {
+                sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
+            }
+        }
         let (limits, needs_trusted) = match rt.effective_limits(&req.limits) {
             Ok(l) => (l, false),
             Err(e) if req.tier.as_deref() == Some(TRUSTED_TIER) || self.tenancy.gov.is_some() => {
