@@ -100,6 +100,9 @@ pub(crate) struct Governance {
     secrets: std::sync::Mutex<HashMap<String, Vec<sandlot_egress::Secret>>>,
     /// Sandboxes whose current processes have a proxy listener.
     attached: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Each sandbox's scanner with its canaries, built once (an Aho-Corasick automaton over
+    /// the canaries' encodings costs hundreds of µs: not per execution).
+    scanners: std::sync::Mutex<HashMap<String, Arc<Scanner>>>,
 }
 
 /// The proxy's hooks: the runtime (weakly, the proxy lives inside it) and its governor.
@@ -175,6 +178,7 @@ impl Runtime {
             inherited: Default::default(),
             secrets: Default::default(),
             attached: Default::default(),
+            scanners: Default::default(),
         });
     }
 
@@ -229,6 +233,7 @@ impl Runtime {
         };
         self.inherit_canaries(e);
         self.forget_lost_secrets(e);
+        lock(&g.scanners).remove(&e.id);
         let mut env: std::collections::BTreeMap<String, String> =
             canary.env().into_iter().collect();
         for (k, v) in sandlot_egress::proxy_env() {
@@ -414,6 +419,7 @@ impl Runtime {
             lock(&g.attached).remove(id);
             lock(&g.canaries).remove(id);
             lock(&g.inherited).remove(id);
+            lock(&g.scanners).remove(id);
             lock(&g.secrets).remove(id);
         }
     }
@@ -455,16 +461,24 @@ impl Runtime {
     }
 
     /// The scanner with `id`'s canary.
-    pub(crate) fn scanner_for(&self, id: &str) -> Option<Scanner> {
+    pub(crate) fn scanner_for(&self, id: &str) -> Option<Arc<Scanner>> {
         let g = self.governance()?;
+        if let Some(s) = lock(&g.scanners).get(id) {
+            return Some(s.clone());
+        }
         let values = self.canary_values(id);
-        Some(if values.is_empty() {
+        let scanner = Arc::new(if values.is_empty() {
             g.scanner.clone()
         } else {
             g.scanner
                 .with_canaries(&values)
                 .unwrap_or_else(|_| g.scanner.clone())
-        })
+        });
+        // Only a live sandbox's is kept (an ended one's would never be removed).
+        if lock(&self.inner.sandboxes).contains_key(id) {
+            lock(&g.scanners).insert(id.to_owned(), scanner.clone());
+        }
+        Some(scanner)
     }
 
     /// The scanner with the canaries of every live sandbox of `tenant` (for what leaves
@@ -500,8 +514,8 @@ impl Runtime {
         let rt = self.clone();
         let (id, exec_id) = (id.to_owned(), exec_id.to_owned());
         Some(tokio::spawn(async move {
-            let mut out = StreamScanner::new(scanner.clone());
-            let mut err = StreamScanner::new(scanner.clone());
+            let mut out = StreamScanner::new((*scanner).clone());
+            let mut err = StreamScanner::new((*scanner).clone());
             let mut worst = Outcome::Pass;
             while let Some(ev) = events.recv().await {
                 match ev {
