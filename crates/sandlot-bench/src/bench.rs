@@ -88,6 +88,16 @@ impl Watch {
         }
     }
 
+    /// For a benchmark that does not use the server: its zygote is not watched.
+    pub(crate) fn finish_in_process(self) -> Conditions {
+        Conditions {
+            load_before: self.load,
+            load_after: machine::loadavg(),
+            zygote_restarts: 0,
+            seconds: self.t.elapsed().as_secs_f64(),
+        }
+    }
+
     pub(crate) fn finish(self, ctx: &Ctx) -> Conditions {
         Conditions {
             load_before: self.load,

@@ -9,7 +9,10 @@
 //! (8) fork, (9) pause and resume, (10) create from a snapshot, (11) a server start with N paused
 //! sandboxes on disk, with peers' published figures quoted beside them, and (issue 10) (12) the
 //! E2B SDK's `run_code` and MCP's `run_python` round trips through their official Python
-//! clients, against sandlot's own REST execute from the same Python. Prints medians and p99s
+//! clients, against sandlot's own REST execute from the same Python, and (issue 7) (13) one
+//! Cedar policy decision with 100 policies loaded, (14) the latency the egress proxy adds to a
+//! request to a loopback server, (15) hot `1+1` and create with governance on against a
+//! `SANDLOT_AUTH=off` server in the same run. Prints medians and p99s
 //! and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all
 //! traffic goes to loopback.
 
@@ -17,9 +20,12 @@ mod bench;
 mod burst;
 mod clients;
 mod disk;
+mod egress;
+mod governance;
 mod http;
 mod machine;
 mod peers;
+mod policy;
 mod report;
 mod restart;
 mod server;
@@ -35,7 +41,7 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients\n  sandlot-bench policy egress governance"
 )]
 struct Cli {
     /// The benchmarks to run, on one server (in the order of the list below, whatever the
@@ -74,6 +80,12 @@ enum Bench {
     Density,
     /// 11. a second server restarted with N paused sandboxes on disk (issue 12)
     PausedStart,
+    /// 13. one Cedar policy decision with 100 policies loaded, in process (issue 7)
+    Policy,
+    /// 14. a GET to a loopback server direct and through the egress proxy (issue 7)
+    Egress,
+    /// 15. hot 1+1 (and create) with governance on vs a SANDLOT_AUTH=off server (issue 7)
+    Governance,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -182,6 +194,22 @@ pub struct Opts {
     /// paused-start: server starts timed at each level
     #[arg(long, default_value_t = 3)]
     paused_starts: usize,
+
+    /// policy: timed decisions (all gates in turn)
+    #[arg(long, default_value_t = 20_000)]
+    policy_samples: usize,
+    /// egress: timed GETs each way (direct and through the proxy, interleaved)
+    #[arg(long, default_value_t = 2000)]
+    egress_iters: usize,
+    /// governance: timed `1+1` round trips on each server (warm-up: --hot-warmup)
+    #[arg(long, default_value_t = 3000)]
+    gov_iters: usize,
+    /// governance: round trips per round; rounds alternate between the two servers
+    #[arg(long, default_value_t = 100)]
+    gov_round: usize,
+    /// governance: timed create + print(1) on each server (0: skip; warm-up: --warmup)
+    #[arg(long, default_value_t = 100)]
+    gov_create_iters: usize,
 }
 
 impl Opts {
@@ -248,6 +276,17 @@ impl Opts {
             self.paused_n.iter().all(|&n| (1..=20_000).contains(&n))
                 && (1..=20).contains(&self.paused_starts),
             "--paused-n takes counts in 1..=20000 and --paused-starts must be 1..=20"
+        );
+        anyhow::ensure!(
+            (1..=10_000_000).contains(&self.policy_samples)
+                && (1..=100_000).contains(&self.egress_iters),
+            "--policy-samples must be 1..=10000000 and --egress-iters 1..=100000"
+        );
+        anyhow::ensure!(
+            (1..=1_000_000).contains(&self.gov_iters)
+                && self.gov_round > 0
+                && self.gov_create_iters <= 10_000,
+            "--gov-iters must be 1..=1000000, --gov-round positive, --gov-create-iters at most 10000"
         );
         Ok(())
     }
@@ -350,6 +389,9 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         pause: None,
         snapshot: None,
         paused_start: None,
+        policy: None,
+        egress: None,
+        governance: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -420,6 +462,52 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Err(e) => failed("density", e),
         }
     }
+    // In process, no server: only the harness's own threads run while it measures.
+    if want(Bench::Policy) {
+        eprintln!(
+            "[policy] {} decisions with {} policies loaded",
+            o.policy_samples,
+            policy::POLICIES
+        );
+        let watch = bench::Watch::start(&ctx);
+        match policy::run(o.policy_samples) {
+            Ok(r) => {
+                policy::print(&r);
+                run.policy = Some(report::InProcess {
+                    conditions: watch.finish_in_process(),
+                    result: r,
+                })
+            }
+            Err(e) => failed("policy", e),
+        }
+    }
+    if want(Bench::Egress) {
+        eprintln!(
+            "[egress] {} GETs direct and {} through the proxy, interleaved",
+            o.egress_iters, o.egress_iters
+        );
+        let watch = bench::Watch::start(&ctx);
+        match egress::run(o.egress_iters) {
+            Ok(r) => {
+                eprintln!(
+                    "[egress] direct p50 {:.3} ms p99 {:.3} ms; proxied p50 {:.3} ms p99 {:.3} ms",
+                    r.direct.p50, r.direct.p99, r.proxied.p50, r.proxied.p99
+                );
+                run.egress = Some(report::InProcess {
+                    conditions: watch.finish_in_process(),
+                    result: r,
+                })
+            }
+            Err(e) => failed("egress", e),
+        }
+    }
+    // Starts a second server of its own (SANDLOT_AUTH=off) for the comparison, and stops it.
+    if want(Bench::Governance) {
+        match governance::governance(&mut ctx) {
+            Ok(r) => run.governance = Some(r),
+            Err(e) => failed("governance", e),
+        }
+    }
     // On a second server of its own, which it stops and starts again.
     if want(Bench::PausedStart) {
         match state::paused_start(&mut ctx) {
@@ -450,6 +538,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "restart": run.restart, "burst": run.burst, "disk": run.disk,
             "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
             "paused_start": run.paused_start,
+            "policy": run.policy, "egress": run.egress, "governance": run.governance,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)

@@ -50,6 +50,19 @@ impl Server {
         env_dir: &Path,
         extra: &[String],
     ) -> anyhow::Result<Server> {
+        Server::start_env(bin, data_dir, log, env_dir, extra, &[])
+    }
+
+    /// As [`Server::start_with`], with extra environment variables for the server (e.g.
+    /// `SANDLOT_AUTH=off` for the governance benchmark's peer).
+    pub fn start_env(
+        bin: &Path,
+        data_dir: &Path,
+        log: &Path,
+        env_dir: &Path,
+        extra: &[String],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<Server> {
         if !bin.exists() {
             bail!(
                 "{} does not exist: build it with `cargo build --release --workspace` or pass --sandlot",
@@ -66,6 +79,7 @@ impl Server {
             .arg("--env-dir")
             .arg(env_dir)
             .args(extra)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))

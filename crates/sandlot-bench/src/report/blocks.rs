@@ -526,8 +526,9 @@ pub(super) fn history_row(run: &Run) -> String {
         .unwrap_or_default();
     let s = state_history_cell(run);
     let e = clients_history_cell(run);
+    let g = governance_history_cell(run);
     format!(
-        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} | {s} | {e} |",
+        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} | {s} | {e} | {g} |",
         run.date, run.commit, run.command
     )
 }

@@ -313,6 +313,9 @@ mod tests {
             pause: None,
             snapshot: None,
             paused_start: None,
+            policy: None,
+            egress: None,
+            governance: None,
         }
     }
 

@@ -46,8 +46,8 @@ pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
 }
 
 pub(super) const TARGETS_HEADER: &str =
-    "| key | target (issues 3, 9, 10 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
-pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused | clients p50: E2B / MCP / REST from Python |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
+    "| key | target (issues 3, 7, 9, 10 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
+pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused | clients p50: E2B / MCP / REST from Python | governance: decision p99; proxy adds p50 / p99; hot (create) on / off |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
 
 /// Data rows of a table block (every `|` line after the header and separator).
 pub(super) fn table_rows(block: &str) -> Vec<String> {
@@ -81,6 +81,9 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.snapshot.is_some()
         || run.paused_start.is_some()
         || run.clients.is_some()
+        || run.policy.is_some()
+        || run.egress.is_some()
+        || run.governance.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -144,6 +147,20 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
             "paused-start",
             PAUSED_START_HEADING,
             &paused_start_block(run, p),
+        );
+    }
+    if let Some(p) = &run.policy {
+        doc = upsert_result_block(&doc, "policy", POLICY_HEADING, &policy_block(run, p));
+    }
+    if let Some(e) = &run.egress {
+        doc = upsert_result_block(&doc, "egress", EGRESS_HEADING, &egress_block(run, e));
+    }
+    if let Some(g) = &run.governance {
+        doc = upsert_result_block(
+            &doc,
+            "governance",
+            GOVERNANCE_HEADING,
+            &governance_block(run, g),
         );
     }
 
@@ -254,6 +271,24 @@ pub fn print_report(run: &Run) {
         println!(
             "== 11. server start with N paused sandboxes ==\n{}",
             strip_md(&paused_start_block(run, p))
+        );
+    }
+    if let Some(p) = &run.policy {
+        println!(
+            "== 13. a policy decision ==\n{}",
+            strip_md(&policy_block(run, p))
+        );
+    }
+    if let Some(e) = &run.egress {
+        println!(
+            "== 14. egress through the proxy ==\n{}",
+            strip_md(&egress_block(run, e))
+        );
+    }
+    if let Some(g) = &run.governance {
+        println!(
+            "== 15. governance on vs off ==\n{}",
+            strip_md(&governance_block(run, g))
         );
     }
     println!("== targets ==");

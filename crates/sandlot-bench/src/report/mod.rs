@@ -12,7 +12,10 @@ use crate::bench::{
 use crate::burst::{self, BurstResult};
 use crate::clients::ClientsResult;
 use crate::disk::DiskResult;
+use crate::egress::EgressResult;
+use crate::governance::GovernanceResult;
 use crate::machine::Machine;
+use crate::policy::PolicyBenchResult;
 use crate::restart::RestartResult;
 use crate::state::{ForkResult, PauseResult, PausedStartResult, SnapshotResult};
 use crate::stats::{fmt_bytes, fmt_ms, Summary};
@@ -21,11 +24,13 @@ use std::fmt::Write as _;
 mod blocks;
 mod clients;
 mod doc;
+mod governance;
 mod state;
 
 pub use blocks::*;
 pub use clients::*;
 pub use doc::*;
+pub use governance::*;
 pub use state::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -51,9 +56,12 @@ pub struct Run {
     pub pause: Option<PauseResult>,
     pub snapshot: Option<SnapshotResult>,
     pub paused_start: Option<PausedStartResult>,
+    pub policy: Option<InProcess<PolicyBenchResult>>,
+    pub egress: Option<InProcess<EgressResult>>,
+    pub governance: Option<GovernanceResult>,
 }
 
-/// One target of issue 3, 9, 10 or 12 and how this run did against it.
+/// One target of issue 3, 7, 9, 10 or 12 and how this run did against it.
 pub struct Target {
     pub key: &'static str,
     pub goal: &'static str,
@@ -78,9 +86,14 @@ impl Target {
             format!("{:.0}% of the limit", 100.0 * value / limit)
         } else {
             format!(
-                "{:.2}× the limit (+{} {unit})",
+                "{:.2}× the limit (+{}{})",
                 value / limit,
-                trim(value - limit)
+                trim(value - limit),
+                if unit.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {unit}")
+                }
             )
         };
         Target {
@@ -176,6 +189,9 @@ const TARGET_KEYS: &[&str] = &[
     "paused-start",
     "e2b-rtt",
     "mcp-rtt",
+    "policy-p99",
+    "egress-added",
+    "governance-hot",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -398,6 +414,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
     }
     state_targets(run, &mut t);
     clients_targets(run, &mut t);
+    governance_targets(run, &mut t);
     t
 }
 
@@ -495,6 +512,9 @@ mod tests {
             "snapshot",
             "paused-start",
             "clients",
+            "policy",
+            "egress",
+            "governance",
             "history",
         ] {
             assert!(block(TEMPLATE, name).is_some(), "{name}");

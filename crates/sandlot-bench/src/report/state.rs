@@ -594,6 +594,9 @@ mod tests {
                 healthy_at_10k_ms: 1500.0,
                 stopped: None,
             }),
+            policy: None,
+            egress: None,
+            governance: None,
         }
     }
 
