@@ -473,13 +473,10 @@ memory_mb = 2048
             "{out}"
         );
     }
-    let (code, out, err) = output(&mut sandlot(&[
-        "template",
-        "list",
-        "--json",
-        "--url",
-        server.url(),
-    ]));
+    let (code, out, err) = output(
+        sandlot(&["template", "list", "--json", "--url", server.url()])
+            .env("SANDLOT_API_KEY", server.key()),
+    );
     assert_eq!(code, 0, "{err}");
     let list: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 3, "{out}");

@@ -164,12 +164,15 @@ impl Quotas {
         deadline: Instant,
     ) -> Result<Admission, QuotaError> {
         let q = &tenant.quotas;
-        // What a creation that never reaches the head of the line reports: the quota that is
-        // full now, or the line itself.
-        let held = usage() + *lane.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut blocked = over(q, held, want).unwrap_or(("queue", String::new(), 1u64));
+        let mut blocked = ("queue", String::new(), 1u64);
         let head = tokio::time::timeout_at(deadline.into(), lane.line.lock()).await;
         let Ok(_head) = head else {
+            // Never reached the head of the line: report the quota that is full now (the
+            // line itself when none is).
+            let held = usage() + *lane.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = over(q, held, want) {
+                blocked = why;
+            }
             return Err(exceeded(tenant, blocked));
         };
         loop {
