@@ -189,7 +189,11 @@ mod tests {
             env["PATH"],
             "/opt/sandlot/env/bin:/usr/local/bin:/usr/bin:/bin"
         );
-        assert_eq!(env["PYTHONPATH"], "/opt/sandlot/python");
+        assert_eq!(
+            env["PYTHONPATH"],
+            "/opt/sandlot/python:/workspace/.packages"
+        );
+        assert_eq!(env["PIP_TARGET"], "/workspace/.packages");
     }
 
     #[test]
