@@ -59,7 +59,18 @@ pub(crate) async fn put<B: Backend>(
         .unwrap_or(0);
     file_gate(&st, &caller, &id, &path, Some(bytes)).await?;
     upload(st, headers, body, move |b, stream| async move {
-        b.write_file(&id, &path, stream).await
+        let written = b.write_file(&id, &path, stream).await;
+        // A sandbox deleted while its file was being written: its workspace vanished under
+        // the write ("no such file", "no workspace"); the sandbox's own state is the answer.
+        match written {
+            Err(e) if matches!(e.code, ErrorCode::FileNotFound | ErrorCode::SandboxFailed) => {
+                match b.get_sandbox(&id).await {
+                    Err(gone) => Err(gone),
+                    Ok(_) => Err(e),
+                }
+            }
+            other => other,
+        }
     })
     .await
 }
