@@ -255,8 +255,11 @@ fn a_contained_sandbox_takes_no_writes_through_e2b_either() {
 /// interpreter's contexts change the sandbox's state as much as running code does (a
 /// restart wipes every variable): they must need the same.
 ///
-/// (Found open: the context routes checked the sandbox only; they now need the envd token.)
+/// Known gap, kept for compatibility: E2B's own SDKs (Python and JS) create, restart and
+/// delete contexts without the envd token, so the context routes accept the traffic token the
+/// SDKs send (SECURITY.md, known gaps).
 #[test]
+#[ignore = "E2B's SDKs manage contexts with the traffic token only; requiring the envd token breaks them"]
 fn the_e2b_traffic_token_cannot_reset_the_interpreters_state() {
     let server = TestServer::start();
     let http = reqwest::blocking::Client::builder()
