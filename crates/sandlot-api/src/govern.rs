@@ -349,11 +349,9 @@ pub(crate) fn template_visible(gov: &Governance, who: &Principal, name: &str) ->
     if name == "default" {
         return true;
     }
-    match gov.store.template_owners() {
-        Ok(owners) => match owners.iter().find(|(n, _)| n == name) {
-            Some((_, t)) => *t == who.tenant,
-            None => who.tenant == DEFAULT_TENANT,
-        },
+    match gov.store.template_owner(name) {
+        Ok(Some(owner)) => owner == who.tenant,
+        Ok(None) => who.tenant == DEFAULT_TENANT,
         Err(_) => false,
     }
 }

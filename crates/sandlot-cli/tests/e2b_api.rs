@@ -712,54 +712,6 @@ fn e2b_tenants() {
     assert_eq!(got.status, 201, "{}", got.text);
 }
 
-/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
-/// `secret*`, no reads of `private*` through the file API).
-const FILE_POLICIES: &str = r#"
-@id("allow-all-gates")
-@reason("every authenticated key may use every gate")
-permit (
-  principal,
-  action in [
-    Sandlot::Action::"create_sandbox",
-    Sandlot::Action::"execute",
-    Sandlot::Action::"read_file",
-    Sandlot::Action::"write_file",
-    Sandlot::Action::"egress",
-    Sandlot::Action::"build_template"
-  ],
-  resource
-);
-
-@id("isolated-tier")
-@reason("every key may run in the isolated tier")
-permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
-
-@id("trusted-tier-local")
-@reason("the trusted tier is for the local single-user plan")
-permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"trusted")
-when { principal.plan == "local" };
-
-@id("no-secret-writes")
-@reason("files named secret* are not written through the file API")
-forbid (principal, action == Sandlot::Action::"write_file", resource)
-when { context.path like "/workspace/secret*" };
-
-@id("no-private-reads")
-@reason("files named private* are not read through the file API")
-forbid (principal, action == Sandlot::Action::"read_file", resource)
-when { context.path like "/workspace/private*" };
-
-@id("contain-canary")
-@reason("the sandbox's canary credential appeared in its output: contained")
-permit (principal, action == Sandlot::Action::"output_contain", resource)
-when { context.kind == "canary" };
-
-@id("redact-secrets")
-@reason("secrets are redacted from output")
-permit (principal, action == Sandlot::Action::"output_redact", resource)
-when { context.kind == "secret" };
-"#;
-
 /// A shipped example policy set (examples/policies/).
 fn example_policy(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -853,7 +805,7 @@ fn e2b_policy_gates() {
     );
 
     // --- files: writes of secret*, reads of private*.
-    let r = e.server.put_bytes("/v1/policies", FILE_POLICIES);
+    let r = e.server.put_bytes("/v1/policies", common::file_policies());
     assert_eq!(r.status, 200, "{:?}", r.body);
     let upload = |path: &str, content: &[u8]| {
         let (ctype, body) = multipart(path, content);
@@ -966,8 +918,9 @@ fn e2b_policy_gates() {
     let clean = e.send(e.sandbox(M::GET, &id, ENVD, "/files?path=notes.txt", Some(&token)));
     assert_eq!((clean.status, clean.text.as_str()), (200, "fine"));
     // A policy that withholds secrets: the download is refused, nothing of it sent.
+    let file_policies = common::file_policies();
     let withhold = format!(
-        "{FILE_POLICIES}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
+        "{file_policies}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
          permit (principal, action == Sandlot::Action::\"output_withhold\", resource)\n\
          when {{ context.kind == \"secret\" }};\n"
     );
@@ -981,7 +934,7 @@ fn e2b_policy_gates() {
         "{}",
         got.text
     );
-    let r = e.server.put_bytes("/v1/policies", FILE_POLICIES);
+    let r = e.server.put_bytes("/v1/policies", common::file_policies());
     assert_eq!(r.status, 200, "{:?}", r.body);
 
     // --- creation: a free tenant asking for the trusted tier is refused, and nothing made.

@@ -751,44 +751,6 @@ fn commands_run_side_by_side_and_their_pipes_resist_the_sandbox() {
     assert_eq!(r["stdout"], "0\n");
 }
 
-/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
-/// `secret*`, no reads of `private*` through the file API).
-const FILE_POLICIES: &str = r#"
-@id("allow-all-gates")
-@reason("every authenticated key may use every gate")
-permit (
-  principal,
-  action in [
-    Sandlot::Action::"create_sandbox",
-    Sandlot::Action::"execute",
-    Sandlot::Action::"read_file",
-    Sandlot::Action::"write_file",
-    Sandlot::Action::"egress",
-    Sandlot::Action::"build_template"
-  ],
-  resource
-);
-
-@id("isolated-tier")
-@reason("every key may run in the isolated tier")
-permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
-
-@id("no-secret-writes")
-@reason("files named secret* are not written through the file API")
-forbid (principal, action == Sandlot::Action::"write_file", resource)
-when { context.path like "/workspace/secret*" };
-
-@id("no-private-reads")
-@reason("files named private* are not read through the file API")
-forbid (principal, action == Sandlot::Action::"read_file", resource)
-when { context.path like "/workspace/private*" };
-
-@id("redact-secrets")
-@reason("secrets are redacted from output")
-permit (principal, action == Sandlot::Action::"output_redact", resource)
-when { context.kind == "secret" };
-"#;
-
 /// Asserts a Connect `permission_denied` whose message names `policy`.
 #[track_caller]
 fn assert_rpc_denied(a: &Answer, policy: &str) {
@@ -847,7 +809,7 @@ fn commands_and_filesystem_calls_pass_the_policy() {
     assert_eq!(d["key_id"], format!("sandbox-token:{}", sb.id), "{d:#}");
 
     // The file API's calls: writes of secret*, reads of private*.
-    let r = server.put_bytes("/v1/policies", FILE_POLICIES);
+    let r = server.put_bytes("/v1/policies", common::file_policies());
     assert_eq!(r.status, 200, "{:?}", r.body);
     sb.run(
         "echo x > notes.txt; echo y > private.txt; mkdir -p private-d sub/private",

@@ -1115,49 +1115,6 @@ fn stdio_acts_for_its_key_tenant() {
     assert!(alive(&server, &a_id));
 }
 
-/// A policy set of the tests' own: as shipped, plus two file rules (no writes to
-/// `secret*`, no reads of `private*` through the file API).
-const FILE_POLICIES: &str = r#"
-@id("allow-all-gates")
-@reason("every authenticated key may use every gate")
-permit (
-  principal,
-  action in [
-    Sandlot::Action::"create_sandbox",
-    Sandlot::Action::"execute",
-    Sandlot::Action::"read_file",
-    Sandlot::Action::"write_file",
-    Sandlot::Action::"egress",
-    Sandlot::Action::"build_template"
-  ],
-  resource
-);
-
-@id("isolated-tier")
-@reason("every key may run in the isolated tier")
-permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"isolated");
-
-@id("trusted-tier-local")
-@reason("the trusted tier is for the local single-user plan")
-permit (principal, action == Sandlot::Action::"select_tier", resource == Sandlot::Tier::"trusted")
-when { principal.plan == "local" };
-
-@id("no-secret-writes")
-@reason("files named secret* are not written through the file API")
-forbid (principal, action == Sandlot::Action::"write_file", resource)
-when { context.path like "/workspace/secret*" };
-
-@id("no-private-reads")
-@reason("files named private* are not read through the file API")
-forbid (principal, action == Sandlot::Action::"read_file", resource)
-when { context.path like "/workspace/private*" };
-
-@id("redact-secrets")
-@reason("secrets are redacted from output")
-permit (principal, action == Sandlot::Action::"output_redact", resource)
-when { context.kind == "secret" };
-"#;
-
 /// Asserts a tool error carrying `policy_denied` and naming `what` (a policy id, a gate).
 #[track_caller]
 fn assert_tool_denied(reply: &Value, what: &str) {
@@ -1214,7 +1171,12 @@ fn http_tools_pass_the_policy() {
     }
 
     // --- files: writes of secret*, reads of private*, list_files too.
-    assert_eq!(server.put_bytes("/v1/policies", FILE_POLICIES).status, 200);
+    assert_eq!(
+        server
+            .put_bytes("/v1/policies", common::file_policies())
+            .status,
+        200
+    );
     for path in [
         "secret.txt",
         "./secret.txt",
@@ -1275,8 +1237,9 @@ fn http_tools_pass_the_policy() {
         "{t}"
     );
     // A policy that withholds secrets: the file is refused, nothing of it returned.
+    let file_policies = common::file_policies();
     let withhold = format!(
-        "{FILE_POLICIES}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
+        "{file_policies}\n@id(\"withhold-secrets\")\n@reason(\"secrets are withheld\")\n\
          permit (principal, action == Sandlot::Action::\"output_withhold\", resource)\n\
          when {{ context.kind == \"secret\" }};\n"
     );
@@ -1284,7 +1247,12 @@ fn http_tools_pass_the_policy() {
     let r = a.call("read_file", json!({ "path": "config.txt" }));
     assert_tool_denied(&r, "withheld");
     assert!(!text(&r).contains("alice"), "{r}");
-    assert_eq!(server.put_bytes("/v1/policies", FILE_POLICIES).status, 200);
+    assert_eq!(
+        server
+            .put_bytes("/v1/policies", common::file_policies())
+            .status,
+        200
+    );
 
     // --- creation: a free tenant's session asking for the trusted tier is refused.
     let free_key = tenant_key(&server, "freebie", json!({}));
@@ -1325,8 +1293,9 @@ fn http_tools_pass_the_policy() {
     assert_ok(&a.call("delete_sandbox", json!({ "sandbox_id": made })));
 
     // --- the session's own sandbox, made on first use, passes the creation gate too.
+    let file_policies = common::file_policies();
     let no_freebie = format!(
-        "{FILE_POLICIES}\n@id(\"no-freebie-sandboxes\")\n@reason(\"freebie creates no sandboxes\")\n\
+        "{file_policies}\n@id(\"no-freebie-sandboxes\")\n@reason(\"freebie creates no sandboxes\")\n\
          forbid (principal, action == Sandlot::Action::\"create_sandbox\", resource)\n\
          when {{ principal.tenant == Sandlot::Tenant::\"freebie\" }};\n"
     );

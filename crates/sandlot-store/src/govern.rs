@@ -189,15 +189,18 @@ impl Store {
         govern("revoke an API key", run())
     }
 
-    /// Who owns each template created through the API (built-in ones have no owner).
-    pub fn template_owners(&self) -> Result<Vec<(String, String)>, StoreError> {
+    /// Who owns template `name`, if it was made through the API.
+    pub fn template_owner(&self, name: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
-        let run = || -> rusqlite::Result<Vec<(String, String)>> {
-            let mut stmt = conn.prepare("SELECT name, tenant FROM template_owners")?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect()
+        let run = || -> rusqlite::Result<Option<String>> {
+            conn.query_row(
+                "SELECT tenant FROM template_owners WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()
         };
-        govern("list template owners", run())
+        govern("look up a template's owner", run())
     }
 
     /// Records that `tenant` owns template `name` (first owner wins: returns the owner).

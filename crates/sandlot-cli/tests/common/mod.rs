@@ -699,3 +699,22 @@ impl HostProc {
         })
     }
 }
+
+/// Two file rules of the tests' own (no writes to `secret*`, no reads of `private*` through the
+/// file APIs), on top of the shipped policy set.
+const FILE_RULES: &str = r#"
+@id("no-secret-writes")
+@reason("files named secret* are not written through the file API")
+forbid (principal, action == Sandlot::Action::"write_file", resource)
+when { context.path like "/workspace/secret*" };
+
+@id("no-private-reads")
+@reason("files named private* are not read through the file API")
+forbid (principal, action == Sandlot::Action::"read_file", resource)
+when { context.path like "/workspace/private*" };
+"#;
+
+/// The shipped policy set plus [`FILE_RULES`], to `PUT /v1/policies`.
+pub fn file_policies() -> String {
+    format!("{}\n{FILE_RULES}", sandlot_policy::DEFAULT_POLICIES)
+}
