@@ -207,6 +207,12 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::NameTaken => StatusCode::CONFLICT,
         ErrorCode::InvalidPolicy => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::SandboxContained => StatusCode::CONFLICT,
+        ErrorCode::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::JobNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::JobQueueFull => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::JobEnded => StatusCode::CONFLICT,
+        ErrorCode::WebhookNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::UnsupportedBundle => StatusCode::BAD_REQUEST,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

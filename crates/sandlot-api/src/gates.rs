@@ -84,6 +84,8 @@ impl Governance {
         mut detail: Option<serde_json::Value>,
     ) -> String {
         let id = decision_id();
+        sandlot_telemetry::metrics().policy_decision(d.gate.as_str(), d.allowed);
+        crate::record::Note::add_decision(&id);
         if !d.errors.is_empty() {
             let errors = serde_json::json!(d.errors);
             match detail.as_mut().and_then(|v| v.as_object_mut()) {
@@ -368,6 +370,7 @@ impl Governor for ServerGovernor {
 
     fn egress_record(&self, e: sandlot_egress::EgressEvent) {
         let at = time::OffsetDateTime::from(e.started);
+        sandlot_telemetry::metrics().egress_decision(e.allowed);
         self.gov.journal.egress(EgressRecord {
             sandbox_id: e.sandbox_id,
             at: at
@@ -403,6 +406,7 @@ impl Governor for ServerGovernor {
             sandlot_policy::Outcome::Contain => Outcome::Contain,
         };
         if f.record {
+            sandlot_telemetry::metrics().guardrail_finding(outcome.as_str());
             let decision = self.gov.record(
                 &pp,
                 format!(

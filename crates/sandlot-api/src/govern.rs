@@ -223,6 +223,7 @@ pub(crate) async fn authenticate<B: Backend>(
             return e.into_response();
         }
     }
+    crate::record::Note::set_principal(&principal);
     req.extensions_mut().insert(principal);
     next.run(req).await
 }

@@ -18,6 +18,7 @@ mod files;
 pub mod gates;
 pub mod govern;
 pub mod ports;
+pub mod record;
 mod sandboxes;
 mod state;
 mod templates;
@@ -98,6 +99,9 @@ pub struct Extensions {
     pub sandbox_header: Option<Router>,
     /// API keys, tenants and quotas; `None` serves every request as the local admin.
     pub governance: Option<Arc<govern::Governance>>,
+    /// The audit log, metrics and traces, events, jobs, lineage (`record/`); `None` serves
+    /// without them.
+    pub recording: Option<Arc<record::Recording>>,
 }
 
 /// The header E2B's SDKs address a sandbox with when one listener serves them all.
@@ -339,9 +343,11 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
     for r in routes::<B>() {
         app = app.route(r.path, r.handler);
     }
+    let mut app = app.with_state(state.clone()).merge(ext.routes);
+    if let Some(rec) = &ext.recording {
+        app = app.merge(record::router(rec.clone()));
+    }
     let mut app = app
-        .with_state(state.clone())
-        .merge(ext.routes)
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::route_not_found);
     if let Some(by_header) = ext.sandbox_header {
@@ -362,13 +368,28 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             },
         ));
     }
-    app.layer(axum::middleware::from_fn_with_state(
-        state,
-        govern::authenticate::<B>,
-    ))
-    .layer(axum::middleware::from_fn(refuse_pages))
-    .layer(CatchPanicLayer::custom(error::panic_response))
-    .layer(axum::middleware::from_fn(log_request))
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            govern::authenticate::<B>,
+        ))
+        .layer(axum::middleware::from_fn(refuse_pages))
+        .layer(CatchPanicLayer::custom(error::panic_response));
+    // Outside every refusal, so refused requests are recorded and counted too.
+    let app = match ext.recording {
+        Some(rec) => app
+            .layer(axum::middleware::from_fn_with_state(
+                rec.clone(),
+                record::audit::middleware,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                rec,
+                record::observe::middleware,
+            ))
+            .layer(axum::middleware::from_fn(record::note_layer)),
+        None => app,
+    };
+    app.layer(axum::middleware::from_fn(log_request))
 }
 
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a

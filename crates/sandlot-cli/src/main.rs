@@ -4,12 +4,14 @@
 //! runtime, the API router or the jail's probe.
 
 mod agent;
+mod audit;
 mod client;
 mod config;
 mod doctor;
 mod keys;
 mod mcp;
 mod provision;
+mod replay;
 mod run;
 mod serve;
 mod setup;
@@ -72,6 +74,16 @@ enum Command {
     Tools(tools::ToolsArgs),
     /// Run a CodeAct agent loop against an OpenAI-compatible chat endpoint.
     Agent(agent::AgentArgs),
+    /// Verify and export the audit log.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
+    /// Write a sandbox's run as a bundle to replay.
+    Bundle(replay::BundleArgs),
+    /// Re-run a bundle (or a sandbox's record) in a fresh sandbox and compare each step.
+    Replay(replay::ReplayArgs),
+    /// What an artifact, execution or sandbox came from; OpenLineage export.
+    #[command(subcommand)]
+    Lineage(replay::LineageCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -321,6 +333,10 @@ fn main() -> ExitCode {
         Command::Mcp(args) => mcp::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Audit(cmd) => audit::run(cmd),
+        Command::Bundle(args) => replay::bundle(args),
+        Command::Replay(args) => replay::replay(args),
+        Command::Lineage(cmd) => replay::lineage(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

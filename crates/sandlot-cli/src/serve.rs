@@ -52,10 +52,19 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     } else {
         sandlot_mcp::http_router_with_hosts(rt.clone(), governance.clone(), [addr.ip().to_string()])
     };
+    let recording = sandlot_api::record::Recording::start(sandlot_api::record::RecordContext {
+        rt: rt.clone(),
+        gov: governance.clone(),
+        store: rt.store(),
+        data_dir: dirs.data_dir.clone(),
+    })
+    .await
+    .context("could not start the record (audit, metrics, events, jobs)")?;
     let ext = sandlot_api::Extensions {
         routes: e2b.routes().merge(mcp),
         sandbox_header: Some(e2b.sandbox_router()),
         governance,
+        recording: Some(recording.clone()),
     };
     let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);
 
@@ -100,6 +109,7 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         "shutting down: no new connections; stopping sandboxes"
     );
     let _ = stop_tx.send(());
+    recording.shutdown().await;
     rt.shutdown().await;
     match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
         Ok(Ok(Ok(()))) => {}

@@ -130,6 +130,19 @@ impl Runtime {
         }
         self.inner.recorder.finished(&exec_id, &result);
         self.touch(&e);
+        self.emit_for(
+            sandlot_types::LifecycleKind::Executed,
+            &e,
+            Some(&exec_id),
+            serde_json::json!({
+                "language": req.language,
+                "end_state": result.end_state,
+                "duration_ms": result.duration_ms,
+                "cpu_time_ms": result.cpu_time_ms,
+                "peak_memory_bytes": result.peak_memory_bytes,
+                "restarted": result.restarted.is_some(),
+            }),
+        );
         Ok(result)
     }
 

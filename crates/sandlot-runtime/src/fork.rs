@@ -195,6 +195,14 @@ impl Runtime {
                 }
             }
         }
+        let children: Vec<&str> = made.iter().map(|s| s.id.as_str()).collect();
+        self.emit(
+            sandlot_types::LifecycleKind::Forked,
+            &parent.id,
+            &parent.tenant,
+            None,
+            serde_json::json!({"children": children}),
+        );
         Ok(made)
     }
 

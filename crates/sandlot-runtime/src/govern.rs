@@ -450,6 +450,12 @@ impl Runtime {
         if let Some(live) = e.live() {
             live.signal_kill();
         }
+        self.emit_for(
+            sandlot_types::LifecycleKind::Contained,
+            &e,
+            None,
+            serde_json::json!({"reason": why}),
+        );
     }
 
     /// Refuses work on a contained sandbox.

@@ -23,6 +23,7 @@ impl Runtime {
     /// and its next execution restarts it in place. A sandbox whose workspace is gone is
     /// `lost`; a workspace no record claims (a pooled sandbox, an end cut short) is removed.
     pub(crate) fn recover(&self) -> Result<(), RuntimeError> {
+        let began = std::time::Instant::now();
         let inner = &self.inner;
         for name in inner.hierarchy.children(&inner.cgroup_base) {
             let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&name));
@@ -99,6 +100,11 @@ impl Runtime {
                 tracing::warn!(workspace = %id, error = %e, "could not reclaim a workspace no sandbox owns");
             }
         }
+        *lock(&inner.recovery) = Some(crate::Recovery {
+            sandboxes: stopped.len(),
+            executions_marked: 0,
+            duration_ms: began.elapsed().as_secs_f64() * 1e3,
+        });
         tracing::info!(
             stopped = stopped.len(),
             restored = restored.len(),

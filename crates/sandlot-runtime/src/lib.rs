@@ -25,6 +25,7 @@ mod background;
 mod contexts;
 mod diff;
 pub mod error;
+mod events;
 mod exec;
 pub mod files;
 mod fork;
@@ -46,6 +47,7 @@ mod snapshots;
 mod spawn;
 mod teardown;
 pub mod templates;
+mod usage;
 mod util;
 mod volumes;
 mod workspace;
@@ -64,8 +66,10 @@ use std::time::{Duration, Instant};
 use templates::Tmpl;
 
 pub use error::{FileError, RuntimeError, ZygoteLaunchError};
+pub use events::Listener;
 pub use files::ByteStream;
 pub use sandboxes::TenantUsage;
+pub use usage::{RuntimeGauges, SandboxUsage};
 pub use util::now_rfc3339;
 pub use zygote_config::zygote_launch_main;
 
@@ -345,6 +349,21 @@ struct Inner {
     volume_claims: Mutex<HashMap<String, String>>,
     /// The server's governance (egress, canaries, guardrails), once installed.
     governance: std::sync::OnceLock<govern::Governance>,
+    /// Lifecycle events and who listens to them (`events.rs`).
+    events: events::Events,
+    /// How long the last start took to recover what the previous run left (`housekeeping.rs`).
+    recovery: Mutex<Option<Recovery>>,
+}
+
+/// What the start of this server found and did about what the previous run left behind.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Recovery {
+    /// Sandboxes the previous run left (stopped, failed, paused, or lost without a workspace).
+    pub sandboxes: usize,
+    /// Executions it left unfinished, now recorded as killed.
+    pub executions_marked: usize,
+    /// From the start of recovery to the runtime being ready, in milliseconds.
+    pub duration_ms: f64,
 }
 
 impl Runtime {
@@ -434,6 +453,8 @@ impl Runtime {
             volume_ops: Default::default(),
             volume_claims: Default::default(),
             governance: Default::default(),
+            events: Default::default(),
+            recovery: Default::default(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),

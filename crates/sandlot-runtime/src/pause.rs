@@ -30,8 +30,17 @@ impl Runtime {
     pub async fn pause_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
         let e = self.entry(id)?;
         let turn = self.turn(&e).await;
+        let was = e.state();
         self.pause_with(&e, turn).await?;
         let info = lock(&e.info).clone();
+        if was != SandboxState::Paused {
+            self.emit_for(
+                sandlot_types::LifecycleKind::Paused,
+                &e,
+                None,
+                serde_json::Value::Null,
+            );
+        }
         Ok(info)
     }
 
@@ -39,8 +48,17 @@ impl Runtime {
     pub async fn resume_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
         let e = self.entry(id)?;
         let turn = self.turn(&e).await;
+        let was = e.state();
         let (_turn, _live, _) = self.ready_live(&e, turn).await?;
         let info = lock(&e.info).clone();
+        if was == SandboxState::Paused {
+            self.emit_for(
+                sandlot_types::LifecycleKind::Resumed,
+                &e,
+                None,
+                serde_json::Value::Null,
+            );
+        }
         Ok(info)
     }
 

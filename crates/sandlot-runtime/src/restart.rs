@@ -279,9 +279,15 @@ impl Runtime {
             {
                 let mut info = lock(&e.info);
                 info.state = SandboxState::Failed;
-                info.ended_reason = Some(reason);
+                info.ended_reason = Some(reason.clone());
             }
             self.save(e);
+            self.emit_for(
+                sandlot_types::LifecycleKind::Failed,
+                e,
+                None,
+                serde_json::json!({"state": SandboxState::Failed, "reason": reason}),
+            );
             return Err(failed(e));
         }
         {
@@ -293,6 +299,12 @@ impl Runtime {
             });
         }
         self.save(e);
+        self.emit_for(
+            sandlot_types::LifecycleKind::Restarted,
+            e,
+            None,
+            serde_json::json!({"reason": why}),
+        );
         Ok(Restarted {
             reason: why.to_string(),
             lost: lost(),

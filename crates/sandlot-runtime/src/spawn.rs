@@ -159,6 +159,22 @@ impl Runtime {
             .await;
             return Err(err);
         }
+        let source = match (&info.forked_from, &info.from_snapshot) {
+            (Some(parent), _) => serde_json::json!({"fork": parent}),
+            (None, Some(snapshot)) => serde_json::json!({"snapshot": snapshot}),
+            (None, None) => serde_json::json!("template"),
+        };
+        self.emit_for(
+            sandlot_types::LifecycleKind::Created,
+            &entry,
+            None,
+            serde_json::json!({
+                "source": source,
+                "template": info.template,
+                "template_version": info.template_version,
+                "tier": info.tier,
+            }),
+        );
         Ok(info)
     }
 

@@ -123,6 +123,18 @@ impl Runtime {
         }
         let _ = released.await;
         drop(guard);
+        let kind = match state {
+            SandboxState::Deleted => sandlot_types::LifecycleKind::Killed,
+            SandboxState::Expired => sandlot_types::LifecycleKind::Expired,
+            _ => sandlot_types::LifecycleKind::Failed,
+        };
+        self.emit(
+            kind,
+            &info.id,
+            &info.tenant,
+            None,
+            serde_json::json!({"state": state, "reason": reason}),
+        );
         true
     }
 
@@ -167,6 +179,12 @@ impl Runtime {
         }
         self.save(e);
         drop(guard);
+        self.emit_for(
+            sandlot_types::LifecycleKind::Stopped,
+            e,
+            None,
+            serde_json::json!({"reason": "the server shut down"}),
+        );
     }
 
     /// Kills a sandbox that never reached a client and releases what it held; the handle

@@ -55,6 +55,8 @@ use sandlot_types::{
 };
 
 mod govern;
+mod jobs;
+mod lineage;
 #[cfg(test)]
 mod tests;
 
@@ -65,7 +67,15 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema, one migration per version: `MIGRATIONS[n]` takes `user_version` `n` to `n + 1`.
 /// Never edit a migration that has shipped; append a new one.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: &[&str] = &[
+    SCHEMA_V1,
+    SCHEMA_V2,
+    SCHEMA_V3,
+    SCHEMA_V4,
+    SCHEMA_V5,
+    jobs::SCHEMA_V6,
+    lineage::SCHEMA_V7,
+];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE sandboxes (

@@ -1,0 +1,173 @@
+//! The record: what happened on this server, kept and told. Every request leaves an audit
+//! record (`audit.rs`), a span and its metrics (`observe.rs`); lifecycle events are streamed
+//! and sent to webhooks (`events.rs`, `webhooks.rs`); executions can be queued as durable jobs
+//! (`jobs.rs`); what came from what is answered by `lineage.rs`, and a sandbox's run is
+//! written as a bundle to replay (`bundle.rs`).
+//!
+//! [`Recording`] holds the components; `sandlot serve` starts it ([`Recording::start`]) and
+//! hands it to the router in [`crate::Extensions`], which serves [`router`] beside `/v1` and
+//! wraps every request (REST, E2B, MCP alike) in the record's layers (see `crate::router_with`):
+//!
+//! ```text
+//! log_request → note → observe → audit → catch panic → refuse pages → authenticate → routes
+//! ```
+//!
+//! A [`Note`] travels with each request: the layers outside authentication read what the
+//! handling learned (who asked, which policy decisions were taken, which execution ran).
+
+pub mod audit;
+pub mod bundle;
+pub mod events;
+pub mod jobs;
+pub mod lineage;
+pub mod observe;
+pub mod webhooks;
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use sandlot_runtime::Runtime;
+use sandlot_store::Store;
+use sandlot_types::Principal;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::govern::Governance;
+
+/// Why the record could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("the audit log: {0}")]
+    Audit(#[from] sandlot_audit::AuditError),
+    #[error("the store: {0}")]
+    Store(#[from] sandlot_store::StoreError),
+    #[error("telemetry: {0}")]
+    Telemetry(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What every component is started with.
+#[derive(Clone)]
+pub struct RecordContext {
+    pub rt: Runtime,
+    pub gov: Option<Arc<Governance>>,
+    pub store: Arc<Store>,
+    pub data_dir: PathBuf,
+}
+
+/// The record's components.
+pub struct Recording {
+    pub ctx: RecordContext,
+    pub audit: audit::Audit,
+    pub telemetry: observe::Telemetry,
+    pub hub: events::Hub,
+    pub webhooks: webhooks::Webhooks,
+    pub jobs: jobs::Jobs,
+}
+
+impl Recording {
+    /// Starts every component; each reads its own settings from the environment.
+    pub async fn start(ctx: RecordContext) -> Result<Arc<Self>, RecordError> {
+        let audit = audit::Audit::start(&ctx).await?;
+        let telemetry = observe::Telemetry::start(&ctx).await?;
+        let hub = events::Hub::start(&ctx).await?;
+        let webhooks = webhooks::Webhooks::start(&ctx).await?;
+        let jobs = jobs::Jobs::start(&ctx).await?;
+        Ok(Arc::new(Self {
+            ctx,
+            audit,
+            telemetry,
+            hub,
+            webhooks,
+            jobs,
+        }))
+    }
+
+    /// Before the runtime shuts down: no new jobs start, the audit log is sealed with a last
+    /// checkpoint, webhooks get a moment to deliver what is queued, traces are flushed.
+    pub async fn shutdown(&self) {
+        self.jobs.shutdown().await;
+        self.webhooks.shutdown().await;
+        self.audit.shutdown().await;
+        self.telemetry.shutdown().await;
+    }
+}
+
+/// The record's routes, served beside `/v1`'s (authenticated by the same layer).
+pub fn router(rec: Arc<Recording>) -> Router {
+    Router::new()
+        .merge(audit::routes(rec.clone()))
+        .merge(observe::routes(rec.clone()))
+        .merge(events::routes(rec.clone()))
+        .merge(webhooks::routes(rec.clone()))
+        .merge(jobs::routes(rec.clone()))
+        .merge(lineage::routes(rec.clone()))
+        .merge(bundle::routes(rec))
+}
+
+tokio::task_local! {
+    static NOTE: Note;
+}
+
+/// What the handling of one request learned, for the layers outside it.
+#[derive(Clone, Default)]
+pub struct Note(Arc<Mutex<NoteData>>);
+
+#[derive(Debug, Clone, Default)]
+pub struct NoteData {
+    /// Who the request authenticated as (unset: not authenticated, or no keys on this server).
+    pub principal: Option<Principal>,
+    /// Ids of the policy decisions taken for it, in order.
+    pub decisions: Vec<String>,
+    /// The execution it ran, if any.
+    pub execution_id: Option<String>,
+}
+
+impl Note {
+    /// The note of the request being handled, if any (none outside a request's task).
+    pub fn current() -> Option<Note> {
+        NOTE.try_with(Note::clone).ok()
+    }
+
+    fn with(f: impl FnOnce(&mut NoteData)) {
+        let _ = NOTE.try_with(|n| f(&mut n.0.lock().unwrap_or_else(PoisonError::into_inner)));
+    }
+
+    pub fn set_principal(p: &Principal) {
+        Self::with(|d| d.principal = Some(p.clone()));
+    }
+
+    pub fn add_decision(id: &str) {
+        Self::with(|d| d.decisions.push(id.to_owned()));
+    }
+
+    pub fn set_execution(id: &str) {
+        Self::with(|d| d.execution_id = Some(id.to_owned()));
+    }
+
+    /// What has been noted so far.
+    pub fn data(&self) -> NoteData {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Runs `f` with this note as the current one (for work a request hands to another task).
+    pub async fn scope<F: std::future::Future>(self, f: F) -> F::Output {
+        NOTE.scope(self, f).await
+    }
+}
+
+/// The outermost record layer: gives the request its [`Note`] (also as a request extension).
+pub(crate) async fn note_layer(mut req: Request, next: Next) -> Response {
+    let note = Note::default();
+    req.extensions_mut().insert(note.clone());
+    note.scope(next.run(req)).await
+}

@@ -1,0 +1,19 @@
+//! Signed webhooks for lifecycle events (skeleton: the events work fills it in).
+
+use super::{RecordContext, RecordError, Recording};
+use axum::Router;
+use std::sync::Arc;
+
+pub struct Webhooks {}
+
+impl Webhooks {
+    pub async fn start(_ctx: &RecordContext) -> Result<Self, RecordError> {
+        Ok(Self {})
+    }
+
+    pub async fn shutdown(&self) {}
+}
+
+pub(crate) fn routes(_rec: Arc<Recording>) -> Router {
+    Router::new()
+}
