@@ -127,6 +127,8 @@ pub struct NoteData {
     pub decisions: Vec<String>,
     /// The execution it ran, if any.
     pub execution_id: Option<String>,
+    /// The W3C trace id of its span (32 hex digits), when traced.
+    pub trace_id: Option<String>,
 }
 
 impl Note {
@@ -149,6 +151,10 @@ impl Note {
 
     pub fn set_execution(id: &str) {
         Self::with(|d| d.execution_id = Some(id.to_owned()));
+    }
+
+    pub fn set_trace_id(id: &str) {
+        Self::with(|d| d.trace_id = Some(id.to_owned()));
     }
 
     /// What has been noted so far.
