@@ -89,6 +89,7 @@ async fn require_key(
         Ok(who) => who,
         Err(denied) => return Failure::from(denied).into_response(),
     };
+    sandlot_api::record::Note::set_principal(&who);
     let id = match &params {
         Ok(p) => p
             .iter()
