@@ -256,6 +256,38 @@ class SandboxContained(SandlotError):
     (``sandbox_contained``, HTTP 409)."""
 
 
+class AuditUnavailable(SandlotError):
+    """The server's audit log cannot record (its disk is full, or a damaged segment waits for
+    an operator), so the server refuses actions rather than run them unrecorded
+    (``audit_unavailable``, HTTP 503). Nothing was done."""
+
+
+class JobNotFound(NotFoundError):
+    """No job with that id (``job_not_found``)."""
+
+
+class JobQueueFull(SandlotError):
+    """The job queue (the sandbox's or the server's) is full (``job_queue_full``, HTTP 429).
+    ``retry_after`` is the number of seconds the server suggests waiting, or ``None``."""
+
+    def __init__(self, message: str, *, code: str = "job_queue_full", status: Optional[int] = None, retry_after: Optional[float] = None) -> None:
+        super().__init__(message, code=code, status=status)
+        self.retry_after = retry_after
+
+
+class JobEnded(SandlotError):
+    """The job has ended and cannot be cancelled (``job_ended``, HTTP 409)."""
+
+
+class WebhookNotFound(NotFoundError):
+    """No webhook with that id (``webhook_not_found``)."""
+
+
+class UnsupportedBundle(InvalidRequest):
+    """A run bundle written by a newer sandlot, or not a bundle at all
+    (``unsupported_bundle``, HTTP 400)."""
+
+
 class ServerError(SandlotError):
     """The server failed (``internal``, ``sandbox_failed``, any 5xx without a known code)."""
 
@@ -347,6 +379,12 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "key_not_found": KeyNotFound,
     "invalid_policy": InvalidPolicy,
     "sandbox_contained": SandboxContained,
+    "audit_unavailable": AuditUnavailable,
+    "job_not_found": JobNotFound,
+    "job_queue_full": JobQueueFull,
+    "job_ended": JobEnded,
+    "webhook_not_found": WebhookNotFound,
+    "unsupported_bundle": UnsupportedBundle,
 }
 
 _BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [
@@ -377,7 +415,7 @@ def error_from_response(status: int, body: bytes, headers: Optional[Mapping[str,
     """Build the typed error for an HTTP error response with ``status``, raw ``body`` and
     (optionally) its ``headers`` (for ``Retry-After``)."""
     err = _error_from_body(status, body)
-    if isinstance(err, TenantQuotaExceeded):
+    if isinstance(err, (TenantQuotaExceeded, JobQueueFull)):
         err.retry_after = _retry_after(headers)
     return err
 
