@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinHandle};
+use tracing::Instrument;
 
 /// SSE event that ends a stream: its data is the [`ExecutionResult`].
 pub const DONE_EVENT: &str = "done";
@@ -79,7 +80,12 @@ pub(crate) async fn execute<B: Backend>(
         return execute_streaming(st.backend, id, req).await;
     }
     let backend = st.backend;
-    let run = tokio::spawn(async move { backend.execute(&id, req, None).await });
+    // The request's note goes with it: the execution's lineage names the decisions taken here.
+    let note = crate::record::Note::current().unwrap_or_default();
+    let run = tokio::spawn(
+        note.scope(async move { backend.execute(&id, req, None).await })
+            .in_current_span(),
+    );
     Ok(Json(joined(run.await)?).into_response())
 }
 
@@ -117,7 +123,11 @@ async fn execute_streaming<B: Backend>(
     req: ExecuteRequest,
 ) -> Result<Response, HttpError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut run: RunHandle = tokio::spawn(async move { backend.execute(&id, req, Some(tx)).await });
+    let note = crate::record::Note::current().unwrap_or_default();
+    let mut run: RunHandle = tokio::spawn(
+        note.scope(async move { backend.execute(&id, req, Some(tx)).await })
+            .in_current_span(),
+    );
     let start = tokio::select! {
         biased;
         Some(ev) = rx.recv() => Start::Event(ev),

@@ -374,9 +374,11 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             govern::authenticate::<B>,
         ))
         .layer(axum::middleware::from_fn(refuse_pages))
-        .layer(CatchPanicLayer::custom(error::panic_response));
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        // Inside the record's layers, so its line is logged in the request's span (trace id).
+        .layer(axum::middleware::from_fn(log_request));
     // Outside every refusal, so refused requests are recorded and counted too.
-    let app = match ext.recording {
+    match ext.recording {
         Some(rec) => app
             .layer(axum::middleware::from_fn_with_state(
                 rec.clone(),
@@ -388,8 +390,7 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             ))
             .layer(axum::middleware::from_fn(record::note_layer)),
         None => app,
-    };
-    app.layer(axum::middleware::from_fn(log_request))
+    }
 }
 
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a

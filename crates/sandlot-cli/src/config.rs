@@ -129,7 +129,45 @@ pub const VARS: &[Var] = &[
         default: "next to the sandlot executable",
         help: "path of libsandlot_jail.so, which the zygote loads",
     },
+    Var {
+        name: LOG_FORMAT,
+        default: "text",
+        help: "json: one JSON object per log line (with the request's trace id)",
+    },
+    Var {
+        name: AUDIT,
+        default: "on",
+        help: "off: no audit log (the switch itself is recorded)",
+    },
+    Var {
+        name: METRICS_PUBLIC,
+        default: "0: /metrics needs an operator key",
+        help: "1: serve /metrics without a key",
+    },
+    Var {
+        name: OTLP_ENDPOINT,
+        default: "unset: no traces exported",
+        help: "export traces there over OTLP/HTTP, e.g. http://127.0.0.1:4318",
+    },
+    Var {
+        name: JOBS_CONCURRENCY,
+        default: "4",
+        help: "jobs run at most this many at a time",
+    },
+    Var {
+        name: WEBHOOK_ALLOW_PRIVATE,
+        default: "0: loopback and private addresses refused",
+        help: "1: webhooks may target loopback and private addresses",
+    },
 ];
+
+/// The record's settings (read by `sandlot-api`'s `record/` and `sandlot-telemetry`).
+pub const LOG_FORMAT: &str = "SANDLOT_LOG_FORMAT";
+pub const AUDIT: &str = "SANDLOT_AUDIT";
+pub const METRICS_PUBLIC: &str = "SANDLOT_METRICS_PUBLIC";
+pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
+pub const WEBHOOK_ALLOW_PRIVATE: &str = "SANDLOT_WEBHOOK_ALLOW_PRIVATE";
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
 pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, JAIL_LIB, LOG];
@@ -142,6 +180,12 @@ pub const SERVE_VARS: &[&str] = &[
     POOL_SIZE,
     DISK_IMAGE_MB,
     PAUSED_RETENTION_DAYS,
+    LOG_FORMAT,
+    AUDIT,
+    METRICS_PUBLIC,
+    OTLP_ENDPOINT,
+    JOBS_CONCURRENCY,
+    WEBHOOK_ALLOW_PRIVATE,
 ];
 /// The variables `sandlot env` reads.
 pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];

@@ -440,15 +440,8 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Logs go to stderr: stdout carries the command's output (and `serve`'s one line).
 fn init_logging(default_filter: &str) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env(config::LOG).unwrap_or_else(|_| EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // Text or JSON lines (`SANDLOT_LOG_FORMAT=json`), and OTLP traces when configured.
+    sandlot_telemetry::init_logging(config::LOG, default_filter);
 }
 
 #[cfg(test)]

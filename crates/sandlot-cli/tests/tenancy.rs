@@ -407,6 +407,9 @@ struct Owned {
     ctx: String,
     file: &'static str,
     volume_file: &'static str,
+    execution: String,
+    job: String,
+    webhook: String,
 }
 
 /// Tenant `alpha` creates one of everything.
@@ -426,6 +429,7 @@ fn alpha_owns(a: &As) -> Owned {
     );
     let r = r.expect(200);
     assert_eq!(r["end_state"], "ok", "{r}");
+    let execution = r["id"].as_str().unwrap().to_owned();
     let artifact = r["artifacts"]
         .as_array()
         .and_then(|l| l.iter().find(|x| x["path"] == "art.txt"))
@@ -450,7 +454,28 @@ fn alpha_owns(a: &As) -> Owned {
     let template = "alpha-tpl".to_owned();
     a.post("/v1/templates", &json!({ "name": template }))
         .expect(202);
+    let job = a
+        .post(
+            &format!("/v1/sandboxes/{sandbox}/jobs"),
+            &json!({ "code": "1 + 1" }),
+        )
+        .expect(202)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let webhook = a
+        .post(
+            "/v1/webhooks",
+            &json!({ "url": "http://127.0.0.1:9/hook", "events": ["executed"] }),
+        )
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     Owned {
+        execution,
+        job,
+        webhook,
         sandbox,
         snapshot,
         volume,
@@ -477,9 +502,20 @@ fn probes(owned: &Owned, own_sandbox: &str) -> Vec<(String, String, String, &'st
         {
             continue;
         }
-        let kind = path.trim_start_matches("/v1/").split('/').next().unwrap();
+        let mut segments = path.trim_start_matches("/v1/").split('/');
+        let kind = segments.next().unwrap();
+        // `/v1/lineage/{artifact|execution|sandbox}/...` names what its second segment says.
+        let kind = match (kind, segments.next()) {
+            ("lineage", Some("artifact")) => "artifacts",
+            ("lineage", Some("execution")) => "executions",
+            ("lineage", Some("sandbox")) => "sandboxes",
+            (kind, _) => kind,
+        };
         let code = match kind {
             "sandboxes" => "sandbox_not_found",
+            "executions" => "execution_not_found",
+            "jobs" => "job_not_found",
+            "webhooks" => "webhook_not_found",
             "snapshots" => "snapshot_not_found",
             "volumes" => "volume_not_found",
             "templates" => "template_not_found",
@@ -490,6 +526,12 @@ fn probes(owned: &Owned, own_sandbox: &str) -> Vec<(String, String, String, &'st
             let id = match (kind, mine) {
                 ("snapshots", true) => owned.snapshot.clone(),
                 ("snapshots", false) => "snap_neverseen0000".into(),
+                ("executions", true) => owned.execution.clone(),
+                ("executions", false) => "ex_neverseen0000".into(),
+                ("jobs", true) => owned.job.clone(),
+                ("jobs", false) => "job_neverseen0000".into(),
+                ("webhooks", true) => owned.webhook.clone(),
+                ("webhooks", false) => "wh_neverseen0000".into(),
                 (_, true) => owned.sandbox.clone(),
                 (_, false) => "sb_neverseen0000".into(),
             };
@@ -558,7 +600,8 @@ fn body_for(path: &str, method: &str) -> Option<Value> {
 
 #[test]
 fn another_tenants_ids_answer_404_on_every_route() {
-    let server = TestServer::start();
+    // Webhooks to loopback, so alpha can own one without a network.
+    let server = TestServer::start_with_env(&[("SANDLOT_WEBHOOK_ALLOW_PRIVATE", "1")]);
     tenant(&server, "alpha", json!({}));
     tenant(&server, "beta", json!({}));
     let (ka, _) = new_key(&server, "alpha", false);
@@ -613,6 +656,12 @@ fn another_tenants_ids_answer_404_on_every_route() {
         "GET /v1/volumes/alpha-vol/files/v.txt",
         "PUT /v1/volumes/alpha-vol/files/v.txt",
         "GET /v1/templates/alpha-tpl",
+        "POST /v1/sandboxes/{id}/jobs",
+        "GET /v1/sandboxes/{id}/jobs",
+        "GET /v1/sandboxes/{id}/metrics",
+        "GET /v1/sandboxes/{id}/bundle",
+        "GET /v1/lineage/sandbox/{id}",
+        "GET /v1/lineage/sandbox/{id}/openlineage",
     ] {
         assert!(covered.contains(must), "{must} not probed: {covered:#?}");
     }

@@ -168,7 +168,12 @@ fn key_owns(ctx: &Ctx, id: &str, headers: &HeaderMap) -> Option<bool> {
         return None;
     }
     let who = principal(ctx, headers).ok()?;
-    Some(crate::tenancy::owns(ctx, &who, id))
+    let owns = crate::tenancy::owns(ctx, &who, id);
+    if owns {
+        // The audit record names the key, not a sandbox token.
+        sandlot_api::record::Note::set_principal(&who);
+    }
+    Some(owns)
 }
 
 /// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or an API

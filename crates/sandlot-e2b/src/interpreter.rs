@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 /// The suffix of a Bash context's E2B id.
 const BASH_SUFFIX: &str = ".bash";
@@ -215,15 +216,20 @@ async fn execute(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let running = Arc::new(AtomicBool::new(false));
-    let mut run = tokio::spawn(run_with_env(
-        ctx.rt.clone(),
-        id.clone(),
-        session.clone(),
-        req,
-        env,
-        tx,
-        running.clone(),
-    ));
+    // The request's note and span go with it (the audit record and the execute span name it).
+    let note = sandlot_api::record::Note::current().unwrap_or_default();
+    let mut run = tokio::spawn(
+        note.scope(run_with_env(
+            ctx.rt.clone(),
+            id.clone(),
+            session.clone(),
+            req,
+            env,
+            tx,
+            running.clone(),
+        ))
+        .in_current_span(),
+    );
     // From here a client that goes away interrupts the execution.
     let guard = Interrupter {
         rt: ctx.rt.clone(),

@@ -63,6 +63,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 /// Most commands one sandbox may have running or starting (each holds a few descriptors and a
 /// task on the server).
@@ -438,13 +439,17 @@ async fn start_call(
         .clone()
         .try_lock_owned()
         .map_err(|_| RpcError::new(Code::Internal, "a new command's stdin is taken"))?;
-    tokio::spawn(run(
-        ctx.rt.clone(),
-        call.sandbox.clone(),
-        proc.clone(),
-        call.deadline,
-        stdin,
-    ));
+    let note = sandlot_api::record::Note::current().unwrap_or_default();
+    tokio::spawn(
+        note.scope(run(
+            ctx.rt.clone(),
+            call.sandbox.clone(),
+            proc.clone(),
+            call.deadline,
+            stdin,
+        ))
+        .in_current_span(),
+    );
     Ok(events(proc.pid, rx))
 }
 

@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Largest file `read_file` returns (as text, an image, or base64).
 pub const READ_LIMIT: u64 = 4 << 20;
@@ -803,7 +804,11 @@ async fn execute_interruptible<B: Backend>(
 ) -> Result<Option<ExecutionResult>, Error> {
     let mut task = {
         let (backend, id) = (backend.clone(), id.clone());
-        tokio::spawn(async move { backend.execute(&id, req).await })
+        let note = sandlot_api::record::Note::current().unwrap_or_default();
+        tokio::spawn(
+            note.scope(async move { backend.execute(&id, req).await })
+                .in_current_span(),
+        )
     };
     tokio::select! {
         joined = &mut task => return joined_result(joined).map(Some),

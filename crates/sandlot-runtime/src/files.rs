@@ -573,8 +573,12 @@ impl Runtime {
         body: ByteStream,
     ) -> Result<FileEntry, RuntimeError> {
         self.check_not_contained(&*self.entry(id)?)?;
-        self.write_file_in(self.workspace_root(id)?, path, body)
-            .await
+        let root = self.workspace_root(id)?;
+        // Lineage: the bytes are hashed (and kept) as they stream; see `inputs.rs`.
+        let (body, tap) = self.tap_input(body);
+        let written = self.write_file_in(root, path, body).await;
+        self.record_input(id, written.as_ref().ok(), tap).await;
+        written
     }
 
     /// [`Runtime::write_file`] under any root (a workspace, a volume).

@@ -130,6 +130,7 @@ impl EgressHooks for Hooks {
                 id.to_owned(),
                 format!("its canary credential was sent out ({location})"),
             );
+            sandlot_telemetry::metrics().finding_detected(&id);
             tokio::spawn(async move { rt.contain(&id, &why).await });
         }
     }
@@ -613,6 +614,7 @@ impl Runtime {
         let worst = self.decide_for(&info, exec_id, stream, findings, record);
         if worst == Outcome::Contain {
             let kinds: Vec<&str> = findings.iter().map(|f| f.rule).collect();
+            sandlot_telemetry::metrics().finding_detected(id);
             self.contain(id, &format!("{stream} had {}", kinds.join(", ")))
                 .await;
         }

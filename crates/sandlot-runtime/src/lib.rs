@@ -32,6 +32,7 @@ mod fork;
 mod fsops;
 pub mod govern;
 mod housekeeping;
+mod inputs;
 mod lifetime;
 mod pause;
 mod pool;

@@ -1,32 +1,807 @@
-//! Every request's audit record (skeleton: the audit work fills it in).
+//! Every request's audit record, and the audit routes.
+//!
+//! [`middleware`] runs around every request (REST `/v1`, E2B's control plane and what is
+//! addressed to a sandbox, `/mcp`), outside authentication so refusals are recorded too. It
+//! admits the request with the log first ([`sandlot_audit::AuditLog::admit`], which holds disk
+//! room for its record): when the log cannot record, the request is answered 503
+//! `audit_unavailable` before anything runs (but liveness, metrics and the operator's audit
+//! routes, so the operator can see and repair). It wraps the request and response bodies to
+//! hash them as they stream (digests, never contents), and appends the record when the
+//! response body ends or is dropped: who (the Note's principal), the tenant, the action (the
+//! verb and the path with its ids replaced: `POST /v1/sandboxes/{id}/execute`), the ids, the
+//! outcome, the policy decisions, the execution, the trace.
+//!
+//! Lifecycle events (any interface, jobs, housekeeping) are recorded by a runtime listener as
+//! `sandbox.<kind>` by `system`. `GET /v1/audit` (records, filtered and paged), `GET
+//! /v1/audit/checkpoint` (the latest signed checkpoint and the verifier key), `PUT /v1/audit`
+//! (on/off, itself recorded) and `POST /v1/audit/seal` (the answer to a corrupt log) are the
+//! operator's.
 
-use super::{RecordContext, RecordError, Recording};
+use super::{Note, RecordContext, RecordError, Recording};
+use crate::error::HttpError;
+use crate::extract::ApiQuery;
+use crate::govern::Caller;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
-use axum::Router;
-use std::sync::Arc;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use sandlot_audit::{AuditLog, Config, Entry};
+use sandlot_types::ErrorCode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The file whose presence keeps audit off across restarts (`PUT /v1/audit`).
+const DISABLED_MARKER: &str = "disabled";
 
 /// The server's audit log.
-pub struct Audit {}
+pub struct Audit {
+    log: Arc<AuditLog>,
+    enabled: Arc<AtomicBool>,
+    /// No governance: every request is the local admin's.
+    local: bool,
+    rt: sandlot_runtime::Runtime,
+    dir: PathBuf,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
 
 impl Audit {
-    pub async fn start(_ctx: &RecordContext) -> Result<Self, RecordError> {
-        Ok(Self {})
+    /// Opens `<data-dir>/audit` (`SANDLOT_AUDIT=off` starts with recording off, which is
+    /// recorded; `SANDLOT_AUDIT_CHECKPOINT_RECORDS`, `SANDLOT_AUDIT_CHECKPOINT_SECONDS` set
+    /// the checkpoint cadence) and records lifecycle events from now on.
+    pub async fn start(ctx: &RecordContext) -> Result<Self, RecordError> {
+        let dir = ctx.data_dir.join("audit");
+        let mut cfg = Config::default();
+        if let Some(n) = env_u64("SANDLOT_AUDIT_CHECKPOINT_RECORDS").filter(|n| *n > 0) {
+            cfg.checkpoint_every = n;
+        }
+        if let Some(s) = env_u64("SANDLOT_AUDIT_CHECKPOINT_SECONDS").filter(|n| *n > 0) {
+            cfg.checkpoint_interval = Duration::from_secs(s);
+        }
+        let open_dir = dir.clone();
+        let log = tokio::task::spawn_blocking(move || AuditLog::open(&open_dir, cfg))
+            .await
+            .map_err(|e| RecordError::Io {
+                what: "opening the audit log".into(),
+                source: std::io::Error::other(e.to_string()),
+            })??;
+        let env_off = std::env::var("SANDLOT_AUDIT")
+            .map(|v| matches!(v.trim(), "off" | "0" | "false"))
+            .unwrap_or(false);
+        let marker_off = dir.join(DISABLED_MARKER).exists();
+        let enabled = !(env_off || marker_off);
+        if !enabled {
+            let by = if env_off {
+                "SANDLOT_AUDIT=off"
+            } else {
+                "PUT /v1/audit"
+            };
+            let _ = log.append(system_entry(
+                "audit.disabled",
+                serde_json::json!({"by": by, "at_start": true}),
+            ));
+        }
+        if log.status().state == "corrupt" {
+            tracing::error!(
+                status = ?log.status(),
+                "the audit log is corrupt: actions are refused until an operator seals it \
+                 (sandlot audit seal, or POST /v1/audit/seal)"
+            );
+        }
+        let enabled = Arc::new(AtomicBool::new(enabled));
+        let (l, on) = (log.clone(), enabled.clone());
+        ctx.rt.on_event(Arc::new(move |ev| {
+            // Emitted inline: when the request that caused it is this task, its record
+            // names the execution too (a no-op elsewhere).
+            if let Some(x) = &ev.execution_id {
+                Note::set_execution(x);
+            }
+            if !on.load(Ordering::Relaxed) {
+                return;
+            }
+            let kind = serde_json::to_value(ev.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let _ = l.append(Entry {
+                actor: "system".into(),
+                tenant: Some(ev.tenant.clone()),
+                action: format!("sandbox.{kind}"),
+                target: serde_json::json!({"sandbox": ev.sandbox_id}),
+                outcome: "ok".into(),
+                execution_id: ev.execution_id.clone(),
+                ..Default::default()
+            });
+        }));
+        Ok(Self {
+            log,
+            enabled,
+            local: ctx.gov.is_none(),
+            rt: ctx.rt.clone(),
+            dir,
+        })
     }
 
-    pub async fn shutdown(&self) {}
+    /// Signs the last checkpoint.
+    pub async fn shutdown(&self) {
+        let log = self.log.clone();
+        let _ = tokio::task::spawn_blocking(move || log.close()).await;
+    }
+
+    pub fn log(&self) -> &Arc<AuditLog> {
+        &self.log
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+}
+
+fn system_entry(action: &str, target: serde_json::Value) -> Entry {
+    Entry {
+        actor: "system".into(),
+        action: action.into(),
+        target,
+        outcome: "ok".into(),
+        ..Default::default()
+    }
+}
+
+/// Requests not recorded at all: liveness probes and metric scrapes read nothing of anyone's,
+/// and would fill the log.
+fn unrecorded(method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD)
+        && (path == "/v1/health" || path == "/metrics")
+}
+
+/// Requests served even when the log cannot record: the operator's way to see and repair.
+fn exempt(path: &str) -> bool {
+    path == "/v1/audit" || path.starts_with("/v1/audit/")
+}
+
+/// Path segments after which the next segment is an id, and the placeholder it becomes.
+fn id_after(seg: &str) -> Option<&'static str> {
+    Some(match seg {
+        "sandboxes" | "snapshots" | "volumes" | "templates" | "tenants" | "keys" | "jobs"
+        | "webhooks" | "sandbox" | "execution" => "{id}",
+        "contexts" => "{ctx}",
+        "artifacts" | "artifact" => "{sha256}",
+        "diff" => "{other}",
+        "ports" => "{port}",
+        _ => return None,
+    })
+}
+
+/// Segments that are never ids even after a collection (sub-routes of a collection).
+fn is_static(seg: &str) -> bool {
+    matches!(seg, "checkpoint" | "seal" | "status")
+}
+
+/// The route template of `path` and the ids it names: `/v1/sandboxes/sb_1/execute` →
+/// `/v1/sandboxes/{id}/execute`, `{"id": "sb_1"}`. Derived from the path (the layer runs
+/// before routing): an id follows a collection's name; a file path and what follows a port
+/// is one `{*path}`; a port token's secret half is never kept.
+pub(crate) fn route_of(path: &str) -> (String, serde_json::Map<String, serde_json::Value>) {
+    let mut template = String::new();
+    let mut target = serde_json::Map::new();
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let mut i = 0;
+    let mut after_port = false;
+    let short = |s: &str| -> serde_json::Value {
+        let d = percent_encoding::percent_decode_str(s).decode_utf8_lossy();
+        serde_json::Value::String(d.chars().take(128).collect())
+    };
+    while i < segs.len() {
+        let seg = segs[i];
+        let prev = if i > 0 { segs[i - 1] } else { "" };
+        template.push('/');
+        if (prev == "files" && i >= 2) || after_port {
+            template.push_str("{*path}");
+            let rest = segs[i..].join("/");
+            target.insert("path".into(), short(&rest));
+            break;
+        }
+        if prev == "ports" && i == 2 && segs.first() == Some(&"v1") {
+            // `/v1/ports/{token}/{port}/...`: the token is `<sandbox>.<mac>`.
+            template.push_str("{token}");
+            let id = seg.split('.').next().unwrap_or("");
+            target.insert("sandbox".into(), short(id));
+            if let Some(port) = segs.get(i + 1) {
+                template.push_str("/{port}");
+                target.insert("port".into(), short(port));
+                i += 1;
+                after_port = segs.len() > i + 1;
+            }
+            i += 1;
+            continue;
+        }
+        match id_after(prev) {
+            Some(ph) if !seg.is_empty() && !is_static(seg) => {
+                template.push_str(ph);
+                let key = match ph {
+                    "{id}" => match prev {
+                        "sandboxes" | "sandbox" => "sandbox",
+                        "snapshots" => "snapshot",
+                        "volumes" => "volume",
+                        "templates" => "template",
+                        "tenants" => "tenant",
+                        "keys" => "key",
+                        "jobs" => "job",
+                        "webhooks" => "webhook",
+                        "execution" => "execution",
+                        _ => "id",
+                    },
+                    "{ctx}" => "context",
+                    "{sha256}" => "artifact",
+                    "{other}" => "other",
+                    "{port}" => {
+                        after_port = segs.len() > i + 1;
+                        "port"
+                    }
+                    _ => "id",
+                };
+                target.insert(key.into(), short(seg));
+            }
+            _ => {
+                // Keep route words; anything else (an unknown path) is cut to a bounded size.
+                let word: String = seg.chars().take(64).collect();
+                template.push_str(&word);
+            }
+        }
+        i += 1;
+        if template.len() > 200 {
+            template.truncate(200);
+            break;
+        }
+    }
+    if template.is_empty() {
+        template.push('/');
+    }
+    (template, target)
+}
+
+/// A hash of bytes as they pass, shared between a body and the record.
+#[derive(Clone, Default)]
+struct Digest256(Arc<Mutex<(Sha256, u64)>>);
+
+impl Digest256 {
+    fn update(&self, b: &[u8]) {
+        let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        g.0.update(b);
+        g.1 += b.len() as u64;
+    }
+
+    /// The hex digest of what passed so far; `None` when nothing did.
+    fn hex(&self) -> Option<String> {
+        let g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (g.1 > 0).then(|| hex::encode(g.0.clone().finalize()))
+    }
+}
+
+/// A body that hashes its data frames and calls `done` when it ends or is dropped.
+struct Hashed {
+    inner: Body,
+    digest: Digest256,
+    done: Option<Done>,
+}
+
+/// What a [`Hashed`] body calls once, with its digest.
+type Done = Box<dyn FnOnce(&Digest256) + Send>;
+
+impl Hashed {
+    fn finish(&mut self) {
+        if let Some(f) = self.done.take() {
+            f(&self.digest);
+        }
+    }
+}
+
+impl Drop for Hashed {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl http_body::Body for Hashed {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.digest.update(d);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.finish();
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Who asked, when the Note has no principal.
+fn actor_without_principal(
+    headers: &HeaderMap,
+    status: StatusCode,
+) -> (serde_json::Value, Option<String>) {
+    let sandbox = headers
+        .get(crate::SANDBOX_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().chars().take(128).collect::<String>());
+    let refused = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
+    if let (Some(id), false) = (&sandbox, refused) {
+        let token = if headers.contains_key("x-access-token") {
+            Some("envd")
+        } else if headers.contains_key("e2b-traffic-access-token") {
+            Some("traffic")
+        } else {
+            None
+        };
+        if let Some(kind) = token {
+            return (
+                serde_json::json!({"sandbox_token": id, "token": kind}),
+                None,
+            );
+        }
+    }
+    ("anonymous".into(), None)
+}
+
+/// The stable code in a small JSON error body (`error.code`, or E2B's and JSON-RPC's
+/// `code`), read from a body already in memory.
+async fn error_code(resp: Response) -> (Response, Option<String>) {
+    let small = http_body::Body::size_hint(resp.body())
+        .upper()
+        .is_some_and(|n| n <= 16 << 10);
+    let json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if !small || !json {
+        return (resp, None);
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 16 << 10).await else {
+        return (Response::from_parts(parts, Body::empty()), None);
+    };
+    let code = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| {
+            let c = v
+                .pointer("/error/code")
+                .or_else(|| v.get("code"))
+                .cloned()?;
+            Some(match c {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            })
+        })
+        .map(|c| c.chars().take(64).collect());
+    (Response::from_parts(parts, Body::from(bytes)), code)
+}
+
+/// The refusal when the log cannot record, in the protocol's own shape.
+fn refusal(path: &str, why: &str) -> Response {
+    let message = format!("the audit log cannot record, so nothing runs: {why}");
+    if path == "/mcp" || path.starts_with("/mcp/") {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": null,
+            "error": {"code": -32000, "message": message, "data": {"code": "audit_unavailable"}}
+        });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    HttpError::new(ErrorCode::AuditUnavailable, message).into_response()
 }
 
 /// Records the request in the audit log.
 pub(crate) async fn middleware(
-    State(_rec): State<Arc<Recording>>,
+    State(rec): State<Arc<Recording>>,
     req: Request,
     next: Next,
 ) -> Response {
-    next.run(req).await
+    let audit = &rec.audit;
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    if !audit.enabled() || unrecorded(&method, &path) {
+        return next.run(req).await;
+    }
+    let admission = match audit.log.admit() {
+        Ok(a) => Some(a),
+        Err(_) if exempt(&path) => None,
+        Err(e) => {
+            sandlot_telemetry_refused();
+            return refusal(&path, &e.to_string());
+        }
+    };
+    let note = req.extensions().get::<Note>().cloned();
+    let headers = req.headers().clone();
+    let by_header = headers.contains_key(crate::SANDBOX_ID_HEADER);
+    let (req_parts, req_body) = req.into_parts();
+    let req_digest = Digest256::default();
+    let req = Request::from_parts(
+        req_parts,
+        Body::new(Hashed {
+            inner: req_body,
+            digest: req_digest.clone(),
+            done: None,
+        }),
+    );
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let (resp, code) = if status.is_client_error() || status.is_server_error() {
+        error_code(resp).await
+    } else {
+        (resp, None)
+    };
+    let outcome = if status.is_success() || status.is_redirection() || status.is_informational() {
+        "ok".to_owned()
+    } else if let Some(c) = code {
+        format!("error:{c}")
+    } else {
+        status.as_u16().to_string()
+    };
+    let log = audit.log.clone();
+    let local = audit.local;
+    let rt = audit.rt.clone();
+    let done = Box::new(move |resp_digest: &Digest256| {
+        let data = note.map(|n| n.data()).unwrap_or_default();
+        let (mut template, mut target) = route_of(&path);
+        let (actor, mut tenant) = match &data.principal {
+            Some(p) => (
+                serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
+                Some(p.tenant.clone()),
+            ),
+            None if local => {
+                let p = crate::govern::local_principal();
+                (
+                    serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
+                    Some(p.tenant),
+                )
+            }
+            None => actor_without_principal(&headers, status),
+        };
+        if by_header {
+            if let Some(id) = headers
+                .get(crate::SANDBOX_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                let id: String = id.trim().chars().take(128).collect();
+                if tenant.is_none() && actor != "anonymous" {
+                    tenant = rt.sandbox_tenant(&id);
+                }
+                target.insert("sandbox".into(), id.into());
+            }
+            template = format!("sandbox:{template}");
+        }
+        let entry = Entry {
+            actor,
+            tenant,
+            action: format!("{method} {template}"),
+            target: if target.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::Value::Object(target)
+            },
+            outcome,
+            status: Some(status.as_u16()),
+            decisions: data.decisions,
+            request_sha256: req_digest.hex(),
+            response_sha256: resp_digest.hex(),
+            execution_id: data.execution_id,
+            trace_id: data.trace_id,
+        };
+        if let Err(e) = log.append(entry) {
+            tracing::error!(error = %e, "an audit record could not be written");
+        }
+        drop(admission);
+    });
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(
+        parts,
+        Body::new(Hashed {
+            inner: body,
+            digest: Digest256::default(),
+            done: Some(done),
+        }),
+    )
 }
 
-pub(crate) fn routes(_rec: Arc<Recording>) -> Router {
+/// Where a refusal would be counted (the metrics helper owns the counters).
+fn sandlot_telemetry_refused() {
+    tracing::warn!("a request was refused: the audit log cannot record");
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    from: Option<u64>,
+    to: Option<u64>,
+    after: Option<u64>,
+    limit: Option<usize>,
+    actor: Option<String>,
+    tenant: Option<String>,
+    action: Option<String>,
+    target: Option<String>,
+    outcome: Option<String>,
+}
+
+/// Most records one page returns.
+const MAX_LIMIT: usize = 1000;
+/// Most stored lines one request reads (the rest is the next page's).
+const SCAN_CAP: usize = 200_000;
+
+#[derive(Serialize)]
+struct RecordPage {
+    records: Vec<sandlot_audit::Record>,
+    /// Pass as `after` for the next page; null at the end.
+    next: Option<u64>,
+}
+
+async fn list(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<RecordPage>, HttpError> {
+    caller.require_operator()?;
+    let limit = p.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(HttpError::invalid_request(format!(
+            "limit must be 1..={MAX_LIMIT}"
+        )));
+    }
+    if let (Some(f), Some(t)) = (p.from, p.to) {
+        if f > t {
+            return Err(HttpError::invalid_request("from is after to"));
+        }
+    }
+    for s in [&p.actor, &p.tenant, &p.action, &p.target, &p.outcome]
+        .into_iter()
+        .flatten()
+    {
+        if s.len() > 256 {
+            return Err(HttpError::invalid_request(
+                "a filter is longer than 256 bytes",
+            ));
+        }
+    }
+    let q = sandlot_audit::Query {
+        from: p.from,
+        to: p.to,
+        actor: p.actor,
+        tenant: p.tenant,
+        action: p.action,
+        target: p.target,
+        outcome: p.outcome,
+    };
+    let dir = rec.audit.dir.clone();
+    let after = p.after.unwrap_or(0);
+    let (records, next) = tokio::task::spawn_blocking(move || {
+        sandlot_audit::read_records(&dir, &q, after, limit, SCAN_CAP)
+    })
+    .await
+    .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?
+    .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?;
+    Ok(Json(RecordPage { records, next }))
+}
+
+#[derive(Serialize)]
+struct CheckpointView {
+    /// The latest signed checkpoint (C2SP tlog-checkpoint signed note), if one was signed.
+    checkpoint: Option<String>,
+    size: Option<u64>,
+    /// The verifier key: `sandlot audit verify --key` pins it.
+    verifier_key: String,
+    origin: String,
+    enabled: bool,
+    status: sandlot_audit::Status,
+}
+
+async fn checkpoint(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+) -> Result<Json<CheckpointView>, HttpError> {
+    caller.require_operator()?;
+    let log = &rec.audit.log;
+    let latest = log.latest_checkpoint();
+    Ok(Json(CheckpointView {
+        size: latest.as_ref().map(|c| c.0),
+        checkpoint: latest.map(|c| c.1),
+        verifier_key: log.verifier_key(),
+        origin: log.origin().to_owned(),
+        enabled: rec.audit.enabled(),
+        status: log.status(),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Toggle {
+    enabled: bool,
+}
+
+async fn put(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+    req: Request,
+) -> Result<Json<serde_json::Value>, HttpError> {
+    caller.require_operator()?;
+    let body = axum::body::to_bytes(req.into_body(), 4096)
+        .await
+        .map_err(|_| HttpError::invalid_request("the body must be a JSON object under 4 KiB"))?;
+    let t: Toggle = serde_json::from_slice(&body).map_err(|e| {
+        HttpError::invalid_request(format!("the body must be {{\"enabled\": true|false}}: {e}"))
+    })?;
+    let audit = &rec.audit;
+    let was = audit.enabled();
+    if was != t.enabled {
+        let marker = audit.dir.join(DISABLED_MARKER);
+        let action = if t.enabled {
+            "audit.enabled"
+        } else {
+            "audit.disabled"
+        };
+        let entry = Entry {
+            actor: serde_json::json!({"key_id": caller.0.key_id, "key_prefix": caller.0.key_prefix}),
+            tenant: Some(caller.0.tenant.clone()),
+            action: action.into(),
+            target: serde_json::json!({"was": was}),
+            outcome: "ok".into(),
+            ..Default::default()
+        };
+        // Turning it off must be on record, or it does not happen.
+        audit
+            .log
+            .append(entry)
+            .map_err(|e| HttpError::new(ErrorCode::AuditUnavailable, e.to_string()))?;
+        let r = if t.enabled {
+            std::fs::remove_file(&marker).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+        } else {
+            std::fs::write(&marker, b"PUT /v1/audit\n")
+        };
+        r.map_err(|e| HttpError::new(ErrorCode::Internal, format!("saving the setting: {e}")))?;
+        audit.enabled.store(t.enabled, Ordering::Relaxed);
+    }
+    Ok(Json(serde_json::json!({"enabled": t.enabled, "was": was})))
+}
+
+async fn seal(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+) -> Result<Json<sandlot_audit::SealReport>, HttpError> {
+    caller.require_operator()?;
+    let log = rec.audit.log.clone();
+    let actor = serde_json::json!({"key_id": caller.0.key_id, "key_prefix": caller.0.key_prefix});
+    let tenant = Some(caller.0.tenant.clone());
+    let r = tokio::task::spawn_blocking(move || log.seal(actor, tenant))
+        .await
+        .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?;
+    match r {
+        Ok(report) => Ok(Json(report)),
+        Err(sandlot_audit::AuditError::Invalid(m)) => Err(HttpError::invalid_request(m)),
+        Err(e) => Err(HttpError::new(ErrorCode::AuditUnavailable, e.to_string())),
+    }
+}
+
+pub(crate) fn routes(rec: Arc<Recording>) -> Router {
     Router::new()
+        .route("/v1/audit", get(list).put(put))
+        .route("/v1/audit/checkpoint", get(checkpoint))
+        .route("/v1/audit/seal", post(seal))
+        .with_state(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_of;
+
+    #[test]
+    fn routes_are_templated() {
+        let cases = [
+            (
+                "/v1/sandboxes/sb_1/execute",
+                "/v1/sandboxes/{id}/execute",
+                "sandbox",
+                "sb_1",
+            ),
+            ("/v1/sandboxes", "/v1/sandboxes", "", ""),
+            (
+                "/v1/sandboxes/sb_1/files/a/b.txt",
+                "/v1/sandboxes/{id}/files/{*path}",
+                "path",
+                "a/b.txt",
+            ),
+            (
+                "/v1/sandboxes/sb_1/contexts/c1/restart",
+                "/v1/sandboxes/{id}/contexts/{ctx}/restart",
+                "context",
+                "c1",
+            ),
+            (
+                "/v1/ports/sb_9.deadbeef/8080/x/y",
+                "/v1/ports/{token}/{port}/{*path}",
+                "sandbox",
+                "sb_9",
+            ),
+            (
+                "/v1/sandboxes/sb_1/ports/8080/",
+                "/v1/sandboxes/{id}/ports/{port}/{*path}",
+                "port",
+                "8080",
+            ),
+            ("/v1/audit/checkpoint", "/v1/audit/checkpoint", "", ""),
+            (
+                "/v1/jobs/job_1/events",
+                "/v1/jobs/{id}/events",
+                "job",
+                "job_1",
+            ),
+            (
+                "/v1/lineage/artifact/abc",
+                "/v1/lineage/artifact/{sha256}",
+                "artifact",
+                "abc",
+            ),
+            (
+                "/sandboxes/x1/timeout",
+                "/sandboxes/{id}/timeout",
+                "sandbox",
+                "x1",
+            ),
+            ("/process.Process/Start", "/process.Process/Start", "", ""),
+            (
+                "/v1/sandboxes/a/diff/b",
+                "/v1/sandboxes/{id}/diff/{other}",
+                "other",
+                "b",
+            ),
+        ];
+        for (path, want, key, id) in cases {
+            let (t, target) = route_of(path);
+            assert_eq!(t, want, "{path}");
+            if !key.is_empty() {
+                assert_eq!(target[key], id, "{path}");
+            }
+        }
+        let (_, t) = route_of("/v1/ports/sb_9.secretmac/80");
+        assert!(!t
+            .values()
+            .any(|v| v.as_str().unwrap().contains("secretmac")));
+        let (t, _) = route_of(&format!("/v1/{}", "x".repeat(10_000)));
+        assert!(t.len() <= 200);
+    }
 }

@@ -1,17 +1,274 @@
-//! The stream of lifecycle events (skeleton: the events work fills it in).
+//! `GET /v1/events`: the stream of lifecycle events (created, executed, paused, resumed,
+//! forked, restarted, stopped, killed, expired, contained, failed) as Server-Sent Events.
+//!
+//! Each event is `event: <kind>`, `id: <seq>` and the [`LifecycleEvent`] as JSON data. A caller
+//! sees its own tenant's events only; the operator may ask for another tenant's
+//! (`?tenant=NAME`) or every tenant's (`?tenant=*`). `?kinds=executed,killed` keeps those
+//! kinds. Events come from the runtime's broadcast ([`sandlot_runtime::Runtime::subscribe`]),
+//! which never waits for a slow reader: a stream that falls more than 8192 events behind gets
+//! a `lagged` event saying how many it missed (`seq` numbers let a client see the gap too), and
+//! carries on. Keep-alive comments every 15 s keep idle proxies from closing the stream.
+//!
+//! Streams are bounded per tenant (`SANDLOT_EVENT_STREAMS_PER_TENANT`, default 16; the jobs'
+//! event streams count too): past it, `429 tenant_quota_exceeded` with `Retry-After`.
 
 use super::{RecordContext, RecordError, Recording};
+use crate::error::HttpError;
+use crate::extract::ApiQuery;
+use crate::govern::Caller;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
-use std::sync::Arc;
+use sandlot_types::{ErrorCode, LifecycleEvent, LifecycleKind};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
 
-pub struct Hub {}
+/// Streams one tenant may hold open at once, unless `SANDLOT_EVENT_STREAMS_PER_TENANT` says.
+const DEFAULT_STREAMS_PER_TENANT: usize = 16;
 
-impl Hub {
-    pub async fn start(_ctx: &RecordContext) -> Result<Self, RecordError> {
-        Ok(Self {})
+/// Every lifecycle kind, as the API spells them.
+pub const KINDS: [LifecycleKind; 11] = [
+    LifecycleKind::Created,
+    LifecycleKind::Executed,
+    LifecycleKind::Paused,
+    LifecycleKind::Resumed,
+    LifecycleKind::Forked,
+    LifecycleKind::Restarted,
+    LifecycleKind::Stopped,
+    LifecycleKind::Killed,
+    LifecycleKind::Expired,
+    LifecycleKind::Contained,
+    LifecycleKind::Failed,
+];
+
+/// The kind named `s`, if any.
+pub fn kind_named(s: &str) -> Option<LifecycleKind> {
+    KINDS.into_iter().find(|k| k.as_str() == s)
+}
+
+/// Parses a list of kind names (`executed,killed`); empty means every kind.
+pub fn parse_kinds<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<LifecycleKind>, HttpError> {
+    let mut out = Vec::new();
+    for name in names.into_iter().map(str::trim).filter(|n| !n.is_empty()) {
+        match kind_named(name) {
+            Some(k) if !out.contains(&k) => out.push(k),
+            Some(_) => {}
+            None => {
+                let all: Vec<&str> = KINDS.iter().map(|k| k.as_str()).collect();
+                return Err(HttpError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "unknown event kind {:?}; kinds are {}",
+                        name.chars().take(64).collect::<String>(),
+                        all.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The event streams: how many each tenant holds open.
+pub struct Hub {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+    per_tenant: usize,
+    /// Set at shutdown: every open stream ends, so the server's drain does not wait for them.
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+/// One open stream, counted against its tenant until dropped.
+pub struct StreamSlot {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+    tenant: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.tenant);
+            }
+        }
     }
 }
 
-pub(crate) fn routes(_rec: Arc<Recording>) -> Router {
+impl Hub {
+    pub async fn start(_ctx: &RecordContext) -> Result<Self, RecordError> {
+        let per_tenant = std::env::var("SANDLOT_EVENT_STREAMS_PER_TENANT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_STREAMS_PER_TENANT);
+        Ok(Self {
+            open: Arc::default(),
+            per_tenant,
+            closing: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// Ends every open stream (at shutdown).
+    pub async fn shutdown(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Resolves when the server shuts down.
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closing.subscribe();
+        async move {
+            let _ = rx.wait_for(|closing| *closing).await;
+        }
+    }
+
+    /// A slot for one more stream of `tenant`, or the 429 to answer.
+    pub(crate) fn admit(&self, tenant: &str) -> Result<StreamSlot, HttpError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(tenant.to_owned()).or_default();
+        if *n >= self.per_tenant {
+            return Err(HttpError::new(
+                ErrorCode::TenantQuotaExceeded,
+                format!(
+                    "tenant {tenant} already holds {} event streams open; close one or retry in 5 s",
+                    self.per_tenant
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            open: self.open.clone(),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+pub(crate) fn routes(rec: Arc<Recording>) -> Router {
     Router::new()
+        .route("/v1/events", get(stream))
+        .with_state(rec)
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct EventsQuery {
+    /// Comma-separated kinds; every kind when absent.
+    kinds: Option<String>,
+    /// Whose events: the caller's tenant when absent; another one or `*` (all) for the
+    /// operator only.
+    tenant: Option<String>,
+}
+
+/// Which tenants' events a stream carries.
+#[derive(Clone)]
+enum Scope {
+    All,
+    Tenant(String),
+}
+
+async fn stream(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<Response, HttpError> {
+    let scope = match q.tenant.as_deref() {
+        None => Scope::Tenant(caller.tenant().to_owned()),
+        Some(t) if t == caller.tenant() => Scope::Tenant(t.to_owned()),
+        Some(t) if caller.is_operator() => match t {
+            "*" => Scope::All,
+            t => Scope::Tenant(t.to_owned()),
+        },
+        Some(_) => {
+            return Err(HttpError::new(
+                ErrorCode::Forbidden,
+                "only the operator may stream another tenant's events",
+            ))
+        }
+    };
+    let kinds = parse_kinds(q.kinds.as_deref().unwrap_or("").split(','))?;
+    let slot = rec.hub.admit(caller.tenant())?;
+    let mut rx = rec.ctx.rt.subscribe();
+    let wanted = move |ev: &LifecycleEvent| {
+        (kinds.is_empty() || kinds.contains(&ev.kind))
+            && match &scope {
+                Scope::All => true,
+                Scope::Tenant(t) => ev.tenant == *t,
+            }
+    };
+    let closed = rec.hub.closed();
+    let events = async_stream::stream! {
+        let _slot = slot;
+        tokio::pin!(closed);
+        loop {
+            let next = tokio::select! {
+                next = rx.recv() => next,
+                () = &mut closed => return,
+            };
+            match next {
+                Ok(ev) if wanted(&ev) => yield Ok::<_, std::convert::Infallible>(event_of(&ev)),
+                Ok(_) => {}
+                Err(RecvError::Lagged(n)) => {
+                    yield Ok(Event::default()
+                        .event("lagged")
+                        .data(serde_json::json!({ "missed": n }).to_string()));
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    };
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+/// The SSE event of a lifecycle event.
+pub fn event_of(ev: &LifecycleEvent) -> Event {
+    Event::default()
+        .id(ev.seq.to_string())
+        .event(ev.kind.as_str())
+        .data(serde_json::to_string(ev).unwrap_or_else(|_| "null".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_and_unknown_ones_are_refused() {
+        assert!(parse_kinds("".split(',')).unwrap().is_empty());
+        assert_eq!(
+            parse_kinds("executed, killed,executed".split(',')).unwrap(),
+            [LifecycleKind::Executed, LifecycleKind::Killed]
+        );
+        let e = parse_kinds("executed,nope".split(',')).unwrap_err();
+        assert_eq!(e.0.code, ErrorCode::InvalidArgument);
+        assert!(e.0.message.contains("nope"));
+        for k in KINDS {
+            assert_eq!(kind_named(k.as_str()), Some(k));
+        }
+    }
+
+    #[test]
+    fn streams_are_bounded_per_tenant_and_freed_when_dropped() {
+        let hub = Hub {
+            open: Arc::default(),
+            per_tenant: 2,
+            closing: tokio::sync::watch::channel(false).0,
+        };
+        let a = hub.admit("t1").unwrap();
+        let _b = hub.admit("t1").unwrap();
+        let e = hub.admit("t1").err().unwrap();
+        assert_eq!(e.0.code, ErrorCode::TenantQuotaExceeded);
+        assert!(e.0.message.contains("retry in 5 s"));
+        // Another tenant is not held back by this one.
+        let _c = hub.admit("t2").unwrap();
+        drop(a);
+        let _d = hub.admit("t1").unwrap();
+    }
 }

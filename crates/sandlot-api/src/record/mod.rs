@@ -74,6 +74,16 @@ pub struct Recording {
 impl Recording {
     /// Starts every component; each reads its own settings from the environment.
     pub async fn start(ctx: RecordContext) -> Result<Arc<Self>, RecordError> {
+        // An execution runs in the task of the request that asked for it (its note scoped
+        // there), so the request's record names the execution it ran, on every interface.
+        ctx.rt
+            .on_event(Arc::new(|ev: &sandlot_types::LifecycleEvent| {
+                if let (sandlot_types::LifecycleKind::Executed, Some(id)) =
+                    (ev.kind, ev.execution_id.as_deref())
+                {
+                    Note::set_execution(id);
+                }
+            }));
         let audit = audit::Audit::start(&ctx).await?;
         let telemetry = observe::Telemetry::start(&ctx).await?;
         let hub = events::Hub::start(&ctx).await?;
@@ -93,6 +103,7 @@ impl Recording {
     /// checkpoint, webhooks get a moment to deliver what is queued, traces are flushed.
     pub async fn shutdown(&self) {
         self.jobs.shutdown().await;
+        self.hub.shutdown().await;
         self.webhooks.shutdown().await;
         self.audit.shutdown().await;
         self.telemetry.shutdown().await;
@@ -110,6 +121,31 @@ pub fn router(rec: Arc<Recording>) -> Router {
         .merge(lineage::routes(rec.clone()))
         .merge(bundle::routes(rec))
 }
+
+/// Every route of the record under `/v1` (verb, path), which the OpenAPI document lists with
+/// the rest (`/metrics` is outside `/v1` and outside the document). A test checks this list
+/// against the routers' source.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/audit"),
+    ("put", "/v1/audit"),
+    ("get", "/v1/audit/checkpoint"),
+    ("post", "/v1/audit/seal"),
+    ("get", "/v1/sandboxes/{id}/bundle"),
+    ("get", "/v1/events"),
+    ("post", "/v1/sandboxes/{id}/jobs"),
+    ("get", "/v1/sandboxes/{id}/jobs"),
+    ("get", "/v1/jobs/{id}"),
+    ("delete", "/v1/jobs/{id}"),
+    ("get", "/v1/jobs/{id}/events"),
+    ("get", "/v1/lineage/artifact/{sha256}"),
+    ("get", "/v1/lineage/execution/{id}"),
+    ("get", "/v1/lineage/sandbox/{id}"),
+    ("get", "/v1/lineage/sandbox/{id}/openlineage"),
+    ("get", "/v1/sandboxes/{id}/metrics"),
+    ("get", "/v1/webhooks"),
+    ("post", "/v1/webhooks"),
+    ("delete", "/v1/webhooks/{id}"),
+];
 
 tokio::task_local! {
     static NOTE: Note;
@@ -176,4 +212,52 @@ pub(crate) async fn note_layer(mut req: Request, next: Next) -> Response {
     let note = Note::default();
     req.extensions_mut().insert(note.clone());
     note.scope(next.run(req)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// `.route("/path", get(a).put(b))` calls in the record's routers, as (verb, path).
+    fn routed(src: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for call in src.split(".route(\"").skip(1) {
+            let Some((path, rest)) = call.split_once('"') else {
+                continue;
+            };
+            let end = rest.find("))").map_or(rest.len(), |i| i + 1);
+            for verb in ["get", "put", "post", "delete", "patch"] {
+                let first = rest[..end].trim_start_matches([',', ' ', '\n']);
+                if first.starts_with(&format!("{verb}("))
+                    || rest[..end].contains(&format!(".{verb}("))
+                {
+                    out.push((verb.to_owned(), path.to_owned()));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn routes_lists_what_the_routers_serve() {
+        let sources = [
+            include_str!("audit.rs"),
+            include_str!("bundle.rs"),
+            include_str!("events.rs"),
+            include_str!("jobs.rs"),
+            include_str!("lineage.rs"),
+            include_str!("observe.rs"),
+            include_str!("webhooks.rs"),
+        ];
+        let served: BTreeSet<(String, String)> = sources
+            .iter()
+            .flat_map(|s| routed(s))
+            .filter(|(_, p)| p.starts_with("/v1/"))
+            .collect();
+        let listed: BTreeSet<(String, String)> = super::ROUTES
+            .iter()
+            .map(|(v, p)| (v.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(served, listed);
+    }
 }
