@@ -18,6 +18,7 @@ FLOORS: List[List[str]] = [
     ["models"],  # artifacts read through models.ArtifactReader, which the HTTP layer implements
     ["_core"],  # configuration, request bodies, the streaming state machine
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
+    ["jobs"],  # durable jobs, the event stream, a sandbox's record (the sandbox's methods call it)
     ["sandbox", "templates", "snapshots", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
     ["volumes"],  # a volume's files are a sandbox's files API pointed at the volume

@@ -12,6 +12,7 @@
 from ._core import ConnectionConfig
 from ._version import __version__
 from .async_sandbox import AsyncContexts, AsyncFiles, AsyncSandbox
+from .jobs import Job, events
 from .errors import (
     AuthenticationError,
     CapacityExhausted,
@@ -193,6 +194,8 @@ __all__ = [
     "KeyNotFound",
     "InvalidPolicy",
     "SandboxContained",
+    "Job",
+    "events",
     "AuditUnavailable",
     "JobNotFound",
     "JobQueueFull",

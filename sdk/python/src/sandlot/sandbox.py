@@ -10,6 +10,8 @@ from urllib.parse import quote
 import httpx
 
 from . import errors
+from . import jobs as _jobs
+from .jobs import Job
 from ._core import (
     ConnectionConfig,
     ContextArg,
@@ -409,6 +411,42 @@ class Sandbox:
         """Every execution of this sandbox, oldest first, as the server recorded it."""
         doc = decode_json(self._http.request("GET", sandbox_path(self.id, "executions")))
         return [ExecutionRecord.from_json(d, client=self._http) for d in (doc.get("executions") or [])]
+
+    # -- the record: jobs, metrics, lineage, bundles -------------------------------------------
+    def submit_job(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        timeout: Optional[float] = None,
+        idempotent: bool = False,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ) -> "Job":
+        """Queue ``code`` as a durable :class:`~sandlot.Job` and return at once: the server
+        stores it before answering, runs the sandbox's jobs in order, and keeps the result
+        (``job.wait()``). A job cut off by a server restart ends ``lost`` unless ``idempotent``
+        (then it runs again). :class:`~sandlot.JobQueueFull` (with ``retry_after``) when the
+        queue is full."""
+        return _jobs.submit_job(self, code, language, timeout=timeout, idempotent=idempotent, metadata=metadata)
+
+    def jobs(self) -> List["Job"]:
+        """The sandbox's jobs, in submission order."""
+        return _jobs.list_jobs(self)
+
+    def metrics(self) -> Dict[str, Any]:
+        """What the sandbox uses now, from its cgroup: ``cpu_time_ms``, ``memory_bytes``,
+        ``memory_peak_bytes``, ``memory_limit_bytes``, ``pids``."""
+        return _jobs.sandbox_metrics(self)
+
+    def lineage(self) -> Dict[str, Any]:
+        """What the sandbox came from and did, as the server's record says: template and
+        policy versions, its fork or snapshot parent, its uploads and executions in order."""
+        return _jobs.sandbox_lineage(self)
+
+    def save_bundle(self, path: PathLike) -> str:
+        """Write the sandbox's run as a replay bundle (a tar.gz) to ``path``; replay it with
+        ``sandlot replay PATH``. Returns the path."""
+        return _jobs.save_bundle(self, path)
 
     def background_output(self, clear: bool = False) -> BackgroundOutput:
         """What the sandbox's processes wrote while no execution ran (background processes),
