@@ -859,6 +859,12 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::InvalidPolicy, 422),
     (ErrorCode::SandboxContained, 409),
     (ErrorCode::Internal, 500),
+    (ErrorCode::AuditUnavailable, 503),
+    (ErrorCode::JobNotFound, 404),
+    (ErrorCode::JobQueueFull, 429),
+    (ErrorCode::JobEnded, 409),
+    (ErrorCode::WebhookNotFound, 404),
+    (ErrorCode::UnsupportedBundle, 400),
 ];
 
 #[test]

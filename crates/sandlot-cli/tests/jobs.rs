@@ -585,3 +585,111 @@ fn deleted_sandboxes_other_tenants_and_bad_input() {
     let r: Resp = server.post(&path, &json!({"code": "1", "idempotent": "yes"}));
     r.expect_error(400, "invalid_request");
 }
+
+/// One tenant cannot fill the server's job queue for every other (a bound per tenant), and a
+/// job runs as its key when its turn comes: a key revoked while its job waited fails the job,
+/// saying why, and nothing runs.
+#[test]
+fn a_tenant_cannot_fill_the_queue_and_a_revoked_key_stops_its_waiting_jobs() {
+    let server = TestServer::start_with_env(&[
+        ("SANDLOT_JOBS_CONCURRENCY", "1"),
+        ("SANDLOT_JOBS_QUEUE_MAX", "8"),
+        ("SANDLOT_JOBS_QUEUE_PER_TENANT", "3"),
+    ]);
+    server
+        .post("/v1/tenants", &json!({"name": "beta"}))
+        .expect(201);
+    let created = server
+        .post("/v1/keys", &json!({"tenant": "beta", "role": "member"}))
+        .expect(201)
+        .clone();
+    let (key, key_id) = (
+        created["key"].as_str().unwrap().to_owned(),
+        created["id"].as_str().unwrap().to_owned(),
+    );
+    let beta = server.client_with_key(Some(&key));
+    // A second key of beta's reads the jobs once the first is revoked.
+    let reader_key = server
+        .post("/v1/keys", &json!({"tenant": "beta", "role": "member"}))
+        .expect(201)["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reader = server.client_with_key(Some(&reader_key));
+    let read = |path: &str| -> Value {
+        reader
+            .get(format!("{}{path}", server.url()))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let post = |path: &str, body: Value| -> (u16, Value, Option<String>) {
+        let r = beta
+            .post(format!("{}{path}", server.url()))
+            .json(&body)
+            .send()
+            .unwrap();
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (r.status().as_u16(), r.json().unwrap_or(Value::Null), retry)
+    };
+    let (s, sb, _) = post("/v1/sandboxes", json!({}));
+    assert_eq!(s, 201, "{sb}");
+    let sb = sb["id"].as_str().unwrap().to_owned();
+    // The operator's own sandbox holds the only permit, so beta's jobs wait.
+    let a = server.create_sandbox();
+    let blocker = submit(&server, &a, json!({"code": "import time\ntime.sleep(3)"}));
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let (s, j, _) = post(
+            &format!("/v1/sandboxes/{sb}/jobs"),
+            json!({"code": "open('ran.txt', 'a').write('x')"}),
+        );
+        assert_eq!(s, 202, "{j}");
+        waiting.push(j["id"].as_str().unwrap().to_owned());
+    }
+    let (s, full, retry) = post(&format!("/v1/sandboxes/{sb}/jobs"), json!({"code": "1"}));
+    assert_eq!(
+        (s, full["error"]["code"].as_str()),
+        (429, Some("job_queue_full"))
+    );
+    assert!(
+        full["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tenant"),
+        "{full}"
+    );
+    assert!(retry.is_some(), "429 without Retry-After");
+    // The server's queue is not full: the operator's tenant still submits.
+    submit(&server, &a, json!({"code": "2"}));
+
+    // Revoked while its jobs wait: they fail when their turn comes, and none runs.
+    server.delete(&format!("/v1/keys/{key_id}")).expect(200);
+    for id in &waiting {
+        let mut j = Value::Null;
+        assert!(
+            common::wait_until(Duration::from_secs(60), || {
+                j = read(&format!("/v1/jobs/{id}"));
+                TERMINAL.contains(&j["state"].as_str().unwrap_or(""))
+            }),
+            "{j}"
+        );
+        assert_eq!(j["state"], "failed", "{j}");
+        assert!(j["reason"].as_str().unwrap().contains("revoked"), "{j}");
+        assert!(j["execution_id"].is_null(), "{j}");
+    }
+    let j = wait_done(
+        &server,
+        blocker["id"].as_str().unwrap(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(j["state"], "succeeded", "{j}");
+    let listed = read(&format!("/v1/sandboxes/{sb}/files"));
+    assert!(listed["entries"].is_array(), "{listed}");
+    assert!(!listed.to_string().contains("ran.txt"), "{listed}");
+}

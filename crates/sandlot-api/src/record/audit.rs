@@ -458,6 +458,21 @@ pub(crate) async fn middleware(
             done: None,
         }),
     );
+    // A client may go away before the answer (an HTTP/2 stream reset, a drained server
+    // closing what is still open): the handler's future is then dropped here, and the guard
+    // records the request anyway, as `499 client_closed_request`.
+    let mut unanswered = Unanswered(Some(Pending {
+        log: audit.log.clone(),
+        local: audit.local,
+        rt: audit.rt.clone(),
+        note,
+        method,
+        path,
+        headers,
+        by_header,
+        req_digest,
+        admission,
+    }));
     let resp = next.run(req).await;
     let status = resp.status();
     let (resp, code) = if status.is_client_error() || status.is_server_error() {
@@ -472,60 +487,12 @@ pub(crate) async fn middleware(
     } else {
         status.as_u16().to_string()
     };
-    let log = audit.log.clone();
-    let local = audit.local;
-    let rt = audit.rt.clone();
+    let pending = unanswered
+        .0
+        .take()
+        .expect("taken only here or when dropped");
     let done = Box::new(move |resp_digest: &Digest256| {
-        let data = note.map(|n| n.data()).unwrap_or_default();
-        let (mut template, mut target) = route_of(&path);
-        let (actor, mut tenant) = match &data.principal {
-            Some(p) => (
-                serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
-                Some(p.tenant.clone()),
-            ),
-            None if local => {
-                let p = crate::govern::local_principal();
-                (
-                    serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
-                    Some(p.tenant),
-                )
-            }
-            None => actor_without_principal(&headers, status),
-        };
-        if by_header {
-            if let Some(id) = headers
-                .get(crate::SANDBOX_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-            {
-                let id: String = id.trim().chars().take(128).collect();
-                if tenant.is_none() && actor != "anonymous" {
-                    tenant = rt.sandbox_tenant(&id);
-                }
-                target.insert("sandbox".into(), id.into());
-            }
-            template = format!("sandbox:{template}");
-        }
-        let entry = Entry {
-            actor,
-            tenant,
-            action: format!("{method} {template}"),
-            target: if target.is_empty() {
-                serde_json::Value::Null
-            } else {
-                serde_json::Value::Object(target)
-            },
-            outcome,
-            status: Some(status.as_u16()),
-            decisions: data.decisions,
-            request_sha256: req_digest.hex(),
-            response_sha256: resp_digest.hex(),
-            execution_id: data.execution_id,
-            trace_id: data.trace_id,
-        };
-        if let Err(e) = log.append(entry) {
-            tracing::error!(error = %e, "an audit record could not be written");
-        }
-        drop(admission);
+        pending.append(status, outcome, resp_digest.hex());
     });
     let (parts, body) = resp.into_parts();
     Response::from_parts(
@@ -536,6 +503,93 @@ pub(crate) async fn middleware(
             done: Some(done),
         }),
     )
+}
+
+/// What a request's record needs besides its answer, kept from before it runs.
+struct Pending {
+    log: Arc<AuditLog>,
+    local: bool,
+    rt: sandlot_runtime::Runtime,
+    note: Option<Note>,
+    method: Method,
+    path: String,
+    headers: HeaderMap,
+    by_header: bool,
+    req_digest: Digest256,
+    /// Holds the record's disk room until it is written.
+    admission: Option<sandlot_audit::Admission>,
+}
+
+impl Pending {
+    /// Appends the request's record, with how it was answered.
+    fn append(self, status: StatusCode, outcome: String, response_sha256: Option<String>) {
+        let data = self.note.map(|n| n.data()).unwrap_or_default();
+        let (mut template, mut target) = route_of(&self.path);
+        let (actor, mut tenant) = match &data.principal {
+            Some(p) => (
+                serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
+                Some(p.tenant.clone()),
+            ),
+            None if self.local => {
+                let p = crate::govern::local_principal();
+                (
+                    serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
+                    Some(p.tenant),
+                )
+            }
+            None => actor_without_principal(&self.headers, status),
+        };
+        if self.by_header {
+            if let Some(id) = self
+                .headers
+                .get(crate::SANDBOX_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                let id: String = id.trim().chars().take(128).collect();
+                if tenant.is_none() && actor != "anonymous" {
+                    tenant = self.rt.sandbox_tenant(&id);
+                }
+                target.insert("sandbox".into(), id.into());
+            }
+            template = format!("sandbox:{template}");
+        }
+        let entry = Entry {
+            actor,
+            tenant,
+            action: format!("{} {template}", self.method),
+            target: if target.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::Value::Object(target)
+            },
+            outcome,
+            status: Some(status.as_u16()),
+            decisions: data.decisions,
+            request_sha256: self.req_digest.hex(),
+            response_sha256,
+            execution_id: data.execution_id,
+            trace_id: data.trace_id,
+        };
+        if let Err(e) = self.log.append(entry) {
+            tracing::error!(error = %e, "an audit record could not be written");
+        }
+        drop(self.admission);
+    }
+}
+
+/// The status recorded for a request whose client went away before its answer (nginx's).
+const CLIENT_CLOSED: u16 = 499;
+
+/// Records a request whose handling was dropped before it answered.
+struct Unanswered(Option<Pending>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let status = StatusCode::from_u16(CLIENT_CLOSED).unwrap_or(StatusCode::BAD_REQUEST);
+            p.append(status, "error:client_closed_request".into(), None);
+        }
+    }
 }
 
 /// Where a refusal would be counted (the metrics helper owns the counters).

@@ -77,10 +77,14 @@ pub struct Jobs {
 struct Limits {
     concurrency: usize,
     per_sandbox: usize,
+    /// So that one tenant cannot fill the server's queue for every other.
+    per_tenant: usize,
     global: usize,
 }
 
 struct Inner {
+    /// Keys and policy: a job's key and the execute gate are checked again when it runs.
+    gov: Option<Arc<crate::govern::Governance>>,
     rt: Runtime,
     store: Arc<Store>,
     limits: Limits,
@@ -104,6 +108,10 @@ struct Sched {
 
 struct Queued {
     id: String,
+    /// Whose job it is (the per-tenant bound counts these).
+    tenant: String,
+    /// The key that submitted it: the job runs as it, if it is still valid when its turn comes.
+    key_id: String,
     request: ExecuteRequest,
 }
 
@@ -156,9 +164,14 @@ impl Jobs {
         let limits = Limits {
             concurrency: env_usize("SANDLOT_JOBS_CONCURRENCY", DEFAULT_CONCURRENCY),
             per_sandbox: env_usize("SANDLOT_JOBS_QUEUE_PER_SANDBOX", DEFAULT_PER_SANDBOX),
+            per_tenant: env_usize(
+                "SANDLOT_JOBS_QUEUE_PER_TENANT",
+                (env_usize("SANDLOT_JOBS_QUEUE_MAX", DEFAULT_GLOBAL) / 4).max(1),
+            ),
             global: env_usize("SANDLOT_JOBS_QUEUE_MAX", DEFAULT_GLOBAL),
         };
         let inner = Arc::new(Inner {
+            gov: ctx.gov.clone(),
             rt: ctx.rt.clone(),
             store: ctx.store.clone(),
             permits: Arc::new(Semaphore::new(limits.concurrency)),
@@ -200,6 +213,8 @@ impl Jobs {
                 .or_default()
                 .push_back(Queued {
                     id: id.to_owned(),
+                    tenant: job["tenant"].as_str().unwrap_or_default().to_owned(),
+                    key_id: job["key_id"].as_str().unwrap_or_default().to_owned(),
                     request,
                 });
             s.queued += 1;
@@ -368,6 +383,10 @@ impl Inner {
             );
             return;
         }
+        if let Err(why) = self.still_allowed(sb, job).await {
+            self.end(&job.id, state::FAILED, None, None, &why);
+            return;
+        }
         let outcome = self.execute(sb, job).await;
         let stopped = self.stopping.load(Ordering::SeqCst);
         match outcome {
@@ -458,6 +477,51 @@ impl Inner {
                 other => return other,
             }
         }
+    }
+
+    /// Whether the job may still run when its turn comes: its key not revoked, and the
+    /// execute gate (the policy in force now, which may have changed since the submission)
+    /// still allowing it. Else why not.
+    async fn still_allowed(&self, sb: &str, job: &Queued) -> Result<(), String> {
+        let Some(g) = self.gov.as_deref() else {
+            return Ok(());
+        };
+        let key = g
+            .keys
+            .list_keys(Some(&job.tenant))
+            .into_iter()
+            .find(|k| k.id == job.key_id);
+        let Some(key) = key.filter(|k| k.revoked_at.is_none()) else {
+            return Err("the key that submitted it was revoked before it ran".into());
+        };
+        let Some(tenant) = g.keys.tenant(&job.tenant) else {
+            return Err(format!("its tenant {} no longer exists", job.tenant));
+        };
+        let sandbox = self
+            .rt
+            .get_sandbox(sb)
+            .await
+            .map_err(|_| sandbox_ended_reason(sb))?;
+        let who = sandlot_types::Principal {
+            key_id: key.id,
+            key_prefix: key.prefix,
+            tenant: job.tenant.clone(),
+            role: key.role,
+            plan: tenant.plan,
+        };
+        g.gate(
+            &who,
+            sandlot_policy::GateRequest::Execute {
+                sandbox: crate::gates::sandbox_ref(&sandbox),
+                code_bytes: job.request.code.len() as u64,
+                language: match job.request.language {
+                    Language::Python => "python".into(),
+                    Language::Bash => "bash".into(),
+                },
+            },
+            format!("Sandbox::{sb:?}"),
+        )
+        .map_err(|e| format!("the policy no longer allows it: {}", e.0.message))
     }
 
     /// Fails every queued job of sandbox `sb`.
@@ -625,14 +689,22 @@ async fn submit(
     {
         let mut s = lock(&jobs.sched);
         let on_sandbox = s.queues.get(&id).map_or(0, VecDeque::len);
-        if on_sandbox >= jobs.limits.per_sandbox || s.queued >= jobs.limits.global {
-            let (which, limit) = if on_sandbox >= jobs.limits.per_sandbox {
-                ("this sandbox", jobs.limits.per_sandbox)
-            } else {
-                ("this server", jobs.limits.global)
-            };
+        let of_tenant = s
+            .queues
+            .values()
+            .flatten()
+            .filter(|q| q.tenant == caller.tenant())
+            .count();
+        let full = [
+            (on_sandbox, jobs.limits.per_sandbox, "this sandbox"),
+            (of_tenant, jobs.limits.per_tenant, "this tenant's sandboxes"),
+            (s.queued, jobs.limits.global, "this server"),
+        ]
+        .into_iter()
+        .find(|(waiting, limit, _)| waiting >= limit);
+        if let Some((waiting, limit, which)) = full {
             // A rough time for a slot to free: a second per job a permit runs ahead of it.
-            let retry = (on_sandbox / jobs.limits.concurrency.max(1)).clamp(1, 60);
+            let retry = (waiting / jobs.limits.concurrency.max(1)).clamp(1, 60);
             return Err(HttpError::new(
                 ErrorCode::JobQueueFull,
                 format!("{limit} jobs already wait on {which}; retry in {retry} s"),
@@ -642,6 +714,8 @@ async fn submit(
         jobs.store.insert_job(&job).map_err(store_err)?;
         s.queues.entry(id.clone()).or_default().push_back(Queued {
             id: job_id.clone(),
+            tenant: caller.tenant().to_owned(),
+            key_id: caller.0.key_id.clone(),
             request,
         });
         s.queued += 1;
