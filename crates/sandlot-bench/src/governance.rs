@@ -111,7 +111,7 @@ fn start_off(ctx: &Ctx) -> anyhow::Result<Server> {
 /// CPU time of every thread of process `pid` so far, µs: the first field of each task's
 /// `schedstat` (ns on the CPU). Threads that exited are not counted; the server's workers and
 /// writer threads live as long as it does. 0 when unreadable.
-fn process_cpu_us(pid: u32) -> f64 {
+pub(crate) fn process_cpu_us(pid: u32) -> f64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0.0;
     };

@@ -12,10 +12,13 @@
 //! clients, against sandlot's own REST execute from the same Python, and (issue 7) (13) one
 //! Cedar policy decision with 100 policies loaded, (14) the latency the egress proxy adds to a
 //! request to a loopback server, (15) hot `1+1` and create with governance on against a
-//! `SANDLOT_AUTH=off` server in the same run. Prints medians and p99s
+//! `SANDLOT_AUTH=off` server in the same run, and (issue 8) (16) the audit log's append rate and
+//! `verify` of a million records, in process, and (17) hot `1+1` on a server with audit, metrics
+//! and OTLP traces on against one with them off, in the same run. Prints medians and p99s
 //! and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all
 //! traffic goes to loopback.
 
+mod audit;
 mod bench;
 mod burst;
 mod clients;
@@ -26,6 +29,7 @@ mod http;
 mod machine;
 mod peers;
 mod policy;
+mod record;
 mod report;
 mod restart;
 mod server;
@@ -41,7 +45,7 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients\n  sandlot-bench policy egress governance"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients\n  sandlot-bench policy egress governance\n  sandlot-bench audit record"
 )]
 struct Cli {
     /// The benchmarks to run, on one server (in the order of the list below, whatever the
@@ -86,6 +90,10 @@ enum Bench {
     Egress,
     /// 15. hot 1+1 (and create) with governance on vs a SANDLOT_AUTH=off server (issue 7)
     Governance,
+    /// 16. audit log: append rate and `verify` of a million records, in process (issue 8)
+    Audit,
+    /// 17. hot 1+1 with audit, metrics and OTLP traces on vs a server with them off (issue 8)
+    Record,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -201,15 +209,23 @@ pub struct Opts {
     /// egress: timed GETs each way (direct and through the proxy, interleaved)
     #[arg(long, default_value_t = 2000)]
     egress_iters: usize,
-    /// governance: timed `1+1` round trips on each server (warm-up: --hot-warmup)
+    /// governance, record: timed `1+1` round trips on each server (warm-up: --hot-warmup)
     #[arg(long, default_value_t = 3000)]
     gov_iters: usize,
-    /// governance: round trips per round; rounds alternate between the two servers
+    /// governance, record: round trips per round; rounds alternate between the two servers
     #[arg(long, default_value_t = 100)]
     gov_round: usize,
     /// governance: timed create + print(1) on each server (0: skip; warm-up: --warmup)
     #[arg(long, default_value_t = 100)]
     gov_create_iters: usize,
+
+    /// audit: records appended to a fresh log, then verified
+    #[arg(long, default_value_t = 1_000_000)]
+    audit_records: u64,
+    /// record: what the on server records (a part alone shows what it costs; the target is
+    /// judged on all)
+    #[arg(long, value_enum, default_value_t = record::RecordOn::All)]
+    record_on: record::RecordOn,
 }
 
 impl Opts {
@@ -287,6 +303,10 @@ impl Opts {
                 && self.gov_round > 0
                 && self.gov_create_iters <= 10_000,
             "--gov-iters must be 1..=1000000, --gov-round positive, --gov-create-iters at most 10000"
+        );
+        anyhow::ensure!(
+            (1..=100_000_000).contains(&self.audit_records),
+            "--audit-records must be 1..=100000000"
         );
         Ok(())
     }
@@ -392,6 +412,8 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         policy: None,
         egress: None,
         governance: None,
+        audit: None,
+        record: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -508,6 +530,38 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Err(e) => failed("governance", e),
         }
     }
+    // In process, no server; the log is written under the scratch directory (the data dir's
+    // disk by default) and removed afterwards.
+    if want(Bench::Audit) {
+        eprintln!(
+            "[audit] {} records appended to a fresh log, then verified",
+            o.audit_records
+        );
+        let watch = bench::Watch::start(&ctx);
+        match audit::audit(o.audit_records, &work) {
+            Ok(r) => {
+                audit::print(&r);
+                run.audit = Some(report::InProcess {
+                    conditions: watch.finish_in_process(),
+                    result: r,
+                })
+            }
+            Err(e) => failed("audit", e),
+        }
+    }
+    // Starts two servers of its own (record on, record off) and an OTLP sink, and stops them.
+    if want(Bench::Record) {
+        match record::record(
+            &ctx,
+            o.gov_iters,
+            o.gov_round,
+            o.hot_warmup,
+            std::time::Duration::from_secs(o.loop_seconds),
+        ) {
+            Ok(r) => run.record = Some(r),
+            Err(e) => failed("record", e),
+        }
+    }
     // On a second server of its own, which it stops and starts again.
     if want(Bench::PausedStart) {
         match state::paused_start(&mut ctx) {
@@ -539,6 +593,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
             "paused_start": run.paused_start,
             "policy": run.policy, "egress": run.egress, "governance": run.governance,
+            "audit": run.audit, "record": run.record,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)

@@ -527,8 +527,9 @@ pub(super) fn history_row(run: &Run) -> String {
     let s = state_history_cell(run);
     let e = clients_history_cell(run);
     let g = governance_history_cell(run);
+    let a = record_history_cell(run);
     format!(
-        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} | {s} | {e} | {g} |",
+        "| {} | `{}` | `{}` | {c} | {h} | {d} | {t} | {r} | {b} | {k} | {s} | {e} | {g} | {a} |",
         run.date, run.commit, run.command
     )
 }

@@ -316,6 +316,8 @@ mod tests {
             policy: None,
             egress: None,
             governance: None,
+            audit: None,
+            record: None,
         }
     }
 

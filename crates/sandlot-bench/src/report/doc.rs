@@ -46,8 +46,8 @@ pub fn block<'a>(doc: &'a str, name: &str) -> Option<&'a str> {
 }
 
 pub(super) const TARGETS_HEADER: &str =
-    "| key | target (issues 3, 7, 9, 10 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
-pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused | clients p50: E2B / MCP / REST from Python | governance: decision p99; proxy adds p50 / p99; hot (create) on / off |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
+    "| key | target (issues 3, 7, 8, 9, 10 and 12) | measured | result | by how much | measured on |\n| --- | --- | --- | --- | --- | --- |";
+pub(super) const HISTORY_HEADER: &str = "| date | commit | command | create→first result p50 / p99 | hot `1+1` p50 / p99 | density (largest N) | create+delete/s | restart p50 / p99 | burst p50 / p99 | disk write / read vs host | state p50: fork(1) / fork(5) 50 MB / fork(100); pause 50 MB; resume small / 50 MB; from snapshot small / 50 MB; start with N paused | clients p50: E2B / MCP / REST from Python | governance: decision p99; proxy adds p50 / p99; hot (create) on / off | record: audit append/s, verify; hot on / off |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |";
 
 /// Data rows of a table block (every `|` line after the header and separator).
 pub(super) fn table_rows(block: &str) -> Vec<String> {
@@ -84,6 +84,8 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.policy.is_some()
         || run.egress.is_some()
         || run.governance.is_some()
+        || run.audit.is_some()
+        || run.record.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -162,6 +164,12 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
             GOVERNANCE_HEADING,
             &governance_block(run, g),
         );
+    }
+    if let Some(a) = &run.audit {
+        doc = upsert_result_block(&doc, "audit", AUDIT_HEADING, &audit_block(run, a));
+    }
+    if let Some(r) = &run.record {
+        doc = upsert_result_block(&doc, "record", RECORD_HEADING, &record_block(run, r));
     }
 
     let mut rows: Vec<(String, String)> = block(&doc, "targets")
@@ -289,6 +297,18 @@ pub fn print_report(run: &Run) {
         println!(
             "== 15. governance on vs off ==\n{}",
             strip_md(&governance_block(run, g))
+        );
+    }
+    if let Some(a) = &run.audit {
+        println!(
+            "== 16. audit log append and verify ==\n{}",
+            strip_md(&audit_block(run, a))
+        );
+    }
+    if let Some(r) = &run.record {
+        println!(
+            "== 17. the record on vs off ==\n{}",
+            strip_md(&record_block(run, r))
         );
     }
     println!("== targets ==");

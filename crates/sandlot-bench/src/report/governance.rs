@@ -30,7 +30,7 @@ pub struct InProcess<T> {
     pub result: T,
 }
 
-fn provenance_in_process(run: &Run, c: &Conditions) -> String {
+pub(super) fn provenance_in_process(run: &Run, c: &Conditions) -> String {
     format!(
         "_Measured {} with `{}` at commit `{}` on {}; in the harness's process; took {:.1} s; load average {} → {}._\n\n",
         run.date,
@@ -343,6 +343,8 @@ mod tests {
                 },
             }),
             governance: Some(g),
+            audit: None,
+            record: None,
         }
     }
 

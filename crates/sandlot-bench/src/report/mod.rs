@@ -6,6 +6,7 @@
 //! history; everything outside the blocks is left as it is. A block the document does not
 //! have yet is added, under its own heading, before the history.
 
+use crate::audit::AuditBenchResult;
 use crate::bench::{
     Conditions, CreateResult, DensityLevel, DensityResult, HotResult, ThroughputResult,
 };
@@ -16,6 +17,7 @@ use crate::egress::EgressResult;
 use crate::governance::GovernanceResult;
 use crate::machine::Machine;
 use crate::policy::PolicyBenchResult;
+use crate::record::RecordResult;
 use crate::restart::RestartResult;
 use crate::state::{ForkResult, PauseResult, PausedStartResult, SnapshotResult};
 use crate::stats::{fmt_bytes, fmt_ms, Summary};
@@ -25,12 +27,14 @@ mod blocks;
 mod clients;
 mod doc;
 mod governance;
+mod record;
 mod state;
 
 pub use blocks::*;
 pub use clients::*;
 pub use doc::*;
 pub use governance::*;
+pub use record::*;
 pub use state::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -59,9 +63,11 @@ pub struct Run {
     pub policy: Option<InProcess<PolicyBenchResult>>,
     pub egress: Option<InProcess<EgressResult>>,
     pub governance: Option<GovernanceResult>,
+    pub audit: Option<InProcess<AuditBenchResult>>,
+    pub record: Option<RecordResult>,
 }
 
-/// One target of issue 3, 7, 9, 10 or 12 and how this run did against it.
+/// One target of issue 3, 7, 8, 9, 10 or 12 and how this run did against it.
 pub struct Target {
     pub key: &'static str,
     pub goal: &'static str,
@@ -192,6 +198,9 @@ const TARGET_KEYS: &[&str] = &[
     "policy-p99",
     "egress-added",
     "governance-hot",
+    "audit-append",
+    "audit-verify",
+    "record-hot",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -415,6 +424,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
     state_targets(run, &mut t);
     clients_targets(run, &mut t);
     governance_targets(run, &mut t);
+    record_targets(run, &mut t);
     t
 }
 
@@ -515,6 +525,8 @@ mod tests {
             "policy",
             "egress",
             "governance",
+            "audit",
+            "record",
             "history",
         ] {
             assert!(block(TEMPLATE, name).is_some(), "{name}");

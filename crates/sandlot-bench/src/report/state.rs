@@ -597,6 +597,8 @@ mod tests {
             policy: None,
             egress: None,
             governance: None,
+            audit: None,
+            record: None,
         }
     }
 
