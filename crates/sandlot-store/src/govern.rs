@@ -108,6 +108,30 @@ fn key_from_row(row: &Row<'_>) -> rusqlite::Result<KeyRecord> {
 
 const KEY_COLUMNS: &str = "id, prefix, sha256, tenant, role, name, created_at, revoked_at";
 
+/// The columns [`decision_from_row`] reads, in its order.
+pub(crate) const DECISION_COLUMNS: &str = "id, at, gate, key_id, tenant, resource, allowed, \
+     policies, reason, version, latency_us, detail";
+
+/// A row of [`DECISION_COLUMNS`].
+pub(crate) fn decision_from_row(r: &Row<'_>) -> rusqlite::Result<DecisionRecord> {
+    let policies: String = r.get(7)?;
+    let detail: Option<String> = r.get(11)?;
+    Ok(DecisionRecord {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        gate: r.get(2)?,
+        key_id: r.get(3)?,
+        tenant: r.get(4)?,
+        resource: r.get(5)?,
+        allowed: r.get(6)?,
+        policies: serde_json::from_str(&policies).unwrap_or_default(),
+        reason: r.get(8)?,
+        version: r.get(9)?,
+        latency_us: r.get(10)?,
+        detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+    })
+}
+
 impl Store {
     /// Records a tenant, or replaces its plan and quotas when it exists.
     pub fn upsert_tenant(&self, t: &Tenant) -> Result<(), StoreError> {
@@ -292,30 +316,12 @@ impl Store {
     ) -> Result<Vec<DecisionRecord>, StoreError> {
         let conn = self.conn();
         let run = || -> rusqlite::Result<Vec<DecisionRecord>> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, at, gate, key_id, tenant, resource, allowed, policies, reason, \
-                 version, latency_us, detail FROM decisions \
-                 WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR gate = ?2) \
-                 ORDER BY at DESC, rowid DESC LIMIT ?3",
-            )?;
-            let rows = stmt.query_map(params![tenant, gate, limit as i64], |r| {
-                let policies: String = r.get(7)?;
-                let detail: Option<String> = r.get(11)?;
-                Ok(DecisionRecord {
-                    id: r.get(0)?,
-                    at: r.get(1)?,
-                    gate: r.get(2)?,
-                    key_id: r.get(3)?,
-                    tenant: r.get(4)?,
-                    resource: r.get(5)?,
-                    allowed: r.get(6)?,
-                    policies: serde_json::from_str(&policies).unwrap_or_default(),
-                    reason: r.get(8)?,
-                    version: r.get(9)?,
-                    latency_us: r.get(10)?,
-                    detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
-                })
-            })?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions \
+                     WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR gate = ?2) \
+                     ORDER BY at DESC, rowid DESC LIMIT ?3"
+            ))?;
+            let rows = stmt.query_map(params![tenant, gate, limit as i64], decision_from_row)?;
             rows.collect()
         };
         govern("list policy decisions", run())

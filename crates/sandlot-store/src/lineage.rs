@@ -16,6 +16,7 @@
 //!   when an execution's result is written (the artifacts are in the result's JSON), so the
 //!   index cannot miss one; the migration fills it for executions recorded before it.
 
+use crate::govern::{decision_from_row, DECISION_COLUMNS};
 use crate::{DecisionRecord, Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
 
@@ -337,31 +338,13 @@ impl Store {
         let resource = format!("Sandbox::{sandbox_id:?}");
         let conn = self.conn();
         let run = || -> rusqlite::Result<Option<DecisionRecord>> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, at, gate, key_id, tenant, resource, allowed, policies, reason, \
-                 version, latency_us, detail FROM decisions \
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions \
                  WHERE gate = 'execute' AND resource = ?1 AND at <= ?2 \
-                 ORDER BY at DESC, rowid DESC LIMIT 1",
-            )?;
-            stmt.query_row(params![resource, at], |r| {
-                let policies: String = r.get(7)?;
-                let detail: Option<String> = r.get(11)?;
-                Ok(DecisionRecord {
-                    id: r.get(0)?,
-                    at: r.get(1)?,
-                    gate: r.get(2)?,
-                    key_id: r.get(3)?,
-                    tenant: r.get(4)?,
-                    resource: r.get(5)?,
-                    allowed: r.get(6)?,
-                    policies: serde_json::from_str(&policies).unwrap_or_default(),
-                    reason: r.get(8)?,
-                    version: r.get(9)?,
-                    latency_us: r.get(10)?,
-                    detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
-                })
-            })
-            .optional()
+                 ORDER BY at DESC, rowid DESC LIMIT 1"
+            ))?;
+            stmt.query_row(params![resource, at], decision_from_row)
+                .optional()
         };
         lineage("find an execution's decision", run())
     }
@@ -371,31 +354,11 @@ impl Store {
         let conn = self.conn();
         let mut out = Vec::new();
         let mut run = || -> rusqlite::Result<()> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, at, gate, key_id, tenant, resource, allowed, policies, reason, \
-                 version, latency_us, detail FROM decisions WHERE id = ?1",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE id = ?1"
+            ))?;
             for id in ids.iter().take(1000) {
-                let d = stmt
-                    .query_row([id], |r| {
-                        let policies: String = r.get(7)?;
-                        let detail: Option<String> = r.get(11)?;
-                        Ok(DecisionRecord {
-                            id: r.get(0)?,
-                            at: r.get(1)?,
-                            gate: r.get(2)?,
-                            key_id: r.get(3)?,
-                            tenant: r.get(4)?,
-                            resource: r.get(5)?,
-                            allowed: r.get(6)?,
-                            policies: serde_json::from_str(&policies).unwrap_or_default(),
-                            reason: r.get(8)?,
-                            version: r.get(9)?,
-                            latency_us: r.get(10)?,
-                            detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
-                        })
-                    })
-                    .optional()?;
+                let d = stmt.query_row([id], decision_from_row).optional()?;
                 out.extend(d);
             }
             Ok(())
