@@ -14,8 +14,7 @@
 
 mod common;
 
-use common::{Resp, TestServer};
-use reqwest::blocking::Client;
+use common::{As, Resp, TestServer};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -56,66 +55,7 @@ fn server() -> TestServer {
 // ---------------------------------------------------------------------------------------------
 // Requests with one key.
 
-struct As<'a> {
-    server: &'a TestServer,
-    http: Client,
-}
-
 impl<'a> As<'a> {
-    fn key(server: &'a TestServer, key: &str) -> As<'a> {
-        As {
-            server,
-            http: server.client_with_key(Some(key)),
-        }
-    }
-
-    fn send(&self, req: reqwest::blocking::RequestBuilder, what: &str) -> Resp {
-        let resp = req
-            .send()
-            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", self.server.stderr()));
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            body,
-            text,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
-    }
-
-    fn get(&self, path: &str) -> Resp {
-        self.send(self.http.get(self.url(path)), path)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send(self.http.post(self.url(path)).json(body), path)
-    }
-
-    fn put(&self, path: &str, body: &Value) -> Resp {
-        self.send(self.http.put(self.url(path)).json(body), path)
-    }
-
-    fn put_raw(&self, path: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Resp {
-        let body: Vec<u8> = body.into();
-        self.send(
-            self.http
-                .put(self.url(path))
-                .header(reqwest::header::CONTENT_TYPE, content_type)
-                .body(body),
-            path,
-        )
-    }
-
-    fn delete(&self, path: &str) -> Resp {
-        self.send(self.http.delete(self.url(path)), path)
-    }
-
     /// Replaces the policy set with Cedar text (`text/plain`); returns the response.
     fn put_policies(&self, text: &str) -> Resp {
         self.put_raw("/v1/policies", "text/plain", text.as_bytes().to_vec())

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Resp, TestServer};
+use common::{As, TestServer};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -16,49 +16,6 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 const SETTLE: Duration = Duration::from_secs(20);
 /// envd's port, as E2B's SDKs address it.
 const ENVD: &str = "49983";
-
-/// Requests with one key.
-struct As<'a> {
-    server: &'a TestServer,
-    http: reqwest::blocking::Client,
-}
-
-impl<'a> As<'a> {
-    fn key(server: &'a TestServer, key: &str) -> As<'a> {
-        As {
-            server,
-            http: server.client_with_key(Some(key)),
-        }
-    }
-
-    fn send(&self, req: reqwest::blocking::RequestBuilder, what: &str) -> Resp {
-        let resp = req
-            .send()
-            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", self.server.stderr()));
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            body,
-            text,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
-    }
-
-    fn get(&self, path: &str) -> Resp {
-        self.send(self.http.get(self.url(path)), path)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send(self.http.post(self.url(path)).json(body), path)
-    }
-}
 
 /// Creates tenant `name` with `quotas` and returns a member key of it.
 fn tenant_key(server: &TestServer, name: &str, quotas: Value) -> String {

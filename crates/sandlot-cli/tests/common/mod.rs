@@ -718,3 +718,65 @@ when { context.path like "/workspace/private*" };
 pub fn file_policies() -> String {
     format!("{}\n{FILE_RULES}", sandlot_policy::DEFAULT_POLICIES)
 }
+
+/// Requests with one key (the suites that act as several tenants or keys).
+pub struct As<'a> {
+    pub server: &'a TestServer,
+    pub http: Client,
+}
+
+impl<'a> As<'a> {
+    pub fn key(server: &'a TestServer, key: &str) -> As<'a> {
+        As {
+            server,
+            http: server.client_with_key(Some(key)),
+        }
+    }
+
+    pub fn send(&self, req: reqwest::blocking::RequestBuilder, what: &str) -> Resp {
+        let resp = req
+            .send()
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", self.server.stderr()));
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.send(self.http.get(self.url(path)), path)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send(self.http.post(self.url(path)).json(body), path)
+    }
+
+    pub fn put(&self, path: &str, body: &Value) -> Resp {
+        self.send(self.http.put(self.url(path)).json(body), path)
+    }
+
+    pub fn put_raw(&self, path: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Resp {
+        let body: Vec<u8> = body.into();
+        self.send(
+            self.http
+                .put(self.url(path))
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(body),
+            path,
+        )
+    }
+
+    pub fn delete(&self, path: &str) -> Resp {
+        self.send(self.http.delete(self.url(path)), path)
+    }
+}
