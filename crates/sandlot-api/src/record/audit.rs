@@ -352,23 +352,12 @@ impl http_body::Body for Hashed {
 
 /// Who asked, when the Note has no principal.
 fn actor_without_principal(
-    headers: &HeaderMap,
+    asker: &Asker,
     status: StatusCode,
 ) -> (serde_json::Value, Option<String>) {
-    let sandbox = headers
-        .get(crate::SANDBOX_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.trim().chars().take(128).collect::<String>());
     let refused = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
-    if let (Some(id), false) = (&sandbox, refused) {
-        let token = if headers.contains_key("x-access-token") {
-            Some("envd")
-        } else if headers.contains_key("e2b-traffic-access-token") {
-            Some("traffic")
-        } else {
-            None
-        };
-        if let Some(kind) = token {
+    if let (Some(id), false) = (&asker.sandbox, refused) {
+        if let Some(kind) = asker.token {
             return (
                 serde_json::json!({"sandbox_token": id, "token": kind}),
                 None,
@@ -446,8 +435,7 @@ pub(crate) async fn middleware(
         }
     };
     let note = req.extensions().get::<Note>().cloned();
-    let headers = req.headers().clone();
-    let by_header = headers.contains_key(crate::SANDBOX_ID_HEADER);
+    let asker = Asker::of(req.headers());
     let (req_parts, req_body) = req.into_parts();
     let req_digest = Digest256::default();
     let req = Request::from_parts(
@@ -468,8 +456,7 @@ pub(crate) async fn middleware(
         note,
         method,
         path,
-        headers,
-        by_header,
+        asker,
         req_digest,
         admission,
     }));
@@ -505,6 +492,36 @@ pub(crate) async fn middleware(
     )
 }
 
+/// What the request's headers say about who asked, read before it runs (the few headers a
+/// record needs, not a copy of them all).
+struct Asker {
+    /// Addressed to a sandbox by E2B's `E2b-Sandbox-Id` header.
+    by_header: bool,
+    /// That header's value (trimmed, at most 128 characters).
+    sandbox: Option<String>,
+    /// Which sandbox token it carried, if any: `envd` or `traffic`.
+    token: Option<&'static str>,
+}
+
+impl Asker {
+    fn of(headers: &HeaderMap) -> Asker {
+        Asker {
+            by_header: headers.contains_key(crate::SANDBOX_ID_HEADER),
+            sandbox: headers
+                .get(crate::SANDBOX_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(|s| s.trim().chars().take(128).collect()),
+            token: if headers.contains_key("x-access-token") {
+                Some("envd")
+            } else if headers.contains_key("e2b-traffic-access-token") {
+                Some("traffic")
+            } else {
+                None
+            },
+        }
+    }
+}
+
 /// What a request's record needs besides its answer, kept from before it runs.
 struct Pending {
     log: Arc<AuditLog>,
@@ -513,8 +530,7 @@ struct Pending {
     note: Option<Note>,
     method: Method,
     path: String,
-    headers: HeaderMap,
-    by_header: bool,
+    asker: Asker,
     req_digest: Digest256,
     /// Holds the record's disk room until it is written.
     admission: Option<sandlot_audit::Admission>,
@@ -537,15 +553,10 @@ impl Pending {
                     Some(p.tenant),
                 )
             }
-            None => actor_without_principal(&self.headers, status),
+            None => actor_without_principal(&self.asker, status),
         };
-        if self.by_header {
-            if let Some(id) = self
-                .headers
-                .get(crate::SANDBOX_ID_HEADER)
-                .and_then(|v| v.to_str().ok())
-            {
-                let id: String = id.trim().chars().take(128).collect();
+        if self.asker.by_header {
+            if let Some(id) = self.asker.sandbox.clone() {
                 if tenant.is_none() && actor != "anonymous" {
                     tenant = self.rt.sandbox_tenant(&id);
                 }
