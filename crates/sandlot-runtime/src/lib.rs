@@ -49,6 +49,7 @@ mod spawn;
 mod teardown;
 pub mod templates;
 mod usage;
+pub mod uids;
 mod util;
 mod volumes;
 mod workspace;
@@ -176,56 +177,6 @@ impl RuntimeConfig {
     }
 }
 
-/// Host uids of sandboxes: a block of 65536 ids derived from the data dir, so that servers
-/// with different data dirs on one host do not hand out the same uid.
-struct Slots {
-    base: u32,
-    /// Free slots (offsets from `base`); the lowest is handed out first. A set, so a server
-    /// that finds thousands of paused sandboxes on disk reserves their uids quickly.
-    free: std::collections::BTreeSet<u32>,
-    /// Uids held by zygotes (the rest of those handed out are sandboxes').
-    zygotes: std::collections::HashSet<u32>,
-}
-
-impl Slots {
-    fn new(instance: &str) -> Self {
-        let h = instance
-            .bytes()
-            .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
-        let base = 0x4000_0000 + (h % 16000) * 65536;
-        Self {
-            base,
-            free: (1..65535).collect(),
-            zygotes: Default::default(),
-        }
-    }
-    fn alloc(&mut self) -> Option<u32> {
-        self.free.pop_first().map(|s| self.base + s)
-    }
-    fn alloc_zygote(&mut self) -> Option<u32> {
-        let uid = self.alloc()?;
-        self.zygotes.insert(uid);
-        Some(uid)
-    }
-    /// Takes a specific uid (a sandbox found on disk at start keeps the uid it had).
-    fn reserve(&mut self, uid: u32) -> bool {
-        match uid.checked_sub(self.base) {
-            Some(slot) => self.free.remove(&slot),
-            None => false,
-        }
-    }
-    fn release(&mut self, uid: u32) {
-        self.zygotes.remove(&uid);
-        if let Some(slot) = uid.checked_sub(self.base).filter(|s| *s > 0 && *s < 65535) {
-            self.free.insert(slot);
-        }
-    }
-    /// Whether `uid` is one this server gives sandboxes (not a zygote's).
-    fn is_sandbox_uid(&self, uid: u32) -> bool {
-        uid > self.base && uid < self.base + 65535 && !self.zygotes.contains(&uid)
-    }
-}
-
 /// A sandbox the runtime knows about right now: running (its processes may be restarting in
 /// place), stopped or failed. Its id, host uid, cgroup and workspace belong to it for its whole
 /// life; its processes ([`Live`]) are swapped when they restart in place (`restart.rs`).
@@ -323,7 +274,7 @@ struct Inner {
     hierarchy: Hierarchy,
     /// `<parent>/<instance>`: this server's groups.
     cgroup_base: PathBuf,
-    slots: Mutex<Slots>,
+    slots: Mutex<uids::Slots>,
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
     templates: Mutex<HashMap<String, Arc<Tmpl>>>,
     lib_dir: PathBuf,
@@ -383,7 +334,7 @@ impl Runtime {
             .map_err(data_dir_error("canonicalize", &config.data_dir))?;
         let instance = util::short_hash(data_dir.to_string_lossy().as_bytes());
         let cgroup_base = config.cgroup_parent.join(&instance);
-        let slots = Slots::new(&instance);
+        let slots = uids::Slots::new(&instance);
 
         let lib_dir = data_dir.join("lib");
         assets::install(&lib_dir, &[])?;
