@@ -146,3 +146,130 @@ fn zygote_killed_during_a_burst_of_creations() {
     let r = server.execute(&id, "1 + 1");
     assert_eq!(r["result"]["text/plain"], "2", "{r}");
 }
+
+/// What a template's setup sees of its surroundings: each probe stores the errno name it got (or
+/// what it reached), in a dict that every sandbox of the template then prints.
+const PROBE_SETUP: &str = r#"
+import ctypes, errno, json, os, socket
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+def _name(e):
+    return errno.errorcode.get(e, str(e))
+
+def _sys(nr, *args):
+    ctypes.set_errno(0)
+    r = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return "ok" if r >= 0 else _name(ctypes.get_errno())
+
+def _try(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return _name(e.errno)
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+def _connect():
+    socket.create_connection(("127.0.0.1", API_PORT), timeout=5).close()
+
+def _write_data_dir():
+    with open(os.path.join(DATA_DIR, "pwned-by-setup"), "w") as f:
+        f.write("x")
+
+def _in_child(fn):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, fn().encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    out = os.read(r, 100).decode()
+    os.close(r)
+    return out
+
+_NR = {"unshare": 272, "io_uring_setup": 425, "bpf": 321, "keyctl": 250, "mount": 165}
+_params = ctypes.create_string_buffer(256)
+_tmp, _tmpfs = ctypes.create_string_buffer(b"/tmp"), ctypes.create_string_buffer(b"tmpfs")
+probe = {
+    "api_port": _try(_connect),
+    "data_dir_write": _try(_write_data_dir),
+    "api_key": _try(lambda: _read(os.path.join(DATA_DIR, "api-key"))),
+    "pid1_cmdline": _try(lambda: _read("/proc/1/cmdline")),
+    "pid1_environ": _try(lambda: _read("/proc/1/environ")),
+    "userns": _sys(_NR["unshare"], 0x10000000),
+    "userns_in_child": _in_child(lambda: _sys(_NR["unshare"], 0x10000000)),
+    "netns": _sys(_NR["unshare"], 0x40000000),
+    "io_uring": _sys(_NR["io_uring_setup"], 1, ctypes.addressof(_params)),
+    "bpf": _sys(_NR["bpf"], 0, ctypes.addressof(_params), 64),
+    "keyctl": _sys(_NR["keyctl"], 0, -3, 0),
+    "mount": _sys(_NR["mount"], ctypes.addressof(_tmpfs), ctypes.addressof(_tmp), ctypes.addressof(_tmpfs), 0, 0),
+    "raw_socket": _try(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()),
+    "packet_socket": _try(lambda: socket.socket(17, socket.SOCK_RAW, 0).close()),
+    "hostname": socket.gethostname(),
+    "interfaces": sorted(l.split(":")[0].strip() for l in open("/proc/self/net/dev").readlines()[2:]),
+}
+"#;
+
+/// A template's setup is tenant code: it runs with a sandbox's layers. It cannot reach the
+/// server's port or the host's network, read the data dir or the host's processes, make a user
+/// namespace (itself or in a child), or reach the kernel surfaces the seccomp allowlist removes;
+/// each probe asserts the exact errno, and the host shows none of the effects.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn template_setup_runs_confined() {
+    let server = TestServer::start();
+    let port = server
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+        .expect("port in the server's url");
+    let setup = format!(
+        "API_PORT = {port}\nDATA_DIR = {:?}\n{PROBE_SETUP}",
+        server.data_dir().display().to_string()
+    );
+    let spec = json!({"name": "prober", "setup": setup});
+    server.post("/v1/templates", &spec).expect(202);
+    assert!(
+        wait_until(Duration::from_secs(180), || {
+            server.get("/v1/templates/prober").expect(200)["status"] != "building"
+        }),
+        "template still building"
+    );
+    let t = server.get("/v1/templates/prober").expect(200).clone();
+    assert_eq!(t["status"], "ready", "{t}\n{}", server.stderr());
+    let sb = server.create_sandbox_with(&json!({"template": "prober"}));
+    let id = sb["id"].as_str().unwrap();
+    let r = server.execute(id, "import json; print(json.dumps(probe))");
+    assert_eq!(r["end_state"], "ok", "{r}");
+    let probe: serde_json::Value =
+        serde_json::from_str(r["stdout"].as_str().unwrap()).expect("the probe as JSON");
+    let expect = json!({
+        "api_port": "ECONNREFUSED",   // its own network namespace: nothing listens there
+        "data_dir_write": "ENOENT",   // the data dir is not in its filesystem view
+        "api_key": "ENOENT",
+        "pid1_cmdline": "ENOENT",     // /proc shows the zygote's own processes only
+        "pid1_environ": "ENOENT",
+        "userns": "EPERM",            // the server's unshare supervisor refused it
+        "userns_in_child": "EPERM",
+        "netns": "EPERM",
+        "io_uring": "EPERM",          // the seccomp allowlist
+        "bpf": "EPERM",
+        "keyctl": "EPERM",
+        "mount": "EPERM",             // allowed by the filter for its children, but no capability
+        "raw_socket": "EPERM",        // no CAP_NET_RAW
+        "packet_socket": "EAFNOSUPPORT",
+        "hostname": "zygote",
+        "interfaces": ["lo"],
+    });
+    assert_eq!(probe, expect, "what the setup saw");
+    assert!(!server.data_dir().join("pwned-by-setup").exists());
+    // Sandboxes of the template still work: their children's namespaces were let through.
+    let r = server.execute(id, "import os; os.getpid()");
+    assert_eq!(r["result"]["text/plain"], "2", "{r}");
+}

@@ -44,6 +44,18 @@ fn install_seccomp() -> Result<(), JailError> {
     Ok(())
 }
 
+/// The namespaces P0 makes for its sandbox in its first `unshare`. The server's unshare
+/// supervisor lets a zygote's child through with exactly this, then [`CGROUP_NAMESPACE`].
+pub const SANDBOX_NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
+    .union(CloneFlags::CLONE_NEWNS)
+    .union(CloneFlags::CLONE_NEWNET)
+    .union(CloneFlags::CLONE_NEWIPC)
+    .union(CloneFlags::CLONE_NEWUTS)
+    .union(CloneFlags::CLONE_NEWPID);
+
+/// P0's second `unshare`, once it runs as the sandbox's uid.
+pub const CGROUP_NAMESPACE: CloneFlags = CloneFlags::CLONE_NEWCGROUP;
+
 /// The control stream's fd in the sandbox.
 pub const CTRL_FD: RawFd = 3;
 
@@ -84,22 +96,14 @@ pub fn enter(
     // SAFETY: installing SIG_DFL runs no handler code.
     unsafe { signal(Signal::SIGCHLD, SigHandler::SigDfl) }.step("reset SIGCHLD")?;
     setsid().step("setsid")?;
-    unshare(
-        CloneFlags::CLONE_NEWUSER
-            | CloneFlags::CLONE_NEWNS
-            | CloneFlags::CLONE_NEWNET
-            | CloneFlags::CLONE_NEWIPC
-            | CloneFlags::CLONE_NEWUTS
-            | CloneFlags::CLONE_NEWPID,
-    )
-    .step("unshare namespaces")?;
+    unshare(SANDBOX_NAMESPACES).step("unshare namespaces")?;
     handshake()?;
     let (g, u) = (Gid::from_raw(INSIDE_GID), Uid::from_raw(INSIDE_UID));
     setresgid(g, g, g).step("setresgid")?;
     // The uid is 1000 already (mapped): no uid change, so P0 keeps its capabilities in its own
     // user namespace for the mounts below.
     setresuid(u, u, u).step("setresuid")?;
-    unshare(CloneFlags::CLONE_NEWCGROUP).step("unshare cgroup namespace")?;
+    unshare(CGROUP_NAMESPACE).step("unshare cgroup namespace")?;
     mounts::mount_writable(cfg, workspace, volumes)?;
     sethostname(&cfg.hostname).step("sethostname")?;
     net::loopback_up()?;

@@ -117,12 +117,14 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     )
     .step("mount zygote /tmp")?;
     // A fully visible procfs must exist in the namespace before a sandbox may mount its own.
+    // `hidepid=invisible`: the zygote (tenant code) sees only its own processes, not the host's
+    // (no command lines or environments of other uids' processes, no pid 1).
     mount(
         Some("proc"),
         &root.join("proc"),
         Some("proc"),
         NOSUID_NODEV | MsFlags::MS_NOEXEC,
-        None::<&str>,
+        Some("hidepid=invisible"),
     )
     .step("mount /proc")?;
 

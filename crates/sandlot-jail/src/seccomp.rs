@@ -92,6 +92,9 @@ pub enum SeccompError {
         "seccomp program has {len} instructions, more than the kernel's limit of {MAX_PROGRAM_LEN}"
     )]
     ProgramTooLarge { len: usize },
+    /// A `zygote` entry of the policy names a syscall sandboxes are not denied.
+    #[error("syscall {name:?} is in the seccomp policy's zygote list but not denied to sandboxes")]
+    ZygoteNotDenied { name: String },
     /// An empty program was given to [`install_program`].
     #[error("refusing to install an empty seccomp program")]
     EmptyProgram,
@@ -118,6 +121,21 @@ pub struct Policy {
     pub allowed: Vec<AllowedSyscall>,
     /// Dangerous syscalls refused on purpose (not in `allowed`), with the reason.
     pub denied: Vec<DeniedSyscall>,
+    /// What a zygote may call beyond the allowlist, each one taken out of `denied`: what its
+    /// forked children need to build a sandbox's namespaces and mounts before they confine
+    /// themselves. Each is refused by the kernel to the zygote itself (it holds no capability);
+    /// `unshare` is also handed to the server by [`install_unshare_notifier`].
+    #[serde(default)]
+    pub zygote: Vec<AllowedSyscall>,
+}
+
+/// Which program to build from the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A sandbox's processes: the allowlist.
+    Sandbox,
+    /// A zygote: the allowlist plus the policy's `zygote` entries.
+    Zygote,
 }
 
 /// One allowlist entry.
@@ -478,7 +496,20 @@ fn compile(filter: SeccompFilter) -> Result<BpfProgram, SeccompError> {
 /// Takes well under a millisecond (see the `layers_seccomp` tests, which print it). Allocates:
 /// call it in the parent and hand the program to [`install_program`] in each child.
 pub fn build_program() -> Result<BpfProgram, SeccompError> {
-    let policy = try_policy()?;
+    build_program_for(Profile::Sandbox)
+}
+
+/// Compiles the embedded policy for `profile`.
+pub fn build_program_for(profile: Profile) -> Result<BpfProgram, SeccompError> {
+    let sandbox = try_policy()?;
+    let zygote;
+    let policy = match profile {
+        Profile::Sandbox => sandbox,
+        Profile::Zygote => {
+            zygote = zygote_policy(sandbox)?;
+            &zygote
+        }
+    };
     let arch = target_arch()?;
     let default_errno =
         errno_value(&policy.default_errno).ok_or_else(|| SeccompError::ResolveErrno {
@@ -545,6 +576,78 @@ pub fn build_program() -> Result<BpfProgram, SeccompError> {
         return Err(SeccompError::ProgramTooLarge { len: program.len() });
     }
     Ok(program)
+}
+
+/// The sandbox policy with its `zygote` entries moved from `denied` to `allowed`. An entry that
+/// is not denied to sandboxes is a mistake in the policy (it would widen nothing).
+fn zygote_policy(sandbox: &Policy) -> Result<Policy, SeccompError> {
+    let mut p = sandbox.clone();
+    for extra in &sandbox.zygote {
+        let before = p.denied.len();
+        p.denied.retain(|d| d.syscall != extra.syscall);
+        if p.denied.len() == before {
+            return Err(SeccompError::ZygoteNotDenied {
+                name: extra.syscall.clone(),
+            });
+        }
+        p.allowed.push(extra.clone());
+    }
+    p.zygote.clear();
+    Ok(p)
+}
+
+/// The `AUDIT_ARCH_*` value of the architecture this was compiled for.
+fn audit_arch() -> Result<u32, SeccompError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(0xC000_003E)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(0xC000_00B7)
+    } else {
+        Err(SeccompError::UnsupportedArch)
+    }
+}
+
+/// Installs a filter that hands every `unshare(2)` of the calling process and its descendants
+/// to a supervisor, and returns the supervisor's end (the listener fd). Everything else passes
+/// through to the filters below (stacked filters: the strictest answer wins, so a sandbox's own
+/// allowlist, which refuses `unshare` with an errno, keeps answering for sandboxes).
+///
+/// Four instructions, written by hand: seccompiler has no user-notification action. A foreign
+/// architecture passes here and is killed by the allowlist.
+pub fn install_unshare_notifier() -> Result<std::os::fd::OwnedFd, SeccompError> {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    let arch = audit_arch()?;
+    let nr = u32::try_from(resolve("unshare")?).map_err(|_| SeccompError::UnsupportedArch)?;
+    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    let prog = [
+        insn(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        insn(JEQ_K, 0, 3, arch),
+        insn(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        insn(JEQ_K, 0, 1, nr),
+        insn(BPF_RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+        insn(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ];
+    let fprog = SockFprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fprog` points to six initialised `sock_filter`s that outlive the call; the
+    // kernel copies the program. With FLAG_NEW_LISTENER the return value is a new fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as libc::c_uint,
+            &fprog as *const SockFprog,
+        )
+    };
+    if fd < 0 {
+        return Err(SeccompError::LoadFilter(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
 }
 
 /// Builds the policy's program and installs it on the calling thread (see [`install_program`]).

@@ -1590,3 +1590,91 @@ sh = InteractiveShell.instance()
 r = sh.run_cell("import math\nx = math.sqrt(2)\nx")
 assert r.success and abs(r.result - 2 ** 0.5) < 1e-12
 "#;
+
+/// The zygote's profile widens the sandbox's by exactly its `zygote` list, each entry taken out of
+/// `denied`; everything else denied to sandboxes stays denied to zygotes.
+#[test]
+fn zygote_profile_adds_only_its_list() {
+    let p = seccomp::policy();
+    let extra: BTreeSet<&str> = p.zygote.iter().map(|a| a.syscall.as_str()).collect();
+    assert_eq!(
+        extra,
+        BTreeSet::from([
+            "mount",
+            "move_mount",
+            "mount_setattr",
+            "sethostname",
+            "unshare"
+        ])
+    );
+    let denied: BTreeSet<&str> = p.denied.iter().map(|d| d.syscall.as_str()).collect();
+    for name in &extra {
+        assert!(denied.contains(name), "{name} must be denied to sandboxes");
+    }
+    for still in [
+        "setns",
+        "ptrace",
+        "bpf",
+        "io_uring_setup",
+        "keyctl",
+        "pivot_root",
+        "open_tree",
+    ] {
+        assert!(
+            !extra.contains(still),
+            "{still} must stay denied to zygotes"
+        );
+    }
+    let zygote = seccomp::build_program_for(seccomp::Profile::Zygote).expect("zygote program");
+    assert!(zygote.len() <= seccomp::MAX_PROGRAM_LEN);
+    assert_ne!(&zygote, program());
+}
+
+/// Under the unshare notifier, a call nobody supervises fails (`ENOSYS` once the listener is
+/// closed), and a supervisor's refusal is the caller's errno; other syscalls pass through.
+#[test]
+fn unshare_notifier_hands_unshare_to_its_listener() {
+    let code = in_child(|| {
+        let listener = match seccomp::install_unshare_notifier() {
+            Ok(l) => l,
+            Err(_) => return SETUP_FAILED,
+        };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&listener);
+        // Answer one notification with EPERM from a thread of this very process.
+        let answered = std::thread::spawn(move || {
+            // SAFETY: zeroed POD for the kernel to fill; ioctls on a listener we own.
+            unsafe {
+                let mut n: libc::seccomp_notif = std::mem::zeroed();
+                if libc::ioctl(raw, libc::SECCOMP_IOCTL_NOTIF_RECV as _, &mut n) != 0 {
+                    return false;
+                }
+                let mut r = libc::seccomp_notif_resp {
+                    id: n.id,
+                    val: 0,
+                    error: -libc::EACCES,
+                    flags: 0,
+                };
+                n.data.nr == libc::SYS_unshare as i32
+                    && libc::ioctl(raw, libc::SECCOMP_IOCTL_NOTIF_SEND as _, &mut r) == 0
+            }
+        });
+        // SAFETY: unshare with an integer flag; the supervisor refuses it.
+        let first = unsafe { libc::unshare(libc::CLONE_NEWUTS) };
+        let e1 = errno();
+        if first == 0 || e1 != libc::EACCES || !answered.join().unwrap_or(false) {
+            return 1;
+        }
+        drop(listener);
+        // SAFETY: as above; nobody listens any more.
+        let second = unsafe { libc::unshare(libc::CLONE_NEWUTS) };
+        if second == 0 || errno() != libc::ENOSYS {
+            return 2;
+        }
+        // SAFETY: getpid has no arguments; it is not unshare, so it passes.
+        if unsafe { libc::getpid() } <= 0 {
+            return 3;
+        }
+        0
+    });
+    assert_eq!(code, 0);
+}

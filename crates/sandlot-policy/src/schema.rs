@@ -86,11 +86,24 @@ permit (
     Sandlot::Action::"execute",
     Sandlot::Action::"read_file",
     Sandlot::Action::"write_file",
-    Sandlot::Action::"egress",
-    Sandlot::Action::"build_template"
+    Sandlot::Action::"egress"
   ],
   resource
 );
+
+// A template's imports and setup run in its zygote, confined like a sandbox: every key may
+// build one. Installing packages runs the packages' own code (at install, import and byte
+// compilation) in a build jail; still, which packages exist on this box is the operator's to
+// decide, so only the operator may, unless a policy grants it to others.
+@id("templates-without-packages")
+@reason("every key may build a template that installs no packages")
+permit (principal, action == Sandlot::Action::"build_template", resource)
+when { context.packages == 0 };
+
+@id("templates-with-packages-operator")
+@reason("only the operator (an admin key of tenant default) may build a template that installs packages")
+permit (principal, action == Sandlot::Action::"build_template", resource)
+when { principal.role == "admin" && principal.tenant == Sandlot::Tenant::"default" };
 
 // Tiers are chosen from the least privileged upward: everyone may run isolated; the trusted
 // tier (network, host paths, higher limits) only for the local single-user plan.

@@ -126,6 +126,8 @@ fn open_writes_the_shipped_files_and_reopens_the_same_set() {
         ids,
         [
             "allow-all-gates",
+            "templates-without-packages",
+            "templates-with-packages-operator",
             "isolated-tier",
             "trusted-tier-local",
             "contain-canary",
@@ -139,7 +141,7 @@ fn open_writes_the_shipped_files_and_reopens_the_same_set() {
         .starts_with("@id(\"allow-all-gates\")"));
     assert_eq!(info.policies[0].effect, "permit");
     assert_eq!(
-        info.policies[3].reason.as_deref(),
+        info.policies[5].reason.as_deref(),
         Some("the sandbox's canary credential appeared in its output: contained")
     );
     assert!(info.schema.contains("namespace Sandlot"));
@@ -168,9 +170,37 @@ fn shipped_defaults_decide_every_gate() {
             Gate::OutputContain => denied(&d, &[]),
             Gate::OutputRedact => allowed(&d, &["redact-secrets"]),
             Gate::SelectTier => allowed(&d, &["isolated-tier"]),
+            // The sample is the operator's, with packages.
+            Gate::BuildTemplate => allowed(&d, &["templates-with-packages-operator"]),
             _ => allowed(&d, &["allow-all-gates"]),
         }
     }
+    // Templates: a template of imports and setup for every key; packages for the operator only.
+    let build = |p: &PolicyPrincipal, packages| {
+        Query::new(
+            p.clone(),
+            GateRequest::BuildTemplate {
+                template: "t".into(),
+                packages,
+            },
+        )
+    };
+    allowed(
+        &engine.decide(&build(&free, 0)),
+        &["templates-without-packages"],
+    );
+    let d = engine.decide(&build(&free, 1));
+    denied(&d, &[]);
+    assert_eq!(d.reason, "no policy permits build_template");
+    let mut tenant_admin = principal("t1", "free");
+    tenant_admin.role = "admin".into();
+    denied(&engine.decide(&build(&tenant_admin, 3)), &[]);
+    let mut operator = principal("default", "local");
+    operator.role = "admin".into();
+    allowed(
+        &engine.decide(&build(&operator, 3)),
+        &["templates-with-packages-operator"],
+    );
     // Tiers: isolated for everyone, trusted for the local plan only.
     allowed(&engine.decide(&tier(&free, "isolated")), &["isolated-tier"]);
     let d = engine.decide(&tier(&free, "trusted"));

@@ -49,6 +49,7 @@ mod spawn;
 mod teardown;
 pub mod templates;
 pub mod uids;
+mod unshare_guard;
 mod usage;
 mod util;
 mod volumes;

@@ -1,17 +1,20 @@
 //! The server's side of a zygote: launches it confined (through `sandlot __zygote-launch`),
-//! waits for it to be ready, asks it to fork sandboxes, and restarts it when it dies.
+//! takes the listener of its unshare filter and supervises it (`unshare_guard`), waits for it to
+//! be ready, asks it to fork sandboxes, and restarts it when it dies.
 
+use crate::unshare_guard::{self, UnshareGuard};
 use crate::util::lock;
 use nix::sys::socket::{
-    recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
 };
 use sandlot_jail::ZygoteConfig;
 use std::io::IoSlice;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,8 @@ pub enum ZygoteError {
     Refused(String),
     #[error("the zygote died")]
     Died,
+    #[error("the zygote launcher did not hand over its unshare listener: {0}")]
+    NoListener(String),
 }
 
 /// A running zygote.
@@ -44,6 +49,8 @@ pub struct Zygote {
     /// Whether it passes a fourth fd (the sandbox's workspace, a detached mount) on to the
     /// child, which mounts it at `/workspace`; older zygotes give the child a tmpfs there.
     pub workspace_fd: bool,
+    /// The supervisor of its children's `unshare` calls.
+    guard: Arc<UnshareGuard>,
 }
 
 struct Conn {
@@ -96,6 +103,15 @@ impl Zygote {
         drop(theirs);
         let pid = child.id();
         let conn = Conn { sock: ours, child };
+        // The launcher's first message, before anything of the template runs.
+        let guard = Arc::new(UnshareGuard::default());
+        let (hello, mut fds) = recv_msg(&conn.sock, spec.ready_timeout)?;
+        match (hello.get("op").and_then(|v| v.as_str()), fds.len()) {
+            (Some("supervise"), 1) => {
+                unshare_guard::supervise(&spec.template, fds.remove(0), guard.clone())
+            }
+            _ => return Err(ZygoteError::NoListener(hello.to_string())),
+        }
         let ready = recv_json(&conn.sock, spec.ready_timeout)?;
         match ready.get("op").and_then(|v| v.as_str()) {
             Some("ready") => Ok(Zygote {
@@ -108,8 +124,10 @@ impl Zygote {
                 threads: ready.get("threads").and_then(|v| v.as_u64()).unwrap_or(1),
                 workspace_fd: ready.get("workspace_fd").and_then(|v| v.as_bool()) == Some(true),
                 conn: Mutex::new(conn),
+                guard,
             }),
             _ => {
+                guard.stop();
                 let msg = ready
                     .get("message")
                     .and_then(|v| v.as_str())
@@ -134,6 +152,23 @@ impl Zygote {
         fds: &[RawFd],
     ) -> Result<i32, ZygoteError> {
         let conn = lock(&self.conn);
+        self.guard.spawn_started();
+        let reply = self.ask_spawn(&conn, id, jail, env, fds);
+        if let Ok(pid) = reply {
+            self.guard.expect(pid);
+        }
+        self.guard.spawn_ended();
+        reply
+    }
+
+    fn ask_spawn(
+        &self,
+        conn: &Conn,
+        id: &str,
+        jail: &serde_json::Value,
+        env: &serde_json::Value,
+        fds: &[RawFd],
+    ) -> Result<i32, ZygoteError> {
         let msg =
             serde_json::json!({"op": "spawn", "id": id, "jail": jail, "env": env}).to_string();
         let iov = [IoSlice::new(msg.as_bytes())];
@@ -175,8 +210,15 @@ impl Zygote {
         matches!(conn.child.try_wait(), Ok(None))
     }
 
+    /// How many `unshare` calls under this zygote were refused (setup code trying, or a child
+    /// the server did not ask for).
+    pub fn refused_unshares(&self) -> usize {
+        self.guard.refused()
+    }
+
     /// Kills the zygote (sandboxes already forked live on).
     pub fn kill(&self) {
+        self.guard.stop();
         let mut conn = lock(&self.conn);
         let _ = conn.child.kill();
         let _ = conn.child.wait();
@@ -190,6 +232,15 @@ impl Drop for Zygote {
 }
 
 fn recv_json(sock: &OwnedFd, timeout: Duration) -> Result<serde_json::Value, ZygoteError> {
+    // Descriptors are only expected where the caller asks for them: any here are closed.
+    recv_msg(sock, timeout).map(|(v, _)| v)
+}
+
+/// Receives one message and the descriptors attached to it (at most 4).
+fn recv_msg(
+    sock: &OwnedFd,
+    timeout: Duration,
+) -> Result<(serde_json::Value, Vec<OwnedFd>), ZygoteError> {
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -211,15 +262,35 @@ fn recv_json(sock: &OwnedFd, timeout: Duration) -> Result<serde_json::Value, Zyg
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
-        let n = match recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty()) {
-            Ok(n) => n,
+        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let (n, fds) = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => {
+                let mut fds = Vec::new();
+                for c in m.cmsgs().into_iter().flatten() {
+                    if let ControlMessageOwned::ScmRights(list) = c {
+                        // SAFETY: the kernel just installed these fds in this process for us.
+                        fds.extend(
+                            list.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                (m.bytes, fds)
+            }
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
         };
         if n == 0 {
             return Err(ZygoteError::Died);
         }
-        return serde_json::from_slice(&buf[..n])
-            .map_err(|e| ZygoteError::Failed(format!("bad message: {e}")));
+        let value = serde_json::from_slice(&buf[..n])
+            .map_err(|e| ZygoteError::Failed(format!("bad message: {e}")))?;
+        return Ok((value, fds));
     }
 }
