@@ -446,6 +446,8 @@ fn each_example_policy_changes_behaviour_as_written_and_decisions_name_it() {
         .collect();
     for id in [
         "allow-all-gates",
+        "templates-without-packages",
+        "templates-with-packages-operator",
         "isolated-tier",
         "trusted-tier-local",
         "contain-canary",
