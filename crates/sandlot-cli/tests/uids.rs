@@ -96,9 +96,11 @@ fn host_processes() -> Vec<(Proc, HostProc)> {
         .collect()
 }
 
-/// Whether `p` is in one of the template's zygote groups (any version).
-fn in_template_zygote(p: &HostProc) -> bool {
-    p.memory_cgroup.contains(&format!("/zygote-{TEMPLATE}"))
+/// Whether `p` is in one of the template's zygote groups (any version) of this server.
+fn in_template_zygote(view: &HostView, p: &HostProc) -> bool {
+    let group = view.cgroup_rel.join(format!("zygote-{TEMPLATE}"));
+    p.memory_cgroup
+        .contains(&format!("/{}", group.to_string_lossy()))
 }
 
 /// The template's zygote groups in the memory hierarchy (the unified one on v2).
@@ -160,7 +162,7 @@ fn daemon_survives_retirement_without_sharing_a_uid_with_any_sandbox() {
         wait_until(Duration::from_secs(20), || {
             old = host_processes()
                 .into_iter()
-                .filter(|(_, p)| in_template_zygote(p) && !p.zombie)
+                .filter(|(_, p)| in_template_zygote(&view, p) && !p.zombie)
                 .collect();
             old.iter().any(|(_, p)| p.comm == "uid-daemon")
         }),
