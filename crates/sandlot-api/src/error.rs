@@ -103,6 +103,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         R::Contained { .. } => C::SandboxContained,
 
         R::TemplateBuilding { .. }
+        | R::TemplateReplaced { .. }
         | R::TemplateFailed { .. }
         | R::TemplateNoEnvironment
         | R::ZygoteStart { .. } => C::TemplateNotReady,

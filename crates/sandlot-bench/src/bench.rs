@@ -44,12 +44,23 @@ impl Ctx<'_> {
         }
     }
 
-    /// PSS of the default template's zygote (0 until the server's cgroup is known).
+    /// PSS of the default template's zygote (0 until the server's cgroup is known). Each
+    /// zygote's group is named after its uid (`zygote-default.<uid>`).
     pub(crate) fn zygote_pss(&self) -> u64 {
-        self.instance
-            .as_ref()
-            .map(|inst| machine::group_pss(&inst.join("zygote-default")).1)
-            .unwrap_or(0)
+        let Some(inst) = self.instance.as_ref() else {
+            return 0;
+        };
+        std::fs::read_dir(inst)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("zygote-default.")
+            })
+            .map(|e| machine::group_pss(&e.path()).1)
+            .sum()
     }
 
     /// Finds the server's cgroup directory with a throwaway sandbox, if not known yet.

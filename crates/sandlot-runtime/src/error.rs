@@ -55,6 +55,8 @@ pub enum RuntimeError {
     TemplateNotFound { name: String },
     #[error("template {name:?} is still building")]
     TemplateBuilding { name: String },
+    #[error("template {name:?} was replaced by a new version while this request used it; retry")]
+    TemplateReplaced { name: String },
     #[error("template {name:?} failed to build: {reason}")]
     TemplateFailed { name: String, reason: String },
     #[error("the template has no environment yet")]

@@ -56,8 +56,10 @@ impl Runtime {
             .map_err(store("listing stopped sandboxes"))?;
         let mut restored = BTreeSet::new();
         for (mut info, uid) in kept {
-            let uid =
-                uid.filter(|uid| on_disk.contains(&info.id) && lock(&inner.slots).reserve(*uid));
+            let uid = uid.filter(|uid| {
+                on_disk.contains(&info.id)
+                    && lock(&inner.slots).reserve(*uid, crate::uids::Kind::Sandbox)
+            });
             let Some(uid) = uid else {
                 info.state = SandboxState::Lost;
                 info.ended_reason =

@@ -84,7 +84,15 @@ impl Runtime {
                     Ok(live) => {
                         // Touch the pages a first cell needs now, not on the client's time.
                         let _ = live.send(&serde_json::json!({"type": "warm"})).await;
-                        lock(&tmpl.pool).push(live);
+                        let mut pool = lock(&tmpl.pool);
+                        // Replaced while it booted: the retirement drained the pool already
+                        // (it marks the template before it drains, under this lock).
+                        if tmpl.retired.load(Ordering::SeqCst) {
+                            drop(pool);
+                            rt.discard(live);
+                            break;
+                        }
+                        pool.push(live);
                     }
                     Err(e) => {
                         tracing::warn!(template = %tmpl.spec.name, error = %e, "could not boot a pooled sandbox");

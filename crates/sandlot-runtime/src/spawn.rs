@@ -187,7 +187,7 @@ impl Runtime {
     ) -> Result<(String, u32, Cgroup), RuntimeError> {
         let id = util::new_id("sb_");
         let uid = lock(&self.inner.slots)
-            .alloc()
+            .alloc(crate::uids::Kind::Sandbox)
             .ok_or(RuntimeError::NoFreeUid)?;
         if let Err(err) = self.claim_volumes(&id, uid, volumes).await {
             self.release_uid(uid);

@@ -2,6 +2,9 @@
 //! host. A sandbox always goes the same way, in an order that is safe: its processes are
 //! killed ([`Live::kill`]) and its init reaped, then its cgroup is removed, and its uid is freed
 //! last, so a uid is handed out again only when nothing of the old sandbox can run under it.
+//! A zygote goes the same way: its whole cgroup is killed (whatever its imports and setup
+//! started, daemons included), then removed, then its uid freed. A freed uid is quarantined
+//! before it is handed out again (`uids.rs`).
 //! No step waits unboundedly on anything the sandbox controls: a cgroup that cannot be emptied
 //! at once (a process in uninterruptible sleep) becomes a [`Grave`] that housekeeping retries,
 //! and the uid stays reserved until it is gone. The entry points differ only in what exists
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 /// How long a kill waits for the sandbox's processes to be gone before it leaves the rest to
 /// housekeeping.
-const KILL_WAIT: Duration = Duration::from_millis(1500);
+pub(crate) const KILL_WAIT: Duration = Duration::from_millis(1500);
 /// How long a kill waits for the init to be reapable once the cgroup is empty.
 const REAP_WAIT: Duration = Duration::from_millis(200);
 
@@ -69,7 +72,7 @@ impl Live {
 }
 
 /// Kills what is in `cg` until it is empty or `wait` has passed; true when empty.
-fn empty_cgroup(cg: &Cgroup, wait: Duration) -> bool {
+pub(crate) fn empty_cgroup(cg: &Cgroup, wait: Duration) -> bool {
     let deadline = Instant::now() + wait;
     loop {
         if cg.pids().is_empty() {
@@ -301,30 +304,69 @@ impl Runtime {
         lock(&self.inner.slots).release(uid);
     }
 
-    /// Retires a template replaced by one of the same name: its pool is killed, its zygote
-    /// killed and the zygote's uid freed. The zygote's cgroup stays (the new zygote uses the
-    /// same one); sandboxes already handed out live on.
+    /// Retires a template replaced by one of the same name: its pool is killed, then its
+    /// zygote and every process in the zygote's cgroup (what its setup left running, a
+    /// double-forked daemon included), the cgroup removed and only then the zygote's uid freed
+    /// (to quarantine). Sandboxes already handed out live on in their own cgroups.
     pub(crate) fn retire_template(&self, old: Arc<Tmpl>) {
+        // Before the zygote is taken: a start that comes after sees it and refuses.
+        old.retired.store(true, Ordering::SeqCst);
         let rt = self.clone();
-        rt.drain_pool(&old);
+        let pool = rt.drain_pool(&old);
         tokio::spawn(async move {
-            if let Some(z) = old.zygote.write().await.take() {
-                z.kill();
+            for gone in pool {
+                let _ = gone.await;
             }
-            rt.release_uid(old.zygote_uid);
+            let zygote = old.zygote.write().await.take();
+            let _ = tokio::task::spawn_blocking(move || {
+                rt.end_zygote(&old, zygote);
+            })
+            .await;
         });
     }
 
-    /// Stops a template at shutdown: its pool killed (waited for), its zygote killed and the
-    /// zygote's cgroup removed.
+    /// Kills a template's zygote and its whole cgroup, then releases the group and the uid as
+    /// a sandbox's are (a group that cannot be emptied yet is left to housekeeping, its uid
+    /// held meanwhile). Blocking.
+    fn end_zygote(&self, t: &Tmpl, zygote: Option<Arc<crate::zygote::Zygote>>) {
+        let cg = Cgroup::open(&self.inner.hierarchy, &t.zygote_cgroup);
+        // The group first, so nothing the setup started can act in between; then the zygote's
+        // handle reaps it.
+        empty_cgroup(&cg, KILL_WAIT);
+        if let Some(z) = zygote {
+            z.kill();
+        }
+        empty_cgroup(&cg, KILL_WAIT);
+        // What its setup double-forked was reparented to the server (a subreaper) and is a
+        // zombie now; the zygote itself was reaped by its handle above.
+        for pid in zombie_children() {
+            if proc_uid(pid) == Some(t.zygote_uid) {
+                // SAFETY: waitpid on a specific pid of ours, without blocking.
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+            }
+        }
+        let label = format!("zygote of {}", t.spec.name);
+        self.release(&label, t.zygote_uid, &cg, false);
+    }
+
+    /// Stops a template at shutdown: its pool killed (waited for), its zygote and its cgroup
+    /// killed, the cgroup removed.
     pub(crate) async fn stop_template(&self, t: &Tmpl) {
+        t.retired.store(true, Ordering::SeqCst);
         for gone in self.drain_pool(t) {
             let _ = gone.await;
         }
-        if let Some(z) = t.zygote.write().await.take() {
-            z.kill();
-        }
-        let _ = Cgroup::open(&self.inner.hierarchy, &self.zygote_cgroup(&t.spec.name)).remove();
+        let zygote = t.zygote.write().await.take();
+        let cg = Cgroup::open(&self.inner.hierarchy, &t.zygote_cgroup);
+        let _ = tokio::task::spawn_blocking(move || {
+            empty_cgroup(&cg, KILL_WAIT);
+            if let Some(z) = zygote {
+                z.kill();
+            }
+            empty_cgroup(&cg, KILL_WAIT);
+            let _ = cg.remove();
+        })
+        .await;
     }
 }
 

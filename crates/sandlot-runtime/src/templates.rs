@@ -54,6 +54,12 @@ pub struct Tmpl {
     pub zygote: tokio::sync::RwLock<Option<Arc<Zygote>>>,
     /// Host uid of this template's zygote.
     pub zygote_uid: u32,
+    /// The zygote's cgroup (relative to the hierarchy): its own, named after its uid, so the
+    /// zygote of a template re-posted under the same name never shares it.
+    pub zygote_cgroup: PathBuf,
+    /// Set when a template of the same name replaced this one: its zygote is not started
+    /// again and its pool not refilled.
+    pub retired: std::sync::atomic::AtomicBool,
     /// The Python environment its zygote and sandboxes run in.
     pub env_root: std::path::PathBuf,
     /// Booted, idle sandboxes waiting to be handed out, and whether a refill is running.
@@ -156,9 +162,15 @@ pub fn zygote_file(spec: &TemplateSpec) -> String {
 }
 
 impl Runtime {
-    /// The cgroup of a template's zygote, relative to the hierarchy.
-    pub(crate) fn zygote_cgroup(&self, template: &str) -> PathBuf {
-        self.inner.cgroup_base.join(format!("zygote-{template}"))
+    /// The cgroup of a template's zygote running as `uid`, relative to the hierarchy. Everything
+    /// the zygote's imports and setup start stays in it (only the server moves a process out,
+    /// and only a sandbox's first process, into the sandbox's own group), so killing it kills
+    /// all that runs as the zygote's uid. (`.` is not in template names: no two templates'
+    /// groups share a name.)
+    pub(crate) fn zygote_cgroup(&self, template: &str, uid: u32) -> PathBuf {
+        self.inner
+            .cgroup_base
+            .join(format!("zygote-{template}.{uid}"))
     }
 
     /// Registers a template with the environment it runs in (replacing one of the same name;
@@ -173,14 +185,15 @@ impl Runtime {
         let spec_json = serde_json::to_string(&spec).map_err(encoding("the template spec"))?;
         let version = util::short_hash(format!("{spec_json}|{}", env_root.display()).as_bytes());
         let zygote_uid = lock(&self.inner.slots)
-            .alloc_zygote()
+            .alloc(crate::uids::Kind::Zygote)
             .ok_or(RuntimeError::NoFreeZygoteUid)?;
+        let zygote_cgroup = self.zygote_cgroup(&name, zygote_uid);
         let cfg = zygote_config(
             &env_root,
             &self.inner.lib_dir,
             &self.inner.staging,
             zygote_uid,
-            &Cgroup::open(&self.inner.hierarchy, &self.zygote_cgroup(&name)),
+            &Cgroup::open(&self.inner.hierarchy, &zygote_cgroup),
             &name,
         );
         let tmpl = Arc::new(Tmpl {
@@ -196,6 +209,8 @@ impl Runtime {
             })),
             zygote: tokio::sync::RwLock::new(None),
             zygote_uid,
+            zygote_cgroup,
+            retired: Default::default(),
             env_root,
             pool: Mutex::new(Vec::new()),
             refilling: Default::default(),
@@ -216,13 +231,26 @@ impl Runtime {
             }
             tracing::warn!(template = %t.spec.name, "zygote died; restarting it");
         }
+        // Checked under the write lock retirement also takes: once retirement has taken the
+        // zygote, nothing starts another in the group it is about to kill.
+        if t.retired.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RuntimeError::TemplateReplaced {
+                name: t.spec.name.clone(),
+            });
+        }
         let Some(spec) = lock(&t.zygote_spec).clone() else {
             return Err(RuntimeError::TemplateNoEnvironment);
         };
-        let cg_rel = self.zygote_cgroup(&t.spec.name);
+        let cg_rel = t.zygote_cgroup.clone();
         let hierarchy = self.inner.hierarchy.clone();
         let started = Instant::now();
         let res = blocking("starting a zygote", move || {
+            // A restart after the zygote died: what its setup left running goes first, so the
+            // new zygote's uid is shared with nothing of the old one.
+            crate::teardown::empty_cgroup(
+                &Cgroup::open(&hierarchy, &cg_rel),
+                crate::teardown::KILL_WAIT,
+            );
             // The zygote's own limits: its memory is what every sandbox shares.
             let limits = CgroupLimits {
                 memory_bytes: 8 << 30,

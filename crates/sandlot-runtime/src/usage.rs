@@ -1,5 +1,5 @@
 //! What a sandbox uses right now (its cgroup's CPU time and memory), and the runtime's own
-//! gauges (sandboxes by state, creation queue, zygotes) that `/metrics` reads at each scrape.
+//! gauges (sandboxes by state, creation queue, zygotes, the uid pool) that `/metrics` reads at each scrape.
 //!
 //! Both read what the runtime already keeps (its map of sandboxes, its counters, the cgroup
 //! files the kernel maintains, v1 or v2 alike through `sandlot_jail::cgroup`): nothing is
@@ -78,6 +78,12 @@ impl Runtime {
             creating: self.inner.creating.load(Ordering::SeqCst) as u64,
             zygotes,
         }
+    }
+
+    /// The host uid pool now: free and quarantined uids by range, held ones by what holds
+    /// them. Cheap: counts in memory, no I/O.
+    pub fn uid_use(&self) -> crate::uids::UidUse {
+        lock(&self.inner.slots).usage()
     }
 
     /// What the sandbox `id` uses now, from its cgroup (a sandbox without processes, paused or

@@ -101,7 +101,7 @@ impl Runtime {
             return Err(RuntimeError::VolumeExists { name: req.name });
         }
         let uid = lock(&self.inner.slots)
-            .alloc()
+            .alloc(crate::uids::Kind::Volume)
             .ok_or(RuntimeError::NoFreeUid)?;
         let (rt, id) = (self.clone(), workspace_id(&req.name));
         let made = blocking("creating a volume", move || {
@@ -390,7 +390,7 @@ impl Runtime {
             return Vec::new();
         };
         for v in &volumes {
-            lock(&self.inner.slots).reserve(v.host_uid);
+            lock(&self.inner.slots).reserve(v.host_uid, crate::uids::Kind::Volume);
         }
         for e in self.all_entries() {
             let info = lock(&e.info);

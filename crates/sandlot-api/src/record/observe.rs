@@ -89,6 +89,27 @@ impl Telemetry {
             },
         );
         let rt = ctx.rt.clone();
+        m.set_gauge_family_source(
+            "uids_free",
+            "Host uids that can be handed out now, by range (sandbox, zygote)",
+            "range",
+            move || counts(rt.uid_use().free),
+        );
+        let rt = ctx.rt.clone();
+        m.set_gauge_family_source(
+            "uids_quarantined",
+            "Host uids freed too recently to be handed out again, by range (sandbox, zygote)",
+            "range",
+            move || counts(rt.uid_use().quarantined),
+        );
+        let rt = ctx.rt.clone();
+        m.set_gauge_family_source(
+            "uids_in_use",
+            "Host uids held, by what holds them (sandbox, volume, zygote)",
+            "kind",
+            move || counts(rt.uid_use().in_use),
+        );
+        let rt = ctx.rt.clone();
         m.set_gauge_source_f64(
             "recovery_duration_seconds",
             "How long this server's start took to recover what the previous run left",
@@ -119,6 +140,10 @@ impl Telemetry {
             let _ = tokio::task::spawn_blocking(trace::shutdown).await;
         }
     }
+}
+
+fn counts(v: Vec<(String, u64)>) -> Vec<(String, f64)> {
+    v.into_iter().map(|(k, n)| (k, n as f64)).collect()
 }
 
 /// What the middleware learned about a request before running it.
