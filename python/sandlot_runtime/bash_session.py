@@ -4,7 +4,9 @@ sourced, so the working directory, variables and functions persist.
 bash's stdin is one end of a socket pair: the driver writes each command into it, and bash
 writes the cell's exit status back into the same socket (``>&0``). The cell itself is sourced
 with stdin from /dev/null, so no process a cell starts ever holds the socket: user processes
-see fds 0, 1 and 2 only (bash keeps its own saved copy close-on-exec while a cell runs).
+see fds 0, 1 and 2 only (bash keeps its own saved copy close-on-exec while a cell runs). Its
+stdout and stderr are the cell's own FIFOs (``cell_output``): what a process the cell started
+writes after the cell ended is background output, never another execution's.
 
 A saved state carries each session's working directory and exported variables
 (``saved_state``); a loaded one hands them to the context's session (``restore``), which applies
@@ -31,6 +33,7 @@ import subprocess
 import time
 
 from .capture import write_stderr
+from .cell_output import CellOutput
 from .state import state
 
 # Bash cells are written here (inside the sandbox's private /tmp) and sourced by the session.
@@ -98,22 +101,37 @@ class BashSession:
         self._ensure_running()
         self._cells += 1
         path = self._write_cell(code)
+        try:
+            output = CellOutput(BASH_CELL_DIR, f"out-{os.getpid()}-{self._cells}")
+        except OSError as exc:
+            _remove(path)
+            raise BashUnavailable(f"the cell's output could not be set up in {BASH_CELL_DIR}",
+                                  exc) from None
         token = secrets.token_hex(8)  # status lines from a cell's own writes cannot match
-        command = (f"builtin source {path} </dev/null; "
+        # The cell's own stdout and stderr (see cell_output): what a process it starts writes
+        # after it ended is background output, never a later execution's.
+        command = (f"builtin source {path} </dev/null {output.redirections()}; "
                    f"builtin printf '{token} %d\\n' \"$?\" >&0\n").encode()
+        sent = False
         try:
             state.bash_pgid = self._proc.pid
-            if not self._send(command):
+            sent = self._send(command)
+            if not sent:
                 # bash ended between the check and the write, so it never read the cell.
                 self._replace("the bash session had ended")
                 state.bash_pgid = self._proc.pid
-                if not self._send(command):
+                sent = self._send(command)
+                if not sent:
                     raise BashUnavailable("the bash session could not start",
                                           BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
-            exit_code, why = self._wait_status(token)
+            exit_code, why = self._wait_status(token, output)
         finally:
             state.bash_pgid = None
             _remove(path)
+            if sent:
+                output.end()
+            else:
+                output.close()
         if exit_code is None:
             exit_code = self._reap(why)
         if state.interrupted:
@@ -295,19 +313,27 @@ class BashSession:
                 from None
         return path
 
-    def _wait_status(self, token: str) -> tuple[int | None, str]:
+    def _wait_status(self, token: str, output: CellOutput) -> tuple[int | None, str]:
         """The cell's exit status, or None and why when the session ended or had to be ended:
         it exited, was stopped by a signal, or did not stop after an interrupt. Looks at the
         session itself only when no status came for a while, so a quick cell pays nothing: a
-        background job can hold bash's end of the socket open after bash is gone."""
+        background job can hold bash's end of the socket open after bash is gone. Meanwhile
+        copies the cell's output through as it comes."""
         expected = token.encode()
         pending = b""
         fd = self._sock.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        for out_fd in output.fds:
+            poller.register(out_fd, select.POLLIN)
         interrupted_at = None
+        checked_at = time.monotonic()
         while True:
-            if poller.poll(_CHECK_INTERVAL_MS):
+            ready = [ready_fd for ready_fd, _ in poller.poll(_CHECK_INTERVAL_MS)]
+            for out_fd in output.fds:
+                if out_fd in ready and not output.forward(out_fd):
+                    poller.unregister(out_fd)  # every writer closed it: nothing more comes
+            if fd in ready:
                 try:
                     chunk = os.read(fd, 4096)
                 except OSError:
@@ -321,6 +347,10 @@ class BashSession:
                     if len(fields) == 2 and fields[0] == expected:
                         return int(fields[1]), ""
                 continue
+            # A cell writing without pause still gets its session looked at, as often.
+            if ready and time.monotonic() - checked_at < _CHECK_INTERVAL_MS / 1000:
+                continue
+            checked_at = time.monotonic()
             if self._proc.poll() is not None:
                 return None, ""
             if _stopped(self._proc.pid):

@@ -14,6 +14,7 @@ import os
 import socket
 import struct
 import termios
+import threading
 import time
 from typing import NoReturn
 
@@ -58,6 +59,9 @@ class Channel:
         except OSError:
             self._sock = None  # not a socket (a pipe, in a test): no descriptors can come
         self._claimed: int | None = None
+        # Frames are written whole: the relay thread's background frames (cell_output) and the
+        # main thread's never interleave.
+        self._write_lock = threading.Lock()
 
     def recv(self) -> dict | None:
         """The next message, or None when the server closed the stream."""
@@ -90,7 +94,8 @@ class Channel:
         frame = encode_frame(message)
         state.sending += 1
         try:
-            self._write_all(frame)
+            with self._write_lock:
+                self._write_all(frame)
             if wait_until_read:
                 self._wait_until_read()
         except OSError:
@@ -100,6 +105,18 @@ class Channel:
         if state.deferred_interrupt and state.sending == 0 and state.python_running:
             state.deferred_interrupt = False
             raise KeyboardInterrupt
+
+    def send_background(self, stream: str, text: str) -> None:
+        """Output of a process that outlived its cell (see cell_output): the server keeps it as
+        background output, never as an execution's. From the relay thread; not waited for."""
+        if os.getpid() != state.pid:
+            return
+        frame = encode_frame({"type": "background", "stream": stream, "text": text})
+        try:
+            with self._write_lock:
+                self._write_all(frame)
+        except OSError:
+            pass  # the server is gone: the main thread finds out and ends the driver
 
     def _read_exact(self, size: int) -> bytes | None:
         if self._sock is None:

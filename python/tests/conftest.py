@@ -112,6 +112,9 @@ class DriverProcess:
         child_sock.close()
         self.buffer = b""
         self.pending: list = []  # chunks and frames read but not yet claimed by an execution
+        # (stream, text) of `background` frames: kept apart whenever they come, as the server
+        # keeps them.
+        self.background: list = []
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.server_sock, selectors.EVENT_READ, "ctrl")
         self.selector.register(self.proc.stdout, selectors.EVENT_READ, "stdout")
@@ -154,7 +157,11 @@ class DriverProcess:
             if len(self.buffer) < 4 + size:
                 break
             body, self.buffer = self.buffer[4:4 + size], self.buffer[4 + size:]
-            frames.append(json.loads(body))
+            frame = json.loads(body)
+            if frame.get("type") == "background":
+                self.background.append((frame["stream"], frame["text"]))
+            else:
+                frames.append(frame)
         self.pending.extend(frames)
         return frames
 
@@ -196,6 +203,16 @@ class DriverProcess:
         exec_id = uuid.uuid4().hex
         self.send({"type": "execute", "id": exec_id, "code": code, "language": language})
         return exec_id
+
+    def background_text(self, stream: str = "stdout") -> str:
+        return "".join(text for name, text in self.background if name == stream)
+
+    def wait_for_background(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.background_text():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{text!r} never appeared in the background output")
+            self.pump(0.05)
 
     def wait_for_stdout(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -306,3 +323,45 @@ def shared(tmp_path_factory) -> DriverProcess:
     driver = _start_driver(tmp_path_factory.mktemp("shared"))
     yield driver
     _stop(driver)
+
+
+# -- Under CI, a test that cannot run fails ------------------------------------------------------
+# Kept the same in python/tests/conftest.py and sdk/python/tests/conftest.py (two suites on two
+# interpreters, with no module both can import).
+
+
+def _under_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _under_ci() and not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("under CI every test runs with a time limit: install pytest-timeout")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip (``pytest.skip``, a skip marker, a fixture that skips) is a failure under CI: a
+    layer that could not be tested must never pass as tested."""
+    outcome = yield
+    report = outcome.get_result()
+    if _under_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which fails instead: {_skip_reason(report)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at import (``pytest.importorskip``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if _under_ci() and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which fails instead: {_skip_reason(report)}"

@@ -4,7 +4,9 @@ The real-server counterpart, inside a jail, is crates/sandlot-cli/tests/hygiene.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import pytest
 
@@ -72,10 +74,9 @@ def test_processes_a_bash_cell_starts_see_only_stdio(shared, probe, python, cell
 
 def test_a_background_job_that_outlives_its_cell_sees_only_stdio(shared, probe, python):
     shared.run(f"(sleep 0.2; {python} {probe}) &", language="bash")
-    shared.wait_for_stdout("FDS")
-    seen = "".join(e[1] for e in shared.pending if isinstance(e, tuple) and e[0] == "stdout")
-    assert _fd_lines(seen) == ONLY_STDIO
-    shared.pending.clear()
+    shared.wait_for_background("FDS")
+    assert _fd_lines(shared.background_text()) == ONLY_STDIO
+    shared.background.clear()
 
 
 def test_whatever_else_the_bash_session_holds_is_close_on_exec(shared):
@@ -92,3 +93,50 @@ def test_whatever_else_the_bash_session_holds_is_close_on_exec(shared):
     for line in execution.stdout.splitlines():
         fd, flags = line.split()
         assert int(flags, 8) & 0o2000000, f"fd {fd} of the bash session is inherited by programs"
+
+
+# -- Output of processes that outlive their cell -----------------------------------------------
+
+
+def test_a_bash_job_that_outlives_its_cell_writes_into_no_later_execution(driver):
+    first = driver.run("( sleep 0.3; while true; do echo LEAK; echo LEAK-ERR >&2; sleep 0.05; "
+                       "done ) & echo started", language="bash")
+    assert (first.status, first.stdout) == ("ok", "started\n"), first.events
+    driver.wait_for_background("LEAK")
+    # The job writes all along; none of it is a later execution's, in either language.
+    for code, language, want in [("sleep 0.5; echo next", "bash", "next\n"),
+                                 ("import time\ntime.sleep(0.5)\nprint('py')", "python", "py\n"),
+                                 ("sleep 0.5; echo again", "bash", "again\n")]:
+        before = len(driver.background_text())
+        execution = driver.run(code, language=language)
+        assert (execution.status, execution.stdout, execution.stderr) == ("ok", want, ""), \
+            execution.events
+        driver.pump(0.2)
+        assert len(driver.background_text()) > before, "the job stopped writing"
+    assert set(driver.background_text().split()) == {"LEAK"}
+    assert set(driver.background_text("stderr").split()) == {"LEAK-ERR"}
+    driver.run("kill $(jobs -p)", language="bash")
+
+
+def test_all_a_bash_cell_writes_before_it_ends_is_its_own(driver):
+    execution = driver.run("head -c 300000 /dev/zero | tr '\\0' a; echo; echo err >&2; "
+                           "( echo sub; echo sub-err >&2 ) & wait", language="bash")
+    assert execution.status == "ok", execution.events
+    assert execution.stdout == "a" * 300000 + "\nsub\n"
+    assert execution.stderr == "err\nsub-err\n"
+    assert driver.background == []
+
+
+def test_bash_cells_leave_no_descriptors_behind(driver):
+    driver.run("echo warm", language="bash")
+    fds = len(os.listdir(f"/proc/{driver.proc.pid}/fd"))
+    for _ in range(20):
+        assert driver.run("echo x; echo y >&2", language="bash").stdout == "x\n"
+    assert len(os.listdir(f"/proc/{driver.proc.pid}/fd")) == fds
+    # A job that outlived its cell holds its cell's output until it ends, then that goes too.
+    driver.run("( sleep 0.5; echo late ) &", language="bash")
+    driver.wait_for_background("late")
+    deadline = time.monotonic() + 10
+    while len(os.listdir(f"/proc/{driver.proc.pid}/fd")) != fds + 2:  # + the relay's wake pipe
+        assert time.monotonic() < deadline, os.listdir(f"/proc/{driver.proc.pid}/fd")
+        time.sleep(0.05)

@@ -2701,6 +2701,33 @@ fn finding_kernel_information_in_proc_is_masked() {
             ),
         ],
     );
+    // A sandbox forked from a template's zygote goes through the same init: the same masks.
+    server
+        .post(
+            "/v1/templates",
+            &json!({"name": "proc-masks", "setup": "x = 1"}),
+        )
+        .expect(202);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while server.get("/v1/templates/proc-masks").expect(200)["status"] == "building" {
+        assert!(Instant::now() < deadline, "the template never built");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t = server.get("/v1/templates/proc-masks");
+    assert_eq!(t.expect(200)["status"], "ready", "{}", t.text);
+    let forked = server.create_sandbox_with(&json!({"template": "proc-masks"}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    rep.table(
+        &server,
+        &forked,
+        &[py(
+            "FINDING: a template's sandbox reads /proc/config.gz empty too",
+            "report(config=rd('/proc/config.gz'), kallsyms=rd('/proc/kallsyms'))",
+            json!({"config": masked_proc("config.gz"), "kallsyms": masked_proc("kallsyms")}),
+        )],
+    );
     rep.finish();
 }
 

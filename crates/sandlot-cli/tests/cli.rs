@@ -152,6 +152,7 @@ impl Serve {
             format!("Bearer {}", key.trim()).parse().unwrap(),
         );
         let client = reqwest::blocking::Client::builder()
+            .pool_idle_timeout(common::POOL_IDLE)
             .default_headers(headers)
             .build()
             .unwrap();

@@ -470,6 +470,7 @@ fn e2b_client_disconnect_interrupts() {
     let e = E2b::start();
     let (id, token, _) = e.create();
     let client = reqwest::blocking::Client::builder()
+        .pool_idle_timeout(common::POOL_IDLE)
         .timeout(std::time::Duration::from_millis(1500))
         .build()
         .unwrap();

@@ -497,9 +497,15 @@ fn webhooks_are_signed_retried_within_bounds_and_never_slow_executions() {
         .delete(&format!("/v1/webhooks/{}", ids["ok"]))
         .expect_error(404, "webhook_not_found");
     let before = ok.got().len();
+    let fail_before = fail.got().len();
     let sb = server.create_sandbox();
     server.execute(&sb, "1");
-    std::thread::sleep(Duration::from_secs(2));
+    // The webhook still registered got the event: it went out, so the deleted one's silence
+    // means something (a fixed sleep would pass on a machine too slow to deliver at all).
+    assert!(
+        common::wait_until(Duration::from_secs(60), || fail.got().len() > fail_before),
+        "the event never went out to the webhook that is still registered"
+    );
     assert_eq!(ok.got().len(), before, "a deleted webhook was called");
 }
 

@@ -1590,12 +1590,21 @@ fn every_other_way_out_of_a_sandbox_is_scanned_too() {
     );
     let b = r.expect(200).clone();
     check("the execution's result", &r.text);
-    std::thread::sleep(Duration::from_secs(2));
     check(
         "the execution history",
         &a.get(&format!("/v1/sandboxes/{id}/executions")).text,
     );
-    let bg = a.get(&format!("/v1/sandboxes/{id}/background"));
+    // Waits for the process's line itself: a check of a buffer it has not written to yet
+    // would pass whatever the redaction does.
+    let background = || a.get(&format!("/v1/sandboxes/{id}/background"));
+    assert!(
+        common::wait_until(Duration::from_secs(60), || background().body["entries"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())),
+        "the background process never wrote: {}",
+        background().text
+    );
+    let bg = background();
     assert_eq!(bg.status, 200, "{}", bg.text);
     check("background output", &bg.text);
     let _ = b;

@@ -187,15 +187,55 @@ fn output_between_executions_is_background_output_never_the_next_executions() {
     assert_eq!(stdout(ok(&tail)), "py\nsub\nraw");
     assert_eq!(tail["background_bytes"], 0, "{tail:#}");
 
-    // Output a background process writes while a later execution runs cannot be told apart
-    // from that execution's: it is that execution's (ARCHITECTURE.md says so).
+    // A Bash job that writes while a later execution runs: background output too, never that
+    // execution's.
     ok(&server.execute_bash(&id, "(sleep 0.5; echo during) &"));
     let during = server.execute(&id, "import time\ntime.sleep(1.5)\nprint('slept')");
-    assert_eq!(stdout(ok(&during)), "during\nslept\n", "{during:#}");
-    assert_eq!(
-        background(&server, &id, ""),
-        json!({"entries": [], "dropped_bytes": 0})
+    assert_eq!(stdout(ok(&during)), "slept\n", "{during:#}");
+    let out = wait_for_background(&server, &id, "during");
+    assert_eq!(background_text(&out, "stdout"), "during\n", "{out:#}");
+}
+
+/// The finding: `( while true; do echo LEAK; sleep 0.2; done ) &` in one Bash execution wrote
+/// into the stdout of every later one. Each Bash cell has its own stdout and stderr now; what a
+/// process it started writes after it ended is background output, whichever language the
+/// execution that runs meanwhile is in.
+#[test]
+fn a_bash_job_that_outlives_its_execution_writes_into_no_other() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let first = server.execute_bash(
+        &id,
+        "( sleep 0.3; while true; do echo LEAK; echo LEAK-ERR >&2; sleep 0.2; done ) & echo started",
     );
+    assert_eq!(stdout(ok(&first)), "started\n", "{first:#}");
+    wait_for_background(&server, &id, "LEAK");
+    for (lang, code, want) in [
+        ("bash", "sleep 1; echo next", "next\n"),
+        ("python", "import time\ntime.sleep(1)\nprint('py')", "py\n"),
+        ("bash", "sleep 1; echo again", "again\n"),
+    ] {
+        let before = background_text(&background(&server, &id, ""), "stdout").len();
+        let r = if lang == "bash" {
+            server.execute_bash(&id, code)
+        } else {
+            server.execute(&id, code)
+        };
+        assert_eq!((stdout(ok(&r)), stderr(&r)), (want, ""), "{lang}: {r:#}");
+        // The job kept writing all along (1 s, a line every 0.2 s): it went to the buffer.
+        let after = background_text(&background(&server, &id, ""), "stdout").len();
+        assert!(after > before, "{lang}: the job wrote nothing meanwhile");
+    }
+    let out = background(&server, &id, "");
+    let words = |stream| -> std::collections::BTreeSet<String> {
+        background_text(&out, stream)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(words("stdout"), ["LEAK".to_owned()].into(), "{out:#}");
+    assert_eq!(words("stderr"), ["LEAK-ERR".to_owned()].into(), "{out:#}");
+    ok(&server.execute_bash(&id, "kill $(jobs -p)"));
 }
 
 #[test]

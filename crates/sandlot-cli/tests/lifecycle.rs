@@ -495,6 +495,7 @@ fn creations_cut_short_by_their_client_leave_nothing_unlisted() {
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "0")]);
     let host = HostView::of(&server);
     let impatient = reqwest::blocking::Client::builder()
+        .pool_idle_timeout(common::POOL_IDLE)
         .default_headers(
             [(
                 reqwest::header::AUTHORIZATION,

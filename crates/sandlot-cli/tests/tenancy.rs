@@ -51,11 +51,7 @@ impl<'a> As<'a> {
         }
         As {
             server,
-            http: Client::builder()
-                .timeout(common::REQUEST_TIMEOUT)
-                .default_headers(h)
-                .build()
-                .unwrap(),
+            http: common::client_builder().default_headers(h).build().unwrap(),
         }
     }
 

@@ -34,6 +34,10 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/capture.py"),
     ),
     (
+        "python/sandlot_runtime/cell_output.py",
+        include_str!("../../../python/sandlot_runtime/cell_output.py"),
+    ),
+    (
         "python/sandlot_runtime/protocol.py",
         include_str!("../../../python/sandlot_runtime/protocol.py"),
     ),

@@ -5,6 +5,11 @@
 //! dropped first and counted) and served by `GET /v1/sandboxes/{id}/background`. Each
 //! execution's result says how many bytes are waiting (`background_bytes`).
 //!
+//! Output of a process that outlived its Bash cell never reaches the pipes at all: the driver
+//! gives each Bash cell its own stdout and stderr and relays what they carry after the cell
+//! ended as `background` frames ([`relayed`]), which land here even while another execution
+//! runs.
+//!
 //! The buffer belongs to the sandbox's processes: a restart in place starts an empty one (the
 //! processes that wrote the old one are gone with it).
 
@@ -127,6 +132,21 @@ impl Background {
     }
 }
 
+/// The stream and text of a `background` frame: output the driver relays from a process that
+/// outlived its Bash cell (`python/sandlot_runtime/cell_output.py`), which is background output
+/// whenever it arrives, even while an execution runs. `None` for any other frame.
+pub(crate) fn relayed(frame: &serde_json::Value) -> Option<(StreamName, &str)> {
+    if frame.get("type")?.as_str()? != "background" {
+        return None;
+    }
+    let stream = match frame.get("stream")?.as_str()? {
+        "stdout" => StreamName::Stdout,
+        "stderr" => StreamName::Stderr,
+        _ => return None,
+    };
+    Some((stream, frame.get("text")?.as_str()?))
+}
+
 impl Runtime {
     /// The sandbox's background output (see the module's doc); with `clear` the buffer is
     /// emptied. A sandbox whose processes are not running (stopped, failed, restarting) has
@@ -226,6 +246,20 @@ mod tests {
         let read = b.read(false);
         assert_eq!(read.entries.len(), MAX_ENTRIES);
         assert_eq!(read.dropped_bytes, 10);
+    }
+
+    #[test]
+    fn relayed_frames_are_told_from_every_other_frame() {
+        let frame = serde_json::json!({"type": "background", "stream": "stderr", "text": "late\n"});
+        assert_eq!(relayed(&frame), Some((StreamName::Stderr, "late\n")));
+        for other in [
+            serde_json::json!({"type": "done", "id": "x"}),
+            serde_json::json!({"type": "background", "stream": "stdin", "text": "x"}),
+            serde_json::json!({"type": "background", "stream": "stdout"}),
+            serde_json::json!({"type": "background", "stream": "stdout", "text": 1}),
+        ] {
+            assert_eq!(relayed(&other), None, "{other}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! shared codec (`sandlot_jail::frame`), whose size cap ends a sandbox that sends more. Killing a
 //! sandbox is in `teardown`.
 
-use crate::background::Background;
+use crate::background::{self, Background};
 use crate::error::{CreateFailure, FileError};
 use crate::util::{lock, Utf8Stream};
 use sandlot_jail::cgroup::Cgroup;
@@ -365,8 +365,10 @@ impl Router {
 /// Stream output belongs to the execution that claimed it ([`PumpLink::begin`]) up to its
 /// `done` frame (the pipes are drained once more just before that frame is delivered, so the
 /// cell's last writes are its own); output read at any other time goes to the background
-/// buffer. Output a background process writes while an execution runs cannot be told apart
-/// from the execution's and is the execution's.
+/// buffer, and so are `background` frames, whenever they come: output of processes that
+/// outlived their Bash cell, relayed by the driver. Output that a process a Python cell started
+/// writes into the pipes while a later execution runs cannot be told apart from that
+/// execution's and is the execution's.
 pub fn start_pump(
     ctrl: OwnedReadHalf,
     stdout: OwnedFd,
@@ -433,6 +435,10 @@ pub fn start_pump(
                     loop {
                         match frames.next_frame() {
                             Ok(Some(v)) => {
+                                if let Some((stream, text)) = background::relayed(&v) {
+                                    lock(&router.background).push(stream, text.as_bytes());
+                                    continue;
+                                }
                                 let ends = router.ends_owner(&v);
                                 if ends {
                                     // The cell's last writes may trail frames read in the same

@@ -172,3 +172,45 @@ def sandbox(sandlot_url: str):
 
     with Sandbox(url=sandlot_url, metadata={"test": "sdk"}) as sb:
         yield sb
+
+
+# -- Under CI, a test that cannot run fails ------------------------------------------------------
+# Kept the same in python/tests/conftest.py and sdk/python/tests/conftest.py (two suites on two
+# interpreters, with no module both can import).
+
+
+def _under_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _under_ci() and not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("under CI every test runs with a time limit: install pytest-timeout")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip (``pytest.skip``, a skip marker, a fixture that skips) is a failure under CI: a
+    layer that could not be tested must never pass as tested."""
+    outcome = yield
+    report = outcome.get_result()
+    if _under_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which fails instead: {_skip_reason(report)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at import (``pytest.importorskip``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if _under_ci() and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which fails instead: {_skip_reason(report)}"

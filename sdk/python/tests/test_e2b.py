@@ -88,10 +88,7 @@ def test_files_list_and_several_files(sbx):
         ]
     )
     assert sbx.files.read("/home/user/d/b.bin", format="bytes") == bytearray(b"\x00\x01")
-    try:
-        names = sorted(e.name for e in sbx.files.list("/home/user/d"))
-    except (e2b.SandboxException, e2b.InvalidArgumentException) as exc:  # the filesystem service
-        pytest.skip(f"files.list needs envd's filesystem service: {exc}")
+    names = sorted(e.name for e in sbx.files.list("/home/user/d"))
     assert names == ["a.txt", "b.bin"]
 
 

@@ -30,6 +30,7 @@ def _missing() -> str | None:
     return None
 
 
+@pytest.mark.timeout(900)  # the node script's own bound is 600 s
 def test_js_sdk_acceptance_script(sandlot_url: str):
     why = _missing()
     if why:

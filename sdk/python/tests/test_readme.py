@@ -130,6 +130,7 @@ def _bin() -> Path:
 
 
 @pytest.mark.live
+@pytest.mark.timeout(1200)  # every snippet of the tour, each bounded by TIMEOUT
 def test_every_tour_snippet_prints_what_the_readme_says(sandlot_url: str, local_key_home: Path, tmp_path: Path) -> None:
     if not _bin().exists():
         pytest.skip(f"needs the sandlot binary: {_bin()}")

@@ -30,6 +30,17 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Timeout of each HTTP request (the longest execution in the tests is well under it).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a test client keeps an idle connection for reuse: well under the server's own idle
+/// timeout (30 s, `serve.rs`), so a client never sends a request on a connection the server is
+/// closing at that moment (a test that waits 30 s between two requests otherwise races it).
+pub const POOL_IDLE: Duration = Duration::from_secs(10);
+
+/// A client builder with the tests' request timeout and [`POOL_IDLE`].
+pub fn client_builder() -> reqwest::blocking::ClientBuilder {
+    Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .pool_idle_timeout(POOL_IDLE)
+}
 
 const LISTENING_PREFIX: &str = "sandlot listening on ";
 
@@ -156,7 +167,7 @@ impl TestServer {
             .prefix("sandlot-test-logs-")
             .tempdir()
             .unwrap();
-        let client = Client::builder().timeout(REQUEST_TIMEOUT).build().unwrap();
+        let client = client_builder().build().unwrap();
         let mut server = TestServer {
             child: None,
             url: String::new(),
@@ -260,11 +271,7 @@ impl TestServer {
                 format!("Bearer {key}").parse().unwrap(),
             );
         }
-        Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .default_headers(headers)
-            .build()
-            .unwrap()
+        client_builder().default_headers(headers).build().unwrap()
     }
 
     /// `raw` (one or more HTTP/1.1 requests written by hand) with the bearer key added to each.
