@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 /// Runs the probe, prints the report; returns whether every required layer is available.
 pub fn doctor(json: bool) -> anyhow::Result<bool> {
     let mut checks = sandlot_jail::probe::probe();
-    checks.push(workspace_check(&Disk::detect(data_dir().as_deref())));
+    let dir = data_dir();
+    checks.push(workspace_check(&Disk::detect(dir.as_deref())));
+    if let Some(usage) = dir.and_then(|d| sandlot_workspace::image_usage(&d.join("disk"))) {
+        checks.push(image_check(&usage));
+    }
     let ready = ready(&checks);
     let mut out = std::io::stdout().lock();
     if json {
@@ -184,6 +188,32 @@ pub fn workspace_check(d: &Disk) -> Check {
         required: true,
         detail,
         fix,
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The Btrfs image's size and what it takes on the host disk, against what it holds: space a
+/// deleted workspace freed comes back to the host once the server shrinks the image (every 30
+/// s while it runs), so a large gap that stays says it cannot (see the server's log).
+pub fn image_check(u: &sandlot_workspace::ImageUsage) -> Check {
+    let held = match u.held_bytes {
+        Some(h) => format!("holding {}", gib(h)),
+        None => "not mounted (no server running)".into(),
+    };
+    Check {
+        name: "workspace image",
+        ok: true,
+        required: false,
+        detail: format!(
+            "{}: {} image, {} allocated on the host disk, {held}",
+            u.path.display(),
+            gib(u.size_bytes),
+            gib(u.allocated_bytes),
+        ),
+        fix: None,
     }
 }
 

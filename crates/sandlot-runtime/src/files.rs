@@ -24,11 +24,8 @@ use tokio::sync::mpsc;
 /// A byte stream of a file being uploaded.
 pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
-const RESOLVE_NO_XDEV: u64 = 0x01;
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_IN_ROOT: u64 = 0x10;
-const SAFE: u64 = RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_IN_ROOT;
+// The fd-relative primitives are shared with the workspace copies (`sandlot_workspace::fsat`).
+pub(crate) use sandlot_workspace::fsat::{fstat, openat2};
 
 /// Most entries a listing returns.
 pub const MAX_LIST: usize = 10_000;
@@ -62,46 +59,6 @@ pub fn normalize(path: &str) -> Result<Vec<String>, FileError> {
         }
     }
     Ok(parts)
-}
-
-pub(crate) fn openat2(
-    dir: RawFd,
-    path: impl AsRef<[u8]>,
-    flags: i32,
-    mode: u32,
-) -> Result<OwnedFd, nix::Error> {
-    let c = CString::new(path.as_ref()).map_err(|_| nix::Error::EINVAL)?;
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve: SAFE,
-    };
-    loop {
-        // SAFETY: `c` and `how` are valid for the duration of the call; the size matches.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                c.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel returned a new fd that we now own.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-        }
-        let e = nix::Error::last();
-        if e != nix::Error::EAGAIN && e != nix::Error::EINTR {
-            return Err(e);
-        }
-    }
 }
 
 /// What the kernel answered for `path`, as the file error a client sees.
@@ -165,16 +122,6 @@ pub fn workspace_fd(pid: i32) -> Result<OwnedFd, FileError> {
     Ok(unsafe { OwnedFd::from_raw_fd(ws) })
 }
 
-pub(crate) fn fstat(fd: RawFd) -> Result<libc::stat, nix::Error> {
-    // SAFETY: stat is plain old data; zeroed is valid; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and out-pointer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(nix::Error::last());
-    }
-    Ok(st)
-}
-
 pub(crate) fn kind_of(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFREG => "file",
@@ -188,20 +135,7 @@ pub(crate) fn kind_of(mode: u32) -> &'static str {
 /// host creates in a sandbox's tmpfs must belong to an id mapped in the sandbox's user
 /// namespace (the kernel refuses others with EOVERFLOW), and they should be the sandbox's anyway.
 pub(crate) fn as_sandbox<T>(uid: u32, f: impl FnOnce() -> T) -> T {
-    // SAFETY: setfsuid/setfsgid change only the calling thread's filesystem ids; they are
-    // restored below before the thread runs anything else.
-    let (old_uid, old_gid) = unsafe {
-        let g = libc::syscall(libc::SYS_setfsgid, uid);
-        let u = libc::syscall(libc::SYS_setfsuid, uid);
-        (u as u32, g as u32)
-    };
-    let out = f();
-    // SAFETY: as above, restoring the previous ids.
-    unsafe {
-        libc::syscall(libc::SYS_setfsuid, old_uid);
-        libc::syscall(libc::SYS_setfsgid, old_gid);
-    }
-    out
+    sandlot_workspace::fsat::as_fsuid(uid, uid, f)
 }
 
 /// Opens (creating as needed, owned by `uid`) the directory `parts` under the workspace.

@@ -235,8 +235,12 @@ fn proc_dir(tmp: &OwnedFd, uid: u32) -> Result<OwnedFd, FileError> {
                 return Ok(dir);
             }
             Err(e) if attempt == 0 && e != nix::Error::ENOENT => {
+                // As the sandbox's uid, like every change the host makes in its `/tmp`: root's
+                // CAP_FOWNER would otherwise override the sticky bit there.
                 // SAFETY: unlinkat of a name (not followed) in a directory fd we own.
-                unsafe { libc::unlinkat(tmp.as_raw_fd(), name.as_ptr(), 0) };
+                as_sandbox(uid, || unsafe {
+                    libc::unlinkat(tmp.as_raw_fd(), name.as_ptr(), 0)
+                });
             }
             Err(e) => return Err(map_errno(e, PROC_DIR)),
         }

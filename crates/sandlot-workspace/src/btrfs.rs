@@ -70,6 +70,10 @@ fn round_down_mib(bytes: u64) -> u64 {
     bytes / MIB * MIB
 }
 
+fn round_up_mib(bytes: u64) -> u64 {
+    bytes.div_ceil(MIB) * MIB
+}
+
 /// Creates `path` (and parents) if missing and makes it root-only. The mode is only written
 /// when it differs, so a filesystem that went read-only can still be opened (and inspected).
 fn private_dir(path: &Path) -> Result<()> {
@@ -422,6 +426,49 @@ impl Btrfs {
             from = size,
             to = size + step,
             "workspace image grown"
+        );
+        Ok(true)
+    }
+
+    /// Gives space back to the host: when the filesystem holds so little that the image could
+    /// lose a whole grow step and still keep its headroom plus one more step free, Btrfs moves
+    /// its chunks below the new end (`BTRFS_IOC_RESIZE`), the image is truncated there (its
+    /// blocks beyond return to the host) and the loop device told. The image stays fully
+    /// allocated, so a full host disk still cannot reach the workspaces; never below the
+    /// initial size. Returns whether it shrank. Sparse images give space back through
+    /// `discard=async` instead.
+    pub(crate) fn shrink_if_idle(&self) -> Result<bool> {
+        if !self.backed {
+            return Ok(false);
+        }
+        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let size = self.image_size()?;
+        let (total, free) = space::statvfs(&self.mnt)?;
+        let held = total.saturating_sub(free);
+        let image = &self.cfg.image;
+        let floor = round_down_mib(image.initial_bytes.min(self.max_bytes)).max(MIN_IMAGE);
+        let target = round_up_mib(held + image.headroom_bytes + image.grow_step_bytes).max(floor);
+        if size < target.saturating_add(image.grow_step_bytes.max(MIN_GROW)) {
+            return Ok(false);
+        }
+        if let Err(e) = ioc::resize_to(&self.fs, &self.mnt, target) {
+            // Chunks that do not fit below the new end (ENOSPC), a balance running: next time.
+            tracing::debug!(error = %e, "shrinking the workspace image: not now");
+            return Ok(false);
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&self.image)
+            .at("open", &self.image)?;
+        file.set_len(target).at("truncate (shrink)", &self.image)?;
+        loopdev::set_capacity(&self.loop_device)?;
+        tracing::info!(
+            image = %self.image.display(),
+            from = size,
+            to = target,
+            held,
+            "workspace image shrunk: space returned to the host"
         );
         Ok(true)
     }

@@ -385,3 +385,13 @@ pub(crate) fn resize_max(fs: &File, path: &Path) -> Result<()> {
     unsafe { ioc_resize(fs.as_raw_fd(), &*args) }.sys("BTRFS_IOC_RESIZE", path)?;
     Ok(())
 }
+
+/// Shrinks (or grows) the filesystem on its (single) device to `bytes`; Btrfs first moves the
+/// chunks that lie beyond into the room below (`ENOSPC` when they do not fit).
+pub(crate) fn resize_to(fs: &File, path: &Path, bytes: u64) -> Result<()> {
+    let mut args = zeroed::<VolArgs>();
+    put_name(&mut args.name, &bytes.to_string()).sys("BTRFS_IOC_RESIZE", path)?;
+    // SAFETY: `args` is a valid `btrfs_ioctl_vol_args` holding a size; `fs` is open.
+    unsafe { ioc_resize(fs.as_raw_fd(), &*args) }.sys("BTRFS_IOC_RESIZE", path)?;
+    Ok(())
+}

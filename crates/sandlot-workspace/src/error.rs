@@ -83,6 +83,10 @@ pub enum WorkspaceError {
     #[error("{path} is already a mount point of {found}, not of the workspace image")]
     MountConflict { path: PathBuf, found: String },
 
+    /// A copy or re-own would descend deeper than its limit.
+    #[error("{path} is nested deeper than {max} directories")]
+    TooDeep { path: PathBuf, max: usize },
+
     /// A system call or ioctl failed.
     #[error("{step} {path}: {source}")]
     Sys {
@@ -130,6 +134,7 @@ impl WorkspaceError {
             WorkspaceError::FilesystemFull { .. } => "filesystem reserve",
             WorkspaceError::MissingTool { tool, .. } | WorkspaceError::Tool { tool, .. } => tool,
             WorkspaceError::BackendUnavailable { .. } => "backend",
+            WorkspaceError::TooDeep { .. } => "walk",
             WorkspaceError::MountExisting { .. } | WorkspaceError::MountConflict { .. } => "mount",
             WorkspaceError::Sys { step, .. } | WorkspaceError::Io { step, .. } => step,
         }

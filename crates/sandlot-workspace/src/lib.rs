@@ -77,11 +77,18 @@
 //! workspace filesystem once its headroom is used, never as an I/O error; `create` is refused
 //! with [`WorkspaceError::HostSpaceLow`] below the host reserve and with
 //! [`WorkspaceError::FilesystemFull`] when Btrfs is below [`WorkspaceConfig::fs_reserve`] and
-//! cannot grow (tested on a tmpfs data dir filled to the last byte). The price: the filesystem
-//! is mounted `nodiscard`, so the image keeps the high-water mark of workspace usage (freed
-//! space is reused inside it, not returned to the host). [`ImageConfig::sparse`] trades that
-//! back (sparse image, `discard=async`) for the risk above; [`Health`] then reports how much the
-//! image could still need. LoopImage images are sparse (one image per workspace: an error stays
+//! cannot grow (tested on a tmpfs data dir filled to the last byte). The filesystem is mounted
+//! `nodiscard` (a discard would punch holes into the allocation); space comes back to the host
+//! by shrinking instead: every [`SWEEP_EVERY`] the maintenance thread checks whether the image
+//! is a grow step or more larger than what the filesystem holds plus its headroom plus one step
+//! (never below the initial size), and if so Btrfs moves its chunks below that size
+//! (`BTRFS_IOC_RESIZE`, milliseconds on a mostly empty filesystem), the image is truncated to
+//! it and the loop device told ([`Workspaces::shrink`]; tested: 1 GiB written and deleted
+//! leaves the image's allocated blocks where they started). [`ImageConfig::sparse`] trades the
+//! allocation away (sparse image, `discard=async`, the loop driver punches a hole for every
+//! freed extent) for the risk above; [`Health`] then reports how much the image could still
+//! need, and `sandlot doctor` shows the image's size and allocation against what it holds
+//! ([`image_usage`]). LoopImage images are sparse (one image per workspace: an error stays
 //! in that workspace), with the same reserve check.
 //!
 //! # The sandbox's view
@@ -95,7 +102,9 @@
 
 mod btrfs;
 mod btrfs_ioctl;
+mod copy;
 mod error;
+pub mod fsat;
 mod id;
 mod loop_image;
 mod loopdev;
@@ -109,6 +118,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use copy::MAX_DEPTH as MAX_COPY_DEPTH;
 pub use error::{Result, WorkspaceError};
 pub use id::{validate as validate_id, MAX_ID_LEN};
 pub use space::{Reserve, SpaceReport};
@@ -281,6 +291,39 @@ impl Health {
     }
 }
 
+/// The Btrfs workspace image of a data dir's `disk` directory, for `sandlot doctor`: how big it
+/// is, how much of the host disk it takes, and how much the filesystem in it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageUsage {
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    /// Bytes the image occupies on the host disk (its allocated blocks).
+    pub allocated_bytes: u64,
+    /// Bytes the workspace filesystem holds (size less free), when it is mounted.
+    pub held_bytes: Option<u64>,
+}
+
+/// Reads [`ImageUsage`] of the Btrfs image in `dir` (`<data-dir>/disk`) without mounting or
+/// changing anything; `None` when there is no image.
+pub fn image_usage(dir: &Path) -> Option<ImageUsage> {
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.join(btrfs::IMAGE_NAME);
+    let meta = std::fs::metadata(&path).ok()?;
+    let mnt = dir.join("mnt");
+    let held_bytes = match mounts::mount_at(&mnt) {
+        Ok(Some(m)) if m.fstype == "btrfs" => space::statvfs(&mnt)
+            .ok()
+            .map(|(total, free)| total.saturating_sub(free)),
+        _ => None,
+    };
+    Some(ImageUsage {
+        path,
+        size_bytes: meta.len(),
+        allocated_bytes: meta.blocks() * 512,
+        held_bytes,
+    })
+}
+
 enum Backend {
     Btrfs(btrfs::Btrfs),
     LoopImage(loop_image::LoopImages),
@@ -365,92 +408,26 @@ impl Workspaces {
 
     /// Gives every file of workspace `id` (the directory itself included) to `uid:gid`, so a
     /// copy made for another sandbox (a fork, a sandbox from a snapshot) shares no uid with
-    /// its source. Symlinks are re-owned, never followed. Call before any sandbox mounts it.
-    /// Returns how many entries were re-owned.
+    /// its source. The walk is fd-relative and never follows a symlink (`fsat`); call it before
+    /// any sandbox mounts the workspace. Returns how many entries were re-owned.
     pub fn reown(&self, id: &str, uid: u32, gid: u32) -> Result<u64> {
         id::validate(id)?;
-        let root = self.path(id)?;
-        let mut count = 0u64;
-        let mut stack = vec![root];
-        while let Some(path) = stack.pop() {
-            let io = |step: &'static str, path: &std::path::Path| {
-                let path = path.to_path_buf();
-                move |source| WorkspaceError::Io { step, path, source }
-            };
-            let meta = std::fs::symlink_metadata(&path).map_err(io("stat", &path))?;
-            std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).map_err(io("lchown", &path))?;
-            count += 1;
-            if meta.is_dir() {
-                for entry in std::fs::read_dir(&path).map_err(io("read_dir", &path))? {
-                    stack.push(entry.map_err(io("read_dir", &path))?.path());
-                }
-            }
-        }
-        Ok(count)
+        copy::reown_tree(&self.path(id)?, uid, gid)
     }
 
     /// Copies every file of workspace `src` into workspace `dst` (whose existing entries stay),
     /// owned by `uid:gid`: regular files as reflinks (copy-on-write clones sharing `src`'s
     /// extents, so the copy costs metadata only; a plain copy where the filesystem cannot
     /// clone), directories and symlinks recreated, modes kept without setuid and setgid.
-    /// Neither workspace may be reachable by a sandbox's code meanwhile: `src` is a snapshot
-    /// nobody mounts and `dst` belongs to a sandbox no client has yet. Returns the entries made.
+    /// `dst` may belong to a sandbox whose code is running (a pooled sandbox): both walks are
+    /// fd-relative, every name is resolved refusing symlinks, `..` and other mounts, and the
+    /// `dst` side runs with `uid:gid` as the filesystem ids, so a sandbox that swaps a directory
+    /// for a symlink meanwhile makes the copy fail and nothing outside `dst` change. Returns the
+    /// entries made.
     pub fn clone_files_into(&self, src: &str, dst: &str, uid: u32, gid: u32) -> Result<u64> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
         id::validate(src)?;
         id::validate(dst)?;
-        let (from, to) = (self.path(src)?, self.path(dst)?);
-        let io = |step: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| WorkspaceError::Io { step, path, source }
-        };
-        let mut count = 0u64;
-        let mut stack = vec![std::path::PathBuf::new()];
-        while let Some(rel) = stack.pop() {
-            let dir = from.join(&rel);
-            for entry in std::fs::read_dir(&dir).map_err(io("read_dir", &dir))? {
-                let entry = entry.map_err(io("read_dir", &dir))?;
-                let (s, d) = (entry.path(), to.join(rel.join(entry.file_name())));
-                let meta = std::fs::symlink_metadata(&s).map_err(io("stat", &s))?;
-                let mode = meta.mode() & 0o1777;
-                let kind = meta.file_type();
-                if kind.is_dir() {
-                    match std::fs::create_dir(&d) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(io("mkdir", &d)(e)),
-                    }
-                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
-                        .map_err(io("chmod", &d))?;
-                    stack.push(rel.join(entry.file_name()));
-                } else if kind.is_symlink() {
-                    let target = std::fs::read_link(&s).map_err(io("readlink", &s))?;
-                    std::os::unix::fs::symlink(&target, &d).map_err(io("symlink", &d))?;
-                } else if kind.is_file() {
-                    let input = std::fs::File::open(&s).map_err(io("open", &s))?;
-                    let output = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(mode)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(&d)
-                        .map_err(io("create", &d))?;
-                    if !ficlone(&output, &input) {
-                        let mut r = &input;
-                        let mut w = &output;
-                        std::io::copy(&mut r, &mut w).map_err(io("copy", &d))?;
-                    }
-                    output
-                        .set_permissions(std::fs::Permissions::from_mode(mode))
-                        .map_err(io("chmod", &d))?;
-                } else {
-                    continue; // sockets, FIFOs, devices: not carried
-                }
-                std::os::unix::fs::lchown(&d, Some(uid), Some(gid)).map_err(io("lchown", &d))?;
-                count += 1;
-            }
-        }
-        Ok(count)
+        copy::clone_tree(&self.path(src)?, &self.path(dst)?, uid, gid)
     }
 
     /// Changes the byte limit. Setting it below the current usage is allowed on Btrfs (further
@@ -572,8 +549,22 @@ impl Workspaces {
             Backend::Btrfs(b) => {
                 let grew = b.grow_if_needed()?;
                 b.sweep_qgroups();
+                if !grew {
+                    b.shrink_if_idle()?;
+                }
                 Ok(grew)
             }
+            Backend::LoopImage(_) => Ok(false),
+        }
+    }
+
+    /// Gives the Btrfs image's unused space back to the host now, if it holds a grow step or
+    /// more beyond what its content, its headroom and one more step need (the maintenance
+    /// thread does this every [`SWEEP_EVERY`]). Returns whether it shrank. Deleted
+    /// LoopImage workspaces take their whole image with them.
+    pub fn shrink(&self) -> Result<bool> {
+        match &*self.backend {
+            Backend::Btrfs(b) => b.shrink_if_idle(),
             Backend::LoopImage(_) => Ok(false),
         }
     }
@@ -640,6 +631,9 @@ impl Grower {
                     last_error = err;
                     if last_sweep.elapsed() >= SWEEP_EVERY {
                         b.sweep_qgroups();
+                        if let Err(e) = b.shrink_if_idle() {
+                            tracing::warn!("shrinking the workspace image: {e}");
+                        }
                         last_sweep = std::time::Instant::now();
                     }
                 }
@@ -729,12 +723,4 @@ fn choose_backend(cfg: &WorkspaceConfig) -> Result<BackendInfo> {
             }
         }
     }
-}
-
-/// Clones `src`'s whole content into `dst` (`FICLONE`); false when the filesystem cannot.
-fn ficlone(dst: &std::fs::File, src: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    const FICLONE: libc::c_ulong = 0x4004_9409;
-    // SAFETY: ioctl(FICLONE) with two fds we own; it reads no memory of ours.
-    unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE, src.as_raw_fd()) == 0 }
 }

@@ -402,6 +402,74 @@ fn the_image_grows_while_the_host_has_room() {
     });
 }
 
+/// A sandbox fills its quota and is deleted: the image grew for it, and gives the space back
+/// to the host (allocated blocks, as `du` counts them) once the maintenance shrinks it; it
+/// stays fully allocated and usable, and `image_usage` (doctor) says what it takes and holds.
+#[test]
+fn deleted_data_returns_to_the_host() {
+    bounded(T, || {
+        let mut fx = btrfs();
+        fx.cfg.image.initial_bytes = 256 * MIB;
+        fx.cfg.image.max_bytes = Some(1024 * MIB);
+        fx.cfg.image.grow_step_bytes = 128 * MIB;
+        let ws = fx.open();
+        let blocks = |ws: &Workspaces| ws.health().unwrap().image.unwrap().allocated_bytes;
+        let start = blocks(&ws);
+        let a = ws.create("big", OWNER, OWNER, 600 * MIB).unwrap();
+        // 512 MiB in, and past the quota: EDQUOT, as a sandbox filling its quota sees.
+        for i in 0..40 {
+            let r = fill_as(OWNER, OWNER, &a.path.join(format!("f{i}")), 16 * MIB);
+            syncfs(&a.path);
+            ws.maintain().unwrap();
+            if r.errno != 0 {
+                assert_eq!(r.errno, libc::EDQUOT, "after {} MiB: {r:?}", i * 16);
+                break;
+            }
+        }
+        let full = blocks(&ws);
+        assert!(
+            full >= start + 384 * MIB,
+            "the image did not grow: {start} -> {full}"
+        );
+        let usage = sandlot_workspace::image_usage(fx.dir()).unwrap();
+        assert_eq!(usage.allocated_bytes, full);
+        assert!(usage.held_bytes.unwrap() >= 512 * MIB, "{usage:?}");
+
+        ws.remove("big").unwrap();
+        // The cleaner drops the subvolume in the background; then the image shrinks.
+        let shrunk = wait_until(Duration::from_secs(30), || {
+            syncfs(ws.mount_point().unwrap());
+            ws.shrink().unwrap()
+        });
+        assert!(
+            shrunk,
+            "the image never shrank: {:?}",
+            ws.health().unwrap().image
+        );
+        let after = ws.health().unwrap().image.unwrap();
+        assert!(
+            after.allocated_bytes <= start + 128 * MIB,
+            "{start} at the start, {full} full, {} after the delete",
+            after.allocated_bytes
+        );
+        assert!(after.fully_backed, "{after:?}");
+        let usage = sandlot_workspace::image_usage(fx.dir()).unwrap();
+        assert_eq!(usage.allocated_bytes, after.allocated_bytes);
+        assert!(usage.held_bytes.unwrap() < 128 * MIB, "{usage:?}");
+        // Nothing more to give back, and the filesystem still takes a workspace's writes.
+        assert!(!ws.shrink().unwrap());
+        let b = ws.create("again", OWNER, OWNER, 200 * MIB).unwrap();
+        let r = fill_as(OWNER, OWNER, &b.path.join("f"), 100 * MIB);
+        assert_eq!(r.errno, 0, "{r:?}");
+        assert!(
+            ws.health().unwrap().ok(),
+            "{:?}",
+            ws.health().unwrap().problems
+        );
+        fx.finish(ws);
+    });
+}
+
 #[test]
 fn open_tree_gives_a_nosuid_nodev_detached_mount() {
     bounded(T, || {
