@@ -28,15 +28,18 @@
 
 mod build;
 mod error;
+mod jail;
 mod lock;
 mod pins;
 mod progress;
 mod python;
 mod relocate;
+mod seal;
 mod spec;
 
 pub use build::{ensure, PythonEnv, DESCRIPTION_FILE, MARKER_FILE};
 pub use error::EnvError;
+pub use jail::{BuildJail, BuildLimits, Isolation, BUILD_JAIL_ARG};
 pub use pins::{extra_group, DEFAULT_PACKAGES, EXTRA_GROUPS};
 pub use progress::Progress;
 pub use python::{find_base_python, BASE_PYTHON_VAR, DEFAULT_BASE_PYTHON, MIN_PYTHON};
