@@ -1,6 +1,6 @@
 //! Environment builds run jailed. A local PEP 503 index on loopback (in this test) serves
-//! wheels, built here, whose import, `.pth` file and interpreter start-up (the first one after
-//! the install is byte-compilation's, through a `sitecustomize`) each try to write a file in a
+//! wheels, built here, whose import, `.pth` file (in every interpreter of the build) and
+//! byte-compilation (a `.pth` hook that acts only in `compileall`'s interpreter) each try to write a file in a
 //! live server's data dir, read its `api-key`, connect to the server's port and to a listener
 //! this test owns, create a user namespace, and read `/proc/1/environ` and every process's
 //! environment (looking for a value only the server's environment holds). The build runs as
@@ -280,13 +280,19 @@ fn hostile_wheels_build_jailed_and_touch_nothing_on_the_host() {
                 ("evil_pth/__init__.py".into(), String::new()),
             ],
         ),
-        // sitecustomize runs at the start of the first interpreter after the install:
-        // byte-compilation's.
+        // A .pth hook that attacks only in byte-compilation's interpreter.
         (
             "evil-compile",
             "evil_compile",
             vec![
-                ("sitecustomize.py".into(), attack("compile")),
+                (
+                    "evil_compile_hook.py".into(),
+                    format!(
+                        "import sys\nif 'compileall' in getattr(sys, 'orig_argv', []):\n    exec(compile({:?}, 'attack', 'exec'))\n",
+                        attack("compile")
+                    ),
+                ),
+                ("evil_compile.pth".into(), "import evil_compile_hook\n".into()),
                 ("evil_compile/__init__.py".into(), String::new()),
             ],
         ),

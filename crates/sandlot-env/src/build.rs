@@ -258,7 +258,9 @@ fn inspect(root: &Path, hash: &str, runner: &Runner) -> Result<PythonEnv, EnvErr
             python::last_lines(&combined(&output), 5)
         )));
     }
-    let info: Inspection = serde_json::from_str(output.stdout.trim())
+    // The last line: a `.pth` file of the environment may have printed before it.
+    let last = output.stdout.lines().rev().find(|l| !l.trim().is_empty());
+    let info: Inspection = serde_json::from_str(last.unwrap_or_default())
         .map_err(|e| inspect_err(format!("unexpected output ({e})")))?;
     let same_root = match (fs::canonicalize(&info.prefix), fs::canonicalize(root)) {
         (Ok(a), Ok(b)) => a == b,

@@ -33,7 +33,9 @@ pub fn block_base(instance: &str) -> u32 {
 
 /// The host uids environment builds of the server with this data dir run as.
 pub fn builder_uids(data_dir: &std::path::Path) -> std::ops::RangeInclusive<u32> {
-    let base = block_base(&crate::util::short_hash(data_dir.to_string_lossy().as_bytes()));
+    let base = block_base(&crate::util::short_hash(
+        data_dir.to_string_lossy().as_bytes(),
+    ));
     base + BUILDER_FIRST..=base + BUILDER_LAST
 }
 
@@ -83,4 +85,3 @@ impl Slots {
         uid > self.base && uid < self.base + 65535 && !self.zygotes.contains(&uid)
     }
 }
-
