@@ -19,6 +19,9 @@
 //! ```
 //!
 //! Everything is world-readable (children run with umask 022): sandboxes run as other uids.
+//! A root caller's build runs every child jailed as a throw-away uid (`jail`: only the download
+//! step has a network, through the egress proxy to the package index), and the finished tree
+//! is handed to root and made read-only, fd-relative (`seal`), before anything imports it.
 //! A built environment is relocatable and names nothing of the path it was built at: sandboxes
 //! see it at [`SANDBOX_ROOT`] (see `relocate`).
 //!
