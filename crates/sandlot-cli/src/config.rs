@@ -34,6 +34,9 @@ pub const PAUSED_RETENTION_DAYS: &str = "SANDLOT_PAUSED_RETENTION_DAYS";
 pub const LOG: &str = "SANDLOT_LOG";
 /// The Python the environment is built from; read by `sandlot-env` (which owns the name).
 pub const PYTHON: &str = sandlot_env::BASE_PYTHON_VAR;
+/// The package index environment builds download from (the only host their network
+/// reaches); read by the runtime's and `sandlot env`'s builds.
+pub const PIP_INDEX_URL: &str = "SANDLOT_PIP_INDEX_URL";
 /// Path of the jail library (`libsandlot_jail.so`) the zygote loads; read by
 /// `sandlot-runtime`, which looks next to the executable when it is unset.
 pub const JAIL_LIB: &str = "SANDLOT_JAIL_LIB";
@@ -125,6 +128,11 @@ pub const VARS: &[Var] = &[
         help: "base Python the sandbox environment is built from",
     },
     Var {
+        name: PIP_INDEX_URL,
+        default: "pip's own default index (and its file host)",
+        help: "package index environment builds download from, e.g. http://127.0.0.1:8080/simple; the build's network reaches only its host and port",
+    },
+    Var {
         name: JAIL_LIB,
         default: "next to the sandlot executable",
         help: "path of libsandlot_jail.so, which the zygote loads",
@@ -170,7 +178,7 @@ pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
 pub const WEBHOOK_ALLOW_PRIVATE: &str = "SANDLOT_WEBHOOK_ALLOW_PRIVATE";
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
-pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, JAIL_LIB, LOG];
+pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, PIP_INDEX_URL, JAIL_LIB, LOG];
 /// The variables only `serve` reads.
 pub const SERVE_VARS: &[&str] = &[
     LISTEN,
@@ -188,7 +196,15 @@ pub const SERVE_VARS: &[&str] = &[
     WEBHOOK_ALLOW_PRIVATE,
 ];
 /// The variables `sandlot env` reads.
-pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, LOG];
+pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, PIP_INDEX_URL, LOG];
+
+/// [`PIP_INDEX_URL`], when set and not empty.
+pub fn pip_index_url() -> Option<String> {
+    std::env::var(PIP_INDEX_URL)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
 
 /// The "Environment:" section of a command's help, for the variables it reads.
 pub fn env_help(names: &[&str]) -> String {

@@ -320,6 +320,10 @@ fn main() -> ExitCode {
         eprintln!("sandlot: {err:#}");
         return ExitCode::from(sandlot_jail::exit::JAIL_FAILED);
     }
+    // Environment builds re-execute it the same way to run each step jailed.
+    if argv.get(1).map(String::as_str) == Some(sandlot_env::BUILD_JAIL_ARG) {
+        return ExitCode::from(sandlot_jail::build::main());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
@@ -361,12 +365,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<u8> {
 
 fn env(args: EnvArgs) -> anyhow::Result<u8> {
     init_logging(config::DEFAULT_CLI_LOG);
-    // An explicit env dir needs no data dir (nor HOME to find one).
-    let env_dir = match args.env_dir {
-        Some(dir) => dir,
-        None => Dirs::resolve(args.data_dir, None)?.env_dir,
+    // An explicit env dir needs no data dir (nor HOME to find one): its builds then run as
+    // uids named after the env dir.
+    let (env_dir, data_dir) = match (args.env_dir, args.data_dir) {
+        (Some(env), Some(data)) => (env, data),
+        (Some(env), None) => (env.clone(), env),
+        (None, data) => {
+            let dirs = Dirs::resolve(data, None)?;
+            (dirs.env_dir, dirs.data_dir)
+        }
     };
-    provision::env(&env_dir, &args.extras, args.print_python)
+    provision::env(&env_dir, &data_dir, &args.extras, args.print_python)
 }
 
 fn snapshots_command(cmd: SnapshotsCommand) -> anyhow::Result<u8> {

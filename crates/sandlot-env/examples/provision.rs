@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
-    match ensure(&envs_dir, &spec, progress) {
+    match ensure(&envs_dir, &spec, progress, &sandlot_env::Isolation::None) {
         Ok(env) => {
             println!(
                 "{}",

@@ -2,21 +2,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::RawFd;
+use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::EnvError;
+use crate::jail::{Access, IndexAccess, Isolation, Runner, Step, StepOutput};
 use crate::lock::FileLock;
 use crate::progress::{parse_pip_line, plural, PipEvent, Progress, Reporter, Stage, STAGES};
 use crate::python::{self, BaseInfo};
 use crate::relocate::{self, SANDBOX_ROOT};
+use crate::seal;
 use crate::spec::{self, EnvSpec};
 
 /// The marker a finished environment has; written last.
@@ -114,7 +113,15 @@ enum NotReady {
 /// an exclusive flock on `envs_dir/<hash>.lock` (a concurrent caller waits, then sees the finished
 /// env), wipes any half-built directory, and builds: create venv, install packages, verify
 /// (import each one), write `sandlot-env.json` and then the `.sandlot-ready` marker.
-pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<PythonEnv, EnvError> {
+///
+/// `isolation` says where every child process of the build (and the fast path's interpreter)
+/// runs: in the build jail, as a throw-away uid, for a root caller (see `jail`).
+pub fn ensure(
+    envs_dir: &Path,
+    spec: &EnvSpec,
+    progress: Progress,
+    isolation: &Isolation,
+) -> Result<PythonEnv, EnvError> {
     spec.validate()?;
     // Children run in other directories, and the paths handed back must stay valid.
     let envs_dir = &std::path::absolute(envs_dir).map_err(|source| EnvError::ResolveDir {
@@ -124,7 +131,8 @@ pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<Pyt
     let base = python::probe_base(&spec.base_python)?;
     let hash = spec::hash_parts(&base.identity(), &spec.packages);
     let root = envs_dir.join(&hash);
-    match ready_env(&root, &hash) {
+    let mut runner = Runner::new(isolation, &base.executable)?;
+    match ready_env(&root, &hash, &runner) {
         Ok(env) => return Ok(env),
         Err(NotReady::Unavailable(e)) => return Err(e),
         Err(NotReady::Missing | NotReady::Broken(_)) => {}
@@ -140,7 +148,7 @@ pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<Pyt
             lock_path.display()
         ));
     })?;
-    match ready_env(&root, &hash) {
+    match ready_env(&root, &hash, &runner) {
         Ok(env) => {
             reporter.clear();
             return Ok(env);
@@ -155,6 +163,7 @@ pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<Pyt
         Err(NotReady::Missing) => {}
     }
     python::check_venv(&spec.base_python)?;
+    runner.hold_lock(lock.raw_fd());
 
     let build = Build {
         envs_dir,
@@ -162,7 +171,7 @@ pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<Pyt
         hash: &hash,
         spec,
         base: &base,
-        lock_fd: lock.raw_fd(),
+        runner: &runner,
     };
     match build.run(&mut reporter) {
         Ok(env) => {
@@ -176,8 +185,9 @@ pub fn ensure(envs_dir: &Path, spec: &EnvSpec, progress: Progress) -> Result<Pyt
     }
 }
 
-/// The fast path: the marker matches and the venv's python runs.
-fn ready_env(root: &Path, hash: &str) -> Result<PythonEnv, NotReady> {
+/// The fast path: the marker matches and the venv's python runs (jailed: it runs whatever
+/// `.pth` files the environment holds).
+fn ready_env(root: &Path, hash: &str, runner: &Runner) -> Result<PythonEnv, NotReady> {
     let marker_path = root.join(MARKER_FILE);
     let bytes = match fs::read(&marker_path) {
         Ok(bytes) => bytes,
@@ -197,7 +207,7 @@ fn ready_env(root: &Path, hash: &str) -> Result<PythonEnv, NotReady> {
             marker.spec_hash, marker.format
         )));
     }
-    inspect(root, hash).map_err(|e| match e {
+    inspect(root, hash, runner).map_err(|e| match e {
         // The interpreter could not be started for a reason that says nothing about the env
         // (out of processes or memory under load): do not wipe an env sandboxes may be using.
         EnvError::InspectSpawn { ref source, .. }
@@ -213,28 +223,44 @@ fn ready_env(root: &Path, hash: &str) -> Result<PythonEnv, NotReady> {
 }
 
 /// Asks the venv's python where it is.
-fn inspect(root: &Path, hash: &str) -> Result<PythonEnv, EnvError> {
+fn inspect(root: &Path, hash: &str, runner: &Runner) -> Result<PythonEnv, EnvError> {
     let python = root.join("bin").join("python");
     let inspect_err = |detail: String| EnvError::Inspect {
         python: python.clone(),
         detail,
     };
-    let output = python::command(&python)
-        .args(["-I", "-c", python::INSPECT_SCRIPT])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| EnvError::InspectSpawn {
-            python: python.clone(),
-            source,
+    let step = Step {
+        argv: vec![
+            python.display().to_string(),
+            "-I".into(),
+            "-c".into(),
+            python::INSPECT_SCRIPT.into(),
+        ],
+        env: Vec::new(),
+        cwd: root,
+        root,
+        access: Access::ReadOnly,
+        network: None,
+    };
+    let output = runner
+        .run(&step, QUIET_TICK, &mut |_| {})
+        .map_err(|e| match e {
+            EnvError::Spawn { source, .. } => EnvError::InspectSpawn {
+                python: python.clone(),
+                source,
+            },
+            other => other,
         })?;
     if !output.status.success() {
         return Err(inspect_err(format!(
             "{}: {}",
             output.status,
-            python::last_lines(&python::combined(&output), 5)
+            python::last_lines(&combined(&output), 5)
         )));
     }
-    let info: Inspection = serde_json::from_slice(&output.stdout)
+    // The last line: a `.pth` file of the environment may have printed before it.
+    let last = output.stdout.lines().rev().find(|l| !l.trim().is_empty());
+    let info: Inspection = serde_json::from_str(last.unwrap_or_default())
         .map_err(|e| inspect_err(format!("unexpected output ({e})")))?;
     let same_root = match (fs::canonicalize(&info.prefix), fs::canonicalize(root)) {
         (Ok(a), Ok(b)) => a == b,
@@ -276,8 +302,8 @@ struct Build<'a> {
     hash: &'a str,
     spec: &'a EnvSpec,
     base: &'a BaseInfo,
-    /// Passed to the children (see [`python::hold_lock_in_child`]).
-    lock_fd: RawFd,
+    /// Where its children run.
+    runner: &'a Runner,
 }
 
 impl Build<'_> {
@@ -286,20 +312,26 @@ impl Build<'_> {
         let created_at = now_rfc3339();
         let mut log = BuildLog::open(&self.envs_dir.join(format!("{}.log", self.hash)))?;
         log.line(&format!(
-            "=== build {} started {created_at} (pid {}) base {} packages {}",
+            "=== build {} started {created_at} (pid {}) base {} packages {}{}",
             self.hash,
             std::process::id(),
             self.base.identity(),
-            self.spec.packages.join(" ")
+            self.spec.packages.join(" "),
+            match self.runner.build_uid() {
+                Some(uid) => format!(" jailed as uid {uid}"),
+                None => String::new(),
+            }
         ));
 
         if fs::symlink_metadata(self.root).is_ok() {
             log.line(&format!("removing half-built {}", self.root.display()));
+            // std's remove_dir_all never follows a symlink a build may have planted.
             fs::remove_dir_all(self.root).map_err(|source| EnvError::RemoveStale {
                 path: self.root.to_path_buf(),
                 source,
             })?;
         }
+        self.make_root()?;
 
         enter(
             reporter,
@@ -317,6 +349,13 @@ impl Build<'_> {
         );
         self.install(&mut log, reporter)?;
         self.relocate(&mut log)?;
+        if let Some(uid) = self.runner.build_uid() {
+            let sealed = seal::seal(self.root, uid)?;
+            log.line(&format!(
+                "sealed: {} entries handed to root, read-only; removed {:?}",
+                sealed.entries, sealed.removed
+            ));
+        }
 
         enter(
             reporter,
@@ -330,7 +369,7 @@ impl Build<'_> {
         let versions = self.verify(&mut log)?;
 
         enter(reporter, &mut log, Stage::Marker, MARKER_FILE);
-        let env = inspect(self.root, self.hash)?;
+        let env = inspect(self.root, self.hash, self.runner)?;
         let build_seconds = started.elapsed().as_secs_f64();
         let inside = |p: &Path| p.strip_prefix(&env.root).unwrap_or(p).to_path_buf();
         let (python_rel, site_rel) = (inside(&env.python), inside(&env.site_packages));
@@ -377,112 +416,183 @@ impl Build<'_> {
         Ok(env)
     }
 
-    /// Runs `cmd` holding the build lock, with its command line and output in the build log;
-    /// returns the command as logged, its output, and the output as text.
+    /// Makes the (empty) environment root: owned by the build's uid when jailed, the one
+    /// directory its steps may write.
+    fn make_root(&self) -> Result<(), EnvError> {
+        let err = |source| EnvError::CreateDir {
+            path: self.root.to_path_buf(),
+            source,
+        };
+        fs::create_dir(self.root).map_err(err)?;
+        fs::set_permissions(self.root, fs::Permissions::from_mode(0o755)).map_err(err)?;
+        if let Some(uid) = self.runner.build_uid() {
+            std::os::unix::fs::lchown(self.root, Some(uid), Some(uid)).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn python(&self) -> String {
+        self.root.join("bin").join("python").display().to_string()
+    }
+
+    /// A step on the environment, without network.
+    fn step(&self, argv: Vec<String>, access: Access) -> Step<'_> {
+        Step {
+            argv,
+            env: Vec::new(),
+            cwd: self.root,
+            root: self.root,
+            access,
+            network: None,
+        }
+    }
+
+    /// Runs `step` with its command line and output in the build log; returns the command
+    /// as logged and its output.
     fn run_logged(
         &self,
-        cmd: &mut std::process::Command,
+        step: &Step<'_>,
         log: &mut BuildLog,
-    ) -> Result<(String, std::process::Output, String), EnvError> {
-        python::hold_lock_in_child(cmd, self.lock_fd);
-        let command = python::describe(cmd);
+    ) -> Result<(String, StepOutput), EnvError> {
+        let command = describe(&step.argv);
         log.line(&format!("$ {command}"));
-        let output = cmd.output().map_err(|source| EnvError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-        let text = python::combined(&output);
-        log.text(&text);
-        Ok((command, output, text))
+        let output = self.runner.run(step, QUIET_TICK, &mut |_| {})?;
+        log.text(&combined(&output));
+        Ok((command, output))
     }
 
     fn create_venv(&self, log: &mut BuildLog) -> Result<(), EnvError> {
-        let mut cmd = python::command(&self.spec.base_python);
-        cmd.arg("-m")
-            .arg("venv")
-            .arg(self.root)
-            .current_dir(self.envs_dir)
-            .stdin(Stdio::null());
-        let (command, output, text) = self.run_logged(&mut cmd, log)?;
+        let argv = vec![
+            self.spec.base_python.display().to_string(),
+            "-m".into(),
+            "venv".into(),
+            self.root.display().to_string(),
+        ];
+        let (command, output) = self.run_logged(&self.step(argv, Access::ReadWrite), log)?;
         if !output.status.success() {
             return Err(EnvError::CreateVenv {
                 command,
                 status: output.status.to_string(),
-                output: python::last_lines(&text, TAIL_LINES),
+                output: python::last_lines(&combined(&output), TAIL_LINES),
             });
         }
         Ok(())
     }
 
+    /// The index the download step may reach: the configured one, or pip's own default (asked
+    /// of the fresh venv's pip, which no package has touched yet).
+    fn index(&self, log: &mut BuildLog) -> Result<IndexAccess, EnvError> {
+        let (simple_url, file_host) = match self.runner.configured_index() {
+            Some(_) => (String::new(), String::new()),
+            None => {
+                let argv = vec![
+                    self.python(),
+                    "-I".into(),
+                    "-c".into(),
+                    python::DEFAULT_INDEX_SCRIPT.into(),
+                ];
+                let (_, output) = self.run_logged(&self.step(argv, Access::ReadOnly), log)?;
+                let line = output.stdout.lines().last().unwrap_or_default().to_string();
+                match line.split_once('\t') {
+                    Some((url, host)) if output.status.success() => {
+                        (url.to_string(), host.to_string())
+                    }
+                    _ => {
+                        return Err(EnvError::DefaultIndex {
+                            detail: python::last_lines(&combined(&output), 5),
+                        })
+                    }
+                }
+            }
+        };
+        IndexAccess::new(self.runner.configured_index(), &simple_url, &file_host)
+    }
+
+    /// Installs the packages. Jailed, in two steps: `pip download` (the only step with a
+    /// network: the proxy to the index) into a wheel directory in the environment, then
+    /// `pip install --no-index` from it with no network at all. As the caller, one
+    /// `pip install`.
     fn install(&self, log: &mut BuildLog, reporter: &mut Reporter) -> Result<(), EnvError> {
-        let mut cmd = python::command(self.root.join("bin").join("python"));
-        cmd.args([
-            "-m",
-            "pip",
-            "install",
+        let common = [
             "--no-input",
             "--disable-pip-version-check",
             "--only-binary",
             ":all:",
             "--progress-bar",
             "off",
-            // Compiled after relocating, with the paths sandboxes see (`relocate` below).
-            "--no-compile",
-        ])
-        .args(&self.spec.packages)
-        .env("PYTHONUNBUFFERED", "1")
-        .current_dir(self.root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        python::hold_lock_in_child(&mut cmd, self.lock_fd);
-        let command = python::describe(&cmd);
-        log.line(&format!("$ {command}"));
-        let spawn_err = |source| EnvError::Spawn {
-            command: command.clone(),
-            source,
+        ];
+        let pip = |args: &[&str]| -> Vec<String> {
+            let mut argv = vec![self.python(), "-m".into(), "pip".into()];
+            argv.extend(args.iter().map(|a| a.to_string()));
+            argv.extend(common.iter().map(|a| a.to_string()));
+            argv
         };
-        let installs = InstallCounter::start(self.root);
-        let mut child = cmd.spawn().map_err(spawn_err)?;
-
-        let (tx, rx) = mpsc::channel::<String>();
-        let readers: Vec<_> = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|stream| {
-            let tx = tx.clone();
-            std::thread::spawn(move || forward_lines(stream, &tx))
+        if !self.runner.is_jailed() {
+            // Compiled after relocating, with the paths sandboxes see (`relocate` below).
+            let mut argv = pip(&["install", "--no-compile"]);
+            argv.extend(self.spec.packages.iter().cloned());
+            return self.pip_step(&self.step(argv, Access::ReadWrite), log, reporter);
+        }
+        let index = self.index(log)?;
+        let wheels = self.root.join(WHEELS_DIR).display().to_string();
+        let mut download = pip(&["download", "--dest", &wheels]);
+        download.extend(self.spec.packages.iter().cloned());
+        let mut step = self.step(download, Access::ReadWrite);
+        step.network = Some(&index);
+        log.line(&format!(
+            "network: only {} through the egress proxy",
+            index
+                .allowed
+                .iter()
+                .map(|(h, p)| format!("{h}:{p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        self.pip_step(&step, log, reporter)?;
+        let mut install = pip(&[
+            "install",
+            "--no-index",
+            "--find-links",
+            &wheels,
+            "--no-compile",
+        ]);
+        install.extend(self.spec.packages.iter().cloned());
+        self.pip_step(&self.step(install, Access::ReadWrite), log, reporter)?;
+        // The step's processes are gone (its cgroup is empty), and std's remove_dir_all never
+        // follows a symlink.
+        let wheels = self.root.join(WHEELS_DIR);
+        fs::remove_dir_all(&wheels).map_err(|source| EnvError::RemoveStale {
+            path: wheels,
+            source,
         })
-        .collect();
-        drop(tx);
+    }
 
+    /// Runs a pip step, its lines to the progress bar and the log, the installed count polled
+    /// while pip prints nothing.
+    fn pip_step(
+        &self,
+        step: &Step<'_>,
+        log: &mut BuildLog,
+        reporter: &mut Reporter,
+    ) -> Result<(), EnvError> {
+        let command = describe(&step.argv);
+        log.line(&format!("$ {command}"));
+        let installs = InstallCounter::start(self.root);
         let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
         let mut errors: Vec<String> = Vec::new();
         let mut not_found: Option<String> = None;
-        // pip prints nothing while it installs package after package: count their dist-infos.
-        loop {
-            let line = match rx.recv_timeout(INSTALL_POLL) {
-                Ok(line) => line,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if reporter.installing() {
-                        reporter.install_progress(installs.count());
-                    }
-                    continue;
+        let output = self.runner.run(step, INSTALL_POLL, &mut |line| {
+            let Some(line) = line else {
+                // pip prints nothing while it installs package after package: count their
+                // dist-infos.
+                if reporter.installing() {
+                    reporter.install_progress(installs.count());
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                return;
             };
-            log.line(&line);
-            reporter.pip_line(&line);
-            if let Some(PipEvent::Error { message }) = parse_pip_line(&line) {
+            log.line(line);
+            reporter.pip_line(line);
+            if let Some(PipEvent::Error { message }) = parse_pip_line(line) {
                 if let Some(req) = message.strip_prefix("No matching distribution found for ") {
                     not_found.get_or_insert_with(|| req.trim().to_string());
                 }
@@ -492,14 +602,10 @@ impl Build<'_> {
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();
                 }
-                tail.push_back(line);
+                tail.push_back(line.to_string());
             }
-        }
-        for reader in readers {
-            let _ = reader.join();
-        }
-        let status = child.wait().map_err(spawn_err)?;
-        if status.success() {
+        })?;
+        if output.status.success() {
             return Ok(());
         }
         if let Some(package) = not_found {
@@ -513,7 +619,7 @@ impl Build<'_> {
         }
         Err(EnvError::PipFailed {
             command,
-            status: status.to_string(),
+            status: output.status.to_string(),
             tail: Vec::from(tail).join("\n"),
         })
     }
@@ -522,20 +628,24 @@ impl Build<'_> {
     /// sandboxes cannot write (they see the environment read-only): with source paths under
     /// [`SANDBOX_ROOT`], where sandboxes see it, so no `.pyc` names the build path. A file that
     /// does not compile (pip's own `--compile` skips those the same way) runs from source.
+    ///
+    /// `relocate` runs here as the caller on a tree the install wrote; nothing of the build
+    /// runs any more (its cgroup is empty), and it never follows a symlink.
     fn relocate(&self, log: &mut BuildLog) -> Result<(), EnvError> {
         let done = relocate::relocate(self.root)?;
         log.line(&format!(
             "relocatable: {} console scripts rewritten; removed {:?}; still naming the build path: {:?}",
             done.scripts, done.removed, done.left
         ));
-        let python = self.root.join("bin").join("python");
-        let mut cmd = python::command(&python);
-        cmd.args(["-m", "compileall", "-q", "-f", "-j", "0", "-d"])
-            .arg(Path::new(SANDBOX_ROOT).join("lib"))
-            .arg(self.root.join("lib"))
-            .current_dir(self.root)
-            .stdin(Stdio::null());
-        let (_, output, _) = self.run_logged(&mut cmd, log)?;
+        let mut argv = vec![self.python()];
+        argv.extend(
+            ["-m", "compileall", "-q", "-f", "-j", "0", "-d"]
+                .iter()
+                .map(|a| a.to_string()),
+        );
+        argv.push(Path::new(SANDBOX_ROOT).join("lib").display().to_string());
+        argv.push(self.root.join("lib").display().to_string());
+        let (_, output) = self.run_logged(&self.step(argv, Access::ReadWrite), log)?;
         if !output.status.success() {
             log.line(&format!(
                 "compileall: {}: the files above run from source",
@@ -545,15 +655,18 @@ impl Build<'_> {
         Ok(())
     }
 
+    /// Imports every requested package, jailed on the sealed (read-only) environment.
     fn verify(&self, log: &mut BuildLog) -> Result<BTreeMap<String, String>, EnvError> {
         let python = self.root.join("bin").join("python");
-        let mut cmd = python::command(&python);
-        cmd.args(["-I", "-c", python::VERIFY_SCRIPT])
-            .args(&self.spec.packages)
-            .env("MPLBACKEND", "Agg")
-            .current_dir(self.root)
-            .stdin(Stdio::null());
-        python::hold_lock_in_child(&mut cmd, self.lock_fd);
+        let mut argv = vec![
+            self.python(),
+            "-I".into(),
+            "-c".into(),
+            python::VERIFY_SCRIPT.into(),
+        ];
+        argv.extend(self.spec.packages.iter().cloned());
+        let mut step = self.step(argv, Access::ReadOnly);
+        step.env.push(("MPLBACKEND".into(), "Agg".into()));
         log.line(&format!(
             "$ {python} -I -c <verify> {}",
             self.spec.packages.join(" "),
@@ -563,13 +676,14 @@ impl Build<'_> {
             python: python.clone(),
             detail,
         };
-        let output = cmd
-            .output()
+        let output = self
+            .runner
+            .run(&step, QUIET_TICK, &mut |_| {})
             .map_err(|e| verify_err(format!("cannot run it: {e}")))?;
-        let text = python::combined(&output);
+        let text = combined(&output);
         log.text(&text);
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let report = stdout
+        let report = output
+            .stdout
             .lines()
             .rev()
             .find_map(|l| l.strip_prefix(python::VERIFY_SENTINEL))
@@ -588,6 +702,37 @@ impl Build<'_> {
             ))),
         }
     }
+}
+
+/// Where the download step puts the wheels the install step installs, inside the environment
+/// (the one directory both may write); removed before the environment is sealed.
+const WHEELS_DIR: &str = ".sandlot-wheels";
+
+/// How often a step that reports no progress is looked at (it is not).
+const QUIET_TICK: Duration = Duration::from_secs(3600);
+
+/// stdout then stderr of a finished step, as text.
+fn combined(output: &StepOutput) -> String {
+    let mut text = output.stdout.clone();
+    text.push_str(&output.stderr);
+    text
+}
+
+/// A command line for messages and the log (an argument with spaces quoted, its first line).
+fn describe(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.contains(char::is_whitespace) {
+                format!(
+                    "'{}'",
+                    a.lines().find(|l| !l.trim().is_empty()).unwrap_or_default()
+                )
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// How often the install phase counts installed packages.
@@ -646,25 +791,6 @@ fn enter(reporter: &mut Reporter, log: &mut BuildLog, stage: Stage, detail: &str
     ));
 }
 
-/// Sends each line of `stream` (lossily decoded, without the newline) to `tx`.
-fn forward_lines(stream: Box<dyn Read + Send>, tx: &mpsc::Sender<String>) {
-    let mut reader = BufReader::new(stream);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf);
-                let line = line.trim_end_matches(['\n', '\r']);
-                if tx.send(line.to_string()).is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// `<envs_dir>/<hash>.log`: every build's commands and output, appended. Writes after opening
 /// are best effort: a full disk shows up in the build itself.
 struct BuildLog {
@@ -704,7 +830,8 @@ impl BuildLog {
 }
 
 /// Writes JSON to a temporary file beside `path`, mode 0644 whatever the umask, then renames it
-/// into place, so readers see the whole file or none.
+/// into place, so readers see the whole file or none. The temporary file is made new
+/// (`O_EXCL`, which never follows a symlink), whatever a build left under its name.
 fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     bytes.push(b'\n');
@@ -713,10 +840,13 @@ fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut file = OpenOptions::new()
-        .create(true)
+        .create_new(true)
         .write(true)
-        .truncate(true)
         .mode(0o644)
         .open(&tmp)?;
     file.write_all(&bytes)?;
@@ -758,16 +888,20 @@ mod tests {
         assert!(!dir.path().join(".x.json.tmp").exists());
     }
 
+    fn host() -> Runner {
+        Runner::new(&Isolation::None, Path::new("/usr/bin/python3")).unwrap()
+    }
+
     #[test]
     fn missing_marker_is_not_ready() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
-            ready_env(&dir.path().join("nope"), "abc"),
+            ready_env(&dir.path().join("nope"), "abc", &host()),
             Err(NotReady::Missing)
         ));
         fs::write(dir.path().join(MARKER_FILE), b"{not json").unwrap();
         assert!(matches!(
-            ready_env(dir.path(), "abc"),
+            ready_env(dir.path(), "abc", &host()),
             Err(NotReady::Broken(_))
         ));
     }

@@ -222,4 +222,73 @@ pub enum EnvError {
         /// The underlying error.
         source: io::Error,
     },
+
+    /// The package index URL is not one a build can use.
+    #[error("package index {url:?} cannot be used: {reason}")]
+    IndexUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// The builds' state directory (uid locks, staging directories) could not be made.
+    #[error("cannot prepare the build state directory {path}: {source}")]
+    BuildState {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+
+    /// Every uid of the builder range is held by a running build.
+    #[error("no free build uid in {first}..={last}: too many builds at once")]
+    NoBuildUid {
+        /// The first uid of the range.
+        first: u32,
+        /// The last uid of the range.
+        last: u32,
+    },
+
+    /// The build's cgroup could not be made, limited or emptied.
+    #[error("the build's cgroup: {source}")]
+    BuildCgroup {
+        /// The underlying error.
+        source: sandlot_jail::cgroup::CgroupError,
+    },
+
+    /// A step of the build ran past its wall time and was killed.
+    #[error("`{command}` ran longer than {seconds} s and was killed")]
+    StepTimeout {
+        /// The command line.
+        command: String,
+        /// The limit.
+        seconds: u64,
+    },
+
+    /// The download step's egress proxy could not be set up.
+    #[error("the build's egress proxy: {what}: {detail}")]
+    Egress {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        detail: String,
+    },
+
+    /// pip could not tell its default index.
+    #[error("asking pip for its default index failed: {detail}")]
+    DefaultIndex {
+        /// What pip printed.
+        detail: String,
+    },
+
+    /// The built tree could not be handed to root and made read-only, or holds something a
+    /// build cannot have made honestly (a file of another owner).
+    #[error("cannot seal the built environment at {path}: {detail}")]
+    Seal {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
 }

@@ -19,6 +19,9 @@
 //! ```
 //!
 //! Everything is world-readable (children run with umask 022): sandboxes run as other uids.
+//! A root caller's build runs every child jailed as a throw-away uid (`jail`: only the download
+//! step has a network, through the egress proxy to the package index), and the finished tree
+//! is handed to root and made read-only, fd-relative (`seal`), before anything imports it.
 //! A built environment is relocatable and names nothing of the path it was built at: sandboxes
 //! see it at [`SANDBOX_ROOT`] (see `relocate`).
 //!
@@ -28,15 +31,18 @@
 
 mod build;
 mod error;
+mod jail;
 mod lock;
 mod pins;
 mod progress;
 mod python;
 mod relocate;
+mod seal;
 mod spec;
 
 pub use build::{ensure, PythonEnv, DESCRIPTION_FILE, MARKER_FILE};
 pub use error::EnvError;
+pub use jail::{BuildJail, BuildLimits, Isolation, BUILD_JAIL_ARG};
 pub use pins::{extra_group, DEFAULT_PACKAGES, EXTRA_GROUPS};
 pub use progress::Progress;
 pub use python::{find_base_python, BASE_PYTHON_VAR, DEFAULT_BASE_PYTHON, MIN_PYTHON};

@@ -42,6 +42,28 @@ impl FileLock {
         Ok(FileLock { file })
     }
 
+    /// Locks `path` (creating it, mode 0600) if nobody holds it; `None` if somebody does.
+    pub fn try_exclusive(path: &Path) -> Result<Option<FileLock>, EnvError> {
+        let lock_err = |source| EnvError::Lock {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(lock_err)?;
+        match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => Ok(Some(FileLock { file })),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
+            Err(e) => Err(lock_err(e)),
+        }
+    }
+
     /// The locked fd (close-on-exec; see [`crate::python::hold_lock_in_child`]).
     pub fn raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()

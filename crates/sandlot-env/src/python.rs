@@ -50,6 +50,12 @@ pub(crate) const INSPECT_SCRIPT: &str = "import json, sys, sysconfig; \
 print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, \
 'base_prefix': sys.base_prefix, 'site_packages': sysconfig.get_paths()['purelib']}))";
 
+/// Prints pip's own default index (its simple URL) and the host its files are on,
+/// tab-separated: the index a build may reach when the operator configured none. Asked of pip
+/// so that no index is named here.
+pub(crate) const DEFAULT_INDEX_SCRIPT: &str = "from pip._internal.models.index import PyPI; \
+print(PyPI.simple_url, PyPI.file_storage_domain, sep='\\t')";
+
 /// The line prefix of the verifier's JSON answer (imports may print to stdout too).
 pub(crate) const VERIFY_SENTINEL: &str = "SANDLOT-VERIFY:";
 
@@ -269,20 +275,6 @@ pub(crate) fn hold_lock_in_child(cmd: &mut Command, lock_fd: RawFd) {
             Ok(())
         });
     }
-}
-
-/// A command line for messages.
-pub(crate) fn describe(cmd: &Command) -> String {
-    let mut parts = vec![cmd.get_program().to_string_lossy().into_owned()];
-    parts.extend(cmd.get_args().map(|a| {
-        let a = a.to_string_lossy();
-        if a.contains(char::is_whitespace) || a.contains('\n') {
-            format!("'{}'", a.lines().next().unwrap_or_default())
-        } else {
-            a.into_owned()
-        }
-    }));
-    parts.join(" ")
 }
 
 /// stdout then stderr of a finished child, as text.

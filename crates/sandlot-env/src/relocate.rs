@@ -15,7 +15,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::EnvError;
@@ -39,8 +39,19 @@ pub(crate) struct Relocated {
 /// nothing of `root`, wherever it is seen.
 pub(crate) fn relocate(root: &Path) -> Result<Relocated, EnvError> {
     let mut done = Relocated::default();
-    scrub_pyvenv_cfg(root)?;
     let bin = root.join("bin");
+    // The tree was written by a build: its two paths this reads by name must be what they
+    // seem, not symlinks out of it.
+    for path in [&bin, &root.join("pyvenv.cfg")] {
+        let meta = fs::symlink_metadata(path).map_err(err(path))?;
+        if meta.file_type().is_symlink() {
+            return Err(EnvError::Relocate {
+                path: path.clone(),
+                source: io::Error::other("is a symlink"),
+            });
+        }
+    }
+    scrub_pyvenv_cfg(root)?;
     let bin_real = fs::canonicalize(&bin).map_err(err(&bin))?;
     let root_text = root.to_string_lossy().into_owned();
     let mut entries: Vec<PathBuf> = fs::read_dir(&bin)
@@ -139,7 +150,8 @@ fn scrub_pyvenv_cfg(root: &Path) -> Result<(), EnvError> {
     Ok(())
 }
 
-/// Replaces `path` with `bytes` (mode `mode`, whatever the umask): written beside it, then
+/// Replaces `path` with `bytes` (mode `mode`, whatever the umask, and the owner `path` had: a
+/// jailed build's uid keeps owning its tree until the tree is sealed): written beside it, then
 /// renamed over it.
 fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EnvError> {
     let name = path
@@ -148,13 +160,19 @@ fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EnvError> {
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.relocating"));
     let write = || -> io::Result<()> {
+        // Made new (O_EXCL never follows a symlink), whatever the install left under its name.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut file = OpenOptions::new()
-            .create(true)
+            .create_new(true)
             .write(true)
-            .truncate(true)
             .mode(mode)
             .open(&tmp)?;
         file.write_all(bytes)?;
+        let old = fs::symlink_metadata(path)?;
+        std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()))?;
         file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
         drop(file);
         fs::rename(&tmp, path)

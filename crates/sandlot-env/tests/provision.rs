@@ -29,7 +29,13 @@ fn builds_in_log(envs_dir: &Path, hash: &str) -> usize {
 fn provisions_then_takes_the_fast_path() {
     let dir = tempfile::tempdir().unwrap();
     let spec = tiny_spec();
-    let env = ensure(dir.path(), &spec, Progress::Plain).expect("first ensure builds");
+    let env = ensure(
+        dir.path(),
+        &spec,
+        Progress::Plain,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("first ensure builds");
 
     assert_eq!(env.spec_hash, spec.hash());
     assert_eq!(env.root, dir.path().join(&env.spec_hash));
@@ -64,7 +70,13 @@ fn provisions_then_takes_the_fast_path() {
     // The second call takes the fast path: it finds the marker and builds nothing (no second
     // build in the log). How fast that path is belongs to the benchmark, not to this test.
     let started = Instant::now();
-    let again = ensure(dir.path(), &spec, Progress::Plain).expect("fast path");
+    let again = ensure(
+        dir.path(),
+        &spec,
+        Progress::Plain,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("fast path");
     eprintln!("fast path took {:?}", started.elapsed());
     assert_eq!(again, env);
     assert_eq!(builds_in_log(dir.path(), &env.spec_hash), 1);
@@ -80,7 +92,7 @@ fn concurrent_callers_build_once() {
             let (dir, spec, barrier) = (dir.path().to_path_buf(), spec.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                ensure(&dir, &spec, Progress::Quiet)
+                ensure(&dir, &spec, Progress::Quiet, &sandlot_env::Isolation::None)
             })
         })
         .collect();
@@ -100,7 +112,13 @@ fn half_built_env_is_wiped_and_rebuilt() {
     fs::create_dir_all(root.join("bin")).unwrap();
     fs::write(root.join("leftover"), b"from a build that died").unwrap();
 
-    let env = ensure(dir.path(), &spec, Progress::Quiet).expect("rebuilds");
+    let env = ensure(
+        dir.path(),
+        &spec,
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("rebuilds");
     assert_eq!(env.root, root);
     assert!(!root.join("leftover").exists());
     assert!(root.join(MARKER_FILE).is_file());
@@ -113,7 +131,12 @@ fn unknown_package_is_package_not_found() {
         packages: vec!["sandlot-no-such-package-xyz==1.0".to_string()],
         ..tiny_spec()
     };
-    match ensure(dir.path(), &spec, Progress::Quiet) {
+    match ensure(
+        dir.path(),
+        &spec,
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    ) {
         Err(err @ EnvError::PackageNotFound { .. }) => {
             eprintln!("{err}");
             let EnvError::PackageNotFound { package, message } = err else {
@@ -133,7 +156,12 @@ fn invalid_requirement_is_rejected_before_pip() {
     let dir = tempfile::tempdir().unwrap();
     let spec = tiny_spec().with_extras(&["--index-url=x"]);
     assert!(matches!(
-        ensure(dir.path(), &spec, Progress::Quiet),
+        ensure(
+            dir.path(),
+            &spec,
+            Progress::Quiet,
+            &sandlot_env::Isolation::None
+        ),
         Err(EnvError::InvalidRequirement { .. })
     ));
     assert!(fs::read_dir(dir.path()).unwrap().next().is_none());
@@ -146,7 +174,13 @@ fn missing_base_python_says_how_to_fix() {
         base_python: "/nonexistent/bin/python3".into(),
         ..tiny_spec()
     };
-    let err = ensure(dir.path(), &spec, Progress::Quiet).unwrap_err();
+    let err = ensure(
+        dir.path(),
+        &spec,
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    )
+    .unwrap_err();
     assert!(matches!(err, EnvError::NoBasePython { .. }), "{err}");
     assert!(err
         .to_string()
@@ -157,9 +191,21 @@ fn missing_base_python_says_how_to_fix() {
 fn broken_env_with_marker_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let spec = tiny_spec();
-    let env = ensure(dir.path(), &spec, Progress::Quiet).expect("builds");
+    let env = ensure(
+        dir.path(),
+        &spec,
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("builds");
     fs::remove_file(&env.python).unwrap();
-    let again = ensure(dir.path(), &spec, Progress::Plain).expect("rebuilds");
+    let again = ensure(
+        dir.path(),
+        &spec,
+        Progress::Plain,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("rebuilds");
     assert_eq!(again, env);
     assert!(again.python.exists());
     assert_eq!(builds_in_log(dir.path(), &env.spec_hash), 2);
@@ -190,7 +236,13 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
 #[test]
 fn built_env_names_no_build_path_and_works_moved() {
     let dir = tempfile::tempdir().unwrap();
-    let env = ensure(dir.path(), &tiny_spec(), Progress::Quiet).expect("builds");
+    let env = ensure(
+        dir.path(),
+        &tiny_spec(),
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("builds");
     // Scripts, bytecode, pyvenv.cfg and the description: nothing names where it was built.
     let root = env.root.to_str().unwrap().as_bytes().to_vec();
     assert_eq!(files_containing(&env.root, &root), Vec::<String>::new());

@@ -15,7 +15,13 @@ fn tiny_spec() -> EnvSpec {
 fn relative_envs_dir_gives_absolute_paths() {
     let dir = tempfile::tempdir().unwrap();
     std::env::set_current_dir(dir.path()).unwrap();
-    let env = ensure(Path::new("envs"), &tiny_spec(), Progress::Quiet).expect("builds");
+    let env = ensure(
+        Path::new("envs"),
+        &tiny_spec(),
+        Progress::Quiet,
+        &sandlot_env::Isolation::None,
+    )
+    .expect("builds");
     assert!(env.root.is_absolute(), "{}", env.root.display());
     assert_eq!(
         env.root.canonicalize().unwrap(),

@@ -34,7 +34,7 @@ fn env_is_world_readable_under_a_strict_umask() {
         base_python: find_base_python().unwrap(),
         packages: vec!["six==1.16.0".to_string()],
     };
-    let env = ensure(&envs, &spec, Progress::Quiet).unwrap();
+    let env = ensure(&envs, &spec, Progress::Quiet, &sandlot_env::Isolation::None).unwrap();
     let mut bad = Vec::new();
     check_tree(&envs.join(&env.spec_hash), &mut bad);
     let mode = fs::metadata(&envs).unwrap().permissions().mode();

@@ -24,6 +24,7 @@ pub mod assets;
 mod background;
 mod contexts;
 mod diff;
+pub mod env_build;
 pub mod error;
 mod events;
 mod exec;
@@ -107,8 +108,12 @@ pub struct RuntimeConfig {
     pub cgroup_root: PathBuf,
     /// The group under which sandlot creates its own (relative to each hierarchy's root).
     pub cgroup_parent: PathBuf,
-    /// The executable that implements `__zygote-launch` (normally the running `sandlot`).
+    /// The executable that implements `__zygote-launch` and `__build-jail` (normally the
+    /// running `sandlot`).
     pub launcher: PathBuf,
+    /// The package index environment builds may download from (`SANDLOT_PIP_INDEX_URL`);
+    /// `None`: pip's own default index.
+    pub pip_index_url: Option<String>,
     /// Default limits and lifetimes of new sandboxes.
     pub default_limits: EffectiveLimits,
     /// The most an `isolated` sandbox may ask for.
@@ -149,6 +154,7 @@ impl RuntimeConfig {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             cgroup_parent: PathBuf::from("sandlot"),
             launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandlot")),
+            pip_index_url: None,
             default_limits: EffectiveLimits {
                 memory_mb: 1024,
                 cpu_millis: 1000,

@@ -382,10 +382,12 @@ impl Runtime {
             return Err(RuntimeError::NoEnvsDir);
         };
         let pins = spec.packages.clone();
+        let isolation = self.inner.config.env_isolation();
         let env = blocking("provisioning a template environment", move || {
             let refs: Vec<&str> = pins.iter().map(String::as_str).collect();
             let env_spec = sandlot_env::EnvSpec::default_spec().try_with_extras(&refs)?;
-            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain).map(|env| env.root)
+            sandlot_env::ensure(&envs, &env_spec, sandlot_env::Progress::Plain, &isolation)
+                .map(|env| env.root)
         })
         .await??;
         Ok(env)
