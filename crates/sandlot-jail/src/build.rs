@@ -34,10 +34,9 @@ use nix::unistd::{
     chdir, fork, pivot_root, setgroups, sethostname, setresgid, setresuid, ForkResult, Gid, Uid,
 };
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
 use std::fs;
 use std::os::fd::RawFd;
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 /// The fd of the handshake with the builder, when [`BuildJailConfig::handshake`] is set.
@@ -157,7 +156,7 @@ fn confine_and_exec(cfg: &BuildJailConfig) -> Result<std::convert::Infallible, J
     chdir(&cfg.cwd).step("chdir")?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     crate::seccomp::install()?;
-    exec(cfg)
+    crate::program::exec(&cfg.argv, &cfg.env, "execve")
 }
 
 /// Tells the builder the network namespace exists and waits until it has planted its proxy
@@ -217,7 +216,7 @@ fn enter_root(cfg: &BuildJailConfig) -> Result<(), JailError> {
         }
     }
     populate_etc(&root.join("etc"), cfg.uid, cfg.gid)?;
-    populate_dev(&root.join("dev"))?;
+    rootfs::populate_dev(&root.join("dev"))?;
     let tmp_opts = format!("mode=1777,size={}", cfg.tmp_bytes);
     for dir in ["tmp", "dev/shm"] {
         mount(
@@ -330,44 +329,6 @@ fn populate_etc(etc: &Path, uid: u32, gid: u32) -> Result<(), JailError> {
     Ok(())
 }
 
-/// A minimal `/dev`: a tmpfs with the harmless character devices bound in and the usual
-/// symlinks; `shm` gets its own tmpfs later.
-fn populate_dev(dev: &Path) -> Result<(), JailError> {
-    mount(
-        Some("tmpfs"),
-        dev,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID,
-        Some("mode=0755,size=64k"),
-    )
-    .step("mount /dev tmpfs")?;
-    for node in ["null", "zero", "full", "random", "urandom"] {
-        let host = Path::new("/dev").join(node);
-        let target = dev.join(node);
-        fs::write(&target, b"").at("create dev node", &target)?;
-        mount(
-            Some(&host),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .step("bind dev node")?;
-    }
-    fs::create_dir_all(dev.join("shm")).at("mkdir", dev.join("shm"))?;
-    fs::set_permissions(dev.join("shm"), fs::Permissions::from_mode(0o1777))
-        .at("chmod", dev.join("shm"))?;
-    for (name, target) in [
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        symlink(target, dev.join(name)).at("symlink", dev.join(name))?;
-    }
-    Ok(())
-}
-
 /// Closes every fd but stdin, stdout and stderr.
 fn close_inherited_fds() -> Result<(), JailError> {
     // SAFETY: close_range closes every fd from 3 up; the step needs none of them.
@@ -404,28 +365,6 @@ fn landlock(cfg: &BuildJailConfig) -> Result<(), JailError> {
     );
     crate::landlock::restrict(&rw, &[Path::new("/")])?;
     Ok(())
-}
-
-fn exec(cfg: &BuildJailConfig) -> Result<std::convert::Infallible, JailError> {
-    let to_c = |s: &str| CString::new(s).map_err(|_| JailError::Protocol(format!("NUL in {s:?}")));
-    let argv = cfg
-        .argv
-        .iter()
-        .map(|a| to_c(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    let env = cfg
-        .env
-        .iter()
-        .map(|(k, v)| to_c(&format!("{k}={v}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let Some(program) = argv.first() else {
-        return Err(JailError::Protocol("empty argv".into()));
-    };
-    let err = nix::unistd::execve(program, &argv, &env).unwrap_err();
-    Err(JailError::Sys {
-        step: "execve",
-        source: err,
-    })
 }
 
 /// Entry point of `sandlot __build-jail`: reads the step's [`BuildJailConfig`] as JSON from

@@ -18,6 +18,7 @@ pub mod landlock;
 pub mod mounts;
 pub mod net;
 pub mod probe;
+pub mod program;
 pub mod rlimits;
 pub mod rootfs;
 pub mod seccomp;

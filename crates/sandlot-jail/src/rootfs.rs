@@ -279,7 +279,10 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
     Ok(())
 }
 
-fn populate_dev(dev: &Path) -> Result<(), JailError> {
+/// A minimal, read-only `/dev`: a tmpfs with the harmless character devices ([`DEV_NODES`])
+/// bound in (nosuid, noexec), `shm` and `pts` mount points and the usual symlinks. Shared by the
+/// base root and the build jail's root.
+pub(crate) fn populate_dev(dev: &Path) -> Result<(), JailError> {
     mount(
         Some("tmpfs"),
         dev,

@@ -19,7 +19,6 @@ use crate::{caps, net, rootfs, seccomp};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
 use std::convert::Infallible;
-use std::ffi::CString;
 use std::fs;
 
 /// Confines the calling process as the zygote described by `cfg` and execs its program.
@@ -68,7 +67,7 @@ pub fn launch(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
     seccomp::install_program(&program)?;
     let listener = seccomp::install_unshare_notifier()?;
     hand_over_listener(listener)?;
-    exec(cfg)
+    crate::program::exec(&cfg.argv, &cfg.env, "execve zygote")
 }
 
 /// The control socket's fd (the server's socketpair, `SOCK_SEQPACKET`).
@@ -91,26 +90,4 @@ fn hand_over_listener(listener: std::os::fd::OwnedFd) -> Result<(), JailError> {
     )
     .step("send the unshare listener")?;
     Ok(())
-}
-
-fn exec(cfg: &ZygoteConfig) -> Result<Infallible, JailError> {
-    let to_c = |s: &str| CString::new(s).map_err(|_| JailError::Protocol(format!("NUL in {s:?}")));
-    let argv = cfg
-        .argv
-        .iter()
-        .map(|a| to_c(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    let env = cfg
-        .env
-        .iter()
-        .map(|(k, v)| to_c(&format!("{k}={v}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let Some(program) = argv.first() else {
-        return Err(JailError::Protocol("empty argv".into()));
-    };
-    let err = nix::unistd::execve(program, &argv, &env).unwrap_err();
-    Err(JailError::Sys {
-        step: "execve zygote",
-        source: err,
-    })
 }
