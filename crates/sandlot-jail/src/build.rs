@@ -180,41 +180,11 @@ fn handshake() -> Result<(), JailError> {
 /// Builds the root on `cfg.staging_dir` and pivots onto it, in the new mount namespace.
 fn enter_root(cfg: &BuildJailConfig) -> Result<(), JailError> {
     let root = cfg.staging_dir.as_path();
-    // Nothing mounted here may propagate back to the host.
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .step("make / private")?;
-    mount(
-        Some("tmpfs"),
-        root,
-        Some("tmpfs"),
-        NOSUID_NODEV,
-        Some("mode=0755,size=16m"),
-    )
-    .step("mount root tmpfs")?;
+    rootfs::mount_root_tmpfs(root)?;
     for dir in ["usr", "etc", "dev", "proc", "tmp"] {
         fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
     }
-    rootfs::bind_ro(Path::new("/usr"), &root.join("usr"))?;
-    for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-        let host = Path::new("/").join(name);
-        match fs::symlink_metadata(&host) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let target = fs::read_link(&host).at("readlink", &host)?;
-                symlink(&target, root.join(name)).at("symlink", root.join(name))?;
-            }
-            Ok(m) if m.is_dir() => {
-                fs::create_dir_all(root.join(name)).at("mkdir", root.join(name))?;
-                rootfs::bind_ro(&host, &root.join(name))?;
-            }
-            _ => {}
-        }
-    }
+    rootfs::bind_usr(root)?;
     populate_etc(&root.join("etc"), cfg.uid, cfg.gid)?;
     rootfs::populate_dev(&root.join("dev"))?;
     let tmp_opts = format!("mode=1777,size={}", cfg.tmp_bytes);

@@ -55,23 +55,7 @@ const NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 /// a new mount namespace.
 pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     let root = cfg.staging_dir.as_path();
-    // Nothing we mount may propagate back to the host.
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .step("make / private")?;
-    mount(
-        Some("tmpfs"),
-        root,
-        Some("tmpfs"),
-        NOSUID_NODEV,
-        Some("mode=0755,size=16m"),
-    )
-    .step("mount root tmpfs")?;
+    mount_root_tmpfs(root)?;
 
     for dir in [
         "usr",
@@ -89,21 +73,7 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
     }
     // E2B's home: code written for E2B reads and writes /home/user, which is the workspace.
     symlink("/workspace", root.join("home/user")).at("symlink", root.join("home/user"))?;
-    bind_ro(Path::new("/usr"), &root.join("usr"))?;
-    for name in USR_ALIASES {
-        let host = Path::new("/").join(name);
-        match fs::symlink_metadata(&host) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let target = fs::read_link(&host).at("readlink", &host)?;
-                symlink(&target, root.join(name)).at("symlink", root.join(name))?;
-            }
-            Ok(m) if m.is_dir() => {
-                fs::create_dir_all(root.join(name)).at("mkdir", root.join(name))?;
-                bind_ro(&host, &root.join(name))?;
-            }
-            _ => {}
-        }
-    }
+    bind_usr(root)?;
     populate_etc(&root.join("etc"))?;
     populate_dev(&root.join("dev"))?;
     mount_binds(root, &cfg.binds)?;
@@ -141,6 +111,49 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
         None::<&str>,
     )
     .step("remount root read-only")?;
+    Ok(())
+}
+
+/// Makes `/` private (nothing mounted after propagates back to the host) and mounts the tmpfs
+/// a launcher's root is built on at `root`. The caller must be in a new mount namespace.
+pub(crate) fn mount_root_tmpfs(root: &Path) -> Result<(), JailError> {
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .step("make / private")?;
+    mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        NOSUID_NODEV,
+        Some("mode=0755,size=16m"),
+    )
+    .step("mount root tmpfs")
+}
+
+/// Binds the host's `/usr` read-only at `root/usr` (which must exist) and recreates the
+/// merged-`/usr` aliases (`/bin`, `/lib`, ...): a symlink stays a symlink, a directory is bound
+/// read-only.
+pub(crate) fn bind_usr(root: &Path) -> Result<(), JailError> {
+    bind_ro(Path::new("/usr"), &root.join("usr"))?;
+    for name in USR_ALIASES {
+        let host = Path::new("/").join(name);
+        match fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = fs::read_link(&host).at("readlink", &host)?;
+                symlink(&target, root.join(name)).at("symlink", root.join(name))?;
+            }
+            Ok(m) if m.is_dir() => {
+                fs::create_dir_all(root.join(name)).at("mkdir", root.join(name))?;
+                bind_ro(&host, &root.join(name))?;
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 
