@@ -130,16 +130,9 @@ fn zygote_killed_during_a_burst_of_creations() {
     }
     for t in threads {
         let (status, body) = t.join().expect("thread");
-        // Each creation either succeeded (a retry on a restarted zygote) or failed cleanly
-        // with a JSON error: never a hang, never a crash.
-        assert!(
-            status == 201 || status == 500 || status == 503,
-            "unexpected {status}: {body}"
-        );
-        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON body");
-        if status != 201 {
-            assert!(v["error"]["code"].is_string(), "{v}");
-        }
+        // Every creation succeeds: one whose fork request met the dead zygote asks the
+        // restarted one, and one whose child the restart killed mid-handshake boots again.
+        assert_eq!(status, 201, "{body}");
     }
     // Afterwards the server is healthy and creates sandboxes again.
     let id = server.create_sandbox();

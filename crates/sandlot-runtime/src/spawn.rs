@@ -37,7 +37,7 @@ use crate::error::{at, encoding, store, CreateFailure, RuntimeError};
 use crate::sandbox::{self, Live};
 use crate::templates::Tmpl;
 use crate::util::{self, blocking, lock};
-use crate::zygote::ZygoteError;
+use crate::zygote::{Zygote, ZygoteError};
 use crate::zygote_config::sandbox_env;
 use crate::{contexts, Entry, Runtime};
 use sandlot_jail::cgroup::{Cgroup, CgroupError};
@@ -245,6 +245,11 @@ impl Runtime {
     ///
     /// Used by a creation and by a restart in place (same id, uid and cgroup); callers run it
     /// in a task that is never cancelled, so the handshake always ends one way or the other.
+    ///
+    /// A child whose zygote died before the child was in its own cgroup may be killed with
+    /// the zygote's leftovers when the zygote restarts: a handshake that fails while the
+    /// zygote that forked it is dead is tried once more, from the restarted zygote, after
+    /// whatever the first child left in the sandbox's cgroup is cleared.
     pub(crate) async fn spawn_in(
         &self,
         tmpl: &Arc<Tmpl>,
@@ -253,6 +258,39 @@ impl Runtime {
         cg: &Cgroup,
         limits: EffectiveLimits,
         disk: Option<&[VolumeMount]>,
+    ) -> Result<Arc<Live>, RuntimeError> {
+        let mut forked_by = None;
+        let first = self
+            .spawn_once(tmpl, id, uid, cg, limits, disk, &mut forked_by)
+            .await;
+        match first {
+            Err(e) if forked_by.is_some_and(|z: Arc<Zygote>| !z.alive()) => {
+                tracing::warn!(sandbox = id, error = %e, "the zygote died under a creation; trying once more");
+                let (rt, group) = (self.clone(), cg.clone());
+                blocking("clearing a failed boot", move || {
+                    rt.clear_failed_boot(&group)
+                })
+                .await?;
+                let mut again = None;
+                self.spawn_once(tmpl, id, uid, cg, limits, disk, &mut again)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// One try of [`Runtime::spawn_in`]; `forked_by` is set to the zygote that forked the
+    /// child, once one did.
+    #[allow(clippy::too_many_arguments)]
+    async fn spawn_once(
+        &self,
+        tmpl: &Arc<Tmpl>,
+        id: &str,
+        uid: u32,
+        cg: &Cgroup,
+        limits: EffectiveLimits,
+        disk: Option<&[VolumeMount]>,
+        forked_by: &mut Option<Arc<Zygote>>,
     ) -> Result<Arc<Live>, RuntimeError> {
         let mut times = Timeline::start();
         let mount = disk.map(|_| self.workspace_mount(id)).transpose()?;
@@ -266,9 +304,10 @@ impl Runtime {
                 read_only: m.read_only,
             })
             .collect();
-        let (p0, channels) = self
+        let (p0, channels, zygote) = self
             .request_fork(tmpl, id, limits, mount, (targets, trees))
             .await?;
+        *forked_by = Some(zygote);
         let (mut ctrl, stdout, stderr) = channels.keep_ours()?;
         times.mark("fork");
         let mut joining = Some(join_cgroup(cg, p0));
@@ -326,7 +365,7 @@ impl Runtime {
     }
 
     /// Step 1: asks the template's zygote to fork P0 with the child's ends of fresh channels;
-    /// returns P0's host pid and the channels. A zygote that died (or was killed mid-fork) is
+    /// returns P0's host pid, the channels and the zygote that forked it. A zygote that died (or was killed mid-fork) is
     /// restarted once and asked again, with new channels: a P0 the dead zygote may have forked
     /// keeps the old ones, whose server ends are closed, so it reads end-of-stream and exits
     /// before it forks anything.
@@ -340,7 +379,7 @@ impl Runtime {
         limits: EffectiveLimits,
         mut mount: Option<OwnedFd>,
         (targets, trees): (Vec<VolumeTarget>, Vec<OwnedFd>),
-    ) -> Result<(i32, Channels), RuntimeError> {
+    ) -> Result<(i32, Channels, Arc<Zygote>), RuntimeError> {
         let fsize_mb = if mount.is_some() {
             // The quota caps the workspace; a pooled sandbox may be handed out with a larger
             // one than it booted with, so single files may be as large as the server allows.
@@ -375,7 +414,7 @@ impl Runtime {
             .await?;
             mount = ws;
             match forked {
-                Ok(p0) => return Ok((p0, channels)),
+                Ok(p0) => return Ok((p0, channels, zygote)),
                 Err(e @ ZygoteError::Refused(_)) => return Err(at("fork")(e)),
                 Err(e) if !restarted => {
                     tracing::warn!(error = %e, "the zygote failed while forking; restarting it");

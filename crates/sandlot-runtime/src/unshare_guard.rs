@@ -90,9 +90,22 @@ impl UnshareGuard {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Stops the supervising thread (at its next wake-up, within a second).
+    /// Stops the supervising thread once no child it expects is still on its way (checked at
+    /// each wake-up, every second): a zygote killed or replaced while children it forked have
+    /// not made their namespaces yet must not fail those creations, since a notification
+    /// with no supervisor answers `ENOSYS`.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the supervisor may end: stopped, and no expected child within its time.
+    fn finished(&self) -> bool {
+        if !self.stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut map = lock(&self.expected);
+        map.retain(|_, e| e.since.elapsed() < EXPECT_TTL);
+        map.is_empty()
     }
 
     /// Whether `pid` may make an `unshare(flags)` now; consumes the permission.
@@ -124,7 +137,8 @@ impl UnshareGuard {
 }
 
 /// Starts the thread that answers the zygote's unshare notifications on `listener`. It ends when
-/// the guard is stopped or when no process uses the filter any more.
+/// the guard is stopped and no expected child is left, or when no process uses the filter any
+/// more.
 pub fn supervise(template: &str, listener: OwnedFd, guard: Arc<UnshareGuard>) {
     let template = template.to_string();
     let spawned = std::thread::Builder::new()
@@ -139,7 +153,7 @@ pub fn supervise(template: &str, listener: OwnedFd, guard: Arc<UnshareGuard>) {
 
 fn run(template: &str, listener: &OwnedFd, guard: &UnshareGuard) {
     let unshare_nr = libc::SYS_unshare as i32;
-    while !guard.stop.load(Ordering::SeqCst) {
+    while !guard.finished() {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
             events: libc::POLLIN,
@@ -241,5 +255,17 @@ mod tests {
         g.expect(9);
         g.spawn_ended();
         assert!(waiter.join().unwrap());
+    }
+
+    #[test]
+    fn a_stopped_guard_still_serves_the_children_on_their_way() {
+        let g = UnshareGuard::default();
+        g.expect(10);
+        g.stop();
+        assert!(!g.finished(), "child 10 has not made its namespaces yet");
+        assert!(g.allow(10, NS));
+        assert!(!g.finished());
+        assert!(g.allow(10, CG));
+        assert!(g.finished(), "nothing left to serve");
     }
 }
