@@ -163,6 +163,23 @@ pub(crate) fn gate_create<B>(
     }
 }
 
+/// Gates a fork or resume of sandbox `id` as a creation of its like (see
+/// [`Governance::gate_like`]); without governance, or for a sandbox that cannot be read (the
+/// runtime's own answer follows), nothing.
+pub(crate) async fn gate_existing<B: crate::backend::Backend>(
+    st: &AppState<B>,
+    who: &Principal,
+    id: &str,
+) -> Result<(), HttpError> {
+    let Some(g) = st.gov.as_deref() else {
+        return Ok(());
+    };
+    match st.backend.get_sandbox(id).await {
+        Ok(sb) => g.gate_like(who, &sb).map_err(HttpError),
+        Err(_) => Ok(()),
+    }
+}
+
 impl Governance {
     /// The creation gates, for every interface (REST, E2B, MCP): `create_sandbox` on its
     /// template, then `select_tier` for the least tier that gives what it asks for (`trusted`
@@ -230,6 +247,30 @@ impl Governance {
         } else {
             Err(denied(&d, &id).0)
         }
+    }
+
+    /// The creation gates for a sandbox made from an existing one (fork, resume, and any
+    /// later way of bringing one back): the request is the existing sandbox's own (template,
+    /// limits, egress, ports, tier), asked again by `who` now, so a policy that forbids
+    /// creating it forbids getting more of it or getting it back. `Ok` or 403
+    /// `policy_denied`; each decision is journaled as a creation's is.
+    pub fn gate_like(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+    ) -> Result<(), sandlot_types::ApiError> {
+        let req = sandlot_types::CreateSandbox {
+            template: Some(sandbox.template.clone()),
+            ports: sandbox.ports.clone(),
+            all_ports: sandbox.all_ports,
+            tier: Some(sandbox.tier.clone()),
+            network: sandbox.network.clone(),
+            tenant: Some(sandbox.tenant.clone()),
+            ..Default::default()
+        };
+        let needs_trusted = sandbox.tier == TRUSTED_TIER;
+        self.gate_creation(who, &req, sandbox.limits, needs_trusted)
+            .map(|_| ())
     }
 
     /// The `execute` gate of a sandbox, for every interface.

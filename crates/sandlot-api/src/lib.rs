@@ -117,6 +117,9 @@ pub(crate) struct AppState<B> {
     pub(crate) backend: B,
     pub(crate) cfg: Arc<ApiConfig>,
     pub(crate) gov: Option<Arc<govern::Governance>>,
+    /// Requests carrying [`SANDBOX_ID_HEADER`] go to E2B's envd router (which checks its own
+    /// tokens); without that router they are `/v1` requests like any other.
+    pub(crate) by_header: bool,
 }
 
 impl<B: Clone> Clone for AppState<B> {
@@ -125,6 +128,7 @@ impl<B: Clone> Clone for AppState<B> {
             backend: self.backend.clone(),
             cfg: self.cfg.clone(),
             gov: self.gov.clone(),
+            by_header: self.by_header,
         }
     }
 }
@@ -338,6 +342,7 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
         backend,
         cfg: Arc::new(cfg),
         gov: ext.governance.clone(),
+        by_header: ext.sandbox_header.is_some(),
     };
     let mut app = Router::new();
     for r in routes::<B>() {

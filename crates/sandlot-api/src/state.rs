@@ -34,6 +34,7 @@ pub(crate) async fn fork<B: Backend>(
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
+    crate::gates::gate_existing(&st, &caller.0, &id).await?;
     let _admission = match st.backend.sandbox_limits(&id) {
         Some(limits) => {
             let count = req.count.clamp(1, 100);
@@ -62,6 +63,7 @@ pub(crate) async fn resume<B: Backend>(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
+    crate::gates::gate_existing(&st, &caller.0, &id).await?;
     let _admission = match st.backend.sandbox_limits(&id) {
         Some(limits) => govern::admit(&st, &caller.0, limits, 1).await?,
         None => None,

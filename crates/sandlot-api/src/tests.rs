@@ -1747,6 +1747,28 @@ fn schema_properties_match_the_types() {
     assert_eq!(documented, expected);
 }
 
+/// A handler that asks for its caller never gets the operator by default: a request that
+/// reached it without a principal (a path past authentication) is an error (500 in debug
+/// builds, where tests run; 401 in release).
+#[tokio::test]
+async fn a_request_without_a_principal_is_never_the_operator() {
+    use axum::extract::FromRequestParts;
+    let (mut parts, ()) = Request::builder()
+        .uri("/v1/sandboxes")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let refused = crate::govern::Caller::from_request_parts(&mut parts, &())
+        .await
+        .expect_err("no principal, no caller");
+    assert_eq!(refused.0.code, ErrorCode::Internal);
+    parts.extensions.insert(crate::govern::local_principal());
+    let caller = crate::govern::Caller::from_request_parts(&mut parts, &())
+        .await
+        .expect("the principal authentication put there");
+    assert_eq!(caller.tenant(), sandlot_types::DEFAULT_TENANT);
+}
+
 /// Serializes any of the sample values to a `serde_json::Value` through one closure type.
 mod erased {
     pub trait Ser {

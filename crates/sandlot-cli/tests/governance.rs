@@ -1508,11 +1508,17 @@ fn secrets_in_output_are_redacted_in_results_streams_and_downloads() {
 
 /// One MCP tool call over `/mcp` in a fresh session; the raw response text.
 fn mcp_call(server: &TestServer, tool: &str, arguments: Value) -> String {
+    mcp_call_as(server, server.key(), tool, arguments)
+}
+
+/// [`mcp_call`] with `key`.
+fn mcp_call_as(server: &TestServer, key: &str, tool: &str, arguments: Value) -> String {
     const PROTOCOL: &str = "2025-06-18";
     let http = server.client();
     let post = |session: Option<&str>, body: Value| {
         let mut req = http
             .post(format!("{}/mcp", server.url()))
+            .bearer_auth(key)
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", PROTOCOL)
             .json(&body);
@@ -1935,5 +1941,102 @@ fn forks_and_restores_printing_their_sources_canary_are_contained() {
     assert!(
         leaks.is_empty(),
         "the source's canary leaves in clear through {leaks:#?}"
+    );
+}
+
+/// Fork, resume and creation from a snapshot make sandboxes as a creation does, so they pass
+/// the same gates: a policy that forbids a tenant to create forbids it to fork, to resume a
+/// paused sandbox and to start one from its snapshot, through `/v1` and MCP alike, and each
+/// refusal is journaled. Regression: all four went through with no decision at all.
+#[test]
+fn fork_resume_and_from_snapshot_pass_the_creation_gates() {
+    let server = server();
+    let a = admin(&server);
+    let key = tenant_key(&server, "frozen", None);
+    let f = As::key(&server, &key);
+    let running = f.create(&json!({}))["id"].as_str().unwrap().to_owned();
+    assert_eq!(f.run(&running, "x = 41\nprint(x + 1)"), "42\n");
+    let paused = f.create(&json!({}))["id"].as_str().unwrap().to_owned();
+    f.post(&format!("/v1/sandboxes/{paused}/pause"), &json!({}))
+        .expect(200);
+    let snapshot = f
+        .post(&format!("/v1/sandboxes/{running}/snapshots"), &json!({}))
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Before the policy all three work for this tenant (the forks are deleted again).
+    let forked = f.post(&format!("/v1/sandboxes/{running}/fork"), &json!({}));
+    let child = forked.expect(201)["sandboxes"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    f.delete(&format!("/v1/sandboxes/{child}")).expect(204);
+
+    let shipped =
+        std::fs::read_to_string(server.data_dir().join("policies/policies.cedar")).unwrap();
+    let frozen = format!(
+        "{shipped}\n@id(\"frozen-tenant\")\n@reason(\"tenant frozen makes no more sandboxes\")\n\
+         forbid (principal in Sandlot::Tenant::\"frozen\", \
+         action == Sandlot::Action::\"create_sandbox\", resource);\n"
+    );
+    a.put_policies(&frozen).expect(200);
+
+    assert_denied_by(
+        &f.post(
+            &format!("/v1/sandboxes/{running}/fork"),
+            &json!({"count": 2}),
+        ),
+        "frozen-tenant",
+    );
+    assert_denied_by(
+        &f.post(&format!("/v1/sandboxes/{paused}/resume"), &json!({})),
+        "frozen-tenant",
+    );
+    assert_denied_by(
+        &f.post("/v1/sandboxes", &json!({ "from_snapshot": snapshot })),
+        "frozen-tenant",
+    );
+    for (tool, id) in [("fork_sandbox", &running), ("resume_sandbox", &paused)] {
+        let out = mcp_call_as(&server, &key, tool, json!({ "sandbox_id": id }));
+        assert!(
+            out.contains("frozen-tenant") && out.contains("isError"),
+            "MCP {tool} should be refused by the policy: {out}"
+        );
+    }
+    // Nothing was made or brought back: the tenant still has its two sandboxes, one paused.
+    let list = f.get("/v1/sandboxes").expect(200).clone();
+    let states: Vec<(String, String)> = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(
+        states.contains(&(paused.clone(), "paused".to_owned())),
+        "{states:?}"
+    );
+    // Every refusal is journaled with the tenant that asked.
+    let denials: Vec<Value> = f
+        .decisions("create_sandbox")
+        .into_iter()
+        .filter(|d| d["allowed"] == false)
+        .collect();
+    assert!(denials.len() >= 5, "{denials:#?}");
+    assert!(
+        denials.iter().all(|d| d["tenant"] == "frozen"),
+        "{denials:#?}"
+    );
+    assert!(
+        denials
+            .iter()
+            .all(|d| d["policies"] == json!(["frozen-tenant"])),
+        "{denials:#?}"
     );
 }

@@ -45,13 +45,19 @@ pub(crate) async fn admit(
         .map_err(|e| Failure::from_api(&e))
 }
 
-/// Admits one more running sandbox like `id` (a resume) or `count` copies of it (a fork).
+/// Admits one more running sandbox like `id` (a resume) or `count` copies of it (a fork),
+/// through the same creation gates as a new one (`Governance::gate_like`).
 pub(crate) async fn admit_like(
     ctx: &Ctx,
     who: &Principal,
     id: &str,
     count: u64,
 ) -> Result<Option<Admission>, Failure> {
+    if let Some(gov) = ctx.gov.as_deref() {
+        if let Ok(sb) = ctx.rt.get_sandbox(id).await {
+            gov.gate_like(who, &sb).map_err(|e| Failure::from_api(&e))?;
+        }
+    }
     match ctx.rt.sandbox_limits(id) {
         Some(limits) => admit(ctx, who, limits, count).await,
         // Not live: the runtime's own answer follows.

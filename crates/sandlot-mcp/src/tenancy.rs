@@ -145,6 +145,11 @@ impl Scope {
             (None, Some(snap)) => rt.get_snapshot(snap).await.ok().map(|s| s.template),
             (None, None) => Some("default".to_owned()),
         };
+        // A creation from a snapshot is gated as one of the snapshot's template (which the
+        // runtime gives it), not of `default`.
+        if req.template.is_none() && req.from_snapshot.is_some() {
+            req.template = template.clone();
+        }
         if let Some(t) = template {
             if let Ok(t) = rt.get_template(&t).await {
                 sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
@@ -205,12 +210,18 @@ impl Scope {
         self.tenancy.rt.guard_file(id, path, bytes).await
     }
 
-    /// Admits `count` more running sandboxes like `id` (a resume, a fork).
+    /// Admits `count` more running sandboxes like `id` (a resume, a fork), through the same
+    /// creation gates as a new one (`Governance::gate_like`).
     pub(crate) async fn admit_like(
         &self,
         id: &str,
         count: u64,
     ) -> Result<Option<Admission>, Error> {
+        if let Some(gov) = self.tenancy.gov.as_deref() {
+            if let Ok(sb) = self.tenancy.rt.get_sandbox(id).await {
+                gov.gate_like(&self.who, &sb)?;
+            }
+        }
         match self.tenancy.rt.sandbox_limits(id) {
             Some(limits) => self.admit(limits, count).await,
             // Not live: the runtime's own answer follows.
