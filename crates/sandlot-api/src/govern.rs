@@ -234,8 +234,10 @@ pub(crate) async fn authenticate<B: Backend>(
         }
     }
     crate::record::Note::set_principal(&principal);
+    let watch = crate::revoke::KeyWatch::new(gov.keys.clone(), &principal.key_id);
     req.extensions_mut().insert(principal);
-    next.run(req).await
+    req.extensions_mut().insert(watch.clone());
+    crate::revoke::until_revoked(next.run(req).await, &watch)
 }
 
 /// Reads and drops up to 64 KiB of a refused request's body (more is not worth waiting for:

@@ -19,6 +19,7 @@ pub mod gates;
 pub mod govern;
 pub mod ports;
 pub mod record;
+mod revoke;
 mod sandboxes;
 mod state;
 mod templates;

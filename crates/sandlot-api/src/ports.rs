@@ -85,6 +85,11 @@ pub async fn proxy(
     let target = origin_form(path_and_query)?;
     let upgrade = upgrade_protocol(req.headers());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+    // A relay outlives this response: it ends by itself when the key that opened it is revoked.
+    let revoked = req
+        .extensions()
+        .get::<crate::revoke::KeyWatch>()
+        .map(|w| w.revoked());
     let stream = rt.dial_port(id, port).await.map_err(api_error)?;
     let unreachable = |reason: String| {
         ApiError::new(
@@ -124,7 +129,16 @@ pub async fn proxy(
         match (client_upgrade, upgrade) {
             (Some(client), Some(_)) => {
                 let app = hyper::upgrade::on(&mut resp);
-                tokio::spawn(keep_active(rt.clone(), id.to_string(), relay(client, app)));
+                let relayed = async move {
+                    match revoked {
+                        Some(revoked) => tokio::select! {
+                            () = relay(client, app) => {}
+                            () = revoked => {}
+                        },
+                        None => relay(client, app).await,
+                    }
+                };
+                tokio::spawn(keep_active(rt.clone(), id.to_string(), relayed));
             }
             _ => {
                 return Err(unreachable(

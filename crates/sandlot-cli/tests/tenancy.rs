@@ -1753,3 +1753,101 @@ fn the_cli_manages_keys_and_tenants() {
         .unwrap();
     assert!(revoked["revoked_at"].is_string(), "{revoked}");
 }
+
+/// Reads `resp` to its end on a thread; the receiver gets the moment it ended.
+fn read_to_end(resp: reqwest::blocking::Response) -> std::sync::mpsc::Receiver<Instant> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut resp = resp;
+        let mut buf = [0u8; 4096];
+        while matches!(resp.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(Instant::now());
+    });
+    rx
+}
+
+/// A key that is revoked stops working at once, also for what it already opened: its event
+/// stream and its MCP stream end within moments of the revocation instead of running on.
+/// Regression: both were still delivering 8 s after `sandlot keys revoke`.
+#[test]
+fn revoking_a_key_ends_its_open_streams() {
+    let server = TestServer::start();
+    tenant(&server, "gamma", json!({}));
+    let (key, key_id) = new_key(&server, "gamma", false);
+    // Streams never time out on their own here: only the revocation can end them.
+    let http = Client::builder().timeout(None::<Duration>).build().unwrap();
+    let events = http
+        .get(format!("{}/v1/events", server.url()))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let events_ended = read_to_end(events);
+
+    let mcp = |session: Option<&str>, body: Value| {
+        let mut req = http
+            .post(format!("{}/mcp", server.url()))
+            .bearer_auth(&key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send().unwrap()
+    };
+    let init = mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "revocation-test", "version": "0"}}}),
+    );
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = init.text();
+    let _ = mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .text();
+    let stream = http
+        .get(format!("{}/mcp", server.url()))
+        .bearer_auth(&key)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", &session)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200, "the MCP stream opens");
+    let mcp_ended = read_to_end(stream);
+
+    // Both are open and stay open while the key is valid.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        events_ended.try_recv().is_err(),
+        "the event stream ended early"
+    );
+    assert!(mcp_ended.try_recv().is_err(), "the MCP stream ended early");
+
+    server.delete(&format!("/v1/keys/{key_id}")).expect(200);
+    let revoked_at = Instant::now();
+    for (what, ended) in [("event", events_ended), ("MCP", mcp_ended)] {
+        let at = ended
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the {what} stream is still open 10 s after revocation"));
+        eprintln!(
+            "{what} stream ended {:?} after the revocation",
+            at.saturating_duration_since(revoked_at)
+        );
+    }
+    // And a new request with the key is refused.
+    let r = http
+        .get(format!("{}/v1/sandboxes", server.url()))
+        .bearer_auth(&key)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}

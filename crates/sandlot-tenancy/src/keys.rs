@@ -33,6 +33,8 @@ const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 pub struct Keys {
     store: Arc<Store>,
     state: Arc<RwLock<State>>,
+    /// Bumped at every revocation, so open streams learn of it at once ([`Keys::revoked`]).
+    revocations: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Default)]
@@ -55,7 +57,35 @@ impl Keys {
         Ok(Self {
             store,
             state: Arc::new(RwLock::new(state)),
+            revocations: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
+    }
+
+    /// Resolves once the key with id `key_id` is revoked (at once if it is already): what a
+    /// stream opened with that key waits on, to end when the key stops being valid. A key id
+    /// that names no stored key (the local principal, E2B's key) is never revoked here.
+    pub fn revoked(&self, key_id: &str) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let keys = self.clone();
+        let id = key_id.to_owned();
+        let mut changes = self.revocations.subscribe();
+        async move {
+            loop {
+                if keys.is_revoked(&id) {
+                    return;
+                }
+                if changes.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
+    fn is_revoked(&self, key_id: &str) -> bool {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        state
+            .keys
+            .values()
+            .any(|k| k.info.id == key_id && k.info.revoked_at.is_some())
     }
 
     /// Local single-user mode: makes sure the tenant `default` exists and that
@@ -181,6 +211,7 @@ impl Keys {
             .ok_or_else(|| TenancyError::KeyNotFound { id: id.to_owned() })?;
         let mut info = rec.info.clone();
         self.write().keys.insert(rec.info.prefix.clone(), rec);
+        self.revocations.send_modify(|n| *n += 1);
         info.prefix = display_prefix(&info.prefix);
         Ok(info)
     }
