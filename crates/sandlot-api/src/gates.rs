@@ -477,11 +477,18 @@ impl Governor for ServerGovernor {
     }
 }
 
-/// `GET /v1/policies`: the set in force, its version, each policy's id and reason.
+/// `GET /v1/policies`: the whole set for the operator; for anyone else the policies that
+/// could apply to them (`PolicyEngine::info_for`).
 pub(crate) async fn get_policies<B>(
     State(st): State<AppState<B>>,
+    caller: Caller,
 ) -> Result<Json<PolicyInfo>, HttpError> {
-    Ok(Json(gov(&st)?.policy.info()))
+    let policy = &gov(&st)?.policy;
+    Ok(Json(if caller.is_operator() {
+        policy.info()
+    } else {
+        policy.info_for(caller.tenant(), &caller.0.key_id)
+    }))
 }
 
 /// `PUT /v1/policies` (admin): the whole set as Cedar text (`text/plain`, or JSON

@@ -1981,6 +1981,25 @@ fn fork_resume_and_from_snapshot_pass_the_creation_gates() {
          action == Sandlot::Action::\"create_sandbox\", resource);\n"
     );
     a.put_policies(&frozen).expect(200);
+    // The policy names tenant frozen: that tenant sees it, another tenant does not (nor the
+    // name), the operator sees the whole set.
+    let ids = |who: &As| -> Vec<String> {
+        let r = who.get("/v1/policies");
+        common::assert_schema("PolicyInfo", r.expect(200));
+        r.body["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let other = As::key(&server, &tenant_key(&server, "bystander", None));
+    assert!(ids(&f).contains(&"frozen-tenant".to_owned()));
+    assert!(ids(&a).contains(&"frozen-tenant".to_owned()));
+    let seen = ids(&other);
+    assert!(!seen.contains(&"frozen-tenant".to_owned()), "{seen:?}");
+    assert!(seen.contains(&"allow-all-gates".to_owned()), "{seen:?}");
+    assert!(!other.get("/v1/policies").text.contains("frozen"));
 
     assert_denied_by(
         &f.post(

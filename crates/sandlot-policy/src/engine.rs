@@ -152,6 +152,17 @@ impl PolicyEngine {
         }
     }
 
+    /// The set in force as a tenant may see it: the policies that could apply to a key of
+    /// `tenant` (with id `key_id`). A policy that names another tenant or another tenant's key
+    /// (in its scope or its conditions) is left out, so one tenant does not learn another's
+    /// name or how it is governed; the version is the whole set's.
+    pub fn info_for(&self, tenant: &str, key_id: &str) -> PolicyInfo {
+        let mut info = self.info();
+        info.policies
+            .retain(|p| crate::set::names_only(&p.text, tenant, key_id));
+        info
+    }
+
     /// The policy text in force.
     pub fn text(&self) -> String {
         self.inner.current.load().text.clone()

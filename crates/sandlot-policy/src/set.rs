@@ -384,3 +384,72 @@ mod tests {
         assert_eq!(line_col("ab", 99), (1, 3));
     }
 }
+
+/// Whether every tenant or key the policy `text` names is `tenant` or the key `key_id` (a key
+/// of that tenant). Entity references are found in the policy's JSON form, wherever they
+/// stand (scope, `in`, `==`, sets); a policy that cannot be read is treated as naming others.
+pub(crate) fn names_only(text: &str, tenant: &str, key_id: &str) -> bool {
+    let Ok(policy) = cedar_policy::Policy::parse(None, text) else {
+        return false;
+    };
+    let Ok(json) = policy.to_json() else {
+        return false;
+    };
+    let mut ok = true;
+    walk_entities(&json, &mut |ty, id| {
+        let mine = match ty.rsplit("::").next() {
+            Some("Tenant") => id == tenant,
+            Some("Key") => id == key_id,
+            _ => true,
+        };
+        ok &= mine;
+    });
+    ok
+}
+
+/// Calls `f(type, id)` for every entity reference in a policy's JSON form.
+fn walk_entities(v: &serde_json::Value, f: &mut impl FnMut(&str, &str)) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let (Some(serde_json::Value::String(ty)), Some(serde_json::Value::String(id))) =
+                (m.get("type"), m.get("id"))
+            {
+                f(ty, id);
+            }
+            for child in m.values() {
+                walk_entities(child, f);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for child in items {
+                walk_entities(child, f);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod visibility_tests {
+    use super::names_only;
+
+    #[test]
+    fn a_tenant_sees_the_policies_that_name_no_other_tenant_or_key() {
+        let everyone = r#"permit (principal, action, resource);"#;
+        let mine = r#"forbid (principal in Sandlot::Tenant::"alpha", action, resource);"#;
+        let theirs = r#"permit (principal in Sandlot::Tenant::"acme", action, resource);"#;
+        let in_condition = r#"permit (principal, action, resource)
+            when { principal.tenant == Sandlot::Tenant::"acme" };"#;
+        let in_a_set = r#"permit (principal, action, resource)
+            when { [Sandlot::Tenant::"alpha", Sandlot::Tenant::"acme"].contains(principal.tenant) };"#;
+        let a_key = r#"forbid (principal == Sandlot::Key::"key_other", action, resource);"#;
+        let own_key = r#"forbid (principal == Sandlot::Key::"key_mine", action, resource);"#;
+        assert!(names_only(everyone, "alpha", "key_mine"));
+        assert!(names_only(mine, "alpha", "key_mine"));
+        assert!(names_only(own_key, "alpha", "key_mine"));
+        for other in [theirs, in_condition, in_a_set, a_key] {
+            assert!(!names_only(other, "alpha", "key_mine"), "{other}");
+        }
+        assert!(!names_only("not cedar", "alpha", "key_mine"));
+    }
+}
