@@ -49,7 +49,8 @@ pub fn run(n: usize) -> anyhow::Result<EgressResult> {
         let _guard = rt.enter();
         egress.attach("bench", listener)?;
     }
-    egress.set_rules("bench", NetworkRules::parse(&["127.0.0.1/32".to_string()])?);
+    let rule = format!("127.0.0.1/32:{}", upstream.port());
+    egress.set_rules("bench", NetworkRules::parse(&[rule])?);
 
     let direct_req = format!("GET / HTTP/1.1\r\nHost: {upstream}\r\nConnection: close\r\n\r\n");
     let proxied_req =

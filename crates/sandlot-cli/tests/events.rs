@@ -509,6 +509,75 @@ fn webhooks_are_signed_retried_within_bounds_and_never_slow_executions() {
     assert_eq!(ok.got().len(), before, "a deleted webhook was called");
 }
 
+/// The IPv6 spellings of loopback that webhooks used to accept (egress refused them), and
+/// the host's own addresses: the one classifier both use refuses each at registration. The
+/// spellings are refused even when the operator allows loopback and private addresses (they
+/// are no way to call a local endpoint on purpose); the host's own addresses are refused as
+/// loopback is.
+#[test]
+fn webhook_urls_in_ipv6_spellings_and_the_hosts_own_addresses_are_refused() {
+    let spellings = [
+        ("http://[::127.0.0.1]:8080/hook", "IPv4-compatible"),
+        ("http://[::ffff:127.0.0.1]:8080/hook", "loopback"),
+        ("http://[64:ff9b::7f00:1]:8080/hook", "NAT64"),
+        ("http://[64:ff9b:1::1]:8080/hook", "NAT64"),
+        ("http://[2002:7f00:1::1]:8080/hook", "6to4"),
+        (
+            "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:8080/hook",
+            "Teredo",
+        ),
+    ];
+    let own: Vec<std::net::IpAddr> = sandlot_egress::read_own_addresses()
+        .expect("reading this host's addresses")
+        .into_iter()
+        .filter(|ip| !ip.is_loopback())
+        .collect();
+    assert!(!own.is_empty(), "this host has no address but loopback");
+    let own_urls: Vec<String> = own
+        .iter()
+        .map(|ip| match ip {
+            std::net::IpAddr::V4(v4) => format!("http://{v4}:8080/hook"),
+            std::net::IpAddr::V6(v6) => format!("http://[{v6}]:8080/hook"),
+        })
+        .collect();
+
+    let server = TestServer::start();
+    for (url, why) in spellings {
+        let r = server.post("/v1/webhooks", &json!({ "url": url }));
+        r.expect_error(400, "invalid_argument");
+        assert!(r.message().contains(why), "{url}: {}", r.message());
+    }
+    for url in &own_urls {
+        let r = server.post("/v1/webhooks", &json!({ "url": url }));
+        r.expect_error(400, "invalid_argument");
+        assert!(
+            r.message().contains("this host's own addresses"),
+            "{url}: {}",
+            r.message()
+        );
+    }
+
+    let lenient = TestServer::start_with_env(&[("SANDLOT_WEBHOOK_ALLOW_PRIVATE", "1")]);
+    for (url, why) in spellings.iter().filter(|(u, _)| !u.contains("::ffff:")) {
+        let r = lenient.post("/v1/webhooks", &json!({ "url": url }));
+        r.expect_error(400, "invalid_argument");
+        assert!(r.message().contains(why), "{url}: {}", r.message());
+    }
+    // What the operator allowed is allowed: loopback, in its own spellings.
+    for url in [
+        "http://127.0.0.1:8080/hook",
+        "http://[::ffff:127.0.0.1]:8080/hook",
+    ] {
+        lenient
+            .post("/v1/webhooks", &json!({ "url": url }))
+            .expect(201);
+    }
+    assert_eq!(
+        server.get("/v1/webhooks").expect(200)["webhooks"],
+        json!([])
+    );
+}
+
 #[test]
 fn webhook_urls_that_reach_the_servers_own_network_are_refused() {
     // Without SANDLOT_WEBHOOK_ALLOW_PRIVATE: loopback and private addresses are refused too.

@@ -2,7 +2,8 @@
 //! policy set (each shipped example changes behaviour as written; decisions name the deciding
 //! policy, the set's version and a latency; bad sets are refused and the old one stays),
 //! tiers (no silent escalation or downgrade), egress through the per-sandbox proxy (off by
-//! default; allowlisted domains over plain HTTP and CONNECT; other domains, raw IPs, a name
+//! default; allowlisted domains and ports over plain HTTP and CONNECT (TLS only); other domains,
+//! raw IPs, a name
 //! rebinding to loopback and the metadata address refused and recorded; live allowlist
 //! changes; restarts in place), `pip install` from a package index served on loopback,
 //! secrets injected by the proxy and never visible inside, and output guardrails (redaction
@@ -342,7 +343,8 @@ fn echo_server(ip: &str) -> (SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
 /// Python run inside sandboxes: `fetch(url, headers)` through the environment's proxy
 /// (urllib reads `HTTP_PROXY`), `[status, body]`, status 0 with the error when there is no
 /// response at all; `connect(host, port, payload)` opens a CONNECT tunnel by hand through the
-/// proxy and returns `[status line, what came back]`; `direct(url)` bypasses the proxy.
+/// proxy and returns `[status line, what came back]` (`hello(sni)` is a real ClientHello, the
+/// only first bytes a tunnel relays); `direct(url)` bypasses the proxy.
 const PY_NET: &str = r#"
 import json, os, socket, urllib.request, urllib.error
 def fetch(url, headers=None, data=None):
@@ -388,6 +390,15 @@ def connect(host, port, payload=b"ping"):
     except Exception:
         pass
     return [status, got.decode(errors="replace")]
+def hello(sni):
+    import ssl
+    ctx = ssl.create_default_context()
+    inb, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+    try:
+        ctx.wrap_bio(inb, outb, server_hostname=sni).do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outb.read()
 def fronted(host, port, sni):
     import ssl
     s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
@@ -719,12 +730,13 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     let pkgs = Upstream::start("127.0.0.2", "pkgs", HashMap::new());
     let api = Upstream::start("127.0.0.3", "api", HashMap::new());
     let (echo, echoed) = echo_server("127.0.0.2");
-    let echo_saw_tls = || {
+    // What the fronted ClientHello would carry (the allowed tunnel carries one for pkgs.test).
+    let echo_saw_fronting = || {
         echoed
             .lock()
             .unwrap()
             .iter()
-            .any(|b| b.first() == Some(&0x16))
+            .any(|b| b.windows(8).any(|w| w == b"api.test"))
     };
     let server = server();
     let a = admin(&server);
@@ -754,26 +766,25 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     );
 
     // --- An allowlist.
-    let s = a.create(&json!({
-        "network": ["pkgs.test", "127.0.0.2/32", "rebind.test", "meta.test", "*.wild.test"],
-    }));
+    let allow = [
+        format!("pkgs.test:{pp}"),
+        format!("pkgs.test:{ep}"),
+        format!("127.0.0.2/32:{pp}"),
+        format!("rebind.test:{pp}"),
+        "meta.test".to_owned(),
+        "*.wild.test".to_owned(),
+    ];
+    let s = a.create(&json!({ "network": allow }));
     let id = s["id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        s["network"],
-        json!([
-            "pkgs.test",
-            "127.0.0.2/32",
-            "rebind.test",
-            "meta.test",
-            "*.wild.test"
-        ])
-    );
+    assert_eq!(s["network"], json!(allow));
     let r = a.run_json(
         &id,
         &format!(
             "{PY_NET}\nprint(json.dumps({{\
              'http': fetch('http://pkgs.test:{pp}/hello'),\
-             'connect': connect('pkgs.test', {ep}, b'ping'),\
+             'connect': connect('pkgs.test', {ep}, hello('pkgs.test')),\
+             'connect_plain': connect('pkgs.test', {ep}, b'GET / HTTP/1.1\\r\\nHost: api.test\\r\\n\\r\\n'),\
+             'connect_port_80': connect('pkgs.test', 80),\
              'raw_ip_allowed': fetch('http://127.0.0.2:{pp}/by-ip'),\
              'other_domain': fetch('http://api.test:{ap}/x'),\
              'unknown': fetch('http://evil.test/x'),\
@@ -792,7 +803,23 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     eprintln!("egress probes: {r:#}");
     assert_eq!(r["http"], json!([200, "hello from pkgs"]), "{r:#}");
     assert!(r["connect"][0].as_str().unwrap().contains(" 200"), "{r:#}");
-    assert_eq!(r["connect"][1], "echo:ping", "{r:#}");
+    assert!(
+        r["connect"][1].as_str().unwrap().starts_with("echo:"),
+        "{r:#}"
+    );
+    // Plain HTTP inside a tunnel is not relayed; a port the rules do not list is refused.
+    assert!(
+        r["connect_plain"][0].as_str().unwrap().contains(" 200"),
+        "{r:#}"
+    );
+    assert!(
+        !r["connect_plain"][1].as_str().unwrap().contains("echo:"),
+        "{r:#}"
+    );
+    assert!(
+        r["connect_port_80"][0].as_str().unwrap().contains(" 403"),
+        "{r:#}"
+    );
     assert_eq!(r["raw_ip_allowed"][0], 200, "{r:#}");
     for k in [
         "other_domain",
@@ -827,8 +854,16 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     let hosts: Vec<String> = pkgs.seen().iter().map(|s| s.target.clone()).collect();
     assert_eq!(hosts, ["/hello", "/by-ip"], "{:?}", pkgs.seen());
     assert!(
-        !echo_saw_tls(),
+        !echo_saw_fronting(),
         "the fronted ClientHello reached the upstream"
+    );
+    assert!(
+        !echoed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.starts_with(b"GET ")),
+        "plain HTTP in a tunnel reached the upstream"
     );
     assert!(api.seen().is_empty(), "{:?}", api.seen());
     let seen = pkgs.seen();
@@ -840,7 +875,7 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     assert_eq!(seen[0].method, "GET");
 
     // Every attempt is recorded, with why.
-    let e = egress_until(&a, &id, "all attempts recorded", |e| e.len() >= 13);
+    let e = egress_until(&a, &id, "all attempts recorded", |e| e.len() >= 15);
     let allowed: Vec<&Value> = e.iter().filter(|e| e["allowed"] == true).collect();
     assert!(
         allowed.iter().any(|e| e["host"] == "pkgs.test"
@@ -882,24 +917,19 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     assert_eq!(d["detail"]["sandbox"], id.as_str(), "{d:#}");
 
     // --- The allowlist changes live.
+    let api_only = [format!("api.test:{ap}"), "127.0.0.3/32".to_owned()];
     let r = a.put(
         &format!("/v1/sandboxes/{id}/network"),
-        &json!({ "allow": ["api.test", "127.0.0.3/32"] }),
+        &json!({ "allow": api_only }),
     );
-    assert_eq!(
-        r.expect(200)["network"],
-        json!(["api.test", "127.0.0.3/32"])
-    );
+    assert_eq!(r.expect(200)["network"], json!(api_only));
     let r = a.run_json(
         &id,
         &format!("{PY_NET}\nprint(json.dumps([fetch('http://api.test:{ap}/now'), fetch('http://pkgs.test:{pp}/not-now')]))"),
     );
     assert_eq!(r[0], json!([200, "hello from api"]), "{r}");
     assert_eq!(r[1][0], 403, "{r}");
-    assert_eq!(
-        a.sandbox(&id)["network"],
-        json!(["api.test", "127.0.0.3/32"])
-    );
+    assert_eq!(a.sandbox(&id)["network"], json!(api_only));
     // Bad allowlists are refused.
     for bad in [
         json!({ "allow": ["not a domain!"] }),
@@ -914,7 +944,7 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     // A sandbox created without network gets its proxy.
     a.put(
         &format!("/v1/sandboxes/{closed}/network"),
-        &json!({ "allow": ["pkgs.test", "127.0.0.2/32"] }),
+        &json!({ "allow": [format!("pkgs.test:{pp}"), "127.0.0.2/32"] }),
     )
     .expect(200);
     let r = a.run_json(
@@ -937,7 +967,7 @@ fn egress_is_off_by_default_allowlisted_and_recorded() {
     // --- Policy narrows the allowlist: egress to one domain.
     a.put(
         &format!("/v1/sandboxes/{id}/network"),
-        &json!({ "allow": ["pkgs.test", "api.test", "127.0.0.2/32", "127.0.0.3/32"] }),
+        &json!({ "allow": [format!("pkgs.test:{pp}"), format!("api.test:{ap}"), "127.0.0.2/32", "127.0.0.3/32"] }),
     )
     .expect(200);
     let v = a
@@ -1050,7 +1080,7 @@ fn pip_installs_from_an_allowed_local_index_and_fails_clearly_without() {
     let a = admin(&server);
     let pip = pip_command(p);
 
-    let open = a.create(&json!({ "network": ["pkgs.test", "127.0.0.2/32"] }))["id"]
+    let open = a.create(&json!({ "network": [format!("pkgs.test:{p}"), "127.0.0.2/32"] }))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1142,7 +1172,7 @@ fn secrets_reach_their_host_only_and_are_never_visible_inside() {
     let a = admin(&server);
     let value = format!("Bearer s3cret-{}", random_alnum(24));
     let s = a.create(&json!({
-        "network": ["pkgs.test", "api.test", "127.0.0.2/32", "127.0.0.3/32"],
+        "network": [format!("pkgs.test:{pp}"), format!("api.test:{ap}"), "127.0.0.2/32", "127.0.0.3/32"],
         "secrets": [{ "name": "tok", "hosts": ["api.test"], "header": "Authorization", "value": value }],
     }));
     let id = s["id"].as_str().unwrap().to_owned();
@@ -1234,7 +1264,7 @@ print(json.dumps(hits))
     let r = a.put(
         &format!("/v1/sandboxes/{id}/network"),
         &json!({
-            "allow": ["api.test", "127.0.0.3/32"],
+            "allow": [format!("api.test:{ap}"), "127.0.0.3/32"],
             "secrets": [{ "name": "tok2", "hosts": ["api.test"], "header": "X-Api-Key", "value": value2 }],
         }),
     );
@@ -1287,7 +1317,7 @@ fn after_a_server_restart_a_listed_secret_is_still_sent() {
     let mut server = server();
     let value = format!("Bearer {}", random_alnum(24));
     let id = admin(&server).create(&json!({
-        "network": ["api.test", "127.0.0.3/32"],
+        "network": [format!("api.test:{ap}"), "127.0.0.3/32"],
         "secrets": [{ "name": "tok", "hosts": ["api.test"], "header": "Authorization", "value": value }],
     }))["id"]
         .as_str()
@@ -1798,7 +1828,7 @@ fn the_canary_in_an_egress_request_is_refused_and_contains() {
     let pp = pkgs.port();
     let server = server();
     let a = admin(&server);
-    let id = a.create(&json!({ "network": ["pkgs.test", "127.0.0.2/32"] }))["id"]
+    let id = a.create(&json!({ "network": [format!("pkgs.test:{pp}"), "127.0.0.2/32"] }))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1835,7 +1865,7 @@ fn the_canary_in_an_egress_request_is_refused_and_contains() {
     );
     assert!(!serde_json::to_string(&e).unwrap().contains(&secret));
     // In a body too (another sandbox).
-    let id2 = a.create(&json!({ "network": ["pkgs.test", "127.0.0.2/32"] }))["id"]
+    let id2 = a.create(&json!({ "network": [format!("pkgs.test:{pp}"), "127.0.0.2/32"] }))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1866,7 +1896,7 @@ fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
     let p = index.port();
     let server = server();
     let a = admin(&server);
-    let id = a.create(&json!({ "network": ["pkgs.test", "127.0.0.2/32"] }))["id"]
+    let id = a.create(&json!({ "network": [format!("pkgs.test:{p}"), "127.0.0.2/32"] }))["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1888,7 +1918,7 @@ fn plain_pip_install_and_percent_pip_install_work_when_the_index_is_allowed() {
         .trim(),
         marker
     );
-    let id2 = a.create(&json!({ "network": ["pkgs.test", "127.0.0.2/32"] }))["id"]
+    let id2 = a.create(&json!({ "network": [format!("pkgs.test:{p}"), "127.0.0.2/32"] }))["id"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -13,18 +13,27 @@
 //! plain HTTP), in this order, the first failure answering the refusal:
 //!
 //! 1. the request is well formed (400 otherwise; 431 for a head over 16 KiB; a head not sent
-//!    within 10 s closes the connection, against slowloris), and the sandbox is not cut;
+//!    within 10 s closes the connection, against slowloris), the sandbox is not cut, and the
+//!    method is not `TRACE` or `TRACK` in any case (405: they echo the request, with any
+//!    secret the proxy set on it, back to the sandbox);
 //! 2. the canary is not in the head, nor in the first 64 KiB of a plain-HTTP body;
-//! 3. the host is named by the allowlist ([`NetworkRules`]); only then is it resolved, so a
-//!    sandbox cannot use the proxy's resolver to leak data through DNS names it makes up;
+//! 3. the host *and port* are named by the allowlist ([`NetworkRules`]; an entry without a
+//!    port allows 443 for CONNECT and 80 for plain HTTP, any other port only when listed, as
+//!    `host:8443`); only then is the host resolved, so a sandbox cannot use the proxy's
+//!    resolver to leak data through DNS names it makes up;
 //! 4. resolution (the configured hosts map first, then getaddrinfo), and *every* address is
-//!    checked against the always-refused ranges (loopback, private, link-local, metadata...):
-//!    the check is on addresses, not names, which is what defeats DNS rebinding;
+//!    checked by the address classifier ([`classify`]: loopback, private, link-local,
+//!    metadata, the IPv6 spellings of those, the host's own addresses...), which only a CIDR
+//!    rule inside the range it names opens: the check is on addresses, not names, which is
+//!    what defeats DNS rebinding;
 //! 5. the policy gate ([`EgressHooks::gate`], Cedar in the server);
 //! 6. a connection to the checked address itself (never a second resolution), within 10 s;
-//! 7. CONNECT: `200`, then the TLS ClientHello's SNI, when there is one, must equal the CONNECT
-//!    host (no domain fronting); then bytes are relayed both ways until both sides close or
-//!    nothing moves for the idle timeout. Plain HTTP: the `Host` header must match the URL,
+//! 7. CONNECT: `200`, then the tunnel must begin with a TLS ClientHello whose SNI equals the
+//!    CONNECT host (an IP host: no SNI), else it is closed with a TLS `access_denied` alert and
+//!    the refusal recorded: no plain HTTP past the checks of step 3, no other protocol on an
+//!    allowed port, no domain fronting. Nothing of the upstream's reaches the sandbox before
+//!    the hello is checked. Then bytes are relayed both ways until both sides close or nothing
+//!    moves for the idle timeout. Plain HTTP: the `Host` header must match the URL,
 //!    hop-by-hop headers and `Proxy-Authorization` are dropped, the sandbox's secrets for that
 //!    host are set, and the request goes out in origin form, one upstream connection each.
 //!
@@ -35,6 +44,7 @@
 //! sees the new ones, and open tunnels and requests the new rules would refuse are closed;
 //! [`Egress::cut`] (containment) closes everything and refuses everything from then on.
 
+mod addr;
 mod error;
 mod hooks;
 mod io;
@@ -44,10 +54,14 @@ mod rules;
 mod secrets;
 pub mod tls;
 
+pub use addr::{
+    canonical, classify, classify_among, own_addresses, read_own_addresses, Forbidden, Reach,
+    SPECIAL_RANGES,
+};
 pub use error::EgressError;
 pub use hooks::{EgressEvent, EgressHooks, GateDecision, NullHooks};
 pub use netns::{listen_in_netns, listen_in_netns_fd};
-pub use rules::{DomainPattern, Host, NetworkRules, SPECIAL_RANGES};
+pub use rules::{DomainPattern, Host, NetworkRules, DEFAULT_CONNECT_PORT, DEFAULT_HTTP_PORT};
 pub use secrets::{Secret, MIN_CANARY_LEN};
 
 use proxy::{Policy, SandboxEntry};

@@ -13,9 +13,10 @@
 //! [`EgressConfig::max_head_bytes`]: crate::EgressConfig::max_head_bytes
 //! [`EgressConfig::head_timeout`]: crate::EgressConfig::head_timeout
 
+use crate::addr::canonical;
 use crate::hooks::{EgressEvent, EgressHooks};
 use crate::io::{Counted, Traffic};
-use crate::rules::{canonical, Host, NetworkRules};
+use crate::rules::{normalize_domain, Host, NetworkRules};
 use crate::secrets::{find_canary, ParsedSecret};
 use crate::tls::{parse_client_hello, Hello, MAX_HELLO_BYTES};
 use crate::EgressConfig;
@@ -546,6 +547,17 @@ impl Conn {
                 "egress from this sandbox is cut (containment)",
             ));
         }
+        let method = parts.method.as_str();
+        if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
+            // They echo the request back, with any secret the proxy set on it.
+            return Err(Refusal::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "http_request_denied",
+                format!(
+                    "the {method} method is not proxied (it echoes the request, secrets and all)"
+                ),
+            ));
+        }
         if find_canary(&head_text(parts), &policy.canaries) {
             hooks.canary(
                 id,
@@ -557,7 +569,7 @@ impl Conn {
         }
         policy
             .rules
-            .check_host(&target.host)
+            .check_host(&target.host, target.port, parts.method == Method::CONNECT)
             .map_err(Refusal::denied)?;
         let mut body = PrefixedBody {
             prefix: VecDeque::new(),
@@ -712,9 +724,15 @@ impl Conn {
         let (mut up_r, mut up_w) = tokio::io::split(upstream);
         let mut policy = self.entry.policy.subscribe();
         policy.borrow_and_update();
+        // Nothing of the upstream's reaches the sandbox before its ClientHello is checked: a
+        // protocol where the server speaks first is not TLS, and gets no say.
+        let (hello_checked, checked) = tokio::sync::oneshot::channel::<()>();
         let outcome = {
             let up = async {
                 let first = first_bytes(&mut client_r, &target.host, cfg.head_timeout).await?;
+                if !first.is_empty() {
+                    let _ = hello_checked.send(());
+                }
                 if up_w.write_all(&first).await.is_ok() {
                     let _ = tokio::io::copy(&mut client_r, &mut up_w).await;
                 }
@@ -722,7 +740,9 @@ impl Conn {
                 Ok::<(), String>(())
             };
             let down = async {
-                let _ = tokio::io::copy(&mut up_r, &mut client_w).await;
+                if checked.await.is_ok() {
+                    let _ = tokio::io::copy(&mut up_r, &mut client_w).await;
+                }
                 let _ = client_w.shutdown().await;
             };
             let relay = async {
@@ -739,7 +759,7 @@ impl Conn {
             tokio::select! {
                 res = relay => res.map(|()| String::new()),
                 () = self.token.cancelled() => Ok(closed_detached()),
-                why = revoked(&mut policy, &target.host, ip) => Ok(format!("closed: {why}")),
+                why = revoked(&mut policy, &target.host, target.port, true, ip) => Ok(format!("closed: {why}")),
                 () = recorder.traffic.idle(cfg.idle_timeout) => Ok(closed_idle(cfg)),
             }
         };
@@ -785,7 +805,7 @@ impl Conn {
         };
         let driver = self.clone();
         let driver_recorder = recorder.clone();
-        let host = target.host.clone();
+        let (host, port) = (target.host.clone(), target.port);
         let idle = cfg.idle_timeout;
         tokio::spawn(async move {
             let mut policy = driver.entry.policy.subscribe();
@@ -793,7 +813,7 @@ impl Conn {
             let ended = tokio::select! {
                 res = conn => res.err().map(|e| format!("the upstream connection failed: {e}")),
                 () = driver.token.cancelled() => Some(closed_detached()),
-                why = revoked(&mut policy, &host, ip) => Some(format!("closed: {why}")),
+                why = revoked(&mut policy, &host, port, false, ip) => Some(format!("closed: {why}")),
                 () = traffic.idle(idle) => Some(closed_idle(&driver.inner.cfg)),
             };
             if let Some(reason) = ended {
@@ -893,8 +913,14 @@ async fn became_cut(policy: &mut watch::Receiver<Arc<Policy>>) {
     }
 }
 
-/// Resolves, with why, when a change of the sandbox's policy refuses `host` at `ip`.
-async fn revoked(policy: &mut watch::Receiver<Arc<Policy>>, host: &Host, ip: IpAddr) -> String {
+/// Resolves, with why, when a change of the sandbox's policy refuses `host:port` at `ip`.
+async fn revoked(
+    policy: &mut watch::Receiver<Arc<Policy>>,
+    host: &Host,
+    port: u16,
+    connect: bool,
+    ip: IpAddr,
+) -> String {
     loop {
         if policy.changed().await.is_err() {
             return std::future::pending().await;
@@ -905,7 +931,7 @@ async fn revoked(policy: &mut watch::Receiver<Arc<Policy>>, host: &Host, ip: IpA
         }
         if let Err(why) = now
             .rules
-            .check_host(host)
+            .check_host(host, port, connect)
             .and_then(|()| now.rules.check_addr(ip))
         {
             return format!("the allowlist changed: {why}");
@@ -940,9 +966,13 @@ async fn connect(ip: IpAddr, port: u16, limit: Duration) -> Result<TcpStream, Re
     }
 }
 
-/// The first bytes the client sends into a tunnel. A TLS ClientHello is read whole (within
-/// `limit` of its first byte) and its SNI, when present, must equal `host`; anything else passes
-/// as it is. `Err` is a refusal.
+/// The first bytes the client sends into a tunnel, which must be a whole TLS ClientHello
+/// (within `limit` of its first byte) whose server name (SNI) is `host`: a tunnel carries TLS
+/// to the host it was opened for, nothing else. A domain host needs an SNI equal to it (after
+/// the normalization rules get: case, one trailing dot); an IP host needs a hello without SNI
+/// (TLS clients send none for an IP, RFC 6066 §3), so a name cannot ride an IP rule. A client
+/// that closes before sending anything gets nothing (empty bytes: the upstream's side is not
+/// relayed either). `Err` is a refusal.
 async fn first_bytes<R: AsyncRead + Unpin>(
     client: &mut R,
     host: &Host,
@@ -950,8 +980,7 @@ async fn first_bytes<R: AsyncRead + Unpin>(
 ) -> Result<Vec<u8>, String> {
     let mut buf = Vec::with_capacity(2048);
     let mut chunk = vec![0u8; 8192];
-    // The first byte may take as long as the client likes (a protocol where the server speaks
-    // first); the tunnel's idle timeout bounds it.
+    // The first byte may take as long as the client likes; the tunnel's idle timeout bounds it.
     let n = client.read(&mut chunk).await.unwrap_or(0);
     if n == 0 {
         return Ok(buf);
@@ -960,16 +989,13 @@ async fn first_bytes<R: AsyncRead + Unpin>(
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match parse_client_hello(&buf) {
-            Hello::NotTls | Hello::Complete { sni: None } => return Ok(buf),
-            Hello::Complete { sni: Some(name) } => {
-                let name = name.strip_suffix('.').unwrap_or(&name);
-                return match host {
-                    Host::Domain(d) if d == name => Ok(buf),
-                    _ => Err(format!(
-                        "the TLS server name (SNI) {name} does not match the CONNECT host {host}"
-                    )),
-                };
+            Hello::NotTls => {
+                return Err(
+                    "the tunnel did not begin with a TLS ClientHello (tunnels carry TLS only)"
+                        .into(),
+                )
             }
+            Hello::Complete { sni } => return sni_matches(sni.as_deref(), host).map(|()| buf),
             Hello::Malformed(why) => {
                 return Err(format!(
                     "the tunnel began with a malformed TLS ClientHello ({why})"
@@ -992,6 +1018,26 @@ async fn first_bytes<R: AsyncRead + Unpin>(
                 ))
             }
         }
+    }
+}
+
+/// Whether a ClientHello's server name `sni` fits the CONNECT host; see [`first_bytes`].
+fn sni_matches(sni: Option<&str>, host: &Host) -> Result<(), String> {
+    match (sni, host) {
+        (Some(name), Host::Domain(d)) => match normalize_domain(name) {
+            Ok(name) if name == *d => Ok(()),
+            _ => Err(format!(
+                "the TLS server name (SNI) {name:?} does not match the CONNECT host {host}"
+            )),
+        },
+        (None, Host::Domain(_)) => Err(format!(
+            "the TLS ClientHello names no server (SNI); a tunnel to {host} must name it"
+        )),
+        (None, Host::Ip(_)) => Ok(()),
+        (Some(name), Host::Ip(_)) => Err(format!(
+            "the TLS server name (SNI) {name:?} does not match the CONNECT host {host}, an IP \
+             address (a tunnel to a name is CONNECTed by that name)"
+        )),
     }
 }
 

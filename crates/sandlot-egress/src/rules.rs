@@ -1,70 +1,59 @@
 //! A sandbox's egress allowlist, and the address ranges that stay refused whatever it says.
 //!
-//! An allowlist ([`NetworkRules`]) has three kinds of entries: exact domains (`example.com`),
-//! wildcards (`*.example.com`: any name below it, at any depth, but not `example.com` itself,
-//! as in browsers' and cloud firewalls' wildcard rules), and IP addresses or CIDRs
-//! (`203.0.113.7`, `10.0.0.0/8`, `::1/128`). Empty means no egress at all.
+//! # Grammar
 //!
-//! A request passes two checks. Its *host* must be named by the list: a domain by a domain
-//! entry, a raw IP by an IP/CIDR entry (so `http://1.2.3.4/` cannot bypass a domain list).
-//! Then *every* address the host resolves to must be acceptable (so one public and one private
-//! answer cannot smuggle the private one in): an address in one of the [`SPECIAL_RANGES`]
-//! (loopback, private, link-local, CGNAT, metadata, ...) is refused unless a CIDR entry of the
-//! list covers it *and lies inside that range*. The second condition is what "explicitly" means:
-//! `0.0.0.0/0` or `::/0` do not open loopback or the metadata address; `127.0.0.0/8` opens
-//! loopback, and `169.254.169.254/32` (and only that, or the bare IP) opens the metadata
-//! address, which sits inside link-local but is its own, narrower range. This is what defeats
+//! An allowlist ([`NetworkRules`]) is a list of entries, each a destination and an optional
+//! port:
+//!
+//! ```text
+//! entry   = dest [ ":" port ]          port: 1-65535
+//! dest    = domain                     example.com (that name only)
+//!         | "*." domain                *.example.com (any name below it, at any depth, but
+//!                                      not example.com itself, as in browsers' and cloud
+//!                                      firewalls' wildcard rules)
+//!         | ipv4 [ "/" prefix ]        203.0.113.7, 10.0.0.0/8
+//!         | ipv6 [ "/" prefix ]        ::1/128 (without a port)
+//!         | "[" ipv6 [ "/" prefix ] "]"  [2001:db8::/32] (with a port: [2001:db8::1]:8443)
+//! ```
+//!
+//! An entry without a port allows port 443 for `CONNECT` (HTTPS) and port 80 for plain HTTP,
+//! nothing else: `pypi.org` allows `CONNECT pypi.org:443` and `GET http://pypi.org/`, not
+//! `CONNECT pypi.org:25` nor `CONNECT pypi.org:80`. An entry with a port allows that port only,
+//! for both: `git.example.com:8443`, `*.internal.example:8080`, `10.0.0.0/8:5432`. Entries
+//! written before ports existed mean what they always did for the default ports. Empty means
+//! no egress at all.
+//!
+//! # Checks
+//!
+//! A request passes two checks. Its *host and port* must be named by the list: a domain by a
+//! domain entry, a raw IP by an IP/CIDR entry (so `http://1.2.3.4/` cannot bypass a domain
+//! list), each on a port the entry allows. Then *every* address the host resolves to must be
+//! acceptable (so one public and one private answer cannot smuggle the private one in): an
+//! address the classifier ([`crate::classify`]) refuses (loopback, private, link-local, CGNAT,
+//! metadata, the host's own, ...) is refused unless a CIDR entry of the list covers it *and
+//! lies inside the narrowest range the classifier names*. The second condition is what
+//! "explicitly" means: `0.0.0.0/0` or `::/0` do not open loopback or the metadata address;
+//! `127.0.0.0/8` opens loopback, and `169.254.169.254/32` (and only that, or the bare IP) opens
+//! the metadata address, which sits inside link-local but is its own, narrower range; a host's
+//! own public address is opened only by an entry for that address alone. This is what defeats
 //! DNS rebinding: an allowed domain whose name starts resolving to 127.0.0.1 or 10.x is refused
-//! because the address is checked, not the name.
+//! because the address is checked, not the name. (Opening an address is about the address:
+//! the port was checked with the host.)
 //!
 //! IPv4-mapped IPv6 addresses (`::ffff:127.0.0.1`) are checked as the IPv4 address they are;
-//! the IPv6 transition ranges that embed an IPv4 address (NAT64, 6to4, Teredo) are refused as a
-//! whole, since the embedded address could be anything.
+//! the IPv6 transition ranges that embed an IPv4 address (IPv4-compatible, NAT64, 6to4,
+//! Teredo) are refused as a whole, since the embedded address could be anything.
 
+use crate::addr::{canonical, classify};
 use crate::error::EgressError;
 use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
 
-/// Address ranges refused unless a CIDR of the rules inside the range covers the address, each
-/// with the words used in refusals.
-pub const SPECIAL_RANGES: &[(&str, &str)] = &[
-    ("0.0.0.0/8", "an unspecified ('this network') address"),
-    ("10.0.0.0/8", "a private (RFC 1918) address"),
-    ("100.64.0.0/10", "a carrier-grade NAT address"),
-    ("127.0.0.0/8", "a loopback address"),
-    ("169.254.0.0/16", "a link-local address"),
-    ("169.254.169.254/32", "the cloud metadata address"),
-    ("172.16.0.0/12", "a private (RFC 1918) address"),
-    ("192.0.0.0/24", "an IETF protocol assignment address"),
-    ("192.0.2.0/24", "a documentation address"),
-    ("192.88.99.0/24", "a 6to4 relay address"),
-    ("192.168.0.0/16", "a private (RFC 1918) address"),
-    ("198.18.0.0/15", "a benchmarking address"),
-    ("198.51.100.0/24", "a documentation address"),
-    ("203.0.113.0/24", "a documentation address"),
-    ("224.0.0.0/4", "a multicast address"),
-    ("240.0.0.0/4", "a reserved address"),
-    ("255.255.255.255/32", "the broadcast address"),
-    (
-        "::/96",
-        "an unspecified, loopback or IPv4-compatible IPv6 address",
-    ),
-    ("::1/128", "a loopback address"),
-    ("::ffff:0:0/96", "an IPv4-mapped IPv6 address"),
-    ("64:ff9b::/96", "a NAT64 address"),
-    ("64:ff9b:1::/48", "a NAT64 address"),
-    ("100::/64", "a discard-only address"),
-    ("2001::/32", "a Teredo address"),
-    ("2001:db8::/32", "a documentation address"),
-    ("2002::/16", "a 6to4 address"),
-    ("3fff::/20", "a documentation address"),
-    ("fc00::/7", "a unique local (private) IPv6 address"),
-    ("fd00:ec2::254/128", "the cloud metadata address"),
-    ("fe80::/10", "a link-local address"),
-    ("fec0::/10", "a site-local address"),
-    ("ff00::/8", "a multicast address"),
-];
+/// The port a rule without one allows for `CONNECT` (HTTPS).
+pub const DEFAULT_CONNECT_PORT: u16 = 443;
+/// The port a rule without one allows for plain HTTP.
+pub const DEFAULT_HTTP_PORT: u16 = 80;
 
 /// One domain entry: an exact name or every name below a suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +120,7 @@ pub fn normalize_domain(name: &str) -> Result<String, String> {
         return Err("an entry is a domain, IP or CIDR, not a URL".into());
     }
     if name.contains(':') || name.contains('/') {
-        return Err("a domain entry has no port or path (ports are not part of rules)".into());
+        return Err("a domain name has no port or path".into());
     }
     for label in name.split('.') {
         if label.is_empty() || label.len() > 63 {
@@ -161,11 +150,59 @@ pub fn normalize_domain(name: &str) -> Result<String, String> {
     Ok(name)
 }
 
+/// Whether a rule's port (`None`: the defaults) allows `port` for a `CONNECT` (`connect`) or
+/// a plain-HTTP request.
+fn port_allows(rule: Option<u16>, port: u16, connect: bool) -> bool {
+    match rule {
+        Some(listed) => listed == port,
+        None if connect => port == DEFAULT_CONNECT_PORT,
+        None => port == DEFAULT_HTTP_PORT,
+    }
+}
+
+/// `dest:port` as written back (`[v6]:port` for IPv6).
+fn with_port(dest: String, port: Option<u16>) -> String {
+    match port {
+        None => dest,
+        Some(p) if dest.contains(':') => format!("[{dest}]:{p}"),
+        Some(p) => format!("{dest}:{p}"),
+    }
+}
+
+/// Splits `entry` into its destination and port: `host:port`, `[v6]:port`, `[v6]`, or no
+/// port (a bare IPv6 address or CIDR has colons of its own and no port).
+fn split_port(entry: &str) -> Result<(&str, Option<u16>), String> {
+    let parse_port = |p: &str| -> Result<u16, String> {
+        match p.parse::<u16>() {
+            Ok(0) | Err(_) => Err(format!("the port {p:?} is not a number from 1 to 65535")),
+            Ok(port) => Ok(port),
+        }
+    };
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (inner, after) = rest
+            .split_once(']')
+            .ok_or("an unclosed '[' (write [ipv6]:port)")?;
+        return match after {
+            "" => Ok((inner, None)),
+            _ => match after.strip_prefix(':') {
+                Some(p) => Ok((inner, Some(parse_port(p)?))),
+                None => Err("after ']' comes ':port' or nothing".into()),
+            },
+        };
+    }
+    match entry.rsplit_once(':') {
+        // More than one colon and no brackets: an IPv6 address or CIDR, without a port.
+        Some((dest, _)) if dest.contains(':') => Ok((entry, None)),
+        Some((dest, p)) => Ok((dest, Some(parse_port(p)?))),
+        None => Ok((entry, None)),
+    }
+}
+
 /// A sandbox's egress allowlist; see the module docs for what it allows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkRules {
-    domains: Vec<DomainPattern>,
-    nets: Vec<IpNet>,
+    domains: Vec<(DomainPattern, Option<u16>)>,
+    nets: Vec<(IpNet, Option<u16>)>,
 }
 
 impl NetworkRules {
@@ -185,11 +222,19 @@ impl NetworkRules {
             if entry.is_empty() || entry.trim() != entry {
                 return Err(bad("empty, or with surrounding whitespace".into()));
             }
-            if let Ok(ip) = entry.parse::<IpAddr>() {
-                rules.nets.push(IpNet::from(canonical(ip)));
+            if entry.contains("://") {
+                return Err(bad("an entry is a domain, IP or CIDR, not a URL".into()));
+            }
+            let (dest, port) = split_port(entry).map_err(bad)?;
+            let bracketed = dest.len() + 2 <= entry.len() && entry.starts_with('[');
+            if let Ok(ip) = dest.parse::<IpAddr>() {
+                if bracketed && ip.is_ipv4() {
+                    return Err(bad("brackets are for IPv6 addresses only".into()));
+                }
+                rules.nets.push((IpNet::from(canonical(ip)), port));
                 continue;
             }
-            if let Ok(net) = entry.parse::<IpNet>() {
+            if let Ok(net) = dest.parse::<IpNet>() {
                 if net.trunc() != net {
                     return Err(bad(format!(
                         "the address has bits set past the /{} prefix (did you mean {}?)",
@@ -197,25 +242,24 @@ impl NetworkRules {
                         net.trunc()
                     )));
                 }
-                rules.nets.push(net);
+                rules.nets.push((net, port));
                 continue;
             }
-            if entry.starts_with('[') {
+            if bracketed {
                 return Err(bad(
-                    "write an IPv6 address without brackets (::1, fd00::/8)".into(),
+                    "not a valid IPv6 address or CIDR inside the brackets".into()
                 ));
             }
-            if entry.contains('/') && !entry.contains("://") {
+            if dest.contains('/') {
                 return Err(bad(
                     "not a valid CIDR (address/prefix, e.g. 10.0.0.0/8)".into()
                 ));
             }
-            if entry.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            if dest.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
                 return Err(bad("not a valid IPv4 address".into()));
             }
-            rules
-                .domains
-                .push(DomainPattern::parse(entry).map_err(bad)?);
+            let pattern = DomainPattern::parse(dest).map_err(bad)?;
+            rules.domains.push((pattern, port));
         }
         Ok(rules)
     }
@@ -229,90 +273,105 @@ impl NetworkRules {
     pub fn entries(&self) -> Vec<String> {
         self.domains
             .iter()
-            .map(ToString::to_string)
-            .chain(self.nets.iter().map(ToString::to_string))
+            .map(|(d, port)| with_port(d.to_string(), *port))
+            .chain(
+                self.nets
+                    .iter()
+                    .map(|(n, port)| with_port(n.to_string(), *port)),
+            )
             .collect()
     }
 
-    /// Whether the request host `host` is named by the list: a domain by a domain entry, an IP
-    /// by an IP/CIDR entry. `Err` says why not.
-    pub fn check_host(&self, host: &Host) -> Result<(), String> {
+    /// Whether the request host `host` on `port` is named by the list: a domain by a domain
+    /// entry, an IP by an IP/CIDR entry, each allowing that port for a `CONNECT` (`connect`)
+    /// or a plain-HTTP request. `Err` says why not.
+    pub fn check_host(&self, host: &Host, port: u16, connect: bool) -> Result<(), String> {
         if self.is_empty() {
             return Err("this sandbox has no network allowlist (egress is off)".into());
         }
-        match host {
+        let ports: Vec<Option<u16>> = match host {
             Host::Domain(name) => {
-                if self.domains.iter().any(|d| d.matches(name)) {
-                    Ok(())
-                } else {
-                    Err(format!("{name} is not in this sandbox's allowlist"))
+                let named: Vec<Option<u16>> = self
+                    .domains
+                    .iter()
+                    .filter(|(d, _)| d.matches(name))
+                    .map(|(_, p)| *p)
+                    .collect();
+                if named.is_empty() {
+                    return Err(format!("{name} is not in this sandbox's allowlist"));
                 }
+                named
             }
             Host::Ip(ip) => {
                 let ip = canonical(*ip);
-                if self.nets.iter().any(|n| n.contains(&ip)) {
-                    Ok(())
-                } else {
-                    Err(format!(
+                let named: Vec<Option<u16>> = self
+                    .nets
+                    .iter()
+                    .filter(|(n, _)| n.contains(&ip))
+                    .map(|(_, p)| *p)
+                    .collect();
+                if named.is_empty() {
+                    return Err(format!(
                         "the address {ip} is not in this sandbox's allowlist (raw IPs need an IP \
                          or CIDR entry)"
-                    ))
+                    ));
                 }
+                named
             }
+        };
+        if ports.iter().any(|p| port_allows(*p, port, connect)) {
+            return Ok(());
         }
+        let (kind, default) = if connect {
+            ("CONNECT", DEFAULT_CONNECT_PORT)
+        } else {
+            ("plain HTTP", DEFAULT_HTTP_PORT)
+        };
+        Err(format!(
+            "{host} is in this sandbox's allowlist, but not on port {port} (an entry without a \
+             port allows {default} for {kind}; others must be listed, as {host}:{port})"
+        ))
     }
 
     /// The first entry that opens part of an always-refused range (loopback, private,
     /// metadata, ...), with the range's description: what only an operator should list.
     pub fn opens_special(&self) -> Option<(String, &'static str)> {
-        for n in &self.nets {
-            for (range, what) in special_ranges() {
-                if range.contains(n) {
-                    return Some((n.to_string(), what));
-                }
+        let own = crate::addr::own_addresses();
+        for (n, port) in &self.nets {
+            let opened = crate::addr::special_ranges()
+                .find(|(range, _, _)| range.contains(n))
+                .map(|(_, what, _)| what)
+                .or_else(|| {
+                    // Only an entry for that address alone opens one of the host's own.
+                    let single = n.prefix_len() == n.max_prefix_len();
+                    (single && own.iter().any(|a| canonical(*a) == n.addr()))
+                        .then_some("one of this host's own addresses")
+                });
+            if let Some(what) = opened {
+                return Some((with_port(n.to_string(), *port), what));
             }
         }
         None
     }
 
-    /// Whether the proxy may connect to `ip`: `Err` names the special range it is in when no
-    /// CIDR of the list inside that range covers it.
+    /// Whether the proxy may connect to `ip`: `Err` says what the address is when no CIDR of
+    /// the list inside the narrowest range the classifier names covers it.
     pub fn check_addr(&self, ip: IpAddr) -> Result<(), String> {
         let ip = canonical(ip);
-        for (range, what) in special_ranges() {
-            if range.contains(&ip)
-                && !self
-                    .nets
-                    .iter()
-                    .any(|n| n.contains(&ip) && range.contains(n))
-            {
-                return Err(format!(
-                    "{ip} is {what}, refused unless a CIDR inside {range} is listed explicitly"
-                ));
-            }
+        let Some(why) = classify(ip) else {
+            return Ok(());
+        };
+        let range = why.range;
+        if self
+            .nets
+            .iter()
+            .any(|(n, _)| n.contains(&ip) && range.contains(n))
+        {
+            return Ok(());
         }
-        Ok(())
-    }
-}
-
-fn special_ranges() -> impl Iterator<Item = (IpNet, &'static str)> {
-    SPECIAL_RANGES.iter().map(|(net, what)| {
-        (
-            net.parse::<IpNet>()
-                .expect("the special ranges are valid CIDRs"),
-            *what,
-        )
-    })
-}
-
-/// `ip`, with an IPv4-mapped IPv6 address turned into the IPv4 address it carries.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => ip,
-        },
-        v4 => v4,
+        Err(format!(
+            "{ip} is {why}, refused unless a CIDR inside {range} is listed explicitly"
+        ))
     }
 }
 
@@ -369,6 +428,52 @@ mod tests {
         Host::parse(s).unwrap()
     }
 
+    /// The host check for a CONNECT to port 443.
+    fn ck(r: &NetworkRules, host: &Host) -> Result<(), String> {
+        r.check_host(host, 443, true)
+    }
+
+    #[test]
+    fn ports_default_to_443_for_connect_and_80_for_plain_http() {
+        let r = rules(&[
+            "pkg.test",
+            "git.test:8443",
+            "*.int.test:8080",
+            "198.51.100.0/24",
+            "203.0.113.7:25",
+            "[2001:db8::1]:8443",
+        ]);
+        let ok = |h: &str, port: u16, connect: bool| r.check_host(&host(h), port, connect);
+        assert!(ok("pkg.test", 443, true).is_ok());
+        assert!(ok("pkg.test", 80, false).is_ok());
+        for (port, connect) in [(80, true), (25, true), (443, false), (8080, false)] {
+            let why = ok("pkg.test", port, connect).unwrap_err();
+            assert!(
+                why.contains(&format!("not on port {port}"))
+                    && why.contains(&format!("pkg.test:{port}")),
+                "{why}"
+            );
+        }
+        assert!(ok("git.test", 8443, true).is_ok());
+        assert!(ok("git.test", 8443, false).is_ok());
+        assert!(ok("git.test", 443, true).is_err());
+        assert!(ok("git.test", 80, false).is_err());
+        assert!(ok("a.int.test", 8080, false).is_ok());
+        assert!(ok("a.int.test", 443, true).is_err());
+        assert!(ok("198.51.100.9", 443, true).is_ok());
+        assert!(ok("198.51.100.9", 25, true).is_err());
+        assert!(ok("203.0.113.7", 25, true).is_ok());
+        assert!(ok("203.0.113.7", 443, true).is_err());
+        assert!(ok("[2001:db8::1]", 8443, true).is_ok());
+        let v6 = ok("[2001:db8::1]", 443, true).unwrap_err();
+        assert!(v6.contains("[2001:db8::1]:443"), "{v6}");
+        // The same name under two entries: either's port.
+        let two = rules(&["pkg.test", "pkg.test:8080"]);
+        assert!(two.check_host(&host("pkg.test"), 443, true).is_ok());
+        assert!(two.check_host(&host("pkg.test"), 8080, true).is_ok());
+        assert!(two.check_host(&host("pkg.test"), 25, true).is_err());
+    }
+
     #[test]
     fn parses_every_kind_of_entry() {
         let r = rules(&[
@@ -377,16 +482,35 @@ mod tests {
             "10.0.0.0/8",
             "::1/128",
             "203.0.113.7",
+            "git.test:8443",
+            "*.int.test:8080",
+            "10.0.0.0/8:5432",
+            "198.51.100.7:25",
+            "[2001:db8::1]:443",
+            "[2001:db8::/32]:8443",
+            "[::1]",
         ]);
         assert_eq!(
             r.entries(),
             vec![
                 "example.com",
                 "*.pkg.test",
+                "git.test:8443",
+                "*.int.test:8080",
                 "10.0.0.0/8",
                 "::1/128",
-                "203.0.113.7/32"
+                "203.0.113.7/32",
+                "10.0.0.0/8:5432",
+                "198.51.100.7/32:25",
+                "[2001:db8::1/128]:443",
+                "[2001:db8::/32]:8443",
+                "::1/128",
             ]
+        );
+        // What they print parses back to the same rules.
+        assert_eq!(
+            NetworkRules::parse(&r.entries()).unwrap().entries(),
+            r.entries()
         );
         assert!(rules(&[]).is_empty());
     }
@@ -396,7 +520,14 @@ mod tests {
         assert!(err("").contains("empty"));
         assert!(err(" a.test").contains("whitespace"));
         assert!(err("http://a.test").contains("not a URL"));
-        assert!(err("a.test:443").contains("no port"));
+        assert!(err("a.test:0").contains("1 to 65535"));
+        assert!(err("a.test:65536").contains("1 to 65535"));
+        assert!(err("a.test:").contains("1 to 65535"));
+        assert!(err("a.test/x").contains("not a valid CIDR"));
+        assert!(err("[1.2.3.4]:80").contains("IPv6 addresses only"));
+        assert!(err("[::1").contains("unclosed"));
+        assert!(err("[::1]80").contains("':port'"));
+        assert!(err("[a.test]:80").contains("inside the brackets"));
         assert!(err("10.0.0.1/8").contains("did you mean 10.0.0.0/8"));
         assert!(err("10.0.0.0/33").contains("not a valid CIDR"));
         assert!(err("300.1.1.1").contains("not a valid IPv4"));
@@ -409,24 +540,23 @@ mod tests {
         assert!(err(&format!("{}.test", "a".repeat(64))).contains("1 to 63"));
         assert!(err("1.2.3").contains("not a valid IPv4"));
         assert!(err("a.123").contains("all digits"));
-        assert!(err("[::1]").contains("without brackets"));
     }
 
     #[test]
     fn domains_match_exactly_and_wildcards_below_the_apex() {
         let r = rules(&["pkg.test", "*.files.test"]);
-        assert!(r.check_host(&host("pkg.test")).is_ok());
-        assert!(r.check_host(&host("PKG.test.")).is_ok());
-        assert!(r.check_host(&host("a.pkg.test")).is_err());
-        assert!(r.check_host(&host("a.files.test")).is_ok());
-        assert!(r.check_host(&host("a.b.files.test")).is_ok());
-        assert!(r.check_host(&host("files.test")).is_err());
-        assert!(r.check_host(&host("evilfiles.test")).is_err());
-        assert!(r.check_host(&host("files.test.evil.test")).is_err());
-        let no = r.check_host(&host("other.test")).unwrap_err();
+        assert!(ck(&r, &host("pkg.test")).is_ok());
+        assert!(ck(&r, &host("PKG.test.")).is_ok());
+        assert!(ck(&r, &host("a.pkg.test")).is_err());
+        assert!(ck(&r, &host("a.files.test")).is_ok());
+        assert!(ck(&r, &host("a.b.files.test")).is_ok());
+        assert!(ck(&r, &host("files.test")).is_err());
+        assert!(ck(&r, &host("evilfiles.test")).is_err());
+        assert!(ck(&r, &host("files.test.evil.test")).is_err());
+        let no = ck(&r, &host("other.test")).unwrap_err();
         assert!(no.contains("other.test is not in"), "{no}");
         assert!(NetworkRules::none()
-            .check_host(&host("pkg.test"))
+            .check_host(&host("pkg.test"), 443, true)
             .unwrap_err()
             .contains("egress is off"));
     }
@@ -434,10 +564,10 @@ mod tests {
     #[test]
     fn raw_ips_need_a_cidr_entry() {
         let r = rules(&["pkg.test", "198.51.100.0/24", "2001:db8::/32"]);
-        assert!(r.check_host(&host("198.51.100.9")).is_ok());
-        assert!(r.check_host(&host("[2001:db8::1]")).is_ok());
-        assert!(r.check_host(&host("8.8.8.8")).is_err());
-        assert!(r.check_host(&host("::ffff:198.51.100.9")).is_ok());
+        assert!(ck(&r, &host("198.51.100.9")).is_ok());
+        assert!(ck(&r, &host("[2001:db8::1]")).is_ok());
+        assert!(ck(&r, &host("8.8.8.8")).is_err());
+        assert!(ck(&r, &host("::ffff:198.51.100.9")).is_ok());
     }
 
     #[test]
@@ -463,6 +593,9 @@ mod tests {
             "ff02::1",
             "::ffff:127.0.0.1",
             "64:ff9b::7f00:1",
+            "64:ff9b:1::1",
+            "::127.0.0.1",
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
             "2002:7f00:1::",
         ] {
             let ip: IpAddr = ip.parse().unwrap();

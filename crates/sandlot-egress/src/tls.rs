@@ -3,8 +3,10 @@
 //! A CONNECT tunnel is checked by its host, but the client then speaks TLS to whatever server
 //! answers at the checked address; the SNI says which site it asks that server for. A
 //! client that CONNECTs to an allowed host and then asks for another name in its ClientHello
-//! is domain fronting (a CDN would route it to the other site), so the SNI, when present, must
-//! equal the CONNECT host. Hand-written because only this one field is needed and the parser
+//! is domain fronting (a CDN would route it to the other site), so the SNI must equal the
+//! CONNECT host; a tunnel that does not begin with a ClientHello, or whose hello names no
+//! server, is closed (a tunnel carries TLS to the host it names, not SMTP or plain HTTP past
+//! the proxy's checks). Hand-written because only this one field is needed and the parser
 //! must accept partial input (the hello may arrive over several reads and TLS records);
 //! bounded by [`MAX_HELLO_BYTES`].
 

@@ -24,7 +24,8 @@ fn quick() -> EgressConfig {
 async fn allowed_domain_works_over_plain_http_and_connect() {
     let web = Upstream::http("127.0.0.2");
     let echo = Upstream::echo("127.0.0.2");
-    let rig = Rig::new(quick(), &[PKG, "127.0.0.2/32"]).await;
+    let (on_web, on_echo) = (on(PKG, web.port()), on(PKG, echo.port()));
+    let rig = Rig::new(quick(), &[&on_web, &on_echo, "127.0.0.2/32"]).await;
 
     let url = format!("http://{PKG}:{}/simple/pkg/?q=1", web.port());
     let resp = rig
@@ -127,33 +128,29 @@ async fn allowed_domain_works_over_plain_http_and_connect() {
         last.ends_with("hello") || last.ends_with("5\r\nhello\r\n0\r\n\r\n"),
         "{last}"
     );
+}
 
-    // A tunnel that does not start with TLS is relayed as it is (no SNI to check).
-    let (mut tunnel, head) = rig.connect(&format!("{PKG}:{}", echo.port())).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    tunnel.write_all(b"ping").await.unwrap();
-    let mut four = [0u8; 4];
-    tokio::time::timeout(WAIT, tunnel.read_exact(&mut four))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(&four, b"ping");
+/// `host:port`, an allowlist entry for an upstream on a port of its own.
+fn on(host: &str, port: u16) -> String {
+    format!("{host}:{port}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_say_why_and_are_recorded() {
     let web = Upstream::http("127.0.0.2");
     let other = Upstream::http("127.0.0.3");
+    let p = web.port();
     let rig = Rig::new(
         quick(),
         &[
-            PKG,
+            &on(PKG, p),
             "127.0.0.2/32",
-            "denied.sandlot.test",
-            "rebind.sandlot.test",
-            "localhost",
+            &on("denied.sandlot.test", p),
+            &on("rebind.sandlot.test", p),
+            &on("localhost", p),
             "169.254.0.0/16",
             "0.0.0.0/0",
+            &on("0.0.0.0/0", other.port()),
         ],
     )
     .await;
@@ -162,7 +159,6 @@ async fn refusals_say_why_and_are_recorded() {
         .lock()
         .unwrap()
         .push("denied.sandlot.test".into());
-    let p = web.port();
     let cases: Vec<(String, &str, u16, &str)> = vec![
         // (url or CONNECT target, extra headers, status, words in the answer)
         (
@@ -225,7 +221,7 @@ async fn refusals_say_why_and_are_recorded() {
         );
     }
     // A raw IP the rules do not name at all (0.0.0.0/0 is in the list above, so a fresh rig).
-    let strict = Rig::new(quick(), &[PKG]).await;
+    let strict = Rig::new(quick(), &[&on(PKG, p)]).await;
     let resp = strict.get("http://192.0.2.10/", "").await;
     assert_eq!(status(&resp), 403, "{resp}");
     assert!(
@@ -297,7 +293,7 @@ async fn refusals_say_why_and_are_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sni_must_match_the_connect_host() {
     let echo = Upstream::echo("127.0.0.2");
-    let rig = Rig::new(quick(), &[PKG, "127.0.0.2/32"]).await;
+    let rig = Rig::new(quick(), &[&on(PKG, echo.port()), "127.0.0.2/32"]).await;
     let (mut tunnel, head) = rig.connect(&format!("{PKG}:{}", echo.port())).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     tunnel
@@ -310,14 +306,15 @@ async fn sni_must_match_the_connect_host() {
     let ev = rig.hooks.wait_event(|e| e.method == "CONNECT").await;
     assert!(!ev.allowed, "{ev:?}");
     assert!(
-        ev.reason
-            .contains("SNI) evil.sandlot.test does not match the CONNECT host pkg.sandlot.test"),
+        ev.reason.contains(
+            "SNI) \"evil.sandlot.test\" does not match the CONNECT host pkg.sandlot.test"
+        ),
         "{ev:?}"
     );
     assert_eq!(ev.bytes_up, 0, "{ev:?}");
 
     // Over a raw IP, any SNI is a mismatch.
-    let ip_rig = Rig::new(quick(), &["127.0.0.2/32"]).await;
+    let ip_rig = Rig::new(quick(), &[&on("127.0.0.2/32", echo.port())]).await;
     let (mut tunnel, head) = ip_rig.connect(&format!("127.0.0.2:{}", echo.port())).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     tunnel
@@ -335,7 +332,7 @@ async fn sni_must_match_the_connect_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_heads_get_431_and_slowloris_is_closed() {
     let web = Upstream::http("127.0.0.2");
-    let rig = Rig::new(quick(), &[PKG, "127.0.0.2/32"]).await;
+    let rig = Rig::new(quick(), &[&on(PKG, web.port()), "127.0.0.2/32"]).await;
     let big = format!("X-Big: {}\r\n", "a".repeat(20 << 10));
     let resp = rig
         .get(&format!("http://{PKG}:{}/", web.port()), &big)
@@ -400,7 +397,12 @@ async fn secrets_reach_their_host_only() {
     let other = Upstream::http("127.0.0.3");
     let rig = Rig::new(
         quick(),
-        &[PKG, "other.sandlot.test", "127.0.0.2/32", "127.0.0.3/32"],
+        &[
+            &on(PKG, web.port()),
+            &on("other.sandlot.test", other.port()),
+            "127.0.0.2/32",
+            "127.0.0.3/32",
+        ],
     )
     .await;
     rig.egress
@@ -455,7 +457,7 @@ async fn secrets_reach_their_host_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_canary_is_refused_and_reported() {
     let web = Upstream::http("127.0.0.2");
-    let rig = Rig::new(quick(), &[PKG, "127.0.0.2/32"]).await;
+    let rig = Rig::new(quick(), &[&on(PKG, web.port()), "127.0.0.2/32"]).await;
     let canary = "AKIASANDLOTCANARY7Q2X";
     rig.egress.set_canary(&rig.id, canary.into());
     let url = format!("http://{PKG}:{}/upload", web.port());
@@ -533,15 +535,18 @@ async fn rules_change_live_and_cut_closes_everything() {
     assert_eq!(status(&resp), 403, "{resp}");
     assert!(body(&resp).contains("egress is off"), "{resp}");
 
-    rig.egress.set_rules(&rig.id, rules(&[PKG, "127.0.0.2/32"]));
+    let (on_web, on_echo) = (on(PKG, web.port()), on(PKG, echo.port()));
+    let allow = [on_web.as_str(), on_echo.as_str(), "127.0.0.2/32"];
+    rig.egress.set_rules(&rig.id, rules(&allow));
     assert_eq!(status(&rig.get(&url, "").await), 200);
 
     // An open tunnel the new rules no longer allow is closed.
     let (mut tunnel, head) = rig.connect(&format!("{PKG}:{}", echo.port())).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    tunnel.write_all(b"one").await.unwrap();
-    let mut three = [0u8; 3];
-    tunnel.read_exact(&mut three).await.unwrap();
+    let hello = client_hello_for_tests(Some(PKG), 1);
+    tunnel.write_all(&hello).await.unwrap();
+    let mut echoed = vec![0u8; hello.len()];
+    tunnel.read_exact(&mut echoed).await.unwrap();
     rig.egress
         .set_rules(&rig.id, rules(&["other.sandlot.test"]));
     let rest = read_all(&mut tunnel).await;
@@ -550,11 +555,11 @@ async fn rules_change_live_and_cut_closes_everything() {
         .hooks
         .wait_event(|e| e.method == "CONNECT" && e.reason.contains("allowlist changed"))
         .await;
-    assert!(ev.allowed && ev.bytes_up == 3, "{ev:?}");
+    assert!(ev.allowed && ev.bytes_up == hello.len() as u64, "{ev:?}");
     assert_eq!(status(&rig.get(&url, "").await), 403);
 
     // Cut: open tunnels close, and everything is refused from then on.
-    rig.egress.set_rules(&rig.id, rules(&[PKG, "127.0.0.2/32"]));
+    rig.egress.set_rules(&rig.id, rules(&allow));
     let (mut tunnel, head) = rig.connect(&format!("{PKG}:{}", echo.port())).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut idle_client = rig.client();
@@ -565,7 +570,7 @@ async fn rules_change_live_and_cut_closes_everything() {
     let resp = rig.get(&url, "").await;
     assert_eq!(status(&resp), 403, "{resp}");
     assert!(body(&resp).contains("cut (containment)"), "{resp}");
-    rig.egress.set_rules(&rig.id, rules(&[PKG, "127.0.0.2/32"]));
+    rig.egress.set_rules(&rig.id, rules(&allow));
     assert_eq!(status(&rig.get(&url, "").await), 403, "a cut is sticky");
     rig.hooks
         .wait_event(|e| e.method == "CONNECT" && e.reason.contains("was cut"))
@@ -589,7 +594,7 @@ async fn connections_are_bounded_and_the_listener_is_only_in_its_namespace() {
             head_timeout: Duration::from_secs(5),
             ..EgressConfig::default()
         },
-        &[PKG, "127.0.0.2/32"],
+        &[&on(PKG, web.port()), "127.0.0.2/32"],
     )
     .await;
     let held: Vec<_> = (0..3).map(|_| rig.client()).collect();
@@ -640,4 +645,174 @@ async fn connections_are_bounded_and_the_listener_is_only_in_its_namespace() {
         .connect(SocketAddr::from(([127, 0, 0, 1], PROXY_PORT)))
         .is_err());
     let _ = NetworkRules::none();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_carry_ports_and_tunnels_carry_tls_to_their_host_only() {
+    let echo = Upstream::echo("127.0.0.2");
+    let e = echo.port();
+    let rig = Rig::new(quick(), &[PKG, &on(PKG, e), "127.0.0.2/32"]).await;
+
+    // An entry without a port allows 443 for CONNECT (and 80 for plain HTTP) only.
+    for port in [80, 25] {
+        let (_, resp) = rig.connect(&format!("{PKG}:{port}")).await;
+        assert_eq!(status(&resp), 403, "{resp}");
+        assert!(
+            body(&resp).contains(&format!("not on port {port}")),
+            "{resp}"
+        );
+        let ev = rig
+            .hooks
+            .wait_event(|ev| ev.method == "CONNECT" && ev.port == port)
+            .await;
+        assert!(!ev.allowed && ev.status == 403, "{ev:?}");
+        assert!(ev.reason.contains(&format!("{PKG}:{port}")), "{ev:?}");
+    }
+
+    // The listed port opens, for a ClientHello naming the host (any case, one trailing dot).
+    for sni in ["PKG.Sandlot.TEST", "pkg.sandlot.test."] {
+        let (mut tunnel, head) = rig.connect(&on(PKG, e)).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let hello = client_hello_for_tests(Some(sni), 1);
+        tunnel.write_all(&hello).await.unwrap();
+        let mut back = vec![0u8; hello.len()];
+        tokio::time::timeout(WAIT, tunnel.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, hello);
+    }
+
+    // Anything else is closed with a TLS access_denied alert, nothing of it relayed, and the
+    // refusal recorded with why.
+    let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
+    let mut garbage = vec![0x16, 0x03, 0x01, 0x00, 0x08, 0x02];
+    garbage.extend_from_slice(&[0xff; 7]);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            b"GET / HTTP/1.1\r\nHost: anything.example\r\n\r\n".to_vec(),
+            "did not begin with a TLS ClientHello",
+        ),
+        (
+            b"EHLO sandbox\r\n".to_vec(),
+            "did not begin with a TLS ClientHello",
+        ),
+        (client_hello_for_tests(None, 1), "names no server (SNI)"),
+        (
+            client_hello_for_tests(Some("evil.sandlot.test"), 1),
+            "\"evil.sandlot.test\" does not match the CONNECT host pkg.sandlot.test",
+        ),
+        (
+            client_hello_for_tests(Some("pkg.sandlot.test.."), 1),
+            "does not match the CONNECT host",
+        ),
+        (garbage, "malformed TLS ClientHello"),
+    ];
+    for (first, why) in &cases {
+        let (mut tunnel, head) = rig.connect(&on(PKG, e)).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        tunnel.write_all(first).await.unwrap();
+        let back = read_all(&mut tunnel).await.into_bytes();
+        assert_eq!(back, alert, "{why}");
+        let ev = rig
+            .hooks
+            .wait_event(|ev| ev.method == "CONNECT" && ev.reason.contains(why))
+            .await;
+        assert!(
+            !ev.allowed && ev.bytes_up == 0 && ev.bytes_down == 0,
+            "{ev:?}"
+        );
+    }
+
+    // An upstream that speaks first (an SMTP banner on a listed port) says nothing to a
+    // sandbox that has not sent a good ClientHello.
+    let banner = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let b = banner.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = banner.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(b"220 smtp.sandlot.test ESMTP\r\n").await;
+                let mut sink = [0u8; 1024];
+                while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    rig.egress
+        .set_rules(&rig.id, rules(&[&on(PKG, b), "127.0.0.2/32"]));
+    let (mut tunnel, head) = rig.connect(&on(PKG, b)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tunnel.write_all(b"EHLO sandbox\r\n").await.unwrap();
+    let back = read_all(&mut tunnel).await.into_bytes();
+    assert_eq!(back, alert, "{}", String::from_utf8_lossy(&back));
+    // ... nor to one that sends nothing at all and closes its side.
+    let (mut tunnel, head) = rig.connect(&on(PKG, b)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tunnel.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut tunnel).await, "");
+    let ev = rig.hooks.wait_event(|ev| ev.port == b && !ev.allowed).await;
+    assert!(
+        ev.reason.contains("did not begin with a TLS ClientHello"),
+        "{ev:?}"
+    );
+
+    // A raw IP target: only an IP rule with its port, and a hello without SNI (TLS clients
+    // send none for an IP).
+    rig.egress
+        .set_rules(&rig.id, rules(&[&on("127.0.0.2/32", e)]));
+    let (mut tunnel, head) = rig.connect(&format!("127.0.0.2:{e}")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let hello = client_hello_for_tests(None, 1);
+    tunnel.write_all(&hello).await.unwrap();
+    let mut back = vec![0u8; hello.len()];
+    tokio::time::timeout(WAIT, tunnel.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, hello);
+    let (_, resp) = rig.connect("127.0.0.2:443").await;
+    assert_eq!(status(&resp), 403, "{resp}");
+    assert!(body(&resp).contains("not on port 443"), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_and_track_are_refused() {
+    let web = Upstream::http("127.0.0.2");
+    let rig = Rig::new(quick(), &[&on(PKG, web.port()), "127.0.0.2/32"]).await;
+    for method in ["TRACE", "TRACK", "trace", "Track"] {
+        let raw = format!(
+            "{method} http://{PKG}:{p}/ HTTP/1.1\r\nHost: {PKG}:{p}\r\nConnection: close\r\n\r\n",
+            p = web.port()
+        );
+        let resp = rig.send(raw.as_bytes()).await;
+        assert_eq!(status(&resp), 405, "{method}: {resp}");
+        assert!(body(&resp).contains("is not proxied"), "{resp}");
+        let ev = rig.hooks.wait_event(|e| e.method == method).await;
+        assert!(!ev.allowed && ev.status == 405, "{ev:?}");
+    }
+    assert!(web.requests().is_empty(), "{:?}", web.requests());
+    // The same request as a GET goes through: the refusal is the method's.
+    let resp = rig.get(&format!("http://{PKG}:{}/", web.port()), "").await;
+    assert_eq!(status(&resp), 200, "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_own_addresses_are_refused_whatever_the_rules() {
+    let own: Vec<std::net::IpAddr> = sandlot_egress::own_addresses()
+        .iter()
+        .copied()
+        .filter(|ip| !ip.is_loopback())
+        .collect();
+    assert!(!own.is_empty(), "this host has no address but loopback");
+    let rig = Rig::new(quick(), &["0.0.0.0/0", "::/0"]).await;
+    for ip in own {
+        let host = sandlot_egress::Host::Ip(ip).to_string();
+        let (_, resp) = rig.connect(&format!("{host}:443")).await;
+        assert_eq!(status(&resp), 403, "{resp}");
+        assert!(
+            body(&resp).contains("this host's own addresses"),
+            "{ip}: {resp}"
+        );
+    }
 }

@@ -652,8 +652,13 @@ fn index_rules(
 > {
     let mut entries = Vec::new();
     let mut hosts = std::collections::HashMap::new();
+    // Each entry names the index's port: an entry without one would allow 443 and 80 only.
+    let on_port = |host: &str, port: u16| match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    };
     for (host, port) in &index.allowed {
-        entries.push(host.clone());
+        entries.push(on_port(host, *port));
         if host.parse::<IpAddr>().is_ok() {
             continue;
         }
@@ -665,7 +670,7 @@ fn index_rules(
             .map(|a| a.ip())
             .collect();
         for ip in &addrs {
-            entries.push(ip.to_string());
+            entries.push(on_port(&ip.to_string(), *port));
         }
         hosts.insert(host.clone(), addrs);
     }
@@ -678,8 +683,9 @@ fn index_rules(
     Ok((rules, hosts))
 }
 
-/// The proxy's gate for a build: the index's host on its port only (the rules cannot name
-/// ports), whatever the address checks let through.
+/// The proxy's gate for a build: the index's host on its port only, whatever the address
+/// checks let through (the rules name the ports too; the gate also keeps the index's
+/// addresses, listed to open them, from being reached by a raw IP).
 struct IndexOnly {
     allowed: Vec<(String, u16)>,
 }

@@ -26,11 +26,16 @@
 //!
 //! # Outbound requests to a URL a tenant chose (SSRF)
 //!
-//! Only `http` and `https` URLs, without credentials, are accepted. The server refuses to
-//! connect to link-local addresses (169.254.0.0/16 — cloud metadata services —, fe80::/10,
-//! fd00:ec2::254), unspecified, multicast and broadcast ones always; to loopback, private
-//! (RFC 1918, unique-local, CGNAT) addresses unless the operator sets
-//! `SANDLOT_WEBHOOK_ALLOW_PRIVATE=1`. The check is made when the webhook is created (for an
+//! Only `http` and `https` URLs, without credentials, are accepted. Addresses are checked by
+//! the egress proxy's classifier ([`sandlot_egress::classify`]), the same for both. The server
+//! refuses to connect to link-local addresses (169.254.0.0/16 — cloud metadata services —,
+//! fe80::/10, fd00:ec2::254), unspecified, multicast, broadcast, reserved and documentation
+//! ones, and the IPv6 spellings of an IPv4 address that a network may translate anywhere
+//! (IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4, Teredo),
+//! always; to loopback, private (RFC 1918, unique-local, site-local, CGNAT, benchmarking)
+//! addresses and the host's own addresses (read from its interfaces) unless the operator sets
+//! `SANDLOT_WEBHOOK_ALLOW_PRIVATE=1`. An IPv4-mapped address (`::ffff:a.b.c.d`) is the IPv4
+//! address it carries. The check is made when the webhook is created (for an
 //! answer that says why) and again on the addresses every delivery actually connects to (a
 //! resolver that filters them), so a name that later resolves elsewhere (DNS rebinding) is
 //! refused too. Redirects are not followed and no proxy from the environment is used.
@@ -61,7 +66,7 @@ use sandlot_types::{ErrorCode, LifecycleEvent, LifecycleKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -230,60 +235,20 @@ pub fn signature(secret: &str, t: u64, body: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Which addresses may be called.
 
-/// Why the server will not connect to `ip`, if it will not.
-pub fn refusal(ip: IpAddr, allow_private: bool) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => refusal_v4(v4, allow_private),
-        IpAddr::V6(v6) => refusal_v6(v6, allow_private),
+/// Why the server will not connect to `ip`, if it will not: the egress proxy's classifier
+/// ([`sandlot_egress::classify`]), whose loopback, private and host's own addresses the
+/// operator may open with `SANDLOT_WEBHOOK_ALLOW_PRIVATE=1`; the rest (link-local and metadata,
+/// multicast, documentation, the IPv6 transition spellings...) never.
+pub fn refusal(ip: IpAddr, allow_private: bool) -> Option<String> {
+    let why = sandlot_egress::classify(ip)?;
+    match (why.private(), allow_private) {
+        (true, true) => None,
+        (true, false) => Some(format!(
+            "{why} (the operator may allow loopback and private addresses with \
+             SANDLOT_WEBHOOK_ALLOW_PRIVATE=1)"
+        )),
+        (false, _) => Some(why.to_string()),
     }
-}
-
-fn refusal_v4(ip: Ipv4Addr, allow_private: bool) -> Option<&'static str> {
-    let [a, b, ..] = ip.octets();
-    if ip.is_link_local() {
-        return Some("a link-local address (where cloud metadata services answer)");
-    }
-    if a == 0 || ip.is_broadcast() || ip.is_multicast() || a >= 240 {
-        return Some("an unspecified, broadcast, multicast or reserved address");
-    }
-    let private = ip.is_loopback()
-        || ip.is_private()
-        || (a == 100 && (64..128).contains(&b))
-        || (a == 198 && (b == 18 || b == 19));
-    (private && !allow_private).then_some(
-        "a loopback or private address (the operator may allow them with \
-         SANDLOT_WEBHOOK_ALLOW_PRIVATE=1)",
-    )
-}
-
-fn refusal_v6(ip: Ipv6Addr, allow_private: bool) -> Option<&'static str> {
-    let s = ip.segments();
-    // IPv4 in IPv6: mapped, NAT64, 6to4.
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return refusal_v4(v4, allow_private);
-    }
-    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-        return refusal_v4(v4, allow_private);
-    }
-    if s[0] == 0x2002 {
-        let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
-        if let Some(why) = refusal_v4(v4, allow_private) {
-            return Some(why);
-        }
-    }
-    // fd00:ec2::254: a cloud's IPv6 metadata service, in unique-local space.
-    if (s[0] & 0xffc0) == 0xfe80 || s == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254] {
-        return Some("a link-local address (where cloud metadata services answer)");
-    }
-    if ip.is_unspecified() || ip.is_multicast() {
-        return Some("an unspecified or multicast address");
-    }
-    let private = ip.is_loopback() || (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfec0;
-    (private && !allow_private).then_some(
-        "a loopback or private address (the operator may allow them with \
-         SANDLOT_WEBHOOK_ALLOW_PRIVATE=1)",
-    )
 }
 
 /// A resolver that gives the HTTP client only the addresses it may connect to, so the check
@@ -308,7 +273,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
                 let why = addrs
                     .first()
                     .and_then(|a| refusal(a.ip(), allow_private))
-                    .unwrap_or("no address");
+                    .unwrap_or_else(|| "no address".into());
                 return Err(format!("{host} resolves to {why}; refused").into());
             }
             let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
@@ -353,7 +318,7 @@ pub async fn check_url(raw: &str, allow_private: bool) -> Result<reqwest::Url, H
     };
     if let Some(ip) = literal_ip(&url) {
         if let Some(why) = refusal(ip, allow_private) {
-            return Err(refused(&ip.to_string(), why));
+            return Err(refused(&ip.to_string(), &why));
         }
     } else {
         // A name that does not resolve now may later (deliveries check again); one that
@@ -362,12 +327,12 @@ pub async fn check_url(raw: &str, allow_private: bool) -> Result<reqwest::Url, H
         let lookup = tokio::net::lookup_host((host, port));
         if let Ok(Ok(addrs)) = tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
             let addrs: Vec<SocketAddr> = addrs.collect();
-            let why: Vec<&str> = addrs
+            let why: Vec<String> = addrs
                 .iter()
                 .filter_map(|a| refusal(a.ip(), allow_private))
                 .collect();
             if !addrs.is_empty() && why.len() == addrs.len() {
-                return Err(refused(host, why[0]));
+                return Err(refused(host, &why[0]));
             }
         }
     }
@@ -825,9 +790,30 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "2002:a9fe:a9fe::1",
             "::",
+            // IPv6 spellings of loopback a network may translate: never, whatever the operator
+            // allows (they are no way to call a local endpoint on purpose).
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::1",
+            "2002:7f00:1::1",
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert!(refusal(ip, true).is_some(), "{ip} allowed");
+        }
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_need_the_operator() {
+        let own: Vec<IpAddr> = sandlot_egress::own_addresses()
+            .iter()
+            .copied()
+            .filter(|ip| !ip.is_loopback())
+            .collect();
+        assert!(!own.is_empty(), "this host has no address but loopback");
+        for ip in own {
+            let why = refusal(ip, false).unwrap_or_else(|| panic!("{ip} allowed"));
+            assert!(why.contains("this host's own"), "{ip}: {why}");
         }
     }
 
