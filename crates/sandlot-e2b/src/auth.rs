@@ -8,7 +8,8 @@
 //! (mode 0600, created on first start as `e2b_` and 40 hex characters, the shape E2B's keys
 //! have, so SDKs that look at a prefix accept it); `SANDLOT_E2B_API_KEY` overrides it.
 //!
-//! A sandbox's tokens are HMAC-SHA256 of its id under the E2B key: nothing to store, they
+//! A sandbox's tokens are HMAC-SHA256 of its id under a server secret of their own
+//! (`<data_dir>/e2b-token-secret`, not the E2B key, which clients hold): nothing to store, they
 //! survive a server restart, and one sandbox's token opens no other sandbox. They are handed
 //! out only by the control plane's answers about that sandbox, which only its tenant gets.
 //! Two tokens, with different labels, because E2B gives them different reach: the envd
@@ -41,10 +42,13 @@ pub(crate) const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 pub(crate) const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 pub(crate) const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 
+/// The file under the data dir that holds the secret sandboxes' tokens are made with.
+pub const TOKEN_SECRET_FILE: &str = "e2b-token-secret";
+
 /// The server's E2B credentials.
 pub(crate) struct Auth {
     key: String,
-    /// Keyed once; cloned per token (cheaper than re-keying).
+    /// Keyed once with the token secret; cloned per token (cheaper than re-keying).
     mac: Hmac<Sha256>,
 }
 
@@ -81,17 +85,23 @@ impl Denied {
 impl Auth {
     /// The key from `SANDLOT_E2B_API_KEY`, else from the key file, which is created when
     /// missing.
+    ///
+    /// Sandboxes' tokens are keyed with a secret of their own (`<data_dir>/e2b-token-secret`,
+    /// made on first start), not with the key: the key is typed into clients and
+    /// environments, and whoever learns it must not also be able to make every sandbox's
+    /// tokens (nor does setting `SANDLOT_E2B_API_KEY` change them).
     pub(crate) fn load(data_dir: &Path) -> Result<Self, E2bError> {
         let key = match std::env::var(KEY_ENV) {
             Ok(k) if !k.trim().is_empty() => k.trim().to_owned(),
-            _ => load_or_create(&data_dir.join(KEY_FILE))?,
+            _ => load_or_create(&data_dir.join(KEY_FILE), "e2b_")?,
         };
-        Ok(Self::with_key(key))
+        let secret = load_or_create(&data_dir.join(TOKEN_SECRET_FILE), "")?;
+        Ok(Self::new(key, &secret))
     }
 
-    pub(crate) fn with_key(key: String) -> Self {
-        let mac =
-            Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");
+    pub(crate) fn new(key: String, token_secret: &str) -> Self {
+        let mac = Hmac::<Sha256>::new_from_slice(token_secret.as_bytes())
+            .expect("HMAC takes keys of any length");
         Self { key, mac }
     }
 
@@ -251,7 +261,8 @@ fn header_eq(headers: &HeaderMap, name: &str, expected: &str) -> bool {
         .any(|v| bool::from(v.as_bytes().ct_eq(expected.as_bytes())))
 }
 
-fn load_or_create(path: &Path) -> Result<String, E2bError> {
+/// The secret in `path`, made (`prefix` and 40 random hex characters, mode 0600) when missing.
+fn load_or_create(path: &Path, prefix: &str) -> Result<String, E2bError> {
     let err = |source| E2bError::KeyFile {
         path: path.to_path_buf(),
         source,
@@ -271,7 +282,7 @@ fn load_or_create(path: &Path) -> Result<String, E2bError> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut raw))
         .map_err(err)?;
-    let key = format!("e2b_{}", hex::encode(raw));
+    let key = format!("{prefix}{}", hex::encode(raw));
     // create_new: two servers starting on one data dir must not hand out different keys.
     let created = std::fs::OpenOptions::new()
         .write(true)
@@ -298,13 +309,18 @@ mod tests {
 
     #[test]
     fn tokens_differ_by_sandbox_and_purpose() {
-        let a = Auth::with_key("e2b_k".into());
+        let a = Auth::new("e2b_k".into(), "secret");
         assert_eq!(a.envd_token("sb1"), a.envd_token("sb1"));
         assert_ne!(a.envd_token("sb1"), a.envd_token("sb2"));
         assert_ne!(a.envd_token("sb1"), a.traffic_token("sb1"));
         assert_ne!(
             a.envd_token("sb1"),
-            Auth::with_key("e2b_other".into()).envd_token("sb1")
+            Auth::new("e2b_k".into(), "another secret").envd_token("sb1")
+        );
+        // The key alone makes no token: tokens depend on the secret only.
+        assert_eq!(
+            a.envd_token("sb1"),
+            Auth::new("e2b_other".into(), "secret").envd_token("sb1")
         );
         assert_eq!(a.envd_token("x").len(), 64);
     }
@@ -315,8 +331,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(KEY_FILE);
         let _ = std::fs::remove_file(&path);
-        let k1 = load_or_create(&path).unwrap();
-        let k2 = load_or_create(&path).unwrap();
+        let k1 = load_or_create(&path, "e2b_").unwrap();
+        let k2 = load_or_create(&path, "e2b_").unwrap();
         assert_eq!(k1, k2);
         assert!(k1.starts_with("e2b_") && k1.len() == 44, "{k1}");
         use std::os::unix::fs::PermissionsExt;
