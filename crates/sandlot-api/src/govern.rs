@@ -217,13 +217,15 @@ pub(crate) async fn authenticate<B: Backend>(
             return refusal(e, is_mcp);
         }
     };
+    // Noted before the scope check, so a refusal of another tenant's object is recorded with
+    // the key that asked.
+    crate::record::Note::set_principal(&principal);
     if is_v1 {
         if let Err(e) = scope(&st.backend, gov, &principal, path) {
             drain(req).await;
             return e.into_response();
         }
     }
-    crate::record::Note::set_principal(&principal);
     req.extensions_mut().insert(principal);
     next.run(req).await
 }
