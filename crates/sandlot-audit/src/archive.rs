@@ -21,7 +21,8 @@
 //! (appended, and signed by a checkpoint, before anything is removed) names the boundary's
 //! size and root, and the log verifies only when such a record follows its boundary: moving
 //! `boundary.json` forward (deleting the first remaining segments) or deleting it is found.
-//! [`verify_archive`] proves an archive and that it ends exactly at the log's boundary.
+//! [`verify_archive`] proves an archive, that it ends exactly at the log's boundary, and that
+//! it starts at the record the log's `audit.archived` record names.
 
 use crate::merkle::{Frontier, Hash};
 use crate::note::NoteVerifier;
@@ -299,7 +300,41 @@ pub fn verify_archive(
         }
     };
     report.failure = ends_at(&report, start.size, &start.root);
+    if report.failure.is_none() {
+        report.failure = starts_as_named(log_dir, start.size, report.from)?;
+    }
     Ok(report)
+}
+
+/// Whether the archive's first record is the one the log's `audit.archived` record for
+/// `boundary` names: an archive whose first segments were cut off (its own `boundary.json`
+/// moved forward to a later signed checkpoint) proves itself alone, but not this.
+fn starts_as_named(
+    log_dir: &Path,
+    boundary: u64,
+    from: u64,
+) -> Result<Option<Failure>, AuditError> {
+    let q = verify::Query {
+        action: Some(ARCHIVED_ACTION.into()),
+        ..Default::default()
+    };
+    let (records, _) = verify::read_records(log_dir, &q, 0, 10_000, usize::MAX)?;
+    let named = records
+        .iter()
+        .rev()
+        .find(|r| r.target.get("boundary").and_then(|b| b.as_u64()) == Some(boundary))
+        .and_then(|r| r.target.get("from_record").and_then(|f| f.as_u64()));
+    Ok(match named {
+        Some(f) if f == from => None,
+        Some(f) => Some(Failure::Boundary {
+            reason: format!(
+                "the archive starts at record {from}, the log's {ARCHIVED_ACTION} record says {f}"
+            ),
+        }),
+        None => Some(Failure::Boundary {
+            reason: format!("no {ARCHIVED_ACTION} record in the log names the boundary {boundary}"),
+        }),
+    })
 }
 
 /// Proves the archive in `archive` with `verifier` and that it ends at `size` with `root`.

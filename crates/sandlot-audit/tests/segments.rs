@@ -157,6 +157,43 @@ fn archive_moves_old_segments_and_both_halves_verify() {
     let ar2 = verify_archive(&to2, d.path(), None).unwrap();
     assert!(ar2.failure.is_none(), "{:?}", ar2.failure);
     assert_eq!(ar2.from, report.boundary + 1);
+    // The second archive's first segment cut off, its start moved to a later genuine
+    // checkpoint: it proves itself alone, but not the start the log's record names.
+    let to2_segs = segs(&to2);
+    assert!(to2_segs.len() >= 2, "{r2:?}");
+    let b2 = std::fs::read(to2.join("boundary.json")).unwrap();
+    let first2 = std::fs::read(&to2_segs[0]).unwrap();
+    let seg_no = |p: &Path| -> u64 {
+        p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_start_matches("seg-")
+            .trim_end_matches(".jsonl")
+            .parse()
+            .unwrap()
+    };
+    let next = seg_no(&to2_segs[1]);
+    let later = std::fs::read_to_string(to2.join("checkpoints.jsonl"))
+        .unwrap()
+        .lines()
+        .find(|l| {
+            let c: serde_json::Value = serde_json::from_str(l).unwrap();
+            c["segment"] == next && c["offset"] == 0
+        })
+        .unwrap()
+        .to_owned();
+    std::fs::write(to2.join("boundary.json"), format!("{later}\n")).unwrap();
+    std::fs::remove_file(&to2_segs[0]).unwrap();
+    match verify_archive(&to2, d.path(), None).unwrap().failure {
+        Some(Failure::Boundary { reason }) => assert!(reason.contains("starts at"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    std::fs::write(&to2_segs[0], first2).unwrap();
+    std::fs::write(to2.join("boundary.json"), b2).unwrap();
+    assert!(verify_archive(&to2, d.path(), None)
+        .unwrap()
+        .failure
+        .is_none());
     // The first archive no longer ends where the log starts: it is proven against its own
     // successor, not this log.
     assert!(verify_archive(&to, d.path(), None)
