@@ -227,13 +227,15 @@ pub(crate) async fn authenticate<B: Backend>(
             return refusal(e, is_mcp);
         }
     };
+    // Noted before the scope check, so a refusal of another tenant's object is recorded with
+    // the key that asked.
+    crate::record::Note::set_principal(&principal);
     if is_v1 {
         if let Err(e) = scope(&st.backend, gov, &principal, path) {
             drain(req).await;
             return e.into_response();
         }
     }
-    crate::record::Note::set_principal(&principal);
     let watch = crate::revoke::KeyWatch::new(gov.keys.clone(), &principal.key_id);
     req.extensions_mut().insert(principal);
     req.extensions_mut().insert(watch.clone());

@@ -4,8 +4,10 @@
 //! ```text
 //! audit/
 //!   seg-00000001.jsonl     records, one canonical JSON line each (see `record`)
-//!   seg-00000002.jsonl     a new segment starts at a checkpoint once one passes 64 MiB
+//!   seg-00000002.jsonl     a new segment past 64 MiB or at a new UTC day, opened by a
+//!                          checkpoint signed at its offset 0 (the end of the one before)
 //!   checkpoints.jsonl      one line per signed checkpoint: the C2SP note and resume hints
+//!   boundary.json          after `archive`: the signed checkpoint the records here start at
 //!   signing.key  (0600)    the Ed25519 key, Go `sumdb/note` text form
 //!   verifier.key           its public verifier key, `<origin>+<id>+<key>`
 //!   lock                   held (flock) by the process that appends
@@ -17,16 +19,21 @@
 //! seconds and at close ([`log::AuditLog`]). [`verify::verify`] proves the chain and every
 //! checkpoint and names the first bad record; [`verify::seal`] is the operator's answer to a
 //! corrupt log: the bad part is moved to `quarantine/` and an `audit.sealed` record links the
-//! chain over it.
+//! chain over it. [`archive`] moves sealed segments out with the chain provable across the
+//! cut; [`refusals`] counts unauthenticated refusals so that no one can flood the log.
 
+pub mod archive;
 pub mod log;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod refusals;
 pub mod verify;
 
+pub use archive::{verify_archive, ArchiveReport};
 pub use log::{Admission, AuditLog, Config, Status};
 pub use record::{Entry, Record};
+pub use refusals::Refusals;
 pub use verify::{
     export, read_records, seal, verify, Bad, Failure, Query, SealReport, VerifyReport,
 };

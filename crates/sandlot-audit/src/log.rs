@@ -17,6 +17,7 @@
 //! is truncated and an `audit.recovered` record says so; any other fault marks the log
 //! corrupt: nothing is appended until an operator seals it ([`AuditLog::seal`]).
 
+use crate::archive;
 use crate::merkle::{leaf_hash, Frontier, Hash};
 use crate::note::{checkpoint_body, NoteSigner};
 use crate::record::{build_line, Entry};
@@ -25,6 +26,7 @@ use crate::verify::{
     SealReport, Walker, CHECKPOINTS, LOCK, SIGNING_KEY, VERIFIER_KEY,
 };
 use crate::{now_rfc3339, AuditError};
+use base64::Engine;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -48,8 +50,11 @@ pub struct Config {
     pub checkpoint_every: u64,
     /// ...or this long after the last one, if records came since.
     pub checkpoint_interval: Duration,
-    /// A new segment starts at the first checkpoint past this size.
+    /// A new segment starts before the first record that would go past this size...
     pub segment_bytes: u64,
+    /// ...and before the first record of a new UTC day, so sealed segments can be archived
+    /// by date.
+    pub segment_daily: bool,
     /// Disk reserved ahead of the segment's end, grown by this much at a time.
     pub reserve_bytes: u64,
     /// The origin (and key name) of a new log; default `sandlot.local/audit/<random>`.
@@ -62,6 +67,7 @@ impl Default for Config {
             checkpoint_every: 1000,
             checkpoint_interval: Duration::from_secs(10),
             segment_bytes: 64 << 20,
+            segment_daily: true,
             reserve_bytes: 1 << 20,
             origin: None,
         }
@@ -79,6 +85,8 @@ struct Inner {
     seg: u32,
     file: File,
     seg_len: u64,
+    /// The UTC day (`YYYY-MM-DD`) of the current segment's first record.
+    seg_day: Option<String>,
     reserved_to: u64,
     cps: File,
     cps_len: u64,
@@ -374,6 +382,9 @@ impl AuditLog {
             State::Unavailable(r) => return Err(AuditError::Unavailable(r.clone())),
             State::Corrupt(b) => return Err(AuditError::Corrupt(b.clone())),
         }
+        if inner.seg_len > 0 && self.rotation_due(inner, at) {
+            self.rotate_locked(inner)?;
+        }
         let seq = inner.size + 1;
         let (line, hash) = build_line(seq, at, middle, &inner.head);
         if let Err(e) = inner.file.write_all(&line) {
@@ -385,6 +396,9 @@ impl AuditLog {
             return Err(AuditError::Unavailable(why));
         }
         inner.seg_len += line.len() as u64;
+        if inner.seg_day.is_none() {
+            inner.seg_day = Some(day_of(at).to_owned());
+        }
         inner.size = seq;
         inner.head = hash;
         inner.frontier.push(leaf_hash(&line[..line.len() - 1]));
@@ -392,6 +406,41 @@ impl AuditLog {
             let _ = self.checkpoint_locked(inner);
         }
         Ok(seq)
+    }
+
+    /// Whether the record about to be written at `at` starts a new segment.
+    fn rotation_due(&self, inner: &Inner, at: &str) -> bool {
+        inner.seg_len >= self.cfg.segment_bytes
+            || (self.cfg.segment_daily && inner.seg_day.as_deref().is_some_and(|d| d != day_of(at)))
+    }
+
+    /// Seals the current segment: its records synced, the next segment opened, and a
+    /// checkpoint signed at the boundary (at offset 0 of the new segment), so every sealed
+    /// segment ends on a signed checkpoint that an archive can start from. When the new file
+    /// cannot be made the log stays in this segment: a bigger file is no fault.
+    fn rotate_locked(&self, inner: &mut Inner) -> Result<(), AuditError> {
+        if let Err(e) = inner.file.sync_data() {
+            let why = format!("syncing the segment: {e}");
+            inner.state = State::Unavailable(why.clone());
+            return Err(AuditError::Unavailable(why));
+        }
+        let next = inner.seg + 1;
+        let Ok(f) = open_append(&self.dir.join(seg_name(next))) else {
+            return Ok(());
+        };
+        release(&inner.file, inner.seg_len, inner.reserved_to);
+        inner.file = f;
+        inner.seg = next;
+        inner.seg_len = 0;
+        inner.seg_day = None;
+        inner.reserved_to = 0;
+        if inner.reserve_ok {
+            if let Ok(true) = fallocate_keep(&inner.file, 0, self.cfg.reserve_bytes) {
+                inner.reserved_to = self.cfg.reserve_bytes;
+            }
+        }
+        verify::sync_dir(&self.dir);
+        self.force_checkpoint(inner)
     }
 
     /// Signs a checkpoint now if records came since the last one.
@@ -415,24 +464,6 @@ impl AuditLog {
         };
         if let Err(e) = inner.file.sync_data() {
             return Err(fail(inner, "syncing the segment", e));
-        }
-        if inner.seg_len >= self.cfg.segment_bytes {
-            let next = inner.seg + 1;
-            let path = self.dir.join(seg_name(next));
-            // Stay in this segment when a new one cannot be made: a bigger file is no fault.
-            if let Ok(f) = open_append(&path) {
-                release(&inner.file, inner.seg_len, inner.reserved_to);
-                inner.file = f;
-                inner.seg = next;
-                inner.seg_len = 0;
-                inner.reserved_to = 0;
-                if inner.reserve_ok {
-                    if let Ok(true) = fallocate_keep(&inner.file, 0, self.cfg.reserve_bytes) {
-                        inner.reserved_to = self.cfg.reserve_bytes;
-                    }
-                }
-                verify::sync_dir(&self.dir);
-            }
         }
         let root = inner.frontier.root();
         let note = self
@@ -529,6 +560,92 @@ impl AuditLog {
     }
 }
 
+impl AuditLog {
+    /// Moves the sealed segments whose last record is before `before` (RFC 3339, or a date
+    /// `YYYY-MM-DD`: records of that day stay) into `to`, as described in [`crate::archive`]:
+    /// the log must verify; the archive is written and proven; an `audit.archived` record by
+    /// `actor` names the boundary and is signed; only then are `boundary.json` placed and the
+    /// segments and older checkpoints removed.
+    pub fn archive(
+        &self,
+        before: &str,
+        to: &Path,
+        actor: serde_json::Value,
+    ) -> Result<archive::ArchiveReport, AuditError> {
+        let mut inner = lock_of(&self.inner);
+        match &inner.state {
+            State::Ok => {}
+            State::Unavailable(r) => return Err(AuditError::Unavailable(r.clone())),
+            State::Corrupt(b) => return Err(AuditError::Corrupt(b.clone())),
+        }
+        // The open segment is never archived: seal it first when its records are all before
+        // the cut, so an archive "before now" takes everything recorded so far.
+        let open_seg = self.dir.join(seg_name(inner.seg));
+        if inner.seg_len > 0 && archive::last_at(&open_seg)?.is_some_and(|at| at.as_str() < before)
+        {
+            self.rotate_locked(&mut inner)?;
+        }
+        let verifier = self.signer.verifier();
+        let report = verify::verify(&self.dir, Some(&verifier.to_text()))?;
+        if let Some(f) = report.failure {
+            return Err(AuditError::Invalid(format!(
+                "the log does not verify, so nothing is archived: {f}"
+            )));
+        }
+        let plan = archive::plan(&self.dir, &verifier, inner.seg, before)?;
+        let bytes = archive::write_archive(&self.dir, &plan, to)?;
+        let proof =
+            archive::verify_archive_at(to, &verifier, plan.boundary.size, &plan.boundary_root)?;
+        if let Some(f) = proof {
+            return Err(AuditError::Invalid(format!(
+                "the archive written to {} does not verify: {f}",
+                to.display()
+            )));
+        }
+        let root = base64::engine::general_purpose::STANDARD.encode(plan.boundary_root);
+        let names: Vec<String> = plan.segments.iter().map(|(n, _)| seg_name(*n)).collect();
+        let entry = Entry {
+            actor,
+            action: archive::ARCHIVED_ACTION.into(),
+            target: serde_json::json!({
+                "boundary": plan.boundary.size,
+                "root": root,
+                "from_record": plan.from_record,
+                "segments": names.len(),
+                "first_segment": names.first(),
+                "last_segment": names.last(),
+                "bytes": bytes,
+                "to": to.display().to_string(),
+            }),
+            outcome: "ok".into(),
+            ..Default::default()
+        }
+        .bounded();
+        self.append_locked(&mut inner, &entry.middle(), &now_rfc3339())?;
+        self.force_checkpoint(&mut inner)?;
+        archive::cut(&self.dir, &plan)?;
+        // `checkpoints.jsonl` was replaced: append to the new file from now on.
+        release(&inner.cps, inner.cps_len, inner.cps_reserved_to);
+        inner.cps = open_append(&self.dir.join(CHECKPOINTS))?;
+        inner.cps_len = inner.cps.metadata().map(|m| m.len()).unwrap_or(0);
+        inner.cps_reserved_to = inner.cps_len;
+        if inner.reserve_ok
+            && fallocate_keep(&inner.cps, inner.cps_len, inner.cps_len + CP_RESERVE)
+                .unwrap_or(false)
+        {
+            inner.cps_reserved_to = inner.cps_len + CP_RESERVE;
+        }
+        Ok(archive::ArchiveReport {
+            to: to.to_owned(),
+            from_record: plan.from_record,
+            boundary: plan.boundary.size,
+            root,
+            segments: names,
+            bytes,
+        })
+    }
+}
+
 impl Drop for AuditLog {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::Relaxed) {
@@ -594,6 +711,28 @@ fn load_or_create_key(dir: &Path, origin: Option<&str>) -> Result<NoteSigner, Au
     }
     verify::sync_dir(dir);
     Ok(signer)
+}
+
+/// The `YYYY-MM-DD` of an RFC 3339 time.
+fn day_of(at: &str) -> &str {
+    at.get(..10).unwrap_or(at)
+}
+
+/// The day of the first record in segment `path` (`None` when it is empty).
+fn first_day(path: &Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let f = File::open(path).ok()?;
+    let mut first = Vec::new();
+    std::io::BufReader::new(f)
+        .take(64 << 10)
+        .read_until(b'\n', &mut first)
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct At {
+        at: String,
+    }
+    let at: At = serde_json::from_slice(first.trim_ascii_end()).ok()?;
+    Some(day_of(&at.at).to_owned())
 }
 
 fn corrupt_checkpoint(line: u64, reason: String, size: u64) -> Bad {
@@ -673,6 +812,7 @@ fn load_inner(
                         head,
                         frontier,
                         seals: Vec::new(),
+                        archived: Vec::new(),
                     },
                     Some((cp.meta.segment, cp.meta.offset)),
                 ),
@@ -749,6 +889,7 @@ fn load_inner(
             seg,
             file,
             seg_len,
+            seg_day: first_day(&seg_path),
             reserved_to,
             cps: cps_file,
             cps_len,
@@ -764,4 +905,58 @@ fn load_inner(
         },
         recovered,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of a new UTC day opens a new segment (the clock is the caller's `at` here).
+    #[test]
+    fn a_new_day_opens_a_new_segment_at_a_checkpoint() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            origin: Some("test.example/audit".into()),
+            checkpoint_interval: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let log = AuditLog::open(d.path(), cfg.clone()).unwrap();
+        let middle = Entry {
+            actor: "system".into(),
+            action: "test".into(),
+            outcome: "ok".into(),
+            ..Default::default()
+        }
+        .middle();
+        let mut inner = lock_of(&log.inner);
+        for at in [
+            "2026-01-01T23:59:59.000000Z",
+            "2026-01-01T23:59:59.500000Z",
+            "2026-01-02T00:00:00.000000Z",
+            "2026-01-02T12:00:00.000000Z",
+            "2026-01-03T00:00:00.000001Z",
+        ] {
+            log.append_locked(&mut inner, &middle, at).unwrap();
+        }
+        assert_eq!(inner.seg, 3);
+        drop(inner);
+        log.close().unwrap();
+        drop(log);
+        let lines = |n: u32| {
+            std::fs::read_to_string(d.path().join(seg_name(n)))
+                .unwrap()
+                .lines()
+                .count()
+        };
+        assert_eq!((lines(1), lines(2), lines(3)), (2, 2, 1));
+        let r = verify::verify(d.path(), None).unwrap();
+        assert!(r.failure.is_none(), "{:?}", r.failure);
+        // The day is read back at open: a record of another day still rolls.
+        let log = AuditLog::open(d.path(), cfg).unwrap();
+        let mut inner = lock_of(&log.inner);
+        assert_eq!(inner.seg_day.as_deref(), Some("2026-01-03"));
+        log.append_locked(&mut inner, &middle, "2026-01-04T00:00:00.000000Z")
+            .unwrap();
+        assert_eq!(inner.seg, 4);
+    }
 }

@@ -49,8 +49,18 @@ impl std::fmt::Display for Bad {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Failure {
     Record(Bad),
-    Checkpoint { line: u64, reason: String },
-    Key { reason: String },
+    Checkpoint {
+        line: u64,
+        reason: String,
+    },
+    Key {
+        reason: String,
+    },
+    /// Where the records start after an archive (`boundary.json`) does not prove itself, or
+    /// is not the one the chain names.
+    Boundary {
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -61,6 +71,7 @@ impl std::fmt::Display for Failure {
                 write!(f, "checkpoint ({CHECKPOINTS} line {line}): {reason}")
             }
             Failure::Key { reason } => write!(f, "the verifier key: {reason}"),
+            Failure::Boundary { reason } => write!(f, "the archive boundary: {reason}"),
         }
     }
 }
@@ -221,6 +232,8 @@ pub(crate) struct Walker {
     pub head: Hash,
     pub frontier: Frontier,
     pub seals: Vec<u64>,
+    /// The boundaries (sizes) that `audit.archived` records name.
+    pub archived: Vec<u64>,
 }
 
 impl Walker {
@@ -230,6 +243,7 @@ impl Walker {
             head: [0; 32],
             frontier: Frontier::default(),
             seals: Vec::new(),
+            archived: Vec::new(),
         }
     }
 
@@ -248,6 +262,11 @@ impl Walker {
         }
         if rec.action == SEALED_ACTION {
             self.seals.push(rec.seq);
+        }
+        if rec.action == crate::archive::ARCHIVED_ACTION {
+            if let Some(b) = rec.target.get("boundary").and_then(|b| b.as_u64()) {
+                self.archived.push(b);
+            }
         }
         self.frontier.push(leaf_hash(line));
         self.head = hash;
@@ -437,6 +456,10 @@ pub struct VerifyReport {
     pub seals: Vec<u64>,
     /// Bytes of a record being written when the files were read (server running).
     pub in_flight_bytes: u64,
+    /// The first record here: 1, or the one after an archive's boundary (the records before
+    /// it are proven by the archive; the ones here by the signed boundary and what follows).
+    #[serde(default)]
+    pub from: u64,
     pub seconds: f64,
     pub failure: Option<Failure>,
 }
@@ -455,6 +478,16 @@ pub fn in_use(dir: &Path) -> bool {
 /// Proves the whole log in `dir`: every record's hash, the chain, every checkpoint's signature
 /// (with `key`, a verifier key pinned by the caller, or else `verifier.key`) and Merkle root.
 pub fn verify(dir: &Path, key: Option<&str>) -> Result<VerifyReport, AuditError> {
+    verify_dir(dir, key, true)
+}
+
+/// [`verify`], of a log (`live`: an archive boundary must be named by an `audit.archived`
+/// record after it) or of an archive (whose start an earlier archive's record names).
+pub(crate) fn verify_dir(
+    dir: &Path,
+    key: Option<&str>,
+    live: bool,
+) -> Result<VerifyReport, AuditError> {
     let t0 = Instant::now();
     let tolerate = in_use(dir);
     let mut report = VerifyReport {
@@ -465,6 +498,7 @@ pub fn verify(dir: &Path, key: Option<&str>) -> Result<VerifyReport, AuditError>
         root: String::new(),
         seals: Vec::new(),
         in_flight_bytes: 0,
+        from: 1,
         seconds: 0.0,
         failure: None,
     };
@@ -481,10 +515,27 @@ pub fn verify(dir: &Path, key: Option<&str>) -> Result<VerifyReport, AuditError>
             return Ok(report);
         }
     };
+    let start = match crate::archive::read_boundary(dir, &verifier) {
+        Ok(s) => s,
+        Err(f) => {
+            report.failure = Some(f);
+            return Ok(report);
+        }
+    };
     let (cps, cp_fail) = read_checkpoints(dir, &verifier, tolerate)?;
     report.checkpoints = cps.len();
     report.last_checkpoint = cps.last().map(|c| c.size);
-    let walked = walk_segments(dir, None, Walker::new(), &cps, tolerate)?;
+    let (pos, walker) = match &start {
+        Some(s) => {
+            report.from = s.size + 1;
+            (Some((s.segment, 0)), s.walker.clone())
+        }
+        None => (None, Walker::new()),
+    };
+    let walked = walk_segments(dir, pos, walker, &cps, tolerate)?;
+    let unnamed = start
+        .as_ref()
+        .filter(|s| live && !walked.walker.archived.contains(&s.size));
     report.records = walked.walker.frontier.size();
     report.segments = walked.segments;
     report.root = base64::engine::general_purpose::STANDARD.encode(walked.walker.frontier.root());
@@ -500,6 +551,15 @@ pub fn verify(dir: &Path, key: Option<&str>) -> Result<VerifyReport, AuditError>
             line: 0,
             reason: format!("records {first}..: {reason} (checkpoint line {line})"),
         }))
+    } else if let Some(s) = unnamed {
+        Some(Failure::Boundary {
+            reason: format!(
+                "records 1..={} are not here, and no {} record after them says they were \
+                 archived",
+                s.size,
+                crate::archive::ARCHIVED_ACTION
+            ),
+        })
     } else if let Some(cp) = cps.last().filter(|c| c.size > report.records) {
         let (seg, line) = last_position(dir)?;
         Some(Failure::Record(Bad {
@@ -550,7 +610,13 @@ pub struct SealReport {
 pub fn seal(dir: &Path) -> Result<Option<SealReport>, AuditError> {
     let verifier = load_verifier(dir, None).map_err(|f| AuditError::Key(f.to_string()))?;
     let (cps, cp_fail) = read_checkpoints(dir, &verifier, false)?;
-    let walked = walk_segments(dir, None, Walker::new(), &cps, false)?;
+    let start = crate::archive::read_boundary(dir, &verifier)
+        .map_err(|f| AuditError::Invalid(f.to_string()))?;
+    let (pos, walker, first) = match &start {
+        Some(s) => (Some((s.segment, 0)), s.walker.clone(), (s.size, s.segment)),
+        None => (None, Walker::new(), (0, 0)),
+    };
+    let walked = walk_segments(dir, pos, walker, &cps, false)?;
     let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
     let qdir = dir.join(QUARANTINE);
     let mut quarantined = Vec::new();
@@ -561,9 +627,9 @@ pub fn seal(dir: &Path) -> Result<Option<SealReport>, AuditError> {
             Failure::Record(stop.bad),
             Some((stop.segment, stop.offset, stop.before.next_seq - 1)),
         )
-    } else if let Some((line, reason, first)) = walked.root_mismatch {
+    } else if let Some((line, reason, seq)) = walked.root_mismatch {
         let f = Failure::Checkpoint { line, reason };
-        (f, Some(position_of(dir, first)?))
+        (f, Some(position_of(dir, seq, first)?))
     } else if let Some(cp) = cps
         .last()
         .filter(|c| c.size > walked.walker.frontier.size())
@@ -653,11 +719,15 @@ pub fn seal(dir: &Path) -> Result<Option<SealReport>, AuditError> {
     }))
 }
 
-/// The segment, byte offset and records before record `seq`.
-fn position_of(dir: &Path, seq: u64) -> Result<(u32, u64, u64), AuditError> {
-    let mut count = 0u64;
-    let mut last = (1, 0);
+/// The segment, byte offset and records before record `seq`, counting from `start` (the
+/// records before the boundary and the boundary's segment; zeros without one).
+fn position_of(dir: &Path, seq: u64, start: (u64, u32)) -> Result<(u32, u64, u64), AuditError> {
+    let mut count = start.0;
+    let mut last = (start.1.max(1), 0);
     for (n, path) in segments(dir)? {
+        if n < start.1 {
+            continue;
+        }
         let data = read(&path)?;
         let mut pos = 0usize;
         for l in data.split_inclusive(|&b| b == b'\n') {

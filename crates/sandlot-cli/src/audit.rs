@@ -3,7 +3,10 @@
 //! lines; a line being written is ignored). `seal` is the operator's answer to a corrupt log:
 //! the first bad record and everything after it move to `audit/quarantine/`, and an
 //! `audit.sealed` record continues the chain from the last good one; offline it opens the log
-//! itself (the server must be stopped), with `--url` it asks the running server.
+//! itself (the server must be stopped), with `--url` it asks the running server. `archive`
+//! moves sealed segments older than a date out of the data dir (the server must be stopped:
+//! it opens the log to record the archive in its chain); `verify --archive DIR` proves an
+//! archive and that it ends where the log's records start.
 
 use crate::client::Client;
 use crate::config::{self, Dirs};
@@ -49,6 +52,24 @@ pub enum AuditCommand {
         /// Print the report as JSON
         #[arg(long)]
         json: bool,
+        /// Also prove this archive (made by `sandlot audit archive`) and that it ends exactly
+        /// where the log's records start
+        #[arg(long, value_name = "ARCHIVEDIR")]
+        archive: Option<PathBuf>,
+    },
+    /// Move the sealed segments whose records are all before DATE out of the log, into DIR;
+    /// the log keeps the signed checkpoint at the cut and records the archive in its chain.
+    /// The server must be stopped.
+    Archive {
+        #[command(flatten)]
+        at: Where,
+        /// A date (`YYYY-MM-DD`, UTC: records of that day stay) or an RFC 3339 time
+        #[arg(long, value_name = "DATE")]
+        before: String,
+        /// An empty or new directory to move the segments to [default:
+        /// ./sandlot-audit-archive-<DATE>]
+        #[arg(long, value_name = "DIR")]
+        to: Option<PathBuf>,
     },
     /// Write the records as stored, one JSON object per line.
     Export {
@@ -79,7 +100,13 @@ pub enum AuditCommand {
 
 pub fn run(cmd: AuditCommand) -> anyhow::Result<u8> {
     match cmd {
-        AuditCommand::Verify { at, key, json } => verify(at.dir()?, key, json),
+        AuditCommand::Verify {
+            at,
+            key,
+            json,
+            archive,
+        } => verify(at.dir()?, key, json, archive),
+        AuditCommand::Archive { at, before, to } => archive(at.dir()?, &before, to),
         AuditCommand::Export {
             at,
             format: Format::Jsonl,
@@ -105,36 +132,109 @@ pub fn run(cmd: AuditCommand) -> anyhow::Result<u8> {
     }
 }
 
-fn verify(dir: PathBuf, key: Option<String>, json: bool) -> anyhow::Result<u8> {
+fn verify(
+    dir: PathBuf,
+    key: Option<String>,
+    json: bool,
+    archive: Option<PathBuf>,
+) -> anyhow::Result<u8> {
     let r = sandlot_audit::verify(&dir, key.as_deref())?;
+    let a = match &archive {
+        Some(a) => Some(sandlot_audit::verify_archive(a, &dir, key.as_deref())?),
+        None => None,
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let v = match &a {
+            Some(a) => serde_json::json!({"log": r, "archive": a}),
+            None => serde_json::to_value(&r)?,
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        match &r.failure {
-            None => {
-                println!(
-                    "ok: {} records in {} segments, {} signed checkpoints (last at {}), root {}, {:.2} s",
-                    r.records,
-                    r.segments,
-                    r.checkpoints,
-                    r.last_checkpoint.map_or("none".into(), |s| s.to_string()),
-                    r.root,
-                    r.seconds
-                );
-                if !r.seals.is_empty() {
-                    println!("sealed by the operator at records {:?}", r.seals);
-                }
-                if r.in_flight_bytes > 0 {
-                    println!(
-                        "({} bytes of a record being written ignored)",
-                        r.in_flight_bytes
-                    );
-                }
-            }
-            Some(f) => eprintln!("FAILED: {f}"),
+        say(&r, "");
+        if let (Some(a), Some(path)) = (&a, &archive) {
+            say(a, &format!("archive {}: ", path.display()));
         }
     }
-    Ok(if r.failure.is_some() { 1 } else { 0 })
+    let failed = r.failure.is_some() || a.as_ref().is_some_and(|a| a.failure.is_some());
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// Prints what a verification proved, or its failure, prefixed by `what`.
+fn say(r: &sandlot_audit::VerifyReport, what: &str) {
+    match &r.failure {
+        None => {
+            let from = if r.from > 1 {
+                format!(" (from record {}: the ones before are archived)", r.from)
+            } else {
+                String::new()
+            };
+            println!(
+                "{what}ok: {} records{from} in {} segments, {} signed checkpoints (last at {}), root {}, {:.2} s",
+                r.records,
+                r.segments,
+                r.checkpoints,
+                r.last_checkpoint.map_or("none".into(), |s| s.to_string()),
+                r.root,
+                r.seconds
+            );
+            if !r.seals.is_empty() {
+                println!("sealed by the operator at records {:?}", r.seals);
+            }
+            if r.in_flight_bytes > 0 {
+                println!(
+                    "({} bytes of a record being written ignored)",
+                    r.in_flight_bytes
+                );
+            }
+        }
+        Some(f) => eprintln!("{what}FAILED: {f}"),
+    }
+}
+
+fn archive(dir: PathBuf, before: &str, to: Option<PathBuf>) -> anyhow::Result<u8> {
+    let valid = |s: &str| {
+        s.len() >= 10
+            && s.as_bytes()[..10].iter().enumerate().all(|(i, b)| {
+                if i == 4 || i == 7 {
+                    *b == b'-'
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+    };
+    anyhow::ensure!(
+        valid(before),
+        "--before must be a date (YYYY-MM-DD) or an RFC 3339 time, not {before:?}"
+    );
+    let to =
+        to.unwrap_or_else(|| PathBuf::from(format!("sandlot-audit-archive-{}", &before[..10])));
+    let log = open_offline(&dir)?;
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let actor = serde_json::json!({"operator_cli": user});
+    match log.archive(before, &to, actor) {
+        Ok(report) => {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            log.close()?;
+            Ok(0)
+        }
+        Err(sandlot_audit::AuditError::Invalid(m)) => {
+            eprintln!("{m}");
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens the log for appending, which needs the server stopped.
+fn open_offline(dir: &std::path::Path) -> anyhow::Result<std::sync::Arc<sandlot_audit::AuditLog>> {
+    anyhow::ensure!(dir.is_dir(), "{} is not an audit directory", dir.display());
+    match sandlot_audit::AuditLog::open(dir, sandlot_audit::Config::default()) {
+        Ok(l) => Ok(l),
+        Err(sandlot_audit::AuditError::Locked(_)) => {
+            anyhow::bail!("the audit log is in use (is the server running?): stop it first")
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn export(

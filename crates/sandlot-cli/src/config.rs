@@ -148,6 +148,16 @@ pub const VARS: &[Var] = &[
         help: "off: no audit log (the switch itself is recorded)",
     },
     Var {
+        name: AUDIT_SEGMENT_BYTES,
+        default: "67108864 (64 MiB)",
+        help: "the audit log starts a new segment past this size (and at each new UTC day); sealed segments can be archived (sandlot audit archive)",
+    },
+    Var {
+        name: AUDIT_REFUSALS_SECONDS,
+        default: "60",
+        help: "requests refused without a valid key are counted per source address and recorded once per this many seconds",
+    },
+    Var {
         name: METRICS_PUBLIC,
         default: "0: /metrics needs an operator key",
         help: "1: serve /metrics without a key",
@@ -172,6 +182,8 @@ pub const VARS: &[Var] = &[
 /// The record's settings (read by `sandlot-api`'s `record/` and `sandlot-telemetry`).
 pub const LOG_FORMAT: &str = "SANDLOT_LOG_FORMAT";
 pub const AUDIT: &str = "SANDLOT_AUDIT";
+pub const AUDIT_SEGMENT_BYTES: &str = "SANDLOT_AUDIT_SEGMENT_BYTES";
+pub const AUDIT_REFUSALS_SECONDS: &str = "SANDLOT_AUDIT_REFUSALS_SECONDS";
 pub const METRICS_PUBLIC: &str = "SANDLOT_METRICS_PUBLIC";
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
@@ -190,6 +202,8 @@ pub const SERVE_VARS: &[&str] = &[
     PAUSED_RETENTION_DAYS,
     LOG_FORMAT,
     AUDIT,
+    AUDIT_SEGMENT_BYTES,
+    AUDIT_REFUSALS_SECONDS,
     METRICS_PUBLIC,
     OTLP_ENDPOINT,
     JOBS_CONCURRENCY,

@@ -147,9 +147,9 @@ async fn serve_http(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of fds or memory, or a connection reset before it was accepted: the
                     // listener itself is fine; pause briefly rather than spin.
@@ -165,6 +165,7 @@ async fn serve_http(
         let service = TowerToHyperService::new(Tracked {
             app: app.clone(),
             activity: activity.clone(),
+            peer,
         });
         let builder = builder.clone();
         let watcher = graceful.watcher();
@@ -398,6 +399,9 @@ impl Drop for Open {
 struct Tracked {
     app: axum::Router,
     activity: Arc<Activity>,
+    /// The client's address, for the layers that tell sources apart (the audit's tallies of
+    /// unauthenticated refusals).
+    peer: SocketAddr,
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for Tracked
@@ -424,8 +428,11 @@ where
         self.activity.open.fetch_add(1, Ordering::Relaxed);
         let open = Open(self.activity.clone());
         let app = self.app.clone();
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         Box::pin(async move {
-            let resp = app.oneshot(req.map(axum::body::Body::new)).await?;
+            let resp = app.oneshot(req).await?;
             Ok(resp.map(|body| axum::body::Body::new(Counted { body, _open: open })))
         })
     }

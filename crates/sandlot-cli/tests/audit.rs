@@ -104,7 +104,8 @@ fn wait_records(server: &TestServer, query: &str, n: usize) -> Vec<Value> {
 
 #[test]
 fn requests_and_lifecycle_are_recorded_with_digests_not_contents() {
-    let server = TestServer::start();
+    // Unauthenticated refusals are tallied per source and written once per interval.
+    let server = TestServer::start_with_env(&[("SANDLOT_AUDIT_REFUSALS_SECONDS", "1")]);
     let id = server.create_sandbox();
     let marker = "AUDIT_MARKER_8f3e2a";
     let body = json!({"code": format!("print('{marker}')")});
@@ -154,11 +155,13 @@ fn requests_and_lifecycle_are_recorded_with_digests_not_contents() {
     assert!(missing
         .iter()
         .any(|r| r["outcome"] == "error:sandbox_not_found" && r["status"] == 404));
-    let refused = records(&server, "&actor=anonymous");
+    let refused = wait_records(&server, "&action=requests.refused", 1);
     assert!(
-        refused
-            .iter()
-            .any(|r| r["outcome"] == "error:unauthenticated" && r["action"] == "GET /v1/sandboxes"),
+        refused.iter().any(|r| r["actor"] == "anonymous"
+            && r["target"]["reasons"]["unauthenticated"].as_u64() >= Some(1)
+            && r["target"]["paths"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p == "GET /v1/sandboxes"))),
         "{refused:?}"
     );
     // E2B's control plane is recorded the same way (with its own key).

@@ -178,12 +178,10 @@ fn key_owns(ctx: &Ctx, id: &str, headers: &HeaderMap) -> Option<bool> {
         return None;
     }
     let who = principal(ctx, headers).ok()?;
-    let owns = crate::tenancy::owns(ctx, &who, id);
-    if owns {
-        // The audit record names the key, not a sandbox token.
-        sandlot_api::record::Note::set_principal(&who);
-    }
-    Some(owns)
+    // The audit record names the key (not a sandbox token), whether it opens this sandbox
+    // or is refused.
+    sandlot_api::record::Note::set_principal(&who);
+    Some(crate::tenancy::owns(ctx, &who, id))
 }
 
 /// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or an API

@@ -1,7 +1,12 @@
 //! Every request's audit record, and the audit routes.
 //!
 //! [`middleware`] runs around every request (REST `/v1`, E2B's control plane and what is
-//! addressed to a sandbox, `/mcp`), outside authentication so refusals are recorded too. It
+//! addressed to a sandbox, `/mcp`), outside authentication so refusals are recorded too: a
+//! refusal by a known key or token names it (authentication puts the principal in the Note
+//! before it checks what the request names), and a refusal of a request without one (no key,
+//! a wrong or revoked key: anyone can send those) is counted per source address and written
+//! once per interval as one `requests.refused` record ([`sandlot_audit::Refusals`]), so a
+//! flood of them cannot fill the disk. It
 //! admits the request with the log first ([`sandlot_audit::AuditLog::admit`], which holds disk
 //! room for its record): when the log cannot record, the request is answered 503
 //! `audit_unavailable` before anything runs (but liveness, metrics and the operator's audit
@@ -28,7 +33,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use sandlot_audit::{AuditLog, Config, Entry};
+use sandlot_audit::{AuditLog, Config, Entry, Refusals};
 use sandlot_types::ErrorCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -45,6 +50,8 @@ const DISABLED_MARKER: &str = "disabled";
 /// The server's audit log.
 pub struct Audit {
     log: Arc<AuditLog>,
+    /// Unauthenticated refusals of the current interval.
+    refusals: Arc<Refusals>,
     enabled: Arc<AtomicBool>,
     /// No governance: every request is the local admin's.
     local: bool,
@@ -59,10 +66,15 @@ fn env_u64(name: &str) -> Option<u64> {
 impl Audit {
     /// Opens `<data-dir>/audit` (`SANDLOT_AUDIT=off` starts with recording off, which is
     /// recorded; `SANDLOT_AUDIT_CHECKPOINT_RECORDS`, `SANDLOT_AUDIT_CHECKPOINT_SECONDS` set
-    /// the checkpoint cadence) and records lifecycle events from now on.
+    /// the checkpoint cadence, `SANDLOT_AUDIT_SEGMENT_BYTES` the segment size,
+    /// `SANDLOT_AUDIT_REFUSALS_SECONDS` the interval of the unauthenticated refusals' tallies)
+    /// and records lifecycle events from now on.
     pub async fn start(ctx: &RecordContext) -> Result<Self, RecordError> {
         let dir = ctx.data_dir.join("audit");
         let mut cfg = Config::default();
+        if let Some(n) = env_u64("SANDLOT_AUDIT_SEGMENT_BYTES").filter(|n| *n > 0) {
+            cfg.segment_bytes = n;
+        }
         if let Some(n) = env_u64("SANDLOT_AUDIT_CHECKPOINT_RECORDS").filter(|n| *n > 0) {
             cfg.checkpoint_every = n;
         }
@@ -124,8 +136,23 @@ impl Audit {
                 ..Default::default()
             });
         }));
+        let refusals = Arc::new(Refusals::new());
+        let every = env_u64("SANDLOT_AUDIT_REFUSALS_SECONDS")
+            .filter(|n| *n > 0)
+            .map_or(REFUSALS_INTERVAL, Duration::from_secs);
+        let (l, r, on) = (log.clone(), refusals.clone(), enabled.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                flush_refusals(&l, &r, &on).await;
+            }
+        });
         Ok(Self {
             log,
+            refusals,
             enabled,
             local: ctx.gov.is_none(),
             rt: ctx.rt.clone(),
@@ -133,8 +160,9 @@ impl Audit {
         })
     }
 
-    /// Signs the last checkpoint.
+    /// Writes the refusals counted so far and signs the last checkpoint.
     pub async fn shutdown(&self) {
+        flush_refusals(&self.log, &self.refusals, &self.enabled).await;
         let log = self.log.clone();
         let _ = tokio::task::spawn_blocking(move || log.close()).await;
     }
@@ -148,6 +176,26 @@ impl Audit {
     }
 }
 
+/// How long unauthenticated refusals are counted before their tallies are written.
+const REFUSALS_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Ends the refusals' interval: one record per source.
+async fn flush_refusals(log: &Arc<AuditLog>, refusals: &Arc<Refusals>, on: &AtomicBool) {
+    let entries = refusals.take();
+    if entries.is_empty() || !on.load(Ordering::Relaxed) {
+        return;
+    }
+    let log = log.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        for e in entries {
+            if let Err(e) = log.append(e) {
+                tracing::error!(error = %e, "the refusals' tally could not be written");
+            }
+        }
+    })
+    .await;
+}
+
 fn system_entry(action: &str, target: serde_json::Value) -> Entry {
     Entry {
         actor: "system".into(),
@@ -158,11 +206,11 @@ fn system_entry(action: &str, target: serde_json::Value) -> Entry {
     }
 }
 
-/// Requests not recorded at all: liveness probes and metric scrapes read nothing of anyone's,
-/// and would fill the log.
+/// Requests not recorded at all: liveness probes, metric scrapes and the public API document
+/// read nothing of anyone's, and would fill the log (anyone may send them).
 fn unrecorded(method: &Method, path: &str) -> bool {
     (method == Method::GET || method == Method::HEAD)
-        && (path == "/v1/health" || path == "/metrics")
+        && (path == "/v1/health" || path == "/metrics" || path == "/v1/openapi.json")
 }
 
 /// Requests served even when the log cannot record: the operator's way to see and repair.
@@ -436,6 +484,10 @@ pub(crate) async fn middleware(
     };
     let note = req.extensions().get::<Note>().cloned();
     let asker = Asker::of(req.headers());
+    let source = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string());
     let (req_parts, req_body) = req.into_parts();
     let req_digest = Digest256::default();
     let req = Request::from_parts(
@@ -451,6 +503,8 @@ pub(crate) async fn middleware(
     // records the request anyway, as `499 client_closed_request`.
     let mut unanswered = Unanswered(Some(Pending {
         log: audit.log.clone(),
+        refusals: audit.refusals.clone(),
+        source,
         local: audit.local,
         rt: audit.rt.clone(),
         note,
@@ -525,6 +579,9 @@ impl Asker {
 /// What a request's record needs besides its answer, kept from before it runs.
 struct Pending {
     log: Arc<AuditLog>,
+    refusals: Arc<Refusals>,
+    /// The peer's address, which tallies refusals without a principal.
+    source: String,
     local: bool,
     rt: sandlot_runtime::Runtime,
     note: Option<Note>,
@@ -555,6 +612,16 @@ impl Pending {
             }
             None => actor_without_principal(&self.asker, status),
         };
+        if actor == "anonymous" && status.is_client_error() {
+            let reason = outcome.strip_prefix("error:").unwrap_or(&outcome);
+            let by = if self.asker.by_header { "sandbox:" } else { "" };
+            self.refusals.count(
+                &self.source,
+                reason,
+                &format!("{} {by}{template}", self.method),
+            );
+            return;
+        }
         if self.asker.by_header {
             if let Some(id) = self.asker.sandbox.clone() {
                 if tenant.is_none() && actor != "anonymous" {
