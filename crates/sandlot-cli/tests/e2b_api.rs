@@ -804,6 +804,23 @@ fn e2b_policy_gates() {
             .any(|d| d["resource"] == sb && d["allowed"] == false && d["key_id"] == "e2b"),
         "the key's denial is recorded as the key's"
     );
+    // The E2B key is a member of the tenant default, not its admin (so never the operator):
+    // a policy that keeps code to admins refuses it.
+    let shipped =
+        std::fs::read_to_string(e.server.data_dir().join("policies/policies.cedar")).unwrap();
+    let admins_only = format!(
+        "{shipped}\n@id(\"admins-only-code\")\nforbid (principal, \
+         action == Sandlot::Action::\"execute\", resource) unless {{ principal.role == \"admin\" }};\n"
+    );
+    let r = e.server.put_bytes("/v1/policies", admins_only.into_bytes());
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let as_key = e.send(
+        e.sandbox(M::POST, &id, JUPYTER, "/execute", None)
+            .header("X-API-KEY", &e.key)
+            .json(&json!({ "code": "1 + 1" })),
+    );
+    assert_eq!(as_key.status, 403, "{}", as_key.text);
+    assert!(as_key.text.contains("admins-only-code"), "{}", as_key.text);
 
     // --- files: writes of secret*, reads of private*.
     let r = e.server.put_bytes("/v1/policies", common::file_policies());

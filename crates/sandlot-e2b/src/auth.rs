@@ -3,8 +3,8 @@
 //!
 //! The control plane's `X-API-KEY` is either a sandlot API key (`sl_...`: the request acts
 //! for that key's tenant, like `/v1` with the same key) or the server's E2B key, which acts
-//! for the local admin of the tenant `default` (what every E2B request was before tenants,
-//! and what a single-user setup keeps using). The E2B key lives in `<data_dir>/e2b-api-key`
+//! as a member (not an admin: never the operator) of the tenant `default` (whose sandboxes
+//! every E2B request made before tenants, and what a single-user setup keeps using). The E2B key lives in `<data_dir>/e2b-api-key`
 //! (mode 0600, created on first start as `e2b_` and 40 hex characters, the shape E2B's keys
 //! have, so SDKs that look at a prefix accept it); `SANDLOT_E2B_API_KEY` overrides it.
 //!
@@ -129,12 +129,15 @@ impl Auth {
     }
 }
 
-/// Who the local admin of the tenant `default` is, as the server's E2B key: the principal
-/// every E2B request acted as before tenants.
+/// Who the server's E2B key is: a member of the tenant `default` (its sandboxes are that
+/// tenant's, as every E2B request's were before tenants). Not an admin, so never the operator:
+/// the key is typed into clients and environments, and a policy that gives the operator more
+/// (templates with packages, special egress) must not give it to whoever holds the E2B key.
 fn e2b_key_principal(ctx: &Ctx) -> Principal {
     let mut p = sandlot_api::govern::local_principal();
     p.key_id = "e2b".into();
     p.key_prefix = "e2b".into();
+    p.role = sandlot_types::Role::Member;
     if let Some(t) = ctx
         .gov
         .as_deref()
