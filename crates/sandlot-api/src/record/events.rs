@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
-/// Streams one tenant may hold open at once, unless `SANDLOT_EVENT_STREAMS_PER_TENANT` says.
+/// Streams one tenant may hold open at once on a server without keys, unless
+/// `SANDLOT_EVENT_STREAMS_PER_TENANT` says (with keys: the tenant's `max_event_streams`).
 const DEFAULT_STREAMS_PER_TENANT: usize = 16;
 
 /// Every lifecycle kind, as the API spells them.
@@ -84,13 +85,19 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
 }
 
-/// One open stream, counted against its tenant until dropped.
-pub struct StreamSlot {
+/// One open stream, counted against its tenant until dropped: against its share
+/// (`max_event_streams`) on a server with keys, against the hub's own bound without.
+pub enum StreamSlot {
+    Share(Option<sandlot_tenancy::Slot>),
+    Local(LocalSlot),
+}
+
+pub struct LocalSlot {
     open: Arc<Mutex<HashMap<String, usize>>>,
     tenant: String,
 }
 
-impl Drop for StreamSlot {
+impl Drop for LocalSlot {
     fn drop(&mut self) {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = open.get_mut(&self.tenant) {
@@ -129,8 +136,23 @@ impl Hub {
         }
     }
 
-    /// A slot for one more stream of `tenant`, or the 429 to answer.
-    pub(crate) fn admit(&self, tenant: &str) -> Result<StreamSlot, HttpError> {
+    /// A slot for one more stream of `who`'s tenant, or the 429 to answer. With keys the
+    /// tenant's `max_event_streams` bounds it (the operator is not bounded).
+    pub(crate) fn admit(
+        &self,
+        gov: Option<&crate::govern::Governance>,
+        who: &sandlot_types::Principal,
+    ) -> Result<StreamSlot, HttpError> {
+        if gov.is_some() {
+            return crate::shares::open(gov, who, sandlot_tenancy::Share::EventStreams)
+                .map(StreamSlot::Share)
+                .map_err(HttpError);
+        }
+        self.admit_local(&who.tenant).map(StreamSlot::Local)
+    }
+
+    /// Without keys: at most `per_tenant` streams per tenant.
+    fn admit_local(&self, tenant: &str) -> Result<LocalSlot, HttpError> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let n = open.entry(tenant.to_owned()).or_default();
         if *n >= self.per_tenant {
@@ -143,7 +165,7 @@ impl Hub {
             ));
         }
         *n += 1;
-        Ok(StreamSlot {
+        Ok(LocalSlot {
             open: self.open.clone(),
             tenant: tenant.to_owned(),
         })
@@ -192,7 +214,7 @@ async fn stream(
         }
     };
     let kinds = parse_kinds(q.kinds.as_deref().unwrap_or("").split(','))?;
-    let slot = rec.hub.admit(caller.tenant())?;
+    let slot = rec.hub.admit(rec.ctx.gov.as_deref(), &caller.0)?;
     let mut rx = rec.ctx.rt.subscribe();
     let wanted = move |ev: &LifecycleEvent| {
         (kinds.is_empty() || kinds.contains(&ev.kind))
@@ -261,14 +283,14 @@ mod tests {
             per_tenant: 2,
             closing: tokio::sync::watch::channel(false).0,
         };
-        let a = hub.admit("t1").unwrap();
-        let _b = hub.admit("t1").unwrap();
-        let e = hub.admit("t1").err().unwrap();
+        let a = hub.admit_local("t1").unwrap();
+        let _b = hub.admit_local("t1").unwrap();
+        let e = hub.admit_local("t1").err().unwrap();
         assert_eq!(e.0.code, ErrorCode::TenantQuotaExceeded);
         assert!(e.0.message.contains("retry in 5 s"));
         // Another tenant is not held back by this one.
-        let _c = hub.admit("t2").unwrap();
+        let _c = hub.admit_local("t2").unwrap();
         drop(a);
-        let _d = hub.admit("t1").unwrap();
+        let _d = hub.admit_local("t1").unwrap();
     }
 }
