@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
-/// Streams one tenant may hold open at once on a server without keys, unless
-/// `SANDLOT_EVENT_STREAMS_PER_TENANT` says (with keys: the tenant's `max_event_streams`).
+/// Streams the operator (or, on a server without keys, any tenant) may hold open at once,
+/// unless `SANDLOT_EVENT_STREAMS_PER_TENANT` says; with keys, other tenants have their
+/// `max_event_streams`.
 const DEFAULT_STREAMS_PER_TENANT: usize = 16;
 
 /// Every lifecycle kind, as the API spells them.
@@ -86,7 +87,7 @@ pub struct Hub {
 }
 
 /// One open stream, counted against its tenant until dropped: against its share
-/// (`max_event_streams`) on a server with keys, against the hub's own bound without.
+/// (`max_event_streams`), or the hub's own bound (see [`Hub::admit`]).
 pub enum StreamSlot {
     Share(Option<sandlot_tenancy::Slot>),
     Local(LocalSlot),
@@ -136,18 +137,22 @@ impl Hub {
         }
     }
 
-    /// A slot for one more stream of `who`'s tenant, or the 429 to answer. With keys the
-    /// tenant's `max_event_streams` bounds it (the operator is not bounded).
+    /// A slot for one more stream of `who`'s tenant, or the 429 to answer. With keys a
+    /// tenant's `max_event_streams` bounds it; the operator's streams, and every stream on a
+    /// server without keys, are bounded by the hub's own `per_tenant`.
     pub(crate) fn admit(
         &self,
         gov: Option<&crate::govern::Governance>,
         who: &sandlot_types::Principal,
     ) -> Result<StreamSlot, HttpError> {
-        if gov.is_some() {
-            return crate::shares::open(gov, who, sandlot_tenancy::Share::EventStreams)
-                .map(StreamSlot::Share)
-                .map_err(HttpError);
+        if let Some(g) = gov {
+            if crate::shares::capped(g, who).map_err(HttpError)?.is_some() {
+                return crate::shares::open(gov, who, sandlot_tenancy::Share::EventStreams)
+                    .map(StreamSlot::Share)
+                    .map_err(HttpError);
+            }
         }
+        // The operator (and everyone on a server without keys): the hub's own bound.
         self.admit_local(&who.tenant).map(StreamSlot::Local)
     }
 
