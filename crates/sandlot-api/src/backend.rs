@@ -235,6 +235,12 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = tenant;
         sandlot_tenancy::Want::default()
     }
+    /// How much of `share` a tenant holds now (paused sandboxes, volumes, snapshots and
+    /// their bytes, templates), for its fair-share caps.
+    fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
+        let _ = (tenant, share);
+        Ok(0)
+    }
     /// The limits a creation asking for `limits` would get (for quotas).
     fn effective_limits(
         &self,
@@ -340,6 +346,10 @@ impl Backend for Runtime {
             cpu_millis: u.cpu_millis,
             memory_mb: u.memory_mb,
         }
+    }
+
+    fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
+        runtime_held(self, tenant, share).map_err(api_error)
     }
 
     fn effective_limits(
@@ -654,4 +664,22 @@ impl Backend for Runtime {
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
         Runtime::delete_context(self, id, ctx).map(api)
     }
+}
+
+/// What the runtime counts of a tenant's `share` (see [`Backend::tenant_held`]); the shares
+/// it does not keep (jobs, webhooks, streams, sessions) are counted where they live.
+pub fn runtime_held(
+    rt: &Runtime,
+    tenant: &str,
+    share: sandlot_tenancy::Share,
+) -> Result<u64, sandlot_runtime::RuntimeError> {
+    use sandlot_tenancy::Share;
+    Ok(match share {
+        Share::PausedSandboxes => rt.tenant_paused(tenant),
+        Share::Volumes => rt.tenant_volumes(tenant)?,
+        Share::Snapshots => rt.tenant_snapshots(tenant)?.0,
+        Share::SnapshotBytes => rt.tenant_snapshots(tenant)?.1,
+        Share::Templates => rt.tenant_templates(tenant)?,
+        Share::McpSessions | Share::Jobs | Share::Webhooks | Share::EventStreams => 0,
+    })
 }

@@ -548,7 +548,7 @@ impl Governance {
                 QuotaError::TooLarge { .. } => {
                     sandlot_types::ApiError::new(ErrorCode::InvalidArgument, e.to_string())
                 }
-                QuotaError::Exceeded { .. } => {
+                QuotaError::Exceeded { .. } | QuotaError::Full { .. } => {
                     sandlot_types::ApiError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
                 }
             })

@@ -21,11 +21,13 @@ pub mod ports;
 pub mod record;
 mod revoke;
 mod sandboxes;
+pub mod shares;
 mod state;
 mod templates;
 #[cfg(test)]
 mod tests;
 
+pub use backend::runtime_held;
 pub use contexts::ContextList;
 pub use error::{api_error, code_of, status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};

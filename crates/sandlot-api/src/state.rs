@@ -6,11 +6,13 @@ use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
 use crate::govern::{self, Caller};
+use crate::shares;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use sandlot_tenancy::Share;
 use sandlot_types::{CreateSnapshot, CreateVolume, ForkRequest, Sandbox, Snapshot, Volume};
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +54,8 @@ pub(crate) async fn pause<B: Backend>(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
+    // Each paused sandbox keeps its uid of the server's one pool.
+    let _claim = shares::claim_held(&st, &caller.0, Share::PausedSandboxes).await?;
     let paused = st.backend.pause_sandbox(&id).await?;
     govern::released(&st, caller.tenant());
     Ok(Json(paused))
@@ -74,9 +78,11 @@ pub(crate) async fn resume<B: Backend>(
 /// `POST /v1/sandboxes/{id}/snapshots`.
 pub(crate) async fn create_snapshot<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<CreateSnapshot>,
 ) -> Result<Response, HttpError> {
+    let _claim = shares::claim_held(&st, &caller.0, Share::Snapshots).await?;
     let snapshot = st.backend.create_snapshot(&id, req).await?;
     Ok((StatusCode::CREATED, Json(snapshot)).into_response())
 }
@@ -132,6 +138,7 @@ pub(crate) async fn create_volume<B: Backend>(
         }
     }
     req.tenant = Some(caller.tenant().to_owned());
+    let _claim = shares::claim_held(&st, &caller.0, Share::Volumes).await?;
     let volume = st.backend.create_volume(req).await?;
     Ok((StatusCode::CREATED, Json(volume)).into_response())
 }

@@ -4,11 +4,13 @@ use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::govern::{self, Caller};
+use crate::shares;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use sandlot_tenancy::Share;
 use sandlot_types::{Template, TemplateSpec};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,15 @@ pub(crate) async fn create<B: Backend>(
             format!("Template::{:?}", spec.name),
         )?;
     }
+    // A template is an environment and a zygote on the server's one disk. Building one the
+    // tenant already owns again adds none.
+    let owned = st.backend.get_template(&spec.name).await.is_ok()
+        && govern::template_visible_to(&st, &caller, &spec.name);
+    let _claim = if owned {
+        None
+    } else {
+        shares::claim_held(&st, &caller.0, Share::Templates).await?
+    };
     govern::claim_template(&st, &caller, &spec.name)?;
     let template = st.backend.create_template(spec).await?;
     Ok((StatusCode::ACCEPTED, Json(template)).into_response())

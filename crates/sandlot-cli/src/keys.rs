@@ -128,6 +128,60 @@ pub struct TenantArgs {
     /// Seconds a creation over quota waits in line before it fails [server default: 10]
     #[arg(long, value_name = "S", value_parser = parse_number)]
     wait_seconds: Option<Setting<f64>>,
+    /// A cap on the tenant's share of what all tenants draw on, `QUOTA=N` or `QUOTA=default`
+    /// (max_paused_sandboxes, max_volumes, max_snapshots, max_snapshot_bytes, max_templates,
+    /// max_mcp_sessions, max_jobs, max_webhooks, max_event_streams); repeatable
+    #[arg(long = "share", value_name = "QUOTA=N", value_parser = parse_share)]
+    shares: Vec<(String, Option<u64>)>,
+}
+
+const SHARES: [&str; 9] = [
+    "max_paused_sandboxes",
+    "max_volumes",
+    "max_snapshots",
+    "max_snapshot_bytes",
+    "max_templates",
+    "max_mcp_sessions",
+    "max_jobs",
+    "max_webhooks",
+    "max_event_streams",
+];
+
+fn parse_share(s: &str) -> Result<(String, Option<u64>), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| "expected QUOTA=N or QUOTA=default".to_owned())?;
+    let name = name.trim();
+    if !SHARES.contains(&name) {
+        return Err(format!(
+            "unknown share {name:?}; shares are {}",
+            SHARES.join(", ")
+        ));
+    }
+    let value = match value.trim() {
+        "default" => None,
+        v => Some(
+            v.parse::<u64>()
+                .map_err(|e| format!("not a count or `default`: {e}"))?,
+        ),
+    };
+    Ok((name.to_owned(), value))
+}
+
+/// The slot of share `name` (one of [`SHARES`]) in `q`.
+fn share_slot<'a>(q: &'a mut TenantQuotas, name: &str) -> Option<&'a mut Option<u64>> {
+    Some(match name {
+        "max_paused_sandboxes" => &mut q.max_paused_sandboxes,
+        "max_volumes" => &mut q.max_volumes,
+        "max_snapshots" => &mut q.max_snapshots,
+        "max_snapshot_bytes" => &mut q.max_snapshot_bytes,
+        "max_templates" => &mut q.max_templates,
+        "max_mcp_sessions" => &mut q.max_mcp_sessions,
+        "max_jobs" => &mut q.max_jobs,
+        "max_webhooks" => &mut q.max_webhooks,
+        "max_event_streams" => &mut q.max_event_streams,
+        _ => return None,
+    })
 }
 
 /// A quota flag's value: a limit, or `unlimited` to remove it.
@@ -183,6 +237,7 @@ impl TenantArgs {
             || self.max_memory_mb.is_some()
             || self.creates_per_second.is_some()
             || self.wait_seconds.is_some()
+            || !self.shares.is_empty()
     }
 
     /// `q` with the flags given applied.
@@ -201,6 +256,11 @@ impl TenantArgs {
         }
         if let Some(s) = self.wait_seconds {
             s.apply(&mut q.wait_seconds);
+        }
+        for (name, value) in &self.shares {
+            if let Some(slot) = share_slot(&mut q, name) {
+                *slot = *value;
+            }
         }
         q
     }
@@ -422,6 +482,12 @@ fn quota_summary(q: &TenantQuotas) -> String {
     if let Some(w) = q.wait_seconds {
         parts.push(format!("waits up to {w} s"));
     }
+    let mut q = q.clone();
+    for name in SHARES {
+        if let Some(Some(n)) = share_slot(&mut q, name).map(|s| *s) {
+            parts.push(format!("{name} {n}"));
+        }
+    }
     parts.join(", ")
 }
 
@@ -528,13 +594,21 @@ mod tests {
             max_memory_mb: Some(Setting::Unlimited),
             creates_per_second: None,
             wait_seconds: None,
+            shares: vec![parse_share("max_volumes=3").unwrap()],
         };
+        assert!(parse_share("max_cows=3").is_err());
+        assert_eq!(
+            parse_share("max_jobs=default"),
+            Ok(("max_jobs".into(), None))
+        );
         let before = TenantQuotas {
             max_sandboxes: Some(1),
             max_cpu_millis: Some(2000),
             max_memory_mb: Some(512),
             creates_per_second: Some(3.0),
             wait_seconds: Some(4.0),
+            max_webhooks: Some(2),
+            ..Default::default()
         };
         let after = args.apply(before);
         assert_eq!(after.max_sandboxes, Some(5));
@@ -542,6 +616,8 @@ mod tests {
         assert_eq!(after.max_memory_mb, None);
         assert_eq!(after.creates_per_second, Some(3.0));
         assert_eq!(after.wait_seconds, Some(4.0));
+        assert_eq!(after.max_volumes, Some(3));
+        assert_eq!(after.max_webhooks, Some(2));
     }
 
     #[test]

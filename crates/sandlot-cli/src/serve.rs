@@ -284,6 +284,7 @@ fn governance(
         Arc::new(sandlot_api::gates::ServerGovernor::new(gov.clone())),
         hosts,
     );
+    rt.set_idle_pause_gate(sandlot_api::shares::idle_pause_gate(gov.clone()));
     tracing::info!(
         version = %policy.version(),
         dir = %policy_dir.display(),

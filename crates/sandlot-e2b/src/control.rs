@@ -389,6 +389,16 @@ async fn pause(
             format!("sandbox {id} is already paused"),
         ));
     }
+    // The tenant's `max_paused_sandboxes`, as on `/v1` (each keeps a uid while paused).
+    let rt = &ctx.rt;
+    let _claim = sandlot_api::shares::claim(
+        ctx.gov.as_deref(),
+        &who,
+        sandlot_tenancy::Share::PausedSandboxes,
+        |t, s| sandlot_api::runtime_held(rt, t, s).map_err(sandlot_api::api_error),
+    )
+    .await
+    .map_err(|e| Failure::from_api(&e))?;
     ctx.rt.pause_sandbox(&id).await?;
     tenancy::released(&ctx, &who.tenant);
     Ok(StatusCode::NO_CONTENT.into_response())

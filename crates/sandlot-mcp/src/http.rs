@@ -33,6 +33,7 @@ use rmcp::transport::streamable_http_server::session::local::{
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use sandlot_tenancy::Share;
 use sandlot_types::Principal;
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -69,6 +70,7 @@ pub(crate) fn router<B: Backend>(
         inner: local,
         owners: Default::default(),
         requires_keys: tenancy.requires_keys(),
+        tenancy: tenancy.clone(),
     });
 
     let hosts = LOOPBACK_HOSTS
@@ -103,10 +105,8 @@ pub(crate) fn router<B: Backend>(
 /// session opened by another key, records who opens a session, and watches the response for
 /// a client that goes away.
 async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Next) -> Response {
-    let key = req
-        .extensions()
-        .get::<Principal>()
-        .map(|p| p.key_id.clone());
+    let who = req.extensions().get::<Principal>().cloned();
+    let key = who.as_ref().map(|p| p.key_id.clone());
     if sessions.requires_keys && key.is_none() {
         // The server's middleware answers first; this holds should it ever not run.
         return rpc_error(StatusCode::UNAUTHORIZED, "missing API key");
@@ -120,6 +120,16 @@ async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Nex
     if opening && sessions.count().await >= MAX_SESSIONS {
         return too_many_sessions();
     }
+    // The tenant's share of the pool: held while the session opens, so the next opening of
+    // the same tenant counts it.
+    let _claim = match (&who, opening) {
+        (Some(who), true) => match sessions.claim(who).await {
+            Ok(claim) => claim,
+            Err(e) => return rpc_error(StatusCode::TOO_MANY_REQUESTS, &e),
+        },
+        _ => None,
+    };
+    let tenant = who.as_ref().map(|p| p.tenant.clone());
     if let Some(id) = &session {
         if sessions.exists(id).await && !sessions.opened_by(id, &key) {
             // rmcp's own words for an unknown session: the two read the same.
@@ -150,7 +160,7 @@ async fn guard(State(sessions): State<Arc<Bounded>>, mut req: Request, next: Nex
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok());
         if let Some(id) = opened {
-            sessions.opened(id, key).await;
+            sessions.opened(id, key, tenant).await;
         }
     }
     if resp.status().is_client_error() || resp.status().is_server_error() {
@@ -189,7 +199,7 @@ fn rpc_code(status: StatusCode, message: &str) -> i64 {
     match status {
         _ if message.starts_with("fail to deserialize") => -32700,
         StatusCode::NOT_FOUND => -32001,
-        StatusCode::SERVICE_UNAVAILABLE => -32000,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => -32000,
         s if s.is_server_error() => -32603,
         _ => -32600,
     }
@@ -290,13 +300,20 @@ impl Drop for Watched {
     }
 }
 
-/// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] at once, and the key that opened each.
+/// rmcp's in-memory sessions, at most [`MAX_SESSIONS`] at once (and each tenant's
+/// `max_mcp_sessions`), and the key that opened each.
 struct Bounded {
     inner: LocalSessionManager,
-    /// Session id → the id of the API key that opened it (`None` on a server without keys).
-    /// Entries of sessions that expired are pruned when new ones are added.
-    owners: std::sync::Mutex<HashMap<String, Option<String>>>,
+    /// Session id → the id of the API key that opened it (`None` on a server without keys)
+    /// and its tenant. Entries of sessions that expired are pruned when new ones are added.
+    owners: std::sync::Mutex<HashMap<String, Owner>>,
     requires_keys: bool,
+    tenancy: Arc<Tenancy>,
+}
+
+struct Owner {
+    key: Option<String>,
+    tenant: Option<String>,
 }
 
 impl Bounded {
@@ -308,7 +325,7 @@ impl Bounded {
         self.inner.sessions.read().await.contains_key(id)
     }
 
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owner>> {
         self.owners
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -317,11 +334,37 @@ impl Bounded {
     /// Whether session `id` was opened by `key`. A session with no recorded opener belongs
     /// to nobody.
     fn opened_by(&self, id: &str, key: &Option<String>) -> bool {
-        self.owners().get(id).is_some_and(|k| k == key)
+        self.owners().get(id).is_some_and(|o| &o.key == key)
     }
 
-    /// Records that `key` opened session `id`.
-    async fn opened(&self, id: &str, key: Option<String>) {
+    /// Claims one more session for `who`'s tenant: its live sessions (rmcp's, not the owners
+    /// map, which keeps expired ones until pruned) against its `max_mcp_sessions`. `Err` is
+    /// the refusal's message.
+    async fn claim(&self, who: &Principal) -> Result<Option<sandlot_tenancy::Claim>, String> {
+        let refused = |e: sandlot_types::ApiError| format!("{}: {}", e.code.as_str(), e.message);
+        let Some(gov) = self.tenancy.gov() else {
+            return Ok(None);
+        };
+        let Some(tenant) = sandlot_api::shares::capped(gov, who).map_err(refused)? else {
+            return Ok(None);
+        };
+        let claim = gov.quotas.line(&tenant.name, Share::McpSessions).await;
+        let live = self.inner.sessions.read().await;
+        let held = self
+            .owners()
+            .iter()
+            .filter(|(id, o)| {
+                o.tenant.as_deref() == Some(tenant.name.as_str()) && live.contains_key(id.as_str())
+            })
+            .count();
+        drop(live);
+        sandlot_tenancy::check_share(&tenant, Share::McpSessions, held as u64)
+            .map_err(|e| refused(sandlot_api::shares::quota_error(e)))?;
+        Ok(Some(claim))
+    }
+
+    /// Records that `key` of `tenant` opened session `id`.
+    async fn opened(&self, id: &str, key: Option<String>, tenant: Option<String>) {
         let stale = self.owners().len() >= MAX_SESSIONS;
         if stale {
             // Sessions expire inside rmcp without telling; their entries go here, at most
@@ -336,7 +379,7 @@ impl Bounded {
                 .collect();
             self.owners().retain(|k, _| live.contains(k));
         }
-        self.owners().insert(id.to_owned(), key);
+        self.owners().insert(id.to_owned(), Owner { key, tenant });
     }
 }
 

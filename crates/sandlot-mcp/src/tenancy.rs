@@ -19,7 +19,7 @@
 use crate::error::Error;
 use sandlot_api::govern::Governance;
 use sandlot_runtime::{Runtime, RuntimeError};
-use sandlot_tenancy::{Admission, Want};
+use sandlot_tenancy::{Admission, Claim, Share, Want};
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Language, Principal, TRUSTED_TIER,
 };
@@ -35,6 +35,11 @@ pub(crate) struct Tenancy {
 impl Tenancy {
     pub(crate) fn new(rt: Runtime, gov: Option<Arc<Governance>>) -> Self {
         Self { rt, gov }
+    }
+
+    /// The server's governance, when it runs with API keys.
+    pub(crate) fn gov(&self) -> Option<&Governance> {
+        self.gov.as_deref()
     }
 
     /// Whether requests must carry a principal (the server runs with API keys).
@@ -246,6 +251,17 @@ impl Scope {
             .await
             .map(Some)
             .map_err(Error::Api)
+    }
+
+    /// Claims one more of `share` (a paused sandbox, a snapshot) for the tenant, as `/v1`
+    /// does; hold the claim until the thing exists.
+    pub(crate) async fn claim(&self, share: Share) -> Result<Option<Claim>, Error> {
+        let rt = &self.tenancy.rt;
+        sandlot_api::shares::claim(self.tenancy.gov.as_deref(), &self.who, share, |t, s| {
+            sandlot_api::runtime_held(rt, t, s).map_err(sandlot_api::api_error)
+        })
+        .await
+        .map_err(Error::Api)
     }
 
     /// Wakes creations waiting for room in the tenant's quotas (a sandbox ended or paused).

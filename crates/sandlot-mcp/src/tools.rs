@@ -17,6 +17,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool, Too
 use rmcp::schemars::JsonSchema;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
+use sandlot_tenancy::Share;
 use sandlot_types::{
     CreateSandbox, CreateSnapshot, EndState, ExecuteRequest, ExecutionResult, FileEntry,
     ForkRequest, Language, OutputEvent, Sandbox,
@@ -748,6 +749,10 @@ impl<B: Backend> Call<'_, B> {
                 let pause = matches!(what, Lifecycle::Pause);
                 async move {
                     if pause {
+                        let _claim = match &scope {
+                            Some(s) => s.claim(Share::PausedSandboxes).await?,
+                            None => None,
+                        };
                         let paused = backend.pause_sandbox(&id).await;
                         if let Some(s) = &scope {
                             s.released();
@@ -772,10 +777,17 @@ impl<B: Backend> Call<'_, B> {
 
     async fn snapshot(mut self, explicit: Option<String>, name: Option<String>) -> CallToolResult {
         let backend = self.backend();
+        let scope = self.scope.clone();
         let r = self
             .on_sandbox(explicit, |id| {
-                let (backend, name) = (backend.clone(), name.clone());
-                async move { backend.snapshot_sandbox(&id, CreateSnapshot { name }).await }
+                let (backend, name, scope) = (backend.clone(), name.clone(), scope.clone());
+                async move {
+                    let _claim = match &scope {
+                        Some(s) => s.claim(Share::Snapshots).await?,
+                        None => None,
+                    };
+                    backend.snapshot_sandbox(&id, CreateSnapshot { name }).await
+                }
             })
             .await;
         match r {

@@ -72,6 +72,7 @@ use templates::Tmpl;
 pub use error::{FileError, RuntimeError, ZygoteLaunchError};
 pub use events::Listener;
 pub use files::ByteStream;
+pub use pause::IdlePauseGate;
 pub use sandboxes::TenantUsage;
 pub use usage::{RuntimeGauges, SandboxUsage};
 pub use util::now_rfc3339;
@@ -310,6 +311,8 @@ struct Inner {
     governance: std::sync::OnceLock<govern::Governance>,
     /// Lifecycle events and who listens to them (`events.rs`).
     events: events::Events,
+    /// Decides whether an idle sandbox may pause (its tenant's paused share), once installed.
+    idle_pause_gate: std::sync::OnceLock<pause::IdlePauseGate>,
     /// How long the last start took to recover what the previous run left (`housekeeping.rs`).
     recovery: Mutex<Option<Recovery>>,
 }
@@ -413,6 +416,7 @@ impl Runtime {
             volume_claims: Default::default(),
             governance: Default::default(),
             events: Default::default(),
+            idle_pause_gate: Default::default(),
             recovery: Default::default(),
         };
         let rt = Runtime {

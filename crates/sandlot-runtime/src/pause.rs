@@ -25,6 +25,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Decides whether an idle sandbox of a tenant may pause: `Ok` with what to hold until the
+/// pause is done, or why not.
+pub type IdlePauseGate = Arc<
+    dyn Fn(
+            &Runtime,
+            String,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<Box<dyn std::any::Any + Send>, String>>
+                    + Send,
+            >,
+        > + Send
+        + Sync,
+>;
+
 impl Runtime {
     /// Pauses a sandbox (a paused one stays paused) and returns it.
     pub async fn pause_sandbox(&self, id: &str) -> Result<Sandbox, RuntimeError> {
@@ -214,12 +229,38 @@ impl Runtime {
         self.save(e);
     }
 
+    /// Installs the gate an idle sandbox passes before it pauses (the server's: its tenant's
+    /// `max_paused_sandboxes`). Once; later calls are ignored.
+    pub fn set_idle_pause_gate(&self, gate: IdlePauseGate) {
+        let _ = self.inner.idle_pause_gate.set(gate);
+    }
+
     /// The idle timeout reached: pause or delete, as the sandbox asked.
     pub(crate) async fn idle_out(&self, e: &Arc<Entry>, idle: u64) {
         let action = lock(&e.info).on_idle;
         if action == IdleAction::Pause {
+            // A tenant at its paused share cannot get round it by letting sandboxes idle: the
+            // sandbox is deleted instead, as when a pause fails. The claim is held until the
+            // pause is done, so the next count sees it.
+            let tenant = lock(&e.info).tenant.clone();
+            let claim = match self.inner.idle_pause_gate.get() {
+                Some(gate) => {
+                    match gate(self, tenant).await {
+                        Ok(claim) => Some(claim),
+                        Err(why) => {
+                            tracing::warn!(sandbox = %e.id, why = %why, "an idle sandbox cannot pause; it is deleted instead");
+                            let why = format!("expired: idle for more than its idle timeout of {idle} s, and {why}");
+                            self.end(e, SandboxState::Expired, &why).await;
+                            return;
+                        }
+                    }
+                }
+                None => None,
+            };
             if let Ok(turn) = e.exec_lock.clone().try_lock_owned() {
-                match self.pause_with(e, turn).await {
+                let paused = self.pause_with(e, turn).await;
+                drop(claim);
+                match paused {
                     Ok(()) => return,
                     Err(err) => {
                         tracing::warn!(sandbox = %e.id, error = %err, "pausing an idle sandbox failed; it is deleted instead");

@@ -95,6 +95,67 @@ impl Runtime {
         u
     }
 
+    /// How many of `tenant`'s sandboxes are paused (each holds a uid while it is). From the
+    /// live set, as [`Runtime::tenant_usage`].
+    pub fn tenant_paused(&self, tenant: &str) -> u64 {
+        lock(&self.inner.sandboxes)
+            .values()
+            .filter(|e| {
+                let info = lock(&e.info);
+                info.tenant == tenant && info.state == SandboxState::Paused
+            })
+            .count() as u64
+    }
+
+    /// How many volumes `tenant` has, from the store.
+    pub fn tenant_volumes(&self, tenant: &str) -> Result<u64, RuntimeError> {
+        Ok(self
+            .inner
+            .store
+            .list_volumes()
+            .map_err(store("listing volumes"))?
+            .iter()
+            .filter(|v| v.tenant == tenant)
+            .count() as u64)
+    }
+
+    /// How many snapshots `tenant` has and the bytes of their saved state, from the store.
+    /// A snapshot's workspace copy is a copy-on-write snapshot of its sandbox's and is not
+    /// counted: what it costs the disk is what changes after, which nothing measures cheaply.
+    pub fn tenant_snapshots(&self, tenant: &str) -> Result<(u64, u64), RuntimeError> {
+        let all = self
+            .inner
+            .store
+            .list_snapshots()
+            .map_err(store("listing snapshots"))?;
+        Ok(all
+            .iter()
+            .filter(|r| r.snapshot.tenant == tenant)
+            .fold((0, 0), |(n, bytes), r| {
+                (n + 1, bytes + r.snapshot.state_bytes)
+            }))
+    }
+
+    /// How many templates `tenant` owns (those made before tenants existed are the tenant
+    /// `default`'s; the template `default` is nobody's).
+    pub fn tenant_templates(&self, tenant: &str) -> Result<u64, RuntimeError> {
+        let mut n = 0;
+        for t in self.all_templates() {
+            if t.spec.name == "default" {
+                continue;
+            }
+            let owner = self
+                .inner
+                .store
+                .template_owner(&t.spec.name)
+                .map_err(store("looking up a template's owner"))?;
+            if owner.as_deref().unwrap_or(sandlot_types::DEFAULT_TENANT) == tenant {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// Every live sandbox's entry, at this moment.
     pub(crate) fn all_entries(&self) -> Vec<Arc<Entry>> {
         lock(&self.inner.sandboxes).values().cloned().collect()

@@ -6,7 +6,8 @@
 //! - Tenants own sandboxes, snapshots, volumes and templates; each has a plan (what policies
 //!   test) and [`sandlot_types::TenantQuotas`].
 //! - [`Quotas`]: admission of sandbox creations against a tenant's quotas, with a bounded,
-//!   first-come-first-served wait queue (see `quotas.rs`).
+//!   first-come-first-served wait queue (see `quotas.rs`), and the caps on each tenant's share
+//!   of what all tenants draw on (see `shares.rs`).
 //!
 //! Local single-user mode: on the first start the server creates the tenant `default` (plan
 //! `local`, no quotas) and an admin key for it, prints it once and keeps it in
@@ -15,9 +16,11 @@
 
 mod keys;
 mod quotas;
+mod shares;
 
 pub use keys::{Keys, BOOTSTRAP_KEY_FILE, KEY_PREFIX};
 pub use quotas::{Admission, QuotaError, Quotas, Want};
+pub use shares::{check as check_share, Claim, Share, Slot};
 
 /// Every way a tenancy operation fails.
 #[derive(Debug, thiserror::Error)]

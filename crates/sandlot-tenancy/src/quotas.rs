@@ -12,6 +12,7 @@
 //! line is bounded ([`MAX_WAITING`]) and so is the wait (the tenant's `wait_seconds`, default
 //! 10 s); past either the creation fails with which quota was full and when to retry.
 
+use crate::shares::Share;
 use sandlot_types::{Tenant, TenantQuotas};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,13 +62,31 @@ pub enum QuotaError {
         quota: &'static str,
         detail: String,
     },
+    /// A share (`shares.rs`) is at its cap: another one needs one of these deleted first.
+    #[error(
+        "the {quota} quota of tenant {tenant} is full: it holds {held}{unit} of {limit}{unit}"
+    )]
+    Full {
+        tenant: String,
+        quota: &'static str,
+        limit: u64,
+        held: u64,
+        unit: &'static str,
+    },
 }
 
 /// Every tenant's line.
 #[derive(Default, Clone)]
 pub struct Quotas {
     lanes: Arc<Mutex<HashMap<String, Arc<Lane>>>>,
+    /// Each tenant's line per share (`shares.rs`).
+    share_lines: ShareLines,
+    /// Open streams per tenant and share (`shares.rs`).
+    streams: OpenStreams,
 }
+
+pub(crate) type OpenStreams = Arc<Mutex<HashMap<(String, Share), u64>>>;
+type ShareLines = Arc<Mutex<HashMap<(String, Share), Arc<tokio::sync::Mutex<()>>>>>;
 
 #[derive(Default)]
 struct Lane {
@@ -116,6 +135,19 @@ impl Admission {
 impl Quotas {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Lane>>> {
         self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn share_line(&self, tenant: &str, share: Share) -> Arc<tokio::sync::Mutex<()>> {
+        self.share_lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((tenant.to_owned(), share))
+            .or_default()
+            .clone()
+    }
+
+    pub(crate) fn streams(&self) -> OpenStreams {
+        self.streams.clone()
     }
 
     /// Admits a creation of `want` for `tenant`, waiting in line while its quotas are full.

@@ -995,7 +995,8 @@ impl Role {
     }
 }
 
-/// Per-tenant quotas; an absent value is unlimited.
+/// Per-tenant quotas. An absent running-sandbox quota (`max_sandboxes` to `wait_seconds`) is
+/// unlimited; an absent share (`max_paused_sandboxes` on) is the server's default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct TenantQuotas {
@@ -1014,6 +1015,36 @@ pub struct TenantQuotas {
     /// How long a creation over quota waits in line before it fails (seconds; default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_seconds: Option<f64>,
+    // Shares of what every tenant draws on. Unlike the quotas above, an absent value is the
+    // server's default (`sandlot_tenancy::Share::default_limit`), never unlimited: a tenant
+    // without settings must not be able to starve the others.
+    /// Most paused sandboxes (each holds a uid of the server's shared pool). Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_paused_sandboxes: Option<u64>,
+    /// Most volumes (each holds a uid of the shared pool and disk). Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_volumes: Option<u64>,
+    /// Most snapshots. Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snapshots: Option<u64>,
+    /// Most bytes of saved state across its snapshots; a snapshot is refused once they hold this much. Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snapshot_bytes: Option<u64>,
+    /// Most templates it owns (each an environment and a zygote). Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_templates: Option<u64>,
+    /// Most MCP sessions open at once (of the server's global pool). Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mcp_sessions: Option<u64>,
+    /// Most jobs queued or running at once. Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u64>,
+    /// Most webhooks. Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_webhooks: Option<u64>,
+    /// Most event streams open at once (`GET /v1/events`, `GET /v1/jobs/{id}/events`). Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_event_streams: Option<u64>,
 }
 
 /// A tenant: who owns sandboxes, snapshots, volumes and templates.

@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
-/// Streams one tenant may hold open at once, unless `SANDLOT_EVENT_STREAMS_PER_TENANT` says.
+/// Streams the operator (or, on a server without keys, any tenant) may hold open at once,
+/// unless `SANDLOT_EVENT_STREAMS_PER_TENANT` says; with keys, other tenants have their
+/// `max_event_streams`.
 const DEFAULT_STREAMS_PER_TENANT: usize = 16;
 
 /// Every lifecycle kind, as the API spells them.
@@ -84,13 +86,19 @@ pub struct Hub {
     closing: tokio::sync::watch::Sender<bool>,
 }
 
-/// One open stream, counted against its tenant until dropped.
-pub struct StreamSlot {
+/// One open stream, counted against its tenant until dropped: against its share
+/// (`max_event_streams`), or the hub's own bound (see [`Hub::admit`]).
+pub enum StreamSlot {
+    Share(Option<sandlot_tenancy::Slot>),
+    Local(LocalSlot),
+}
+
+pub struct LocalSlot {
     open: Arc<Mutex<HashMap<String, usize>>>,
     tenant: String,
 }
 
-impl Drop for StreamSlot {
+impl Drop for LocalSlot {
     fn drop(&mut self) {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = open.get_mut(&self.tenant) {
@@ -129,8 +137,27 @@ impl Hub {
         }
     }
 
-    /// A slot for one more stream of `tenant`, or the 429 to answer.
-    pub(crate) fn admit(&self, tenant: &str) -> Result<StreamSlot, HttpError> {
+    /// A slot for one more stream of `who`'s tenant, or the 429 to answer. With keys a
+    /// tenant's `max_event_streams` bounds it; the operator's streams, and every stream on a
+    /// server without keys, are bounded by the hub's own `per_tenant`.
+    pub(crate) fn admit(
+        &self,
+        gov: Option<&crate::govern::Governance>,
+        who: &sandlot_types::Principal,
+    ) -> Result<StreamSlot, HttpError> {
+        if let Some(g) = gov {
+            if crate::shares::capped(g, who).map_err(HttpError)?.is_some() {
+                return crate::shares::open(gov, who, sandlot_tenancy::Share::EventStreams)
+                    .map(StreamSlot::Share)
+                    .map_err(HttpError);
+            }
+        }
+        // The operator (and everyone on a server without keys): the hub's own bound.
+        self.admit_local(&who.tenant).map(StreamSlot::Local)
+    }
+
+    /// Without keys: at most `per_tenant` streams per tenant.
+    fn admit_local(&self, tenant: &str) -> Result<LocalSlot, HttpError> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let n = open.entry(tenant.to_owned()).or_default();
         if *n >= self.per_tenant {
@@ -143,7 +170,7 @@ impl Hub {
             ));
         }
         *n += 1;
-        Ok(StreamSlot {
+        Ok(LocalSlot {
             open: self.open.clone(),
             tenant: tenant.to_owned(),
         })
@@ -192,7 +219,7 @@ async fn stream(
         }
     };
     let kinds = parse_kinds(q.kinds.as_deref().unwrap_or("").split(','))?;
-    let slot = rec.hub.admit(caller.tenant())?;
+    let slot = rec.hub.admit(rec.ctx.gov.as_deref(), &caller.0)?;
     let mut rx = rec.ctx.rt.subscribe();
     let wanted = move |ev: &LifecycleEvent| {
         (kinds.is_empty() || kinds.contains(&ev.kind))
@@ -261,14 +288,14 @@ mod tests {
             per_tenant: 2,
             closing: tokio::sync::watch::channel(false).0,
         };
-        let a = hub.admit("t1").unwrap();
-        let _b = hub.admit("t1").unwrap();
-        let e = hub.admit("t1").err().unwrap();
+        let a = hub.admit_local("t1").unwrap();
+        let _b = hub.admit_local("t1").unwrap();
+        let e = hub.admit_local("t1").err().unwrap();
         assert_eq!(e.0.code, ErrorCode::TenantQuotaExceeded);
         assert!(e.0.message.contains("retry in 5 s"));
         // Another tenant is not held back by this one.
-        let _c = hub.admit("t2").unwrap();
+        let _c = hub.admit_local("t2").unwrap();
         drop(a);
-        let _d = hub.admit("t1").unwrap();
+        let _d = hub.admit_local("t1").unwrap();
     }
 }

@@ -117,6 +117,8 @@ struct Queued {
 
 struct Running {
     sandbox_id: String,
+    /// Whose job it is (its `max_jobs` counts it).
+    tenant: String,
     cancel: Arc<AtomicBool>,
 }
 
@@ -335,6 +337,7 @@ impl Inner {
                             job.id.clone(),
                             Running {
                                 sandbox_id: sb.clone(),
+                                tenant: job.tenant.clone(),
                                 cancel: cancel.clone(),
                             },
                         );
@@ -695,6 +698,23 @@ async fn submit(
             .flatten()
             .filter(|q| q.tenant == caller.tenant())
             .count();
+        // The tenant's share of the server's job slots: its queued and running jobs, counted
+        // under the same lock the insertion below takes.
+        if let Some(gov) = ctx.gov.as_deref() {
+            if let Some(tenant) = crate::shares::capped(gov, &caller.0).map_err(HttpError)? {
+                let running = s
+                    .running
+                    .values()
+                    .filter(|r| r.tenant == tenant.name)
+                    .count();
+                sandlot_tenancy::check_share(
+                    &tenant,
+                    sandlot_tenancy::Share::Jobs,
+                    (of_tenant + running) as u64,
+                )
+                .map_err(|e| HttpError(crate::shares::quota_error(e)))?;
+            }
+        }
         let full = [
             (on_sandbox, jobs.limits.per_sandbox, "this sandbox"),
             (of_tenant, jobs.limits.per_tenant, "this tenant's sandboxes"),
@@ -879,7 +899,7 @@ async fn events(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, HttpError> {
-    let guard = st.rec.hub.admit(caller.tenant())?;
+    let guard = st.rec.hub.admit(st.rec.ctx.gov.as_deref(), &caller.0)?;
     // Subscribed before reading the job, so that nothing between the two is missed.
     let mut rx = st.rec.jobs.inner.told.subscribe();
     let job = owned(&st, &caller, &id)?;

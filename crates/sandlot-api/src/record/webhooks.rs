@@ -62,6 +62,7 @@ use axum::{Json, Router};
 use hmac::Mac;
 use sandlot_runtime::{now_rfc3339, Runtime};
 use sandlot_store::Store;
+use sandlot_tenancy::Share;
 use sandlot_types::{ErrorCode, LifecycleEvent, LifecycleKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -692,11 +693,19 @@ async fn create(
     let kinds = super::events::parse_kinds(body.events.iter().map(String::as_str))?;
     let url = check_url(&body.url, inner.settings.allow_private).await?;
     let tenant = caller.tenant().to_owned();
-    let mine = lock(&inner.hooks)
-        .values()
-        .filter(|h| h.tenant == tenant)
-        .count();
-    if mine >= MAX_PER_TENANT {
+    let mine = |tenant: &str| {
+        lock(&inner.hooks)
+            .values()
+            .filter(|h| h.tenant == tenant)
+            .count()
+    };
+    let gov = st.rec.ctx.gov.as_deref();
+    // With keys, the tenant's `max_webhooks` (held until the hook is in the map the next
+    // claim counts); without, the server's own bound.
+    let _claim = crate::shares::claim(gov, &caller.0, Share::Webhooks, |t, _| Ok(mine(t) as u64))
+        .await
+        .map_err(HttpError)?;
+    if gov.is_none() && mine(&tenant) >= MAX_PER_TENANT {
         return Err(HttpError::new(
             ErrorCode::InvalidArgument,
             format!("a tenant may have at most {MAX_PER_TENANT} webhooks; delete one first"),

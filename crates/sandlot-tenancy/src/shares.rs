@@ -1,0 +1,236 @@
+//! Fair shares: per-tenant caps on what every tenant draws from one pool (uids, disk, MCP
+//! sessions, job slots, webhook deliveries, event streams), so that no tenant can starve
+//! another.
+//!
+//! What a tenant holds is counted from the live state each time (the runtime's sandboxes, the
+//! store's volumes, snapshots, templates, jobs and webhooks, the MCP server's sessions), never
+//! counted up and down by hand. Streams, which exist only while a connection is open, are
+//! counted by the [`Slot`]s their connections hold: a slot is given back when it is dropped,
+//! however the connection ends.
+//!
+//! Check and create are one step per tenant and share: [`Quotas::claim`] takes the tenant's
+//! lock for that share, counts, and the returned [`Claim`] keeps the lock until the creation
+//! is done (and visible to the next count), so concurrent creations cannot pass a cap.
+//!
+//! The operator (an admin of the tenant `default`) is never capped: callers skip the claim.
+
+use crate::quotas::{QuotaError, Quotas};
+use sandlot_types::{Tenant, TenantQuotas};
+use std::sync::PoisonError;
+
+/// A shared resource a tenant holds a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Share {
+    PausedSandboxes,
+    Volumes,
+    Snapshots,
+    SnapshotBytes,
+    Templates,
+    McpSessions,
+    Jobs,
+    Webhooks,
+    EventStreams,
+}
+
+impl Share {
+    pub const ALL: [Share; 9] = [
+        Share::PausedSandboxes,
+        Share::Volumes,
+        Share::Snapshots,
+        Share::SnapshotBytes,
+        Share::Templates,
+        Share::McpSessions,
+        Share::Jobs,
+        Share::Webhooks,
+        Share::EventStreams,
+    ];
+
+    /// The quota's name, as `TenantQuotas` spells it.
+    pub fn quota(self) -> &'static str {
+        match self {
+            Share::PausedSandboxes => "max_paused_sandboxes",
+            Share::Volumes => "max_volumes",
+            Share::Snapshots => "max_snapshots",
+            Share::SnapshotBytes => "max_snapshot_bytes",
+            Share::Templates => "max_templates",
+            Share::McpSessions => "max_mcp_sessions",
+            Share::Jobs => "max_jobs",
+            Share::Webhooks => "max_webhooks",
+            Share::EventStreams => "max_event_streams",
+        }
+    }
+
+    /// The cap of a tenant that sets none. Sized so that 16 tenants at every cap fit one
+    /// server of 65,536 uids and one disk: paused sandboxes and volumes take 16 × (1,024 +
+    /// 1,024) = 32,768 uids, half the pool, leaving the rest to running sandboxes; MCP
+    /// sessions are a sixteenth of the global 1,024.
+    pub fn default_limit(self) -> u64 {
+        match self {
+            Share::PausedSandboxes => 1024,
+            Share::Volumes => 1024,
+            Share::Snapshots => 256,
+            Share::SnapshotBytes => 16 << 30,
+            Share::Templates => 32,
+            Share::McpSessions => 64,
+            Share::Jobs => 1000,
+            Share::Webhooks => 20,
+            Share::EventStreams => 16,
+        }
+    }
+
+    fn setting(self, q: &TenantQuotas) -> Option<u64> {
+        match self {
+            Share::PausedSandboxes => q.max_paused_sandboxes,
+            Share::Volumes => q.max_volumes,
+            Share::Snapshots => q.max_snapshots,
+            Share::SnapshotBytes => q.max_snapshot_bytes,
+            Share::Templates => q.max_templates,
+            Share::McpSessions => q.max_mcp_sessions,
+            Share::Jobs => q.max_jobs,
+            Share::Webhooks => q.max_webhooks,
+            Share::EventStreams => q.max_event_streams,
+        }
+    }
+
+    /// `q`'s cap on this share: its setting, else the server's default.
+    pub fn limit(self, q: &TenantQuotas) -> u64 {
+        self.setting(q).unwrap_or(self.default_limit())
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            Share::SnapshotBytes => " bytes",
+            _ => "",
+        }
+    }
+}
+
+/// Whether `tenant`, holding `held` of `share`, may take one more.
+pub fn check(tenant: &Tenant, share: Share, held: u64) -> Result<(), QuotaError> {
+    let limit = share.limit(&tenant.quotas);
+    if held < limit {
+        return Ok(());
+    }
+    Err(QuotaError::Full {
+        tenant: tenant.name.clone(),
+        quota: share.quota(),
+        limit,
+        held,
+        unit: share.unit(),
+    })
+}
+
+/// A creation checked against a share: hold it until the creation is done (or failed), so the
+/// next claim of the same tenant and share counts it.
+pub struct Claim {
+    _line: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// One open stream counted against its tenant until dropped.
+pub struct Slot {
+    open: crate::quotas::OpenStreams,
+    key: (String, Share),
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Quotas {
+    /// Takes `tenant`'s line for `share` (creations of it wait for one another, never for
+    /// other tenants), then checks what `held` counts now against the cap.
+    pub async fn claim(
+        &self,
+        tenant: &Tenant,
+        share: Share,
+        held: impl FnOnce() -> u64,
+    ) -> Result<Claim, QuotaError> {
+        let claim = self.line(&tenant.name, share).await;
+        check(tenant, share, held())?;
+        Ok(claim)
+    }
+
+    /// Takes `tenant`'s line for `share` without checking (the caller counts, perhaps
+    /// asynchronously, and checks with [`check`] while it holds the claim).
+    pub async fn line(&self, tenant: &str, share: Share) -> Claim {
+        Claim {
+            _line: self.share_line(tenant, share).lock_owned().await,
+        }
+    }
+
+    /// A slot for one more open stream of `share` (`EventStreams`, `McpSessions`), or why not.
+    pub fn open(&self, tenant: &Tenant, share: Share) -> Result<Slot, QuotaError> {
+        let open = self.streams();
+        let key = (tenant.name.clone(), share);
+        let mut map = open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = map.entry(key.clone()).or_default();
+        check(tenant, share, *n)?;
+        *n += 1;
+        drop(map);
+        Ok(Slot { open, key })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(q: TenantQuotas) -> Tenant {
+        Tenant {
+            name: "t".into(),
+            plan: "free".into(),
+            quotas: q,
+            created_at: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn claims_are_one_at_a_time_and_capped() {
+        let t = tenant(TenantQuotas {
+            max_volumes: Some(2),
+            ..Default::default()
+        });
+        let q = Quotas::default();
+        let c = q.claim(&t, Share::Volumes, || 1).await.unwrap();
+        // The same tenant and share waits for the first claim; another share does not.
+        let other = q.claim(&t, Share::Snapshots, || 0).await.unwrap();
+        drop(other);
+        let q2 = q.clone();
+        let t2 = t.clone();
+        let second = tokio::spawn(async move { q2.claim(&t2, Share::Volumes, || 2).await });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!second.is_finished());
+        drop(c);
+        let err = second.await.unwrap().err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "the max_volumes quota of tenant t is full: it holds 2 of 2"
+        );
+        // Unset: the default.
+        let t = tenant(TenantQuotas::default());
+        assert!(check(&t, Share::Templates, 31).is_ok());
+        assert!(check(&t, Share::Templates, 32).is_err());
+    }
+
+    #[test]
+    fn slots_count_open_streams() {
+        let t = tenant(TenantQuotas {
+            max_event_streams: Some(1),
+            ..Default::default()
+        });
+        let q = Quotas::default();
+        let a = q.open(&t, Share::EventStreams).unwrap();
+        assert!(q.open(&t, Share::EventStreams).is_err());
+        let _m = q.open(&t, Share::McpSessions).unwrap();
+        drop(a);
+        let _b = q.open(&t, Share::EventStreams).unwrap();
+    }
+}
