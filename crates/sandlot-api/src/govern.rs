@@ -40,6 +40,21 @@ pub struct Governance {
     pub policy: sandlot_policy::PolicyEngine,
     /// Keys port tokens (see [`Governance::port_token`]).
     port_secret: [u8; 32],
+    /// How long a port URL handed out stays valid (none: until rotated).
+    port_url_ttl: Option<std::time::Duration>,
+    /// Sandboxes' port epochs, as the store has them.
+    port_epochs: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+fn lock_epochs<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl Governance {
@@ -57,31 +72,110 @@ impl Governance {
             store,
             policy,
             port_secret,
+            port_url_ttl: None,
+            port_epochs: Default::default(),
         })
     }
 
-    /// `<id>.<mac>`: opens sandbox `id`'s exposed ports and nothing else, for whoever holds
-    /// it (a browser given the URL). An HMAC of the id: nothing stored, and code inside the
-    /// sandbox that learns its own token gains nothing it did not have.
+    /// The capability URL token of sandbox `id`'s exposed ports, for whoever holds it (a
+    /// browser given the URL): an HMAC, so nothing stored, and code inside the sandbox that
+    /// learns its own token gains nothing it did not have.
+    ///
+    /// `<id>.<epoch>-<expiry>.<mac>`, the MAC covering the id, the sandbox's epoch (moved on by
+    /// [`Governance::rotate_port_token`], which ends every earlier token) and the expiry (unix
+    /// seconds, `now + port_url_ttl`; 0 without a TTL). A sandbox never rotated on a server
+    /// without a TTL keeps the older `<id>.<mac>` form, so URLs handed out before stay valid.
     pub fn port_token(&self, id: &str) -> String {
-        format!("{id}.{}", self.port_mac(id))
+        let epoch = self.port_epoch(id);
+        let expiry = self
+            .port_url_ttl
+            .map(|ttl| unix_now().saturating_add(ttl.as_secs()))
+            .unwrap_or(0);
+        if epoch == 0 && expiry == 0 {
+            return format!("{id}.{}", self.port_mac(id, None));
+        }
+        format!(
+            "{id}.{epoch}-{expiry}.{}",
+            self.port_mac(id, Some((epoch, expiry)))
+        )
     }
 
-    fn port_mac(&self, id: &str) -> String {
+    /// When a token made now expires (RFC 3339), if port URLs expire.
+    pub fn port_token_expiry(&self) -> Option<String> {
+        let ttl = self.port_url_ttl?;
+        let at = time::OffsetDateTime::now_utc() + ttl;
+        at.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    }
+
+    fn port_mac(&self, id: &str, epoch_expiry: Option<(u64, u64)>) -> String {
         use hmac::Mac;
         let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.port_secret)
             .expect("HMAC takes keys of any length");
         mac.update(b"ports:");
         mac.update(id.as_bytes());
+        if let Some((epoch, expiry)) = epoch_expiry {
+            mac.update(format!("\0{epoch}\0{expiry}").as_bytes());
+        }
         hex::encode(&mac.finalize().into_bytes()[..16])
     }
 
-    /// The sandbox a port token opens, if it is genuine.
+    /// The sandbox a port token opens, if it is genuine, of the sandbox's current epoch and
+    /// not expired (a token without an expiry is refused once port URLs expire).
     pub fn sandbox_of_port_token(&self, token: &str) -> Option<String> {
         use subtle::ConstantTimeEq;
-        let (id, mac) = token.rsplit_once('.')?;
-        let want = self.port_mac(id);
-        bool::from(want.as_bytes().ct_eq(mac.as_bytes())).then(|| id.to_owned())
+        let (rest, mac) = token.rsplit_once('.')?;
+        let parsed = rest.rsplit_once('.').and_then(|(id, middle)| {
+            let (epoch, expiry) = middle.split_once('-')?;
+            Some((id, epoch.parse::<u64>().ok()?, expiry.parse::<u64>().ok()?))
+        });
+        let (id, want, epoch_expiry) = match parsed {
+            Some((id, epoch, expiry)) => (
+                id,
+                self.port_mac(id, Some((epoch, expiry))),
+                Some((epoch, expiry)),
+            ),
+            None => (rest, self.port_mac(rest, None), None),
+        };
+        if !bool::from(want.as_bytes().ct_eq(mac.as_bytes())) {
+            return None;
+        }
+        let (epoch, expiry) = epoch_expiry.unwrap_or((0, 0));
+        let expired = match (self.port_url_ttl, expiry) {
+            (Some(_), 0) => true,
+            (_, 0) => false,
+            (_, at) => unix_now() > at,
+        };
+        (!expired && epoch == self.port_epoch(id)).then(|| id.to_owned())
+    }
+
+    /// Ends every port URL of sandbox `id` handed out so far; returns the new token.
+    pub fn rotate_port_token(&self, id: &str) -> Result<String, sandlot_store::StoreError> {
+        let epoch = self
+            .store
+            .rotate_port_epoch(id, &sandlot_runtime::now_rfc3339())?;
+        lock_epochs(&self.port_epochs).insert(id.to_owned(), epoch);
+        Ok(self.port_token(id))
+    }
+
+    /// Sandbox `id`'s port epoch (cached; a store that cannot answer opens nothing rotated).
+    fn port_epoch(&self, id: &str) -> u64 {
+        if let Some(e) = lock_epochs(&self.port_epochs).get(id) {
+            return *e;
+        }
+        match self.store.port_epoch(id) {
+            Ok(e) => {
+                lock_epochs(&self.port_epochs).insert(id.to_owned(), e);
+                e
+            }
+            Err(_) => u64::MAX,
+        }
+    }
+
+    /// Port URLs expire this long after they are handed out (`SANDLOT_PORT_URL_TTL`).
+    pub fn with_port_url_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
+        self.port_url_ttl = ttl.filter(|t| !t.is_zero());
+        self
     }
 
     /// `s` with its port token, for its tenant's eyes.

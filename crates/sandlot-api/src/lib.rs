@@ -294,6 +294,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
             path: PORT,
             handler: axum::routing::any(ports::forward::<B>),
         },
+        route(Post, "/v1/sandboxes/{id}/ports/rotate", ports::rotate::<B>),
         route(Post, PORT, ports::forward::<B>),
         route(Put, PORT, ports::forward::<B>),
         route(Delete, PORT, ports::forward::<B>),
@@ -448,6 +449,8 @@ fn is_ports_path(path: &str) -> bool {
         && parts.next() == Some("sandboxes")
         && parts.next().is_some_and(|id| !id.is_empty())
         && parts.next() == Some("ports")
+        // `.../ports/rotate` is an API route like any other, not a page's.
+        && parts.next() != Some("rotate")
 }
 
 async fn health() -> Json<serde_json::Value> {

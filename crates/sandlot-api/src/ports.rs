@@ -494,3 +494,44 @@ mod tests {
         assert_eq!(upgrade_protocol(&h).unwrap(), "websocket");
     }
 }
+
+/// `POST /v1/sandboxes/{id}/ports/rotate` answer.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct RotatedPortToken {
+    pub sandbox_id: String,
+    /// The new capability token (`/v1/ports/{port_token}/{port}/`); every earlier one is void.
+    pub port_token: String,
+    /// When it stops working (RFC 3339), when the server's port URLs expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/ports/rotate`: a new port capability token for the sandbox; every
+/// URL handed out before stops working at once. 400 for a sandbox that exposes no ports.
+pub(crate) async fn rotate<B: Backend>(
+    State(st): State<AppState<B>>,
+    crate::extract::ApiPath(id): crate::extract::ApiPath<String>,
+) -> Result<axum::Json<RotatedPortToken>, HttpError> {
+    let sb = st.backend.get_sandbox(&id).await?;
+    if sb.ports.is_empty() && !sb.all_ports {
+        return Err(HttpError::invalid_request(format!(
+            "sandbox {id} exposes no ports: it has no port URLs to rotate"
+        )));
+    }
+    let Some(gov) = st.gov.as_deref() else {
+        return Err(HttpError::invalid_request(
+            "this server hands out no port URLs (it runs without API keys)",
+        ));
+    };
+    let port_token = gov.rotate_port_token(&id).map_err(|e| {
+        HttpError::new(
+            sandlot_types::ErrorCode::Internal,
+            format!("could not rotate the port URLs: {e}"),
+        )
+    })?;
+    Ok(axum::Json(RotatedPortToken {
+        sandbox_id: id,
+        port_token,
+        expires_at: gov.port_token_expiry(),
+    }))
+}

@@ -173,6 +173,11 @@ pub const VARS: &[Var] = &[
         help: "jobs run at most this many at a time",
     },
     Var {
+        name: PORT_URL_TTL,
+        default: "0: port URLs last until rotated",
+        help: "port capability URLs (/v1/ports/{token}/...) stop working this many seconds after they are handed out; POST /v1/sandboxes/{id}/ports/rotate ends them at once",
+    },
+    Var {
         name: WEBHOOK_ALLOW_PRIVATE,
         default: "0: loopback and private addresses refused",
         help: "1: webhooks may target loopback and private addresses",
@@ -188,6 +193,7 @@ pub const METRICS_PUBLIC: &str = "SANDLOT_METRICS_PUBLIC";
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
 pub const WEBHOOK_ALLOW_PRIVATE: &str = "SANDLOT_WEBHOOK_ALLOW_PRIVATE";
+pub const PORT_URL_TTL: &str = "SANDLOT_PORT_URL_TTL";
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
 pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, PIP_INDEX_URL, JAIL_LIB, LOG];
@@ -203,6 +209,7 @@ pub const SERVE_VARS: &[&str] = &[
     LOG_FORMAT,
     AUDIT,
     AUDIT_SEGMENT_BYTES,
+    PORT_URL_TTL,
     AUDIT_REFUSALS_SECONDS,
     METRICS_PUBLIC,
     OTLP_ENDPOINT,

@@ -276,9 +276,18 @@ fn governance(
             .context("SANDLOT_EGRESS_HOSTS must be name=ip[,name=ip...]")?,
         _ => Default::default(),
     };
+    let port_url_ttl = match std::env::var(crate::config::PORT_URL_TTL) {
+        Ok(v) if !v.trim().is_empty() => {
+            Some(std::time::Duration::from_secs(v.trim().parse().context(
+                "SANDLOT_PORT_URL_TTL must be a number of seconds",
+            )?))
+        }
+        _ => None,
+    };
     let gov = Arc::new(
         sandlot_api::govern::Governance::new(rt.store(), policy.clone(), secret)
-            .context("could not load tenants and API keys")?,
+            .context("could not load tenants and API keys")?
+            .with_port_url_ttl(port_url_ttl),
     );
     rt.install_governor(
         Arc::new(sandlot_api::gates::ServerGovernor::new(gov.clone())),

@@ -1216,3 +1216,92 @@ fn capability_urls_open_one_sandboxs_ports_without_a_key() {
     assert_eq!(received(&seen, "authorization"), Some("Bearer app-token"));
     assert_eq!(seen["path"], "/own");
 }
+
+/// Port capability URLs can be ended and can expire: `POST .../ports/rotate` gives a new token
+/// and every earlier one stops working at once (also after a server restart); with
+/// `SANDLOT_PORT_URL_TTL` a token stops working once its time is up, and a token without an
+/// expiry is refused there. Regression: port URLs never expired and could not be revoked.
+#[test]
+fn port_urls_rotate_and_expire() {
+    let mut server = TestServer::start();
+    let sb = server.create_sandbox_with(&json!({ "ports": [HTTP_PORT] }));
+    let id = sb["id"].as_str().unwrap().to_string();
+    let first = sb["port_token"].as_str().unwrap().to_string();
+    server
+        .put_bytes(&format!("/v1/sandboxes/{id}/files/site/index.html"), "up")
+        .expect(201);
+    start_app(
+        &server,
+        &id,
+        &format!(
+            "'-m', 'http.server', '{HTTP_PORT}', '--bind', '127.0.0.1', '--directory', 'site'"
+        ),
+        HTTP_PORT,
+    );
+    let anonymous = reqwest::blocking::Client::new();
+    let status = |server: &TestServer, token: &str| {
+        anonymous
+            .get(format!("{}/v1/ports/{token}/{HTTP_PORT}/", server.url()))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status(&server, &first), 200);
+
+    let r = server.post(&format!("/v1/sandboxes/{id}/ports/rotate"), &json!({}));
+    let rotated = r.expect(200).clone();
+    common::assert_schema("RotatedPortToken", &rotated);
+    let second = rotated["port_token"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    assert!(rotated.get("expires_at").is_none(), "{rotated}");
+    assert_eq!(status(&server, &first), 404, "the old URL is void at once");
+    assert_eq!(status(&server, &second), 200);
+    // The sandbox's record hands out the new token, and a second rotation voids it too.
+    let now = server.get(&format!("/v1/sandboxes/{id}")).body["port_token"].clone();
+    assert_eq!(now, json!(second));
+    let third = server
+        .post(&format!("/v1/sandboxes/{id}/ports/rotate"), &json!({}))
+        .expect(200)["port_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(status(&server, &second), 404);
+    assert_eq!(status(&server, &third), 200);
+    // A sandbox without ports has nothing to rotate; another tenant's is not found.
+    let plain = server.create_sandbox();
+    server
+        .post(&format!("/v1/sandboxes/{plain}/ports/rotate"), &json!({}))
+        .expect_error(400, "invalid_request");
+    server
+        .post("/v1/sandboxes/sb_doesnotexist/ports/rotate", &json!({}))
+        .expect_error(404, "sandbox_not_found");
+
+    // After a restart the rotation holds (the epoch is stored), and with a TTL tokens expire.
+    server.restart_with_env(&[("SANDLOT_PORT_URL_TTL", "3")]);
+    start_app(
+        &server,
+        &id,
+        &format!(
+            "'-m', 'http.server', '{HTTP_PORT}', '--bind', '127.0.0.1', '--directory', 'site'"
+        ),
+        HTTP_PORT,
+    );
+    assert_eq!(status(&server, &first), 404);
+    assert_eq!(status(&server, &second), 404);
+    // `third` was made without an expiry: under a TTL it no longer opens anything.
+    assert_eq!(status(&server, &third), 404);
+    let r = server.post(&format!("/v1/sandboxes/{id}/ports/rotate"), &json!({}));
+    let timed = r.expect(200).clone();
+    assert!(timed["expires_at"].is_string(), "{timed}");
+    let timed = timed["port_token"].as_str().unwrap().to_string();
+    assert_eq!(status(&server, &timed), 200);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(status(&server, &timed), 404, "an expired URL opens nothing");
+    // What the sandbox's record hands out now is a fresh one.
+    let fresh = server.get(&format!("/v1/sandboxes/{id}")).body["port_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(status(&server, &fresh), 200);
+}

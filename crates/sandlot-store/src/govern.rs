@@ -244,6 +244,39 @@ impl Store {
         govern("claim a template name", run())
     }
 
+    /// The epoch of sandbox `id`'s port capability URLs: 0 until they are first rotated.
+    pub fn port_epoch(&self, id: &str) -> Result<u64, StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<u64> {
+            let epoch: Option<i64> = conn
+                .query_row(
+                    "SELECT epoch FROM port_epochs WHERE sandbox_id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(epoch.unwrap_or(0).max(0) as u64)
+        };
+        govern("look up a sandbox's port epoch", run())
+    }
+
+    /// Moves sandbox `id`'s port capability URLs to the next epoch (every URL made before
+    /// stops working); returns the new epoch.
+    pub fn rotate_port_epoch(&self, id: &str, at: &str) -> Result<u64, StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<u64> {
+            conn.query_row(
+                "INSERT INTO port_epochs (sandbox_id, epoch, rotated_at) VALUES (?1, 1, ?2) \
+                 ON CONFLICT (sandbox_id) DO UPDATE SET epoch = epoch + 1, rotated_at = ?2 \
+                 RETURNING epoch",
+                params![id, at],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|e| e.max(0) as u64)
+        };
+        govern("rotate a sandbox's port URLs", run())
+    }
+
     /// Records that `tenant`'s executions produced these artifacts.
     pub fn add_artifact_owners(&self, tenant: &str, shas: &[String]) -> Result<(), StoreError> {
         let mut conn = self.conn();

@@ -75,6 +75,7 @@ const MIGRATIONS: &[&str] = &[
     SCHEMA_V5,
     jobs::SCHEMA_V6,
     lineage::SCHEMA_V7,
+    SCHEMA_V8,
 ];
 
 const SCHEMA_V1: &str = "
@@ -245,6 +246,15 @@ CREATE TABLE findings (
     decision_id  TEXT
 );
 CREATE INDEX findings_sandbox ON findings (sandbox_id, id);
+";
+
+/// Port capability URLs can be rotated: their MAC covers the sandbox's epoch.
+const SCHEMA_V8: &str = "
+CREATE TABLE port_epochs (
+    sandbox_id TEXT PRIMARY KEY NOT NULL,
+    epoch      INTEGER NOT NULL,
+    rotated_at TEXT NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The schema version this build writes and understands.

@@ -433,6 +433,13 @@ impl TestServer {
         }
         self.spawn();
     }
+
+    /// [`TestServer::restart`] with these variables added to the server's environment.
+    pub fn restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self.restart();
+    }
 }
 
 impl Drop for TestServer {
