@@ -607,13 +607,13 @@ mod tests {
             store
                 .finish_execution("ex_1", &result(&rec, vec![artifact("p.png", &sha)]))
                 .unwrap();
-            // As a version 6 database: no lineage tables.
+            // As a version 6 database: no lineage tables (nor what later versions added).
             store
                 .conn()
                 .execute_batch(
                     "DROP TRIGGER execution_lineage_insert; DROP TRIGGER artifact_lineage_result;
                      DROP TABLE inputs; DROP TABLE execution_lineage; DROP TABLE artifact_lineage;
-                     PRAGMA user_version = 6;",
+                     DROP TABLE port_epochs; PRAGMA user_version = 6;",
                 )
                 .unwrap();
         }
