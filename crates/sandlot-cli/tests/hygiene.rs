@@ -110,7 +110,8 @@ fn processes_user_code_starts_hold_only_stdin_stdout_and_stderr() {
     }
     // A background process that outlives its cell: what it prints is background output.
     ok(&server.execute_bash(&id, "(sleep 0.2; python3 /tmp/probe.py) &"));
-    let out = wait_for_background(&server, &id, "FDS");
+    // The whole line: the probe's output may arrive in more than one piece.
+    let out = wait_for_background(&server, &id, "FDS 0,1,2\n");
     assert_eq!(
         fd_lines(&background_text(&out, "stdout")),
         ["FDS 0,1,2"],
@@ -121,7 +122,7 @@ fn processes_user_code_starts_hold_only_stdin_stdout_and_stderr() {
         "import subprocess, sys\n\
          subprocess.Popen(['sh', '-c', 'sleep 0.2; ' + sys.executable + ' /tmp/probe.py'])",
     ));
-    let out = wait_for_background(&server, &id, "FDS 0,1,2\nFDS");
+    let out = wait_for_background(&server, &id, "FDS 0,1,2\nFDS 0,1,2\n");
     assert_eq!(
         fd_lines(&background_text(&out, "stdout")),
         ["FDS 0,1,2", "FDS 0,1,2"],
