@@ -6,7 +6,9 @@
 //! raw IPs, a name
 //! rebinding to loopback and the metadata address refused and recorded; live allowlist
 //! changes; restarts in place), `pip install` from a package index served on loopback,
-//! secrets injected by the proxy and never visible inside, and output guardrails (redaction
+//! secrets injected by the proxy and never visible inside (over plain HTTP, and over HTTPS
+//! through the sandbox's own CA, against TLS upstreams on loopback with a CA made by the
+//! test), and output guardrails (redaction
 //! in results, streams and downloads; the canary contains the sandbox).
 //!
 //! Upstream servers run in this process on 127.0.0.2 (`pkgs.test`) and 127.0.0.3
@@ -1547,6 +1549,68 @@ fn secrets_for_https_hosts_are_set_by_the_proxy_through_its_own_ca() {
          print(json.dumps(['PRIVATE' in t, t.count('BEGIN CERTIFICATE') >= 1]))",
     );
     assert_eq!(bundle, json!([false, true]), "{bundle}");
+
+    // Inside the tunnel a request is checked like a plain one: no TRACE (it would echo the
+    // secret back), no other host in `Host`.
+    let r = a.run_json(
+        &id,
+        &format!(
+            r#"{PY_NET}
+def call(method, url, headers=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {{}})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return [0, repr(e)]
+print(json.dumps([call("TRACE", "https://secure.test:{sp}/trace"),
+                  call("GET", "https://secure.test:{sp}/fronted", {{"Host": "open.test:{op}"}})]))"#
+        ),
+    );
+    assert_eq!(r[0][0], 405, "{r}");
+    assert_eq!(r[1][0], 403, "{r}");
+    assert!(r[1][1].as_str().unwrap().contains("does not match"), "{r}");
+    assert!(
+        secure.seen().iter().all(|s| s.target == "/with"),
+        "{:?}",
+        secure.seen()
+    );
+
+    // Secrets given later, live: the sandbox's processes are told to trust its CA then.
+    let t = a.create(&json!({ "network": [format!("secure.test:{sp}"), "127.0.0.3/32"] }));
+    let tid = t["id"].as_str().unwrap().to_owned();
+    let fetch_later =
+        format!("{PY_NET}\nprint(json.dumps(fetch('https://secure.test:{sp}/later')))");
+    let r = a.run_json(&tid, &fetch_later);
+    assert_eq!(
+        r[0], 0,
+        "an opaque tunnel to a CA the sandbox does not trust: {r}"
+    );
+    assert!(
+        r[1].as_str().unwrap().contains("CERTIFICATE_VERIFY_FAILED"),
+        "{r}"
+    );
+    let value2 = format!("Token later-{}", random_alnum(24));
+    a.put(
+        &format!("/v1/sandboxes/{tid}/network"),
+        &json!({
+            "allow": [format!("secure.test:{sp}"), "127.0.0.3/32"],
+            "secrets": [{ "name": "later", "hosts": ["secure.test"], "header": "X-Api-Key", "value": value2 }],
+        }),
+    )
+    .expect(200);
+    let r = a.run_json(&tid, &fetch_later);
+    assert_eq!(r, json!([200, "hello from secure"]), "{r}");
+    let seen = secure.seen();
+    let later: Vec<_> = seen.iter().filter(|s| s.target == "/later").collect();
+    assert_eq!(later.len(), 1, "{seen:?}");
+    assert_eq!(
+        later[0].header("x-api-key"),
+        Some(value2.as_str()),
+        "{seen:?}"
+    );
 }
 
 /// Regression (found by this suite): secrets are kept in memory only; after a server
