@@ -61,7 +61,7 @@ impl ExtraRoots {
 }
 
 /// The TLS client for intercepted upstreams, and the system bundle's text (for the sandboxes'
-/// trust bundles). Made once per server.
+/// trust bundles). Made once per server, when first needed.
 pub(crate) struct Upstreams {
     pub config: Arc<rustls::ClientConfig>,
     pub system_pem: String,

@@ -167,7 +167,7 @@ impl Egress {
     pub fn new(cfg: EgressConfig, hooks: Arc<dyn EgressHooks>) -> Egress {
         Egress {
             inner: Arc::new(proxy::Inner {
-                upstreams: intercept::Upstreams::new(&cfg.extra_roots),
+                upstreams: std::sync::OnceLock::new(),
                 cfg,
                 hooks,
                 sandboxes: Mutex::new(HashMap::new()),
@@ -267,7 +267,7 @@ impl Egress {
         let ca = self.entry(sandbox_id).ca()?;
         Ok(format!(
             "{}{}",
-            self.inner.upstreams.system_pem,
+            self.inner.upstreams().system_pem,
             ca.cert_pem()
         ))
     }

@@ -68,8 +68,16 @@ const TLS_ALERT_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x
 pub(crate) struct Inner {
     pub cfg: EgressConfig,
     pub hooks: Arc<dyn EgressHooks>,
-    pub upstreams: Upstreams,
+    /// Made when first needed (only sandboxes with secrets use it).
+    pub upstreams: std::sync::OnceLock<Upstreams>,
     pub sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+}
+
+impl Inner {
+    pub(crate) fn upstreams(&self) -> &Upstreams {
+        self.upstreams
+            .get_or_init(|| Upstreams::new(&self.cfg.extra_roots))
+    }
 }
 
 /// What a sandbox may do, swapped whole on every change.
@@ -896,7 +904,7 @@ impl Conn {
     ) -> Result<tokio_rustls::client::TlsStream<Counted<TcpStream>>, String> {
         let name = rustls::pki_types::ServerName::try_from(host.to_string())
             .map_err(|e| format!("{host} is not a TLS server name: {e}"))?;
-        let connector = tokio_rustls::TlsConnector::from(self.inner.upstreams.config.clone());
+        let connector = tokio_rustls::TlsConnector::from(self.inner.upstreams().config.clone());
         let limit = self.inner.cfg.connect_timeout;
         match tokio::time::timeout(limit, connector.connect(name, upstream)).await {
             Ok(Ok(tls)) => Ok(tls),
