@@ -284,6 +284,13 @@ fn governance(
         }
         _ => None,
     };
+    let extra_roots = match std::env::var("SANDLOT_EGRESS_EXTRA_ROOTS") {
+        Ok(path) if !path.trim().is_empty() => {
+            sandlot_egress::ExtraRoots::read(std::path::Path::new(path.trim()))
+                .context("SANDLOT_EGRESS_EXTRA_ROOTS must name a PEM file of CA certificates")?
+        }
+        _ => Default::default(),
+    };
     let gov = Arc::new(
         sandlot_api::govern::Governance::new(rt.store(), policy.clone(), secret)
             .context("could not load tenants and API keys")?
@@ -292,6 +299,7 @@ fn governance(
     rt.install_governor(
         Arc::new(sandlot_api::gates::ServerGovernor::new(gov.clone())),
         hosts,
+        extra_roots,
     );
     rt.set_idle_pause_gate(sandlot_api::shares::idle_pause_gate(gov.clone()));
     tracing::info!(

@@ -6,7 +6,9 @@
 //! raw IPs, a name
 //! rebinding to loopback and the metadata address refused and recorded; live allowlist
 //! changes; restarts in place), `pip install` from a package index served on loopback,
-//! secrets injected by the proxy and never visible inside, and output guardrails (redaction
+//! secrets injected by the proxy and never visible inside (over plain HTTP, and over HTTPS
+//! through the sandbox's own CA, against TLS upstreams on loopback with a CA made by the
+//! test), and output guardrails (redaction
 //! in results, streams and downloads; the canary contains the sandbox).
 //!
 //! Upstream servers run in this process on 127.0.0.2 (`pkgs.test`) and 127.0.0.3
@@ -20,7 +22,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -243,6 +245,7 @@ impl Upstream {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 let (s, routes) = (s.clone(), routes.clone());
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
                 std::thread::spawn(move || serve_one(conn, name, &s, &routes));
             }
         });
@@ -259,13 +262,12 @@ impl Upstream {
 }
 
 fn serve_one(
-    conn: TcpStream,
+    mut conn: impl Read + Write,
     name: &str,
     seen: &Mutex<Vec<Seen>>,
     routes: &HashMap<String, (String, Vec<u8>)>,
 ) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut reader = BufReader::new(&mut conn);
     let mut line = String::new();
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
@@ -305,13 +307,79 @@ fn serve_one(
             format!("hello from {name}").into_bytes(),
         )
     });
-    let mut conn = conn;
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = conn.write_all(head.as_bytes());
     let _ = conn.write_all(&body);
+}
+
+impl Upstream {
+    /// The same server over TLS (rustls, `config`'s certificate).
+    fn start_tls(ip: &str, name: &'static str, config: Arc<rustls::ServerConfig>) -> Upstream {
+        let listener = TcpListener::bind((ip, 0)).unwrap_or_else(|e| panic!("bind {ip}: {e}"));
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (s, config) = (s.clone(), config.clone());
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                std::thread::spawn(move || {
+                    let tls = rustls::ServerConnection::new(config).unwrap();
+                    let mut stream = rustls::StreamOwned::new(tls, conn);
+                    serve_one(&mut stream, name, &s, &HashMap::new());
+                    stream.conn.send_close_notify();
+                    let _ = stream.flush();
+                });
+            }
+        });
+        Upstream { addr, seen }
+    }
+}
+
+/// A CA made for a test, and TLS server configurations with certificates it signed.
+struct TestCa {
+    key: rcgen::KeyPair,
+    cert: rcgen::Certificate,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params.self_signed(&key).unwrap();
+        TestCa { key, cert }
+    }
+
+    fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.use_authority_key_identifier_extension = true;
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+        Arc::new(config)
+    }
 }
 
 /// A TCP echo server (`echo:` + what it read), for CONNECT tunnels; with the first bytes of
@@ -1305,6 +1373,243 @@ print(json.dumps(hits))
         after.header("x-api-key"),
         Some(value2.as_str()),
         "{after:?}"
+    );
+}
+
+/// Python that prints where inside the sandbox `value` is found: its environment, any
+/// process's environ or command line, files, and its own anonymous memory. The code carries the value
+/// in two reversed halves, so neither a copy of the code nor the probe's own variables are a
+/// hit; the memory scan must read something, or it proves nothing.
+fn secret_probe(value: &str) -> String {
+    let (a, b) = value.split_at(value.len() / 2);
+    let (ra, rb): (String, String) = (a.chars().rev().collect(), b.chars().rev().collect());
+    format!(
+        r#"
+import os, json
+a, b = {ra:?}[::-1].encode(), {rb:?}[::-1].encode()
+def found(data):
+    i = data.find(a)
+    while i >= 0:
+        if data.startswith(b, i + len(a)):
+            return True
+        i = data.find(a, i + 1)
+    return False
+hits = []
+if any(found((k + "=" + v).encode()) for k, v in os.environ.items()):
+    hits.append("os.environ")
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    for f in ("environ", "cmdline"):
+        try:
+            if found(open(f"/proc/{{pid}}/{{f}}", "rb").read()):
+                hits.append(f"/proc/{{pid}}/{{f}}")
+        except OSError:
+            pass
+for root in ("/workspace", "/tmp", "/etc", "/home", "/opt/sandlot/env/bin", "/dev/shm"):
+    for d, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(d, name)
+            try:
+                if os.path.getsize(p) < (8 << 20) and found(open(p, "rb").read()):
+                    hits.append(p)
+            except OSError:
+                pass
+# /proc/self/mem is closed to the sandbox; its own anonymous memory (heap, stacks, arenas:
+# where anything it was sent would be) is read in place instead.
+import ctypes
+scanned = 0
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        fields = line.split()
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        anonymous = len(fields) < 6 or fields[5] in ("[heap]", "[stack]")
+        if "r" not in fields[1] or not anonymous or hi - lo > (256 << 20):
+            continue
+        chunk = ctypes.string_at(lo, hi - lo)
+        scanned += len(chunk)
+        if found(chunk):
+            hits.append("memory " + fields[0])
+if scanned < (1 << 20):
+    hits.append(f"memory scan read only {{scanned}} bytes")
+print(json.dumps(hits))
+"#
+    )
+}
+
+#[test]
+fn secrets_for_https_hosts_are_set_by_the_proxy_through_its_own_ca() {
+    let upstream_ca = TestCa::new("test upstream CA");
+    let trusted = upstream_ca.server_config(&["secure.test", "open.test"]);
+    let secure = Upstream::start_tls("127.0.0.3", "secure", trusted.clone());
+    let open = Upstream::start_tls("127.0.0.3", "open", trusted);
+    let rogue = Upstream::start_tls(
+        "127.0.0.3",
+        "rogue",
+        TestCa::new("nobody trusts this CA").server_config(&["rogue.test"]),
+    );
+    let (sp, op, rp) = (secure.port(), open.port(), rogue.port());
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("extra-roots.pem");
+    std::fs::write(&roots, upstream_ca.cert.pem()).unwrap();
+    let hosts =
+        format!("{EGRESS_HOSTS},secure.test=127.0.0.3,open.test=127.0.0.3,rogue.test=127.0.0.3");
+    let server = TestServer::start_with_env(&[
+        ("SANDLOT_EGRESS_HOSTS", hosts.as_str()),
+        ("SANDLOT_EGRESS_EXTRA_ROOTS", roots.to_str().unwrap()),
+        ("SANDLOT_POOL_SIZE", "1"),
+    ]);
+    let a = admin(&server);
+    let value = format!("Bearer tls-{}", random_alnum(24));
+    let s = a.create(&json!({
+        "network": [format!("secure.test:{sp}"), format!("open.test:{op}"), format!("rogue.test:{rp}"), "127.0.0.3/32"],
+        "secrets": [{ "name": "tok", "hosts": ["secure.test", "rogue.test"], "header": "Authorization", "value": value }],
+    }));
+    let id = s["id"].as_str().unwrap().to_owned();
+    // The sandbox's default TLS trust (SSL_CERT_FILE) reaches the secret's host; the host
+    // without a secret is an opaque tunnel, verified by the sandbox against the upstream's
+    // own CA (which the proxy's certificates would fail).
+    let r = a.run_json(
+        &id,
+        &format!(
+            "{PY_NET}\nimport ssl\nctx = ssl.create_default_context(cafile=None)\n\
+             ctx.load_verify_locations(cadata={ca:?})\n\
+             def tunnel(url):\n    try:\n        with urllib.request.urlopen(url, timeout=20, context=ctx) as r:\n            return [r.status, r.read().decode()]\n    except Exception as e:\n        return [0, repr(e)]\n\
+             print(json.dumps([fetch('https://secure.test:{sp}/with'), tunnel('https://open.test:{op}/without'), \
+             fetch('https://rogue.test:{rp}/rogue'), os.environ.get('SSL_CERT_FILE')]))",
+            ca = upstream_ca.cert.pem(),
+        ),
+    );
+    assert_eq!(r[0], json!([200, "hello from secure"]), "{r}");
+    assert_eq!(r[1], json!([200, "hello from open"]), "{r}");
+    assert_eq!(r[2][0], 502, "an upstream the proxy does not trust: {r}");
+    assert!(r[2][1].as_str().unwrap().contains("certificate"), "{r}");
+    assert_eq!(r[3], "/workspace/.sandlot-egress-ca.pem", "{r}");
+    let seen = secure.seen();
+    let with = seen.iter().find(|s| s.target == "/with").unwrap();
+    assert_eq!(
+        with.header("authorization"),
+        Some(value.as_str()),
+        "{seen:?}"
+    );
+    assert!(
+        open.seen()
+            .iter()
+            .all(|s| s.header("authorization").is_none()),
+        "{:?}",
+        open.seen()
+    );
+    assert_eq!(open.seen().len(), 1, "{:?}", open.seen());
+    assert!(rogue.seen().is_empty(), "{:?}", rogue.seen());
+
+    // Each request inside an intercepted tunnel is recorded like a plain one; the refused one
+    // says why.
+    let e = egress_until(&a, &id, "the intercepted requests recorded", |e| {
+        e.iter()
+            .any(|e| e["host"] == "secure.test" && e["method"] == "GET")
+            && e.iter()
+                .any(|e| is_refused_record(e, "rogue.test") && e["method"] == "GET")
+    });
+    let get = e
+        .iter()
+        .find(|e| e["host"] == "secure.test" && e["method"] == "GET")
+        .unwrap();
+    assert_eq!(get["allowed"], true, "{get:#}");
+    assert_eq!(get["reason"], "", "{get:#}");
+    let refused = e
+        .iter()
+        .find(|e| is_refused_record(e, "rogue.test") && e["method"] == "GET")
+        .unwrap();
+    assert!(
+        refused["reason"].as_str().unwrap().contains("certificate"),
+        "{refused:#}"
+    );
+
+    // The value is nowhere inside; the bundle holds certificates only. (The probe does find a
+    // value the sandbox holds.)
+    let planted = format!("planted-{}", random_alnum(24));
+    let (head, tail) = planted.split_at(planted.len() / 2);
+    a.run(&id, &format!("kept = {head:?} + {tail:?}"));
+    let hits = a.run_json(&id, &secret_probe(&planted));
+    assert!(
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h.as_str().unwrap().starts_with("memory ")),
+        "{hits}"
+    );
+    assert_eq!(
+        a.run_json(&id, &secret_probe(&value)),
+        json!([]),
+        "the secret is visible inside"
+    );
+    let bundle = a.run_json(
+        &id,
+        "import json\nt = open('/workspace/.sandlot-egress-ca.pem').read()\n\
+         print(json.dumps(['PRIVATE' in t, t.count('BEGIN CERTIFICATE') >= 1]))",
+    );
+    assert_eq!(bundle, json!([false, true]), "{bundle}");
+
+    // Inside the tunnel a request is checked like a plain one: no TRACE (it would echo the
+    // secret back), no other host in `Host`.
+    let r = a.run_json(
+        &id,
+        &format!(
+            r#"{PY_NET}
+def call(method, url, headers=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {{}})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return [0, repr(e)]
+print(json.dumps([call("TRACE", "https://secure.test:{sp}/trace"),
+                  call("GET", "https://secure.test:{sp}/fronted", {{"Host": "open.test:{op}"}})]))"#
+        ),
+    );
+    assert_eq!(r[0][0], 405, "{r}");
+    assert_eq!(r[1][0], 403, "{r}");
+    assert!(r[1][1].as_str().unwrap().contains("does not match"), "{r}");
+    assert!(
+        secure.seen().iter().all(|s| s.target == "/with"),
+        "{:?}",
+        secure.seen()
+    );
+
+    // Secrets given later, live: the sandbox's processes are told to trust its CA then.
+    let t = a.create(&json!({ "network": [format!("secure.test:{sp}"), "127.0.0.3/32"] }));
+    let tid = t["id"].as_str().unwrap().to_owned();
+    let fetch_later =
+        format!("{PY_NET}\nprint(json.dumps(fetch('https://secure.test:{sp}/later')))");
+    let r = a.run_json(&tid, &fetch_later);
+    assert_eq!(
+        r[0], 0,
+        "an opaque tunnel to a CA the sandbox does not trust: {r}"
+    );
+    assert!(
+        r[1].as_str().unwrap().contains("CERTIFICATE_VERIFY_FAILED"),
+        "{r}"
+    );
+    let value2 = format!("Token later-{}", random_alnum(24));
+    a.put(
+        &format!("/v1/sandboxes/{tid}/network"),
+        &json!({
+            "allow": [format!("secure.test:{sp}"), "127.0.0.3/32"],
+            "secrets": [{ "name": "later", "hosts": ["secure.test"], "header": "X-Api-Key", "value": value2 }],
+        }),
+    )
+    .expect(200);
+    let r = a.run_json(&tid, &fetch_later);
+    assert_eq!(r, json!([200, "hello from secure"]), "{r}");
+    let seen = secure.seen();
+    let later: Vec<_> = seen.iter().filter(|s| s.target == "/later").collect();
+    assert_eq!(later.len(), 1, "{seen:?}");
+    assert_eq!(
+        later[0].header("x-api-key"),
+        Some(value2.as_str()),
+        "{seen:?}"
     );
 }
 

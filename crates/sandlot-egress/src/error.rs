@@ -19,6 +19,12 @@ pub enum EgressError {
     /// A `name=ip` entry of the hosts override map that does not parse.
     #[error("egress hosts entry {entry:?} is not valid: {reason}")]
     BadHostsEntry { entry: String, reason: String },
+    /// The operator's extra roots for intercepted upstreams that could not be read.
+    #[error("the egress extra roots file {path}: {reason}")]
+    BadRoots { path: String, reason: String },
+    /// Minting a sandbox's CA or a host certificate failed.
+    #[error("{what}: {reason}")]
+    Tls { what: String, reason: String },
     /// `attach` was called outside a tokio runtime.
     #[error("the egress proxy needs a tokio runtime: attach must be called from within one")]
     NoRuntime,

@@ -36,6 +36,14 @@
 //!    moves for the idle timeout. Plain HTTP: the `Host` header must match the URL,
 //!    hop-by-hop headers and `Proxy-Authorization` are dropped, the sandbox's secrets for that
 //!    host are set, and the request goes out in origin form, one upstream connection each.
+//! 8. A CONNECT to a host the sandbox has a secret for is not relayed: after the ClientHello
+//!    check the proxy is the TLS server (a certificate for the host from the sandbox's own CA,
+//!    which the sandbox trusts through [`Egress::trust_bundle`]), reads one HTTP/1.1 request,
+//!    decides it like a plain-HTTP one (the `Host` must be the tunnel's host, no `TRACE`, the
+//!    canary scan, the allowlist and the policy gate again), sets the secret and sends it over
+//!    TLS to the checked address, verifying the upstream against the system's roots and
+//!    [`EgressConfig::extra_roots`] (502 `tls_certificate_error` otherwise). Every other
+//!    tunnel stays opaque.
 //!
 //! Refusals answer a short plain-text body, `egress to HOST:PORT refused: <why>`, with a
 //! `Proxy-Status` header (RFC 9209), and every attempt, allowed or not, is recorded once through
@@ -47,6 +55,7 @@
 mod addr;
 mod error;
 mod hooks;
+mod intercept;
 mod io;
 mod netns;
 mod proxy;
@@ -60,6 +69,7 @@ pub use addr::{
 };
 pub use error::EgressError;
 pub use hooks::{EgressEvent, EgressHooks, GateDecision, NullHooks};
+pub use intercept::ExtraRoots;
 pub use netns::{listen_in_netns, listen_in_netns_fd};
 pub use rules::{DomainPattern, Host, NetworkRules, DEFAULT_CONNECT_PORT, DEFAULT_HTTP_PORT};
 pub use secrets::{Secret, MIN_CANARY_LEN};
@@ -105,6 +115,8 @@ pub struct EgressConfig {
     /// How much of a plain-HTTP request body is held back and scanned for the canary before
     /// the request is sent.
     pub body_scan_bytes: usize,
+    /// Roots trusted for intercepted upstreams besides the system's.
+    pub extra_roots: ExtraRoots,
 }
 
 impl Default for EgressConfig {
@@ -117,6 +129,7 @@ impl Default for EgressConfig {
             idle_timeout: Duration::from_secs(300),
             max_connections: 64,
             body_scan_bytes: 64 << 10,
+            extra_roots: ExtraRoots::default(),
         }
     }
 }
@@ -154,6 +167,7 @@ impl Egress {
     pub fn new(cfg: EgressConfig, hooks: Arc<dyn EgressHooks>) -> Egress {
         Egress {
             inner: Arc::new(proxy::Inner {
+                upstreams: std::sync::OnceLock::new(),
                 cfg,
                 hooks,
                 sandboxes: Mutex::new(HashMap::new()),
@@ -244,6 +258,18 @@ impl Egress {
             canaries,
             ..p.clone()
         });
+    }
+
+    /// The CA bundle a sandbox with secrets trusts: the system's roots and the certificate
+    /// of the sandbox's own CA (minted now if it has none), whose key never leaves the server.
+    /// Through it the proxy terminates TLS for the hosts that have a secret, to set it.
+    pub fn trust_bundle(&self, sandbox_id: &str) -> Result<String, EgressError> {
+        let ca = self.entry(sandbox_id).ca()?;
+        Ok(format!(
+            "{}{}",
+            self.inner.upstreams().system_pem,
+            ca.cert_pem()
+        ))
     }
 
     /// Containment: refuses every request of sandbox `sandbox_id` from now on and closes its

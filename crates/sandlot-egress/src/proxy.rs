@@ -15,6 +15,7 @@
 
 use crate::addr::canonical;
 use crate::hooks::{EgressEvent, EgressHooks};
+use crate::intercept::{Replayed, SandboxCa, Upstreams};
 use crate::io::{Counted, Traffic};
 use crate::rules::{normalize_domain, Host, NetworkRules};
 use crate::secrets::{find_canary, ParsedSecret};
@@ -67,7 +68,16 @@ const TLS_ALERT_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x
 pub(crate) struct Inner {
     pub cfg: EgressConfig,
     pub hooks: Arc<dyn EgressHooks>,
+    /// Made when first needed (only sandboxes with secrets use it).
+    pub upstreams: std::sync::OnceLock<Upstreams>,
     pub sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+}
+
+impl Inner {
+    pub(crate) fn upstreams(&self) -> &Upstreams {
+        self.upstreams
+            .get_or_init(|| Upstreams::new(&self.cfg.extra_roots))
+    }
 }
 
 /// What a sandbox may do, swapped whole on every change.
@@ -87,6 +97,9 @@ pub(crate) struct SandboxEntry {
     max_conns: usize,
     /// The current listener's token; its children are the connections' tokens.
     listener: Mutex<CancellationToken>,
+    /// Its CA for intercepted tunnels, minted when first needed; kept across listeners (the
+    /// sandbox's trust bundle names it).
+    ca: Mutex<Option<Arc<SandboxCa>>>,
 }
 
 impl SandboxEntry {
@@ -97,6 +110,7 @@ impl SandboxEntry {
             conns: Arc::new(Semaphore::new(max_conns)),
             max_conns,
             listener: Mutex::new(CancellationToken::new()),
+            ca: Mutex::new(None),
         })
     }
 
@@ -118,6 +132,16 @@ impl SandboxEntry {
 
     pub(crate) fn close(&self) {
         self.lock_listener().cancel();
+    }
+
+    pub(crate) fn ca(&self) -> Result<Arc<SandboxCa>, crate::EgressError> {
+        let mut ca = self.ca.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = ca.as_ref() {
+            return Ok(ca.clone());
+        }
+        let fresh = Arc::new(SandboxCa::generate(&self.id)?);
+        *ca = Some(fresh.clone());
+        Ok(fresh)
     }
 
     pub(crate) fn open_connections(&self) -> usize {
@@ -337,6 +361,7 @@ impl Drop for Recorder {
 }
 
 /// Where a request goes.
+#[derive(Clone)]
 struct Target {
     host: Host,
     port: u16,
@@ -402,8 +427,9 @@ impl Target {
         })
     }
 
-    /// A plain-HTTP request's `Host` header, if any, must name the URL's host and port.
-    fn check_host_header(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    /// A request's `Host` header, if any, must name the URL's host and port (`default_port`
+    /// when it names none: 80 for plain HTTP, 443 inside an intercepted tunnel).
+    fn check_host_header(&self, headers: &HeaderMap, default_port: u16) -> Result<(), Refusal> {
         let mut values = headers.get_all(header::HOST).iter();
         let Some(value) = values.next() else {
             return Ok(()); // HTTP/1.0: the URL is the only authority
@@ -417,7 +443,7 @@ impl Target {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| Refusal::bad("the Host header is not a host[:port]"))?;
         let same = Host::parse(given.host()).is_ok_and(|h| h == self.host)
-            && given.port_u16().unwrap_or(80) == self.port;
+            && given.port_u16().unwrap_or(default_port) == self.port;
         if !same {
             return Err(Refusal::denied(format!(
                 "the Host header {given} does not match the URL's host {}",
@@ -520,7 +546,7 @@ impl Conn {
             Ok((target, ip, upstream, body, policy)) => match on_upgrade {
                 Some(on_upgrade) => self.open_tunnel(attempt, target, ip, upstream, on_upgrade),
                 None => {
-                    self.forward(attempt, parts, target, ip, upstream, body, &policy)
+                    self.forward(attempt, parts, target, ip, upstream, body, &policy, false)
                         .await
                 }
             },
@@ -576,7 +602,7 @@ impl Conn {
             rest: body,
         };
         if parts.method != Method::CONNECT {
-            target.check_host_header(&parts.headers)?;
+            target.check_host_header(&parts.headers, 80)?;
             let scanned = body
                 .hold_prefix(cfg.body_scan_bytes, cfg.idle_timeout)
                 .await
@@ -720,6 +746,11 @@ impl Conn {
                 return;
             }
         };
+        if let Host::Domain(name) = &target.host {
+            if has_secret(&self.entry.policy(), name) {
+                return self.intercept(client, target, ip, upstream, recorder).await;
+            }
+        }
         let (mut client_r, mut client_w) = tokio::io::split(client);
         let (mut up_r, mut up_w) = tokio::io::split(upstream);
         let mut policy = self.entry.policy.subscribe();
@@ -776,18 +807,255 @@ impl Conn {
         }
     }
 
-    /// Sends a plain-HTTP request upstream in origin form and answers with the response.
+    /// A tunnel to a host the sandbox has a secret for: the proxy is the TLS server the
+    /// sandbox talks to (a certificate for the host from the sandbox's CA), and serves it one
+    /// HTTP/1.1 request, decided like a plain-HTTP one and sent with the secret over TLS to the
+    /// checked address, the upstream's certificate verified. One request per tunnel, as one
+    /// upstream connection per plain-HTTP request: the next one is a new CONNECT, checked anew.
+    async fn intercept(
+        self,
+        mut client: TokioIo<hyper::upgrade::Upgraded>,
+        target: Target,
+        ip: IpAddr,
+        upstream: Counted<TcpStream>,
+        recorder: Recorder,
+    ) {
+        let cfg = &self.inner.cfg;
+        let mut policy = self.entry.policy.subscribe();
+        policy.borrow_and_update();
+        let hello = tokio::select! {
+            res = first_bytes(&mut client, &target.host, cfg.head_timeout) => res,
+            () = self.token.cancelled() => return recorder.note_reason(closed_detached()),
+        };
+        let hello = match hello {
+            Ok(hello) if hello.is_empty() => return,
+            Ok(hello) => hello,
+            Err(refusal) => {
+                recorder.note(|e| {
+                    e.allowed = false;
+                    e.reason = refusal;
+                });
+                let _ = client.write_all(&TLS_ALERT_ACCESS_DENIED).await;
+                let _ = client.shutdown().await;
+                return;
+            }
+        };
+        let host = target.host_str();
+        let server = match self.entry.ca().and_then(|ca| ca.server_config(&host)) {
+            Ok(server) => server,
+            Err(err) => {
+                recorder.note_reason(format!("closed: {err}"));
+                return;
+            }
+        };
+        let session = async {
+            let accepted = tokio::time::timeout(
+                cfg.head_timeout,
+                tokio_rustls::TlsAcceptor::from(server).accept(Replayed::new(hello, client)),
+            )
+            .await;
+            let tls = match accepted {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => {
+                    return format!("closed: the sandbox's TLS handshake failed: {err}")
+                }
+                Err(_) => {
+                    return "closed: the sandbox's TLS handshake did not finish in time".into()
+                }
+            };
+            let upstream = self.upstream_tls(&host, upstream).await;
+            if let Err(why) = &upstream {
+                recorder.note_reason(why.clone());
+            }
+            let slot = Arc::new(Mutex::new(Some(upstream)));
+            let (me, target) = (self.clone(), target.clone());
+            let svc = hyper::service::service_fn(move |req| {
+                let (me, target) = (me.clone(), target.clone());
+                let upstream = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                async move { Ok::<_, Infallible>(me.intercepted(req, target, ip, upstream).await) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(cfg.head_timeout)
+                .max_header_size(cfg.max_head_bytes)
+                .max_buf_size(cfg.max_head_bytes.max(8192).max(cfg.body_scan_bytes))
+                .keep_alive(false);
+            let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+            String::new()
+        };
+        let reason = tokio::select! {
+            reason = session => reason,
+            () = self.token.cancelled() => closed_detached(),
+            why = revoked(&mut policy, &target.host, target.port, true, ip) => format!("closed: {why}"),
+            () = recorder.traffic.idle(cfg.idle_timeout) => closed_idle(cfg),
+        };
+        if !reason.is_empty() {
+            recorder.note_reason(reason);
+        }
+    }
+
+    /// TLS to the checked address, for `host`, verified against the system's and the
+    /// operator's roots (never a sandbox's CA). `Err` says why, for a 502.
+    async fn upstream_tls(
+        &self,
+        host: &str,
+        upstream: Counted<TcpStream>,
+    ) -> Result<tokio_rustls::client::TlsStream<Counted<TcpStream>>, String> {
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("{host} is not a TLS server name: {e}"))?;
+        let connector = tokio_rustls::TlsConnector::from(self.inner.upstreams().config.clone());
+        let limit = self.inner.cfg.connect_timeout;
+        match tokio::time::timeout(limit, connector.connect(name, upstream)).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(err)) => Err(format!("the TLS handshake with the upstream failed: {err}")),
+            Err(_) => Err(format!(
+                "the TLS handshake with the upstream took over {} s",
+                limit.as_secs_f64()
+            )),
+        }
+    }
+
+    /// One request inside an intercepted tunnel: the plain-HTTP checks, then `forward`.
+    async fn intercepted(
+        &self,
+        req: Request<Incoming>,
+        target: Target,
+        ip: IpAddr,
+        upstream: Option<Result<tokio_rustls::client::TlsStream<Counted<TcpStream>>, String>>,
+    ) -> Response<ProxyBody> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let (parts, body) = req.into_parts();
+        let mut attempt = Attempt {
+            host: target.host_str(),
+            shown: format!("{}:{}", target.host, target.port),
+            port: target.port,
+            ip: Some(ip),
+            method: parts.method.to_string(),
+            decision_id: None,
+            started: SystemTime::now(),
+        };
+        let decided = self
+            .decide_intercepted(&parts, body, &target, ip, &mut attempt)
+            .await;
+        match (decided, upstream) {
+            (Err(refusal), _) => self.refuse(&attempt, refusal),
+            (Ok(_), None) => self.refuse(
+                &attempt,
+                Refusal::bad("one request per intercepted tunnel (open a new connection)"),
+            ),
+            (Ok(_), Some(Err(why))) => self.refuse(
+                &attempt,
+                Refusal::new(StatusCode::BAD_GATEWAY, "tls_certificate_error", why),
+            ),
+            (Ok((body, policy)), Some(Ok(upstream))) => {
+                self.forward(attempt, parts, target, ip, upstream, body, &policy, true)
+                    .await
+            }
+        }
+    }
+
+    /// The checks of a plain-HTTP request, for one inside an intercepted tunnel to `target`.
+    async fn decide_intercepted(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+        target: &Target,
+        ip: IpAddr,
+        attempt: &mut Attempt,
+    ) -> Result<(PrefixedBody, Arc<Policy>), Refusal> {
+        let cfg = &self.inner.cfg;
+        let hooks = &self.inner.hooks;
+        let id = &self.entry.id;
+        let policy = self.entry.policy();
+        if policy.cut {
+            return Err(Refusal::denied(
+                "egress from this sandbox is cut (containment)",
+            ));
+        }
+        let method = parts.method.as_str();
+        if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
+            return Err(Refusal::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "http_request_denied",
+                format!(
+                    "the {method} method is not proxied (it echoes the request, secrets and all)"
+                ),
+            ));
+        }
+        if parts.method == Method::CONNECT {
+            return Err(Refusal::bad("CONNECT inside a tunnel is not proxied"));
+        }
+        if let Some(authority) = parts.uri.authority() {
+            let same = Host::parse(authority.host()).is_ok_and(|h| h == target.host)
+                && authority.port_u16().unwrap_or(443) == target.port;
+            if !same {
+                return Err(Refusal::denied(format!(
+                    "the URL's host {authority} does not match the tunnel's host {}",
+                    target.authority
+                )));
+            }
+        }
+        target.check_host_header(&parts.headers, 443)?;
+        if find_canary(&head_text(parts), &policy.canaries) {
+            hooks.canary(
+                id,
+                &format!("egress request head: {} {}", parts.method, attempt.shown),
+            );
+            return Err(Refusal::denied(
+                "the request carries this sandbox's canary credential",
+            ));
+        }
+        policy
+            .rules
+            .check_host(&target.host, target.port, true)
+            .and_then(|()| policy.rules.check_addr(ip))
+            .map_err(Refusal::denied)?;
+        let mut body = PrefixedBody {
+            prefix: VecDeque::new(),
+            rest: body,
+        };
+        let scanned = body
+            .hold_prefix(cfg.body_scan_bytes, cfg.idle_timeout)
+            .await
+            .map_err(Refusal::bad)?;
+        if find_canary(&scanned, &policy.canaries) {
+            hooks.canary(
+                id,
+                &format!("egress request body: {} {}", parts.method, attempt.shown),
+            );
+            return Err(Refusal::denied(
+                "the request carries this sandbox's canary credential",
+            ));
+        }
+        let decision = hooks.gate(id, &attempt.host, target.port, ip, method);
+        attempt.decision_id = Some(decision.decision_id.clone());
+        if !decision.allowed {
+            return Err(Refusal::denied(format!(
+                "denied by policy: {}",
+                decision.reason
+            )));
+        }
+        Ok((body, policy))
+    }
+
+    /// Sends a request upstream in origin form and answers with the response: a plain-HTTP
+    /// one, or (`tunnelled`) one from inside an intercepted tunnel over TLS.
     #[allow(clippy::too_many_arguments)]
-    async fn forward(
+    async fn forward<S>(
         &self,
         attempt: Attempt,
         parts: Parts,
         target: Target,
         ip: IpAddr,
-        upstream: TcpStream,
+        upstream: S,
         body: PrefixedBody,
         policy: &Policy,
-    ) -> Response<ProxyBody> {
+        tunnelled: bool,
+    ) -> Response<ProxyBody>
+    where
+        S: AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let cfg = &self.inner.cfg;
         let traffic = Traffic::new();
         let recorder = Arc::new(Recorder::new(
@@ -813,7 +1081,7 @@ impl Conn {
             let ended = tokio::select! {
                 res = conn => res.err().map(|e| format!("the upstream connection failed: {e}")),
                 () = driver.token.cancelled() => Some(closed_detached()),
-                why = revoked(&mut policy, &host, port, false, ip) => Some(format!("closed: {why}")),
+                why = revoked(&mut policy, &host, port, tunnelled, ip) => Some(format!("closed: {why}")),
                 () = traffic.idle(idle) => Some(closed_idle(&driver.inner.cfg)),
             };
             if let Some(reason) = ended {
@@ -1039,6 +1307,14 @@ fn sni_matches(sni: Option<&str>, host: &Host) -> Result<(), String> {
              address (a tunnel to a name is CONNECTed by that name)"
         )),
     }
+}
+
+/// Whether one of the sandbox's secrets is for `host` (its tunnels are intercepted).
+fn has_secret(policy: &Policy, host: &str) -> bool {
+    policy
+        .secrets
+        .iter()
+        .any(|s| s.hosts.iter().any(|p| p.matches(host)))
 }
 
 /// Drops hop-by-hop headers and those the `Connection` header names.

@@ -1,12 +1,13 @@
 //! Secrets the proxy adds to a sandbox's requests, and the canary it watches for.
 //!
-//! A [`Secret`] is a header (`Authorization: Bearer ...`) the proxy sets on plain-HTTP
-//! requests to the hosts it names, replacing any header of that name the sandbox sent. The
-//! value lives in the server only: the sandbox never sees it, and a request to any other host
-//! never carries it (the proxy adds it per request, after matching the request's host, and
-//! does not follow redirects). Through a CONNECT tunnel the proxy sees only TLS, so a secret
-//! cannot be added there without intercepting TLS, which sandlot does not do: a secret's host is
-//! reached as `http://host/...` by the sandbox when it should carry the secret.
+//! A [`Secret`] is a header (`Authorization: Bearer ...`) the proxy sets on requests to the
+//! hosts it names, replacing any header of that name the sandbox sent. The value lives in the
+//! server only: the sandbox never sees it, and a request to any other host never carries it
+//! (the proxy adds it per request, after matching the request's host, and does not follow
+//! redirects). Plain-HTTP requests get it as they pass; an `https://` request to such a host
+//! is a tunnel the proxy terminates itself, with a certificate from the sandbox's own CA, so
+//! it can set the header and send the request on over verified TLS (see `intercept`).
+//! Tunnels to hosts without a secret stay opaque.
 //!
 //! A canary is a credential-looking string planted in the sandbox that nothing legitimate
 //! sends anywhere. If it appears in a request head (or the first bytes of a plain-HTTP body,
@@ -19,7 +20,7 @@ use crate::rules::DomainPattern;
 use hyper::header::{HeaderName, HeaderValue};
 use std::fmt;
 
-/// A header the proxy sets for a sandbox's plain-HTTP requests to matching hosts.
+/// A header the proxy sets for a sandbox's requests to matching hosts.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret {
     /// A name to refer to it by (never the value) in records and errors.

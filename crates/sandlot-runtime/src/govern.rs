@@ -151,13 +151,27 @@ fn proxy_listener(live: &crate::sandbox::Live) -> std::io::Result<std::net::TcpL
     sandlot_egress::listen_in_netns_fd(live.driver_fd.as_fd(), sandlot_egress::PROXY_PORT)
 }
 
+/// The file, in the workspace, of a sandbox's CA bundle (see `install_trust_bundle`).
+const TRUST_BUNDLE: &str = ".sandlot-egress-ca.pem";
+
+/// The variables TLS clients (OpenSSL, Python's requests, curl, pip, Node) read a CA bundle from.
+const TRUST_BUNDLE_ENV: [&str; 5] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 impl Runtime {
     /// Installs the server's governance: the egress proxy (with `hosts`, name overrides from
-    /// `SANDLOT_EGRESS_HOSTS`), canaries and output guardrails. Once; later calls are ignored.
+    /// `SANDLOT_EGRESS_HOSTS`, and `extra_roots`, the roots it trusts for intercepted upstreams
+    /// besides the system's), canaries and output guardrails. Once; later calls are ignored.
     pub fn install_governor(
         &self,
         governor: Arc<dyn Governor>,
         hosts: HashMap<String, Vec<IpAddr>>,
+        extra_roots: sandlot_egress::ExtraRoots,
     ) {
         let hooks = Arc::new(Hooks {
             rt: std::sync::OnceLock::new(),
@@ -167,6 +181,7 @@ impl Runtime {
         let egress = sandlot_egress::Egress::new(
             sandlot_egress::EgressConfig {
                 hosts,
+                extra_roots,
                 ..Default::default()
             },
             hooks,
@@ -240,9 +255,12 @@ impl Runtime {
         for (k, v) in sandlot_egress::proxy_env() {
             env.insert(k.to_owned(), v);
         }
-        live.send_env(&env).await?;
         let network = lock(&e.info).network.clone();
         let has_secrets = lock(&g.secrets).get(&e.id).is_some_and(|s| !s.is_empty());
+        if has_secrets {
+            env.extend(self.install_trust_bundle(e).await?);
+        }
+        live.send_env(&env).await?;
         if !network.is_empty() || has_secrets {
             self.attach_egress(e, live, &network, &canary).await?;
         }
@@ -285,6 +303,35 @@ impl Runtime {
             })?;
         lock(&g.attached).insert(e.id.clone());
         Ok(())
+    }
+
+    /// Writes the CA bundle a sandbox with secrets trusts (the system's roots and its own
+    /// egress CA's certificate, through which the proxy terminates TLS for its secrets' hosts)
+    /// into its workspace, as its user, through the fd-relative file API; returns the variables
+    /// that point TLS clients at it. Only the public certificate is written.
+    async fn install_trust_bundle(
+        &self,
+        e: &Entry,
+    ) -> Result<std::collections::BTreeMap<String, String>, crate::RuntimeError> {
+        let Some(g) = self.governance() else {
+            return Ok(Default::default());
+        };
+        let bundle =
+            g.egress
+                .trust_bundle(&e.id)
+                .map_err(|err| crate::RuntimeError::BadNetwork {
+                    why: err.to_string(),
+                })?;
+        let body: crate::files::ByteStream = Box::pin(futures::stream::once(async move {
+            Ok(bytes::Bytes::from(bundle))
+        }));
+        let root = self.workspace_root(&e.id)?;
+        self.write_file_in(root, TRUST_BUNDLE, body).await?;
+        let path = format!("/workspace/{TRUST_BUNDLE}");
+        Ok(TRUST_BUNDLE_ENV
+            .iter()
+            .map(|k| (k.to_string(), path.clone()))
+            .collect())
     }
 
     /// A fork or a restore starts with its source's variables and files, so its source's
@@ -396,6 +443,13 @@ impl Runtime {
             .store
             .update_sandbox(&info)
             .map_err(crate::error::store("recording the network allowlist"))?;
+        if update.secrets.as_ref().is_some_and(|s| !s.is_empty()) {
+            // Secrets given now: its processes trust the CA that intercepts their hosts.
+            if let Some(live) = e.live() {
+                let env = self.install_trust_bundle(&e).await?;
+                live.send_env(&env).await?;
+            }
+        }
         if lock(&g.attached).contains(&e.id) {
             g.egress.set_rules(&e.id, rules);
             let secrets = lock(&g.secrets).get(&e.id).cloned().unwrap_or_default();
