@@ -561,62 +561,26 @@ impl Conn {
         attempt: &mut Attempt,
     ) -> Result<(Target, IpAddr, TcpStream, PrefixedBody, Arc<Policy>), Refusal> {
         let cfg = &self.inner.cfg;
-        let hooks = &self.inner.hooks;
-        let id = &self.entry.id;
         let policy = self.entry.policy();
         let target = Target::of(parts)?;
         attempt.host = target.host_str();
         attempt.port = target.port;
         attempt.shown = format!("{}:{}", target.host, target.port);
-        if policy.cut {
-            return Err(Refusal::denied(
-                "egress from this sandbox is cut (containment)",
-            ));
-        }
-        let method = parts.method.as_str();
-        if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
-            // They echo the request back, with any secret the proxy set on it.
-            return Err(Refusal::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "http_request_denied",
-                format!(
-                    "the {method} method is not proxied (it echoes the request, secrets and all)"
-                ),
-            ));
-        }
-        if find_canary(&head_text(parts), &policy.canaries) {
-            hooks.canary(
-                id,
-                &format!("egress request head: {} {}", parts.method, attempt.shown),
-            );
-            return Err(Refusal::denied(
-                "the request carries this sandbox's canary credential",
-            ));
-        }
+        refuse_cut_or_echo(parts, &policy)?;
+        self.refuse_canary(&head_text(parts), "head", parts, &policy, attempt)?;
         policy
             .rules
             .check_host(&target.host, target.port, parts.method == Method::CONNECT)
             .map_err(Refusal::denied)?;
-        let mut body = PrefixedBody {
-            prefix: VecDeque::new(),
-            rest: body,
-        };
-        if parts.method != Method::CONNECT {
+        let body = if parts.method != Method::CONNECT {
             target.check_host_header(&parts.headers, 80)?;
-            let scanned = body
-                .hold_prefix(cfg.body_scan_bytes, cfg.idle_timeout)
-                .await
-                .map_err(Refusal::bad)?;
-            if find_canary(&scanned, &policy.canaries) {
-                hooks.canary(
-                    id,
-                    &format!("egress request body: {} {}", parts.method, attempt.shown),
-                );
-                return Err(Refusal::denied(
-                    "the request carries this sandbox's canary credential",
-                ));
+            self.scan_body(body, parts, &policy, attempt).await?
+        } else {
+            PrefixedBody {
+                prefix: VecDeque::new(),
+                rest: body,
             }
-        }
+        };
         let addrs = self
             .resolve(&target)
             .await
@@ -634,14 +598,7 @@ impl Conn {
         let mut failure = None;
         for ip in addrs {
             attempt.ip = Some(ip);
-            let decision = hooks.gate(id, &attempt.host, target.port, ip, parts.method.as_str());
-            attempt.decision_id = Some(decision.decision_id.clone());
-            if !decision.allowed {
-                return Err(Refusal::denied(format!(
-                    "denied by policy: {}",
-                    decision.reason
-                )));
-            }
+            self.gate(attempt, target.port, ip, parts.method.as_str())?;
             match connect(ip, target.port, cfg.connect_timeout).await {
                 Ok(stream) => return Ok((target, ip, stream, body, policy)),
                 Err(refusal) => failure = Some(refusal),
@@ -964,25 +921,8 @@ impl Conn {
         ip: IpAddr,
         attempt: &mut Attempt,
     ) -> Result<(PrefixedBody, Arc<Policy>), Refusal> {
-        let cfg = &self.inner.cfg;
-        let hooks = &self.inner.hooks;
-        let id = &self.entry.id;
         let policy = self.entry.policy();
-        if policy.cut {
-            return Err(Refusal::denied(
-                "egress from this sandbox is cut (containment)",
-            ));
-        }
-        let method = parts.method.as_str();
-        if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
-            return Err(Refusal::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "http_request_denied",
-                format!(
-                    "the {method} method is not proxied (it echoes the request, secrets and all)"
-                ),
-            ));
-        }
+        refuse_cut_or_echo(parts, &policy)?;
         if parts.method == Method::CONNECT {
             return Err(Refusal::bad("CONNECT inside a tunnel is not proxied"));
         }
@@ -997,20 +937,27 @@ impl Conn {
             }
         }
         target.check_host_header(&parts.headers, 443)?;
-        if find_canary(&head_text(parts), &policy.canaries) {
-            hooks.canary(
-                id,
-                &format!("egress request head: {} {}", parts.method, attempt.shown),
-            );
-            return Err(Refusal::denied(
-                "the request carries this sandbox's canary credential",
-            ));
-        }
+        self.refuse_canary(&head_text(parts), "head", parts, &policy, attempt)?;
         policy
             .rules
             .check_host(&target.host, target.port, true)
             .and_then(|()| policy.rules.check_addr(ip))
             .map_err(Refusal::denied)?;
+        let body = self.scan_body(body, parts, &policy, attempt).await?;
+        self.gate(attempt, target.port, ip, parts.method.as_str())?;
+        Ok((body, policy))
+    }
+
+    /// Holds the first `body_scan_bytes` of a request's body and refuses it if they carry the
+    /// canary; the body to send on.
+    async fn scan_body(
+        &self,
+        body: Incoming,
+        parts: &Parts,
+        policy: &Policy,
+        attempt: &Attempt,
+    ) -> Result<PrefixedBody, Refusal> {
+        let cfg = &self.inner.cfg;
         let mut body = PrefixedBody {
             prefix: VecDeque::new(),
             rest: body,
@@ -1019,24 +966,52 @@ impl Conn {
             .hold_prefix(cfg.body_scan_bytes, cfg.idle_timeout)
             .await
             .map_err(Refusal::bad)?;
-        if find_canary(&scanned, &policy.canaries) {
-            hooks.canary(
-                id,
-                &format!("egress request body: {} {}", parts.method, attempt.shown),
-            );
-            return Err(Refusal::denied(
-                "the request carries this sandbox's canary credential",
-            ));
+        self.refuse_canary(&scanned, "body", parts, policy, attempt)?;
+        Ok(body)
+    }
+
+    /// Reports and refuses `bytes` of a request (its `part`) that carry the canary.
+    fn refuse_canary(
+        &self,
+        bytes: &[u8],
+        part: &str,
+        parts: &Parts,
+        policy: &Policy,
+        attempt: &Attempt,
+    ) -> Result<(), Refusal> {
+        if !find_canary(bytes, &policy.canaries) {
+            return Ok(());
         }
-        let decision = hooks.gate(id, &attempt.host, target.port, ip, method);
+        self.inner.hooks.canary(
+            &self.entry.id,
+            &format!("egress request {part}: {} {}", parts.method, attempt.shown),
+        );
+        Err(Refusal::denied(
+            "the request carries this sandbox's canary credential",
+        ))
+    }
+
+    /// Cedar's `egress` gate for a request to `ip`; the decision is noted in `attempt`.
+    fn gate(
+        &self,
+        attempt: &mut Attempt,
+        port: u16,
+        ip: IpAddr,
+        method: &str,
+    ) -> Result<(), Refusal> {
+        let decision = self
+            .inner
+            .hooks
+            .gate(&self.entry.id, &attempt.host, port, ip, method);
         attempt.decision_id = Some(decision.decision_id.clone());
-        if !decision.allowed {
-            return Err(Refusal::denied(format!(
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(Refusal::denied(format!(
                 "denied by policy: {}",
                 decision.reason
-            )));
+            )))
         }
-        Ok((body, policy))
     }
 
     /// Sends a request upstream in origin form and answers with the response: a plain-HTTP
@@ -1154,6 +1129,26 @@ fn full(text: String) -> ProxyBody {
 }
 
 /// The request head as text, for the canary scan.
+/// The first checks of every request, plain or inside an intercepted tunnel: egress not cut,
+/// and not a method that echoes the request back.
+fn refuse_cut_or_echo(parts: &Parts, policy: &Policy) -> Result<(), Refusal> {
+    if policy.cut {
+        return Err(Refusal::denied(
+            "egress from this sandbox is cut (containment)",
+        ));
+    }
+    let method = parts.method.as_str();
+    if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
+        // They echo the request back, with any secret the proxy set on it.
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "http_request_denied",
+            format!("the {method} method is not proxied (it echoes the request, secrets and all)"),
+        ));
+    }
+    Ok(())
+}
+
 fn head_text(parts: &Parts) -> Vec<u8> {
     let mut text = Vec::with_capacity(1024);
     text.extend_from_slice(parts.method.as_str().as_bytes());
