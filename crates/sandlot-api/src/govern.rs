@@ -46,6 +46,9 @@ pub struct Governance {
     port_epochs: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
+/// Most port epochs [`Governance`] keeps in memory.
+const PORT_EPOCH_CACHE: usize = 4096;
+
 fn lock_epochs<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -165,7 +168,13 @@ impl Governance {
         }
         match self.store.port_epoch(id) {
             Ok(e) => {
-                lock_epochs(&self.port_epochs).insert(id.to_owned(), e);
+                let mut cache = lock_epochs(&self.port_epochs);
+                // Ended sandboxes' entries would stay forever: the store has every epoch, so
+                // the cache can start over now and then.
+                if cache.len() >= PORT_EPOCH_CACHE {
+                    cache.clear();
+                }
+                cache.insert(id.to_owned(), e);
                 e
             }
             Err(_) => u64::MAX,
