@@ -42,15 +42,8 @@ pub struct Governance {
     port_secret: [u8; 32],
     /// How long a port URL handed out stays valid (none: until rotated).
     port_url_ttl: Option<std::time::Duration>,
-    /// Sandboxes' port epochs, as the store has them.
-    port_epochs: std::sync::Mutex<std::collections::HashMap<String, u64>>,
-}
-
-/// Most port epochs [`Governance`] keeps in memory.
-const PORT_EPOCH_CACHE: usize = 4096;
-
-fn lock_epochs<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Sandboxes' credential epochs (port URLs and E2B's tokens), as the store has them.
+    epochs: Arc<crate::epochs::Epochs>,
 }
 
 fn unix_now() -> u64 {
@@ -72,11 +65,11 @@ impl Governance {
             keys: Keys::load(store.clone())?,
             quotas: Quotas::default(),
             journal: Journal::start(store.clone()),
+            epochs: Arc::new(crate::epochs::Epochs::new(store.clone())),
             store,
             policy,
             port_secret,
             port_url_ttl: None,
-            port_epochs: Default::default(),
         })
     }
 
@@ -149,36 +142,25 @@ impl Governance {
             (_, 0) => false,
             (_, at) => unix_now() > at,
         };
-        (!expired && epoch == self.port_epoch(id)).then(|| id.to_owned())
+        // `u64::MAX` is the answer of a store that cannot say: it matches nothing.
+        (!expired && epoch != u64::MAX && epoch == self.port_epoch(id)).then(|| id.to_owned())
     }
 
-    /// Ends every port URL of sandbox `id` handed out so far; returns the new token.
+    /// Ends every port URL of sandbox `id` handed out so far, and every E2B token (the
+    /// epoch is the sandbox's, see [`crate::epochs`]); returns the new port token.
     pub fn rotate_port_token(&self, id: &str) -> Result<String, sandlot_store::StoreError> {
-        let epoch = self
-            .store
-            .rotate_port_epoch(id, &sandlot_runtime::now_rfc3339())?;
-        lock_epochs(&self.port_epochs).insert(id.to_owned(), epoch);
+        self.epochs.rotate(id)?;
         Ok(self.port_token(id))
     }
 
-    /// Sandbox `id`'s port epoch (cached; a store that cannot answer opens nothing rotated).
+    /// Sandbox `id`'s epoch (a store that cannot answer opens nothing rotated).
     fn port_epoch(&self, id: &str) -> u64 {
-        if let Some(e) = lock_epochs(&self.port_epochs).get(id) {
-            return *e;
-        }
-        match self.store.port_epoch(id) {
-            Ok(e) => {
-                let mut cache = lock_epochs(&self.port_epochs);
-                // Ended sandboxes' entries would stay forever: the store has every epoch, so
-                // the cache can start over now and then.
-                if cache.len() >= PORT_EPOCH_CACHE {
-                    cache.clear();
-                }
-                cache.insert(id.to_owned(), e);
-                e
-            }
-            Err(_) => u64::MAX,
-        }
+        self.epochs.get(id)
+    }
+
+    /// The sandboxes' credential epochs, for the other protocols' capabilities (E2B's tokens).
+    pub fn epochs(&self) -> &Arc<crate::epochs::Epochs> {
+        &self.epochs
     }
 
     /// Port URLs expire this long after they are handed out (`SANDLOT_PORT_URL_TTL`).

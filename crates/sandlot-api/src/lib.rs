@@ -11,6 +11,7 @@ mod backend;
 mod background;
 mod contexts;
 mod diff;
+pub mod epochs;
 mod error;
 mod execute;
 mod extract;

@@ -500,24 +500,23 @@ mod tests {
 pub struct RotatedPortToken {
     pub sandbox_id: String,
     /// The new capability token (`/v1/ports/{port_token}/{port}/`); every earlier one is void.
-    pub port_token: String,
+    /// Absent for a sandbox that exposes no ports (its E2B tokens were rotated all the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_token: Option<String>,
     /// When it stops working (RFC 3339), when the server's port URLs expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
 }
 
-/// `POST /v1/sandboxes/{id}/ports/rotate`: a new port capability token for the sandbox; every
-/// URL handed out before stops working at once. 400 for a sandbox that exposes no ports.
+/// `POST /v1/sandboxes/{id}/ports/rotate`: moves the sandbox's credential epoch on, so every
+/// port URL and every E2B envd and traffic token handed out before stops working at once;
+/// answers the new port token when the sandbox exposes ports (E2B clients get their new
+/// tokens from E2B's connect).
 pub(crate) async fn rotate<B: Backend>(
     State(st): State<AppState<B>>,
     crate::extract::ApiPath(id): crate::extract::ApiPath<String>,
 ) -> Result<axum::Json<RotatedPortToken>, HttpError> {
     let sb = st.backend.get_sandbox(&id).await?;
-    if sb.ports.is_empty() && !sb.all_ports {
-        return Err(HttpError::invalid_request(format!(
-            "sandbox {id} exposes no ports: it has no port URLs to rotate"
-        )));
-    }
     let Some(gov) = st.gov.as_deref() else {
         return Err(HttpError::invalid_request(
             "this server hands out no port URLs (it runs without API keys)",
@@ -526,12 +525,13 @@ pub(crate) async fn rotate<B: Backend>(
     let port_token = gov.rotate_port_token(&id).map_err(|e| {
         HttpError::new(
             sandlot_types::ErrorCode::Internal,
-            format!("could not rotate the port URLs: {e}"),
+            format!("could not rotate the sandbox's tokens: {e}"),
         )
     })?;
+    let exposes = !sb.ports.is_empty() || sb.all_ports;
     Ok(axum::Json(RotatedPortToken {
         sandbox_id: id,
-        port_token,
-        expires_at: gov.port_token_expiry(),
+        port_token: exposes.then_some(port_token),
+        expires_at: gov.port_token_expiry().filter(|_| exposes),
     }))
 }

@@ -178,6 +178,11 @@ pub const VARS: &[Var] = &[
         help: "port capability URLs (/v1/ports/{token}/...) stop working this many seconds after they are handed out; POST /v1/sandboxes/{id}/ports/rotate ends them at once",
     },
     Var {
+        name: ENVD_TOKEN_TTL,
+        default: "0: E2B tokens last until rotated",
+        help: "E2B sandbox tokens (envdAccessToken, trafficAccessToken) stop working this many seconds after the control plane hands them out; clients get fresh ones from E2B's connect (Sandbox.connect); POST /v1/sandboxes/{id}/ports/rotate ends them at once",
+    },
+    Var {
         name: WEBHOOK_ALLOW_PRIVATE,
         default: "0: loopback and private addresses refused",
         help: "1: webhooks may target loopback and private addresses",
@@ -194,6 +199,7 @@ pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
 pub const WEBHOOK_ALLOW_PRIVATE: &str = "SANDLOT_WEBHOOK_ALLOW_PRIVATE";
 pub const PORT_URL_TTL: &str = "SANDLOT_PORT_URL_TTL";
+pub const ENVD_TOKEN_TTL: &str = "SANDLOT_ENVD_TOKEN_TTL";
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
 pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, PIP_INDEX_URL, JAIL_LIB, LOG];
@@ -210,6 +216,7 @@ pub const SERVE_VARS: &[&str] = &[
     AUDIT,
     AUDIT_SEGMENT_BYTES,
     PORT_URL_TTL,
+    ENVD_TOKEN_TTL,
     AUDIT_REFUSALS_SECONDS,
     METRICS_PUBLIC,
     OTLP_ENDPOINT,

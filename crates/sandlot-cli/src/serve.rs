@@ -44,7 +44,12 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
         .context("could not read the listening address")?;
     let (governance, new_key) = governance(&rt, &dirs, addr)?;
     // E2B and /mcp act for the tenant of the key a request carries.
-    let e2b = sandlot_e2b::E2b::start(rt.clone(), &dirs.data_dir, governance.clone())?;
+    let e2b = sandlot_e2b::E2b::start(
+        rt.clone(),
+        &dirs.data_dir,
+        governance.clone(),
+        seconds_var(crate::config::ENVD_TOKEN_TTL)?,
+    )?;
     // /mcp accepts loopback Host names only (against DNS rebinding), and the address the
     // server listens on when that is a specific one.
     let mcp = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
@@ -244,6 +249,18 @@ fn ensure_btrfs_progs(disk: &crate::doctor::Disk) {
     }
 }
 
+/// A duration in seconds from the environment variable `name` (unset or empty: none).
+fn seconds_var(name: &str) -> anyhow::Result<Option<std::time::Duration>> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(Some(std::time::Duration::from_secs(
+            v.trim()
+                .parse()
+                .with_context(|| format!("{name} must be a number of seconds"))?,
+        ))),
+        _ => Ok(None),
+    }
+}
+
 /// API keys, tenants and quotas, unless `SANDLOT_AUTH=off` (benchmarks comparing the cost of
 /// auth, on loopback only). On the first start, the admin key of the tenant `default` is
 /// created and returned, to be shown once.
@@ -276,14 +293,7 @@ fn governance(
             .context("SANDLOT_EGRESS_HOSTS must be name=ip[,name=ip...]")?,
         _ => Default::default(),
     };
-    let port_url_ttl = match std::env::var(crate::config::PORT_URL_TTL) {
-        Ok(v) if !v.trim().is_empty() => {
-            Some(std::time::Duration::from_secs(v.trim().parse().context(
-                "SANDLOT_PORT_URL_TTL must be a number of seconds",
-            )?))
-        }
-        _ => None,
-    };
+    let port_url_ttl = seconds_var(crate::config::PORT_URL_TTL)?;
     let extra_roots = match std::env::var("SANDLOT_EGRESS_EXTRA_ROOTS") {
         Ok(path) if !path.trim().is_empty() => {
             sandlot_egress::ExtraRoots::read(std::path::Path::new(path.trim()))

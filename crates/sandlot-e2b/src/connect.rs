@@ -151,7 +151,11 @@ impl From<Denied> for RpcError {
             StatusCode::BAD_GATEWAY => Code::Unavailable,
             _ => Code::Unknown,
         };
-        Self::new(code, d.message)
+        // Connect's `code` is Connect's: a refused token's stable code leads the message.
+        match (code, d.code) {
+            (Code::Unauthenticated, Some(c)) => Self::new(code, format!("{c}: {}", d.message)),
+            _ => Self::new(code, d.message),
+        }
     }
 }
 

@@ -176,12 +176,7 @@ async fn execute(
 ) -> Result<Response, Plain> {
     // Running code needs the envd token (or the key): the traffic token opens ports only.
     let id = check_sandbox(&ctx, &headers)?;
-    if !auth::opens_everything(&ctx, &id, &headers) {
-        return Err(Plain(Failure::new(
-            StatusCode::UNAUTHORIZED,
-            "running code needs the sandbox's X-Access-Token",
-        )));
-    }
+    auth::require_everything(&ctx, &id, &headers)?;
     let Json(body) = b.map_err(|e| Plain(crate::error::bad_json(e)))?;
     if body.context_id.is_some() && body.language.is_some() {
         return Err(Plain(Failure::bad_request(

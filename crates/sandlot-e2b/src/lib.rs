@@ -82,12 +82,22 @@ impl E2b {
     /// (`SANDLOT_E2B_API_KEY` overrides it). With `gov`, the control plane also accepts any
     /// sandlot API key as `X-API-KEY` and acts for its tenant; the E2B key acts for the
     /// tenant `default`'s local admin.
+    ///
+    /// Sandboxes' tokens share `/v1`'s credential epochs (so rotating a sandbox's port URLs
+    /// rotates its tokens too); `token_ttl` makes them expire that long after they are handed
+    /// out (`SANDLOT_ENVD_TOKEN_TTL`; none: they last until rotated).
     pub fn start(
         rt: Runtime,
         data_dir: &Path,
         gov: Option<Arc<Governance>>,
+        token_ttl: Option<std::time::Duration>,
     ) -> Result<Self, E2bError> {
-        let auth = Arc::new(auth::Auth::load(data_dir)?);
+        // Without governance nothing rotates, but epochs stored by an earlier run still count.
+        let epochs = match gov.as_deref() {
+            Some(g) => g.epochs().clone(),
+            None => Arc::new(sandlot_api::epochs::Epochs::new(rt.store())),
+        };
+        let auth = Arc::new(auth::Auth::load(data_dir, epochs, token_ttl)?);
         Ok(Self {
             ctx: Ctx {
                 rt,

@@ -175,3 +175,48 @@ def test_metadata_filter(e2b_env):
         assert found[0].metadata == {"team": "a b/c"}
     finally:
         sb.kill()
+
+
+def _rotate(sandlot_url: str, sandbox_id: str) -> dict:
+    """`POST /v1/sandboxes/{id}/ports/rotate` with the test server's local admin key."""
+    import json
+    import urllib.request
+    from pathlib import Path
+
+    pid = os.environ["SANDLOT_TEST_SERVER_PID"]
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    data_dir = Path(args[args.index(b"--data-dir") + 1].decode())
+    key = (data_dir / "api-key").read_text().strip()
+    req = urllib.request.Request(
+        f"{sandlot_url}/v1/sandboxes/{sandbox_id}/ports/rotate",
+        data=b"{}",
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_rotated_tokens_are_refused_and_connect_hands_out_new_ones(e2b_env, sandlot_url):
+    """Rotating a sandbox's tokens (sandlot's `POST /v1/sandboxes/{id}/ports/rotate`) ends the
+    ones a Sandbox object holds at once: files, commands and run_code raise; the unmodified
+    SDK's `Sandbox.connect(id)` gets the current ones and everything works (issue 19)."""
+    if os.environ.get("SANDLOT_TEST_URL"):
+        pytest.skip("rotation needs the test server's admin key")
+    sb = e2b_ci.Sandbox.create(timeout=120)
+    try:
+        sb.files.write("/home/user/kept.txt", "kept")
+        assert sb.run_code("1 + 1").text == "2"
+        _rotate(sandlot_url, sb.sandbox_id)
+        with pytest.raises(e2b.AuthenticationException, match="rotated"):
+            sb.files.read("/home/user/kept.txt")
+        with pytest.raises(e2b.AuthenticationException, match="token_revoked"):
+            sb.commands.run("true")
+        with pytest.raises(e2b.SandboxException, match="401.*token_revoked"):
+            sb.run_code("open('/home/user/kept.txt', 'w').write('pwned')")
+        again = e2b_ci.Sandbox.connect(sb.sandbox_id)
+        assert again.files.read("/home/user/kept.txt") == "kept"
+        assert again.commands.run("echo hi").stdout == "hi\n"
+        assert again.run_code("6 * 7").text == "42"
+    finally:
+        sb.kill()

@@ -521,9 +521,14 @@ pub(crate) async fn middleware(
     } else {
         (resp, None)
     };
+    let noted = unanswered
+        .0
+        .as_ref()
+        .and_then(|p| p.note.as_ref())
+        .and_then(|n| n.data().refusal);
     let outcome = if status.is_success() || status.is_redirection() || status.is_informational() {
         "ok".to_owned()
-    } else if let Some(c) = code {
+    } else if let Some(c) = noted.map(str::to_owned).or(code) {
         format!("error:{c}")
     } else {
         status.as_u16().to_string()

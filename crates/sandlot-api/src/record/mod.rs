@@ -165,6 +165,10 @@ pub struct NoteData {
     pub execution_id: Option<String>,
     /// The W3C trace id of its span (32 hex digits), when traced.
     pub trace_id: Option<String>,
+    /// The stable code of a refusal whose answer does not carry it where the audit reads
+    /// codes (a JSON `code`): E2B's sandbox tokens refused on the code interpreter (plain
+    /// text) and on Connect RPC (whose `code` is Connect's).
+    pub refusal: Option<&'static str>,
 }
 
 impl Note {
@@ -187,6 +191,10 @@ impl Note {
 
     pub fn set_execution(id: &str) {
         Self::with(|d| d.execution_id = Some(id.to_owned()));
+    }
+
+    pub fn set_refusal(code: &'static str) {
+        Self::with(|d| d.refusal = Some(code));
     }
 
     pub fn set_trace_id(id: &str) {
