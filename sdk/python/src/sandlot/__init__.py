@@ -12,7 +12,7 @@
 from ._core import ConnectionConfig
 from ._version import __version__
 from .async_sandbox import AsyncContexts, AsyncFiles, AsyncSandbox
-from .jobs import Job, events
+from .jobs import AsyncJob, Job, async_events, events
 from .errors import (
     AuthenticationError,
     CapacityExhausted,
@@ -195,7 +195,9 @@ __all__ = [
     "InvalidPolicy",
     "SandboxContained",
     "Job",
+    "AsyncJob",
     "events",
+    "async_events",
     "AuditUnavailable",
     "JobNotFound",
     "JobQueueFull",

@@ -14,6 +14,7 @@ from typing import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Dict,
     Generator,
     List,
     Mapping,
@@ -25,6 +26,7 @@ from urllib.parse import quote
 import httpx
 
 from . import errors
+from . import jobs as _jobs
 from ._core import (
     ConnectionConfig,
     ContextArg,
@@ -53,6 +55,7 @@ from ._archive import DirUpload, extract_file
 from ._archive import remote_dir as remote_dir_param
 from ._http import AsyncHTTP, Data, async_body
 from ._sse import SSEDecoder
+from .jobs import AsyncJob
 from .models import BackgroundOutput, Context, Diff, Execution, ExecutionRecord, FileEntry, ForkResult, SandboxInfo, Snapshot
 from .sandbox import (
     WriteEntries,
@@ -208,6 +211,25 @@ class AsyncSandbox:
         finally:
             await http.aclose()
         return [SandboxInfo.from_json(d) for d in (doc.get("sandboxes") or [])]
+
+    @staticmethod
+    async def health(
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> Dict[str, Any]:
+        """See :meth:`Sandbox.health <sandlot.Sandbox.health>`."""
+        http = AsyncHTTP(ConnectionConfig.resolve(url, api_key), transport)
+        try:
+            resp = await http.request("GET", "/v1/health")
+            try:
+                doc = resp.json()
+            except ValueError:
+                doc = {"status": resp.text}
+        finally:
+            await http.aclose()
+        return doc if isinstance(doc, dict) else {"status": doc}
 
     # -- identity and lifecycle -----------------------------------------------------------
     @property
@@ -390,6 +412,38 @@ class AsyncSandbox:
         params = {"clear": "true"} if clear else None
         doc = decode_json(await self._http.request("GET", sandbox_path(self.id, "background"), params=params))
         return BackgroundOutput.from_json(doc if isinstance(doc, dict) else {})
+
+    # -- the record: jobs, metrics, lineage, run bundles -----------------------------------
+    async def submit_job(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        timeout: Optional[float] = None,
+        idempotent: bool = False,
+        metadata: Optional[Mapping[str, Any]] = None,
+    ) -> AsyncJob:
+        """See :meth:`Sandbox.submit_job <sandlot.Sandbox.submit_job>`: an
+        :class:`~sandlot.AsyncJob`."""
+        return await _jobs.async_submit_job(
+            self, code, language, timeout=timeout, idempotent=idempotent, metadata=metadata
+        )
+
+    async def jobs(self) -> List[AsyncJob]:
+        """The sandbox's jobs, in submission order."""
+        return await _jobs.async_list_jobs(self)
+
+    async def metrics(self) -> Dict[str, Any]:
+        """See :meth:`Sandbox.metrics <sandlot.Sandbox.metrics>`."""
+        return await _jobs.async_sandbox_metrics(self)
+
+    async def lineage(self) -> Dict[str, Any]:
+        """See :meth:`Sandbox.lineage <sandlot.Sandbox.lineage>`."""
+        return await _jobs.async_sandbox_lineage(self)
+
+    async def save_bundle(self, path: PathLike) -> str:
+        """See :meth:`Sandbox.save_bundle <sandlot.Sandbox.save_bundle>`."""
+        return await _jobs.async_save_bundle(self, path)
 
 
 class AsyncContexts:
