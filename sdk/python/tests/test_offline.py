@@ -1491,3 +1491,16 @@ def test_agent_loop_offline():
                            vision=True, http_client=client)
     assert answer == "The sum is 6." and len(bodies) == 2 and sb.calls[0]["code"] == "df"
     assert bodies[1]["messages"][2]["tool_calls"][0]["id"] == "call_a"
+
+
+@pytest.mark.parametrize("name", ["Sandbox", "Files", "Contexts", "Job", "Templates", "Volumes", "Snapshots"])
+def test_the_async_client_has_every_method_of_the_sync_one(name: str) -> None:
+    """The asyncio client keeps up with the synchronous one: each public name of a sync class
+    exists on its `Async` twin (and the other way round), so neither drifts again."""
+    sync_cls, async_cls = getattr(sandlot, name), getattr(sandlot, "Async" + name)
+
+    def public(cls: type) -> set:
+        return {m for m in dir(cls) if not m.startswith("_")}
+
+    assert public(sync_cls) - public(async_cls) == set(), f"missing on Async{name}"
+    assert public(async_cls) - public(sync_cls) == set(), f"missing on {name}"
