@@ -856,6 +856,7 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::TenantNotFound, 404),
     (ErrorCode::KeyNotFound, 404),
     (ErrorCode::NameTaken, 409),
+    (ErrorCode::TemplateInUse, 409),
     (ErrorCode::InvalidPolicy, 422),
     (ErrorCode::SandboxContained, 409),
     (ErrorCode::Internal, 500),
