@@ -360,9 +360,13 @@ fn invalid_specs_and_unknown_names() {
     server
         .post("/v1/sandboxes", &json!({"template": "nope"}))
         .expect_error(404, "template_not_found");
+    // The built-in template is nobody's to delete; a name never built is not found.
     server
         .delete("/v1/templates/default")
-        .expect_error(405, "method_not_allowed");
+        .expect_error(400, "invalid_argument");
+    server
+        .delete("/v1/templates/nope")
+        .expect_error(404, "template_not_found");
 }
 
 // ---------------------------------------------------------------------------------------------
