@@ -151,8 +151,10 @@ pub(crate) async fn list_volumes<B: Backend>(
 
 /// Whether a request names a tenant with `?tenant=`.
 pub(crate) fn has_tenant_param(uri: &axum::http::Uri) -> bool {
-    uri.query()
-        .is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some("tenant")))
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("tenant"))
+    })
 }
 
 /// `GET /v1/volumes/{name}`.

@@ -150,7 +150,10 @@ fn two_tenants_have_their_own_data_and_t1() {
             .collect();
         assert_eq!(
             names,
-            [("default".into(), "default".into()), ("t1".into(), who.into())],
+            [
+                ("default".into(), "default".into()),
+                ("t1".into(), who.into())
+            ],
             "{}",
             tmpls.text
         );
@@ -214,13 +217,10 @@ fn two_tenants_have_their_own_data_and_t1() {
     }
 
     // The operator deletes a tenant's volume and template; the other tenant's stay.
-    server
-        .delete("/v1/volumes/data?tenant=beta")
-        .expect(204);
-    server
-        .delete("/v1/templates/t1?tenant=beta")
-        .expect(204);
-    b.get("/v1/volumes/data").expect_error(404, "volume_not_found");
+    server.delete("/v1/volumes/data?tenant=beta").expect(204);
+    server.delete("/v1/templates/t1?tenant=beta").expect(204);
+    b.get("/v1/volumes/data")
+        .expect_error(404, "volume_not_found");
     b.get("/v1/templates/t1")
         .expect_error(404, "template_not_found");
     a.get("/v1/volumes/data").expect(200);
@@ -242,7 +242,9 @@ fn another_tenants_names_are_as_missing_as_names_never_used() {
     type Probe = fn(&As, &str) -> Resp;
     let probes: [(&str, Probe); 10] = [
         ("GET volume", |c, n| c.get(&format!("/v1/volumes/{n}"))),
-        ("DELETE volume", |c, n| c.delete(&format!("/v1/volumes/{n}"))),
+        ("DELETE volume", |c, n| {
+            c.delete(&format!("/v1/volumes/{n}"))
+        }),
         ("list volume files", |c, n| {
             c.get(&format!("/v1/volumes/{n}/files"))
         }),
@@ -304,7 +306,10 @@ fn another_tenants_names_are_as_missing_as_names_never_used() {
         a.get_bytes_as("/v1/volumes/only-a/files/f.txt"),
         b"a".to_vec()
     );
-    assert_eq!(a.get("/v1/templates/only-a-t").expect(200)["tenant"], "alpha");
+    assert_eq!(
+        a.get("/v1/templates/only-a-t").expect(200)["tenant"],
+        "alpha"
+    );
 }
 
 #[test]
@@ -319,7 +324,9 @@ fn deleting_a_template_frees_its_share_and_waits_for_what_needs_it() {
     assert!(r.message().contains("max_templates"), "{}", r.text);
 
     // A paused sandbox of it: the deletion is refused, the sandbox resumes and still works.
-    let id = a.post("/v1/sandboxes", &json!({"template": "t1"})).expect(201)["id"]
+    let id = a
+        .post("/v1/sandboxes", &json!({"template": "t1"}))
+        .expect(201)["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -356,7 +363,9 @@ fn deleting_a_template_frees_its_share_and_waits_for_what_needs_it() {
     // The same name again is a new template with its own setup.
     a.delete("/v1/templates/t2").expect(204);
     template(&a, "t1", "again");
-    let id = a.post("/v1/sandboxes", &json!({"template": "t1"})).expect(201)["id"]
+    let id = a
+        .post("/v1/sandboxes", &json!({"template": "t1"}))
+        .expect(201)["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -368,7 +377,10 @@ fn deleting_a_template_frees_its_share_and_waits_for_what_needs_it() {
     server
         .delete("/v1/templates/default")
         .expect_error(400, "invalid_argument");
-    assert_eq!(a.get("/v1/templates/default").expect(200)["status"], "ready");
+    assert_eq!(
+        a.get("/v1/templates/default").expect(200)["status"],
+        "ready"
+    );
 }
 
 #[test]

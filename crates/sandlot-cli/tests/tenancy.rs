@@ -766,7 +766,8 @@ fn another_tenants_ids_answer_404_on_every_route() {
         assert_eq!(v.expect(201)["tenant"], "beta", "{}", v.text);
         let t = b.post("/v1/templates", &json!({ "name": owned.template }));
         assert_eq!(t.expect(202)["tenant"], "beta", "{}", t.text);
-        b.delete(&format!("/v1/volumes/{}", owned.volume)).expect(204);
+        b.delete(&format!("/v1/volumes/{}", owned.volume))
+            .expect(204);
         b.delete(&format!("/v1/templates/{}", owned.template))
             .expect(204);
     }

@@ -427,7 +427,11 @@ impl Runtime {
             inner: Arc::new(runtime_inner),
         };
         rt.recover()?;
-        let default = rt.register(sandlot_types::DEFAULT_TENANT, templates::default_spec(), env_root)?;
+        let default = rt.register(
+            sandlot_types::DEFAULT_TENANT,
+            templates::default_spec(),
+            env_root,
+        )?;
         rt.start_zygote(&default).await?;
         // Templates created by earlier runs are rebuilt in the background.
         for (tenant, spec) in rt.saved_templates() {

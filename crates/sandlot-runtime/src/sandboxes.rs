@@ -56,7 +56,6 @@ impl Runtime {
         }
     }
 
-
     /// The limits of a live sandbox.
     pub fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
         lock(&self.inner.sandboxes)

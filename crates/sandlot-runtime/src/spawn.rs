@@ -229,8 +229,15 @@ impl Runtime {
             if disk {
                 self.create_workspace(&id, uid, limits.disk_mb).await?;
             }
-            self.spawn_in(tmpl, &id, uid, &cg, limits, disk.then_some((tenant, volumes)))
-                .await
+            self.spawn_in(
+                tmpl,
+                &id,
+                uid,
+                &cg,
+                limits,
+                disk.then_some((tenant, volumes)),
+            )
+            .await
         };
         match booted.await {
             Ok(live) => Ok(live),

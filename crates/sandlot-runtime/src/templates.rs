@@ -413,7 +413,10 @@ impl Runtime {
     fn spec_paths(&self, tenant: &str, name: &str) -> (PathBuf, Option<PathBuf>) {
         let dir = self.inner.config.data_dir.join("templates");
         let flat_owner = self.inner.store.flat_template_owner(name).ok().flatten();
-        let flat = (flat_owner.as_deref().unwrap_or(sandlot_types::DEFAULT_TENANT) == tenant)
+        let flat = (flat_owner
+            .as_deref()
+            .unwrap_or(sandlot_types::DEFAULT_TENANT)
+            == tenant)
             .then(|| dir.join(format!("{name}.json")));
         (dir.join(tenant).join(format!("{name}.json")), flat)
     }
@@ -466,7 +469,10 @@ impl Runtime {
                 }
             };
             // Deleted while its environment was made: nothing to register.
-            if placeholder.retired.load(std::sync::atomic::Ordering::SeqCst) {
+            if placeholder
+                .retired
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
                 return;
             }
             match rt.register(&placeholder.tenant, placeholder.spec.clone(), env) {

@@ -285,7 +285,9 @@ impl Runtime {
     /// one, else to the volume's own uid.
     fn volume_root(&self, tenant: &str, name: &str) -> Result<WorkspaceRoot, RuntimeError> {
         let rec = self.volume_record(tenant, name)?;
-        let holder = lock(&self.inner.volume_claims).get(&claim_key(tenant, name)).cloned();
+        let holder = lock(&self.inner.volume_claims)
+            .get(&claim_key(tenant, name))
+            .cloned();
         let uid = holder
             .and_then(|id| lock(&self.inner.sandboxes).get(&id).map(|e| e.host_uid))
             .unwrap_or(rec.host_uid);
