@@ -495,3 +495,42 @@ impl More for As<'_> {
         r.text.into_bytes()
     }
 }
+
+/// Deleting a template is decided at the gate that decides building one (`build_template`):
+/// a policy that forbids a tenant to build a template forbids it to delete one, and the
+/// template stays.
+#[test]
+fn a_policy_that_forbids_building_forbids_deleting() {
+    let server = TestServer::start();
+    let ka = tenant(&server, "alpha", 4);
+    let a = As::key(&server, &ka);
+    template(&a, "t1", "kept");
+    let shipped =
+        std::fs::read_to_string(server.data_dir().join("policies/policies.cedar")).unwrap();
+    let frozen = format!(
+        "{shipped}\n@id(\"no-template-changes\")\n@reason(\"alpha's templates are fixed\")\n\
+         forbid (principal in Sandlot::Tenant::\"alpha\", \
+         action == Sandlot::Action::\"build_template\", resource);\n"
+    );
+    server
+        .put_raw_as_operator("/v1/policies", frozen.into_bytes())
+        .expect(200);
+    let r = a.delete("/v1/templates/t1");
+    r.expect_error(403, "policy_denied");
+    assert!(r.message().contains("no-template-changes"), "{}", r.text);
+    assert_eq!(a.get("/v1/templates/t1").expect(200)["status"], "ready");
+    // The operator is not alpha: its deletion of alpha's template passes the gate.
+    server.delete("/v1/templates/t1?tenant=alpha").expect(204);
+    a.get("/v1/templates/t1")
+        .expect_error(404, "template_not_found");
+}
+
+trait Operator {
+    fn put_raw_as_operator(&self, path: &str, body: Vec<u8>) -> Resp;
+}
+
+impl Operator for TestServer {
+    fn put_raw_as_operator(&self, path: &str, body: Vec<u8>) -> Resp {
+        As::key(self, self.key()).put_raw(path, "text/plain", body)
+    }
+}

@@ -381,6 +381,13 @@ impl Runtime {
             let path = e.path();
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 let tenant = e.file_name().to_string_lossy().into_owned();
+                let tenant_like = !tenant.is_empty()
+                    && tenant.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                    });
+                if !tenant_like {
+                    continue;
+                }
                 let Ok(inner) = std::fs::read_dir(&path) else {
                     continue;
                 };
@@ -437,6 +444,8 @@ impl Runtime {
             return Err(RuntimeError::DefaultTemplateReadOnly);
         }
         self.resolve_limits(&spec.limits)?;
+        // Saving and registering are one step against a deletion of the same template.
+        let _ops = self.inner.template_ops.lock().await;
         let (path, flat) = self.spec_paths(tenant, &spec.name);
         let json = serde_json::to_vec_pretty(&spec).map_err(encoding("the template spec"))?;
         let saved = path
@@ -468,14 +477,18 @@ impl Runtime {
                     return;
                 }
             };
-            // Deleted while its environment was made: nothing to register.
-            if placeholder
-                .retired
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                return;
-            }
-            match rt.register(&placeholder.tenant, placeholder.spec.clone(), env) {
+            let registered = {
+                let _ops = rt.inner.template_ops.lock().await;
+                // Deleted (or replaced) while its environment was made: nothing to register.
+                if placeholder
+                    .retired
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    return;
+                }
+                rt.register(&placeholder.tenant, placeholder.spec.clone(), env)
+            };
+            match registered {
                 Ok(t) => {
                     let _ = rt.start_zygote(&t).await;
                 }
