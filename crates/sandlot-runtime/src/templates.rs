@@ -617,6 +617,19 @@ mod tests {
     }
 
     #[test]
+    fn per_tenant_keys_never_collide() {
+        assert_eq!(file_key("default", "t1"), "t1");
+        assert_eq!(file_key("alpha", "t1"), "alpha+t1");
+        // `+` is in no tenant or template name: no tenant's key is another's.
+        assert_ne!(file_key("a-b", "c"), file_key("a", "b-c"));
+        assert!(check_template_name("alpha+t1").is_err());
+        for bad in ["", "..", "a/b", "A", "a\0b", &"x".repeat(64)] {
+            assert!(check_template_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_template_name(&"x".repeat(63)).is_ok());
+    }
+
+    #[test]
     fn validates_names_packages_imports() {
         assert!(validate(&spec("data-2")).is_ok());
         assert!(validate(&spec("Data")).is_err());

@@ -474,3 +474,22 @@ impl Runtime {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_ids_are_per_tenant_and_valid() {
+        let a = new_workspace_id("alpha", "data");
+        let b = new_workspace_id("beta", "data");
+        assert_ne!(a, b);
+        assert_ne!(new_workspace_id("a-b", "c"), new_workspace_id("a", "b-c"));
+        assert!(a.starts_with("vol-") && a.len() == 44, "{a}");
+        // Never the `vol_<name>` of a volume made before names were per tenant.
+        assert!(!a.starts_with("vol_"));
+        for bad in ["", "..", "a/b", "Data", "a\0b", &"x".repeat(49)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
