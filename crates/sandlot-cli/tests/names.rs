@@ -534,3 +534,89 @@ impl Operator for TestServer {
         As::key(self, self.key()).put_raw(path, "text/plain", body)
     }
 }
+
+/// A data dir as the release before left it (schema 8, one namespace: the volume's files at
+/// `vol_<name>`, the template's spec flat at `templates/<name>.json`, owner rows without
+/// `flat`) opens with tenant alpha's volume and template intact and still alpha's alone; then
+/// another tenant may take the same names.
+#[test]
+fn a_data_dir_of_schema_8_keeps_its_volumes_and_templates() {
+    let mut server = TestServer::start();
+    let ka = tenant(&server, "alpha", 4);
+    let kb = tenant(&server, "beta", 4);
+    {
+        let a = As::key(&server, &ka);
+        a.post("/v1/volumes", &json!({"name": "data", "size_mb": 64}))
+            .expect(201);
+        a.server_put("/v1/volumes/data/files/f.txt", b"kept".to_vec())
+            .expect(201);
+        template(&a, "t1", "old");
+    }
+    // Where the release before kept them: the volume's subvolume at `vol_data` (renamed while
+    // the disk is mounted and nothing holds the volume), the spec flat.
+    let dir = server.data_dir().to_owned();
+    let ws = dir.join("disk/mnt/ws");
+    let now = std::fs::read_dir(&ws)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("vol-"))
+        .expect("the volume's workspace");
+    std::fs::rename(ws.join(&now), ws.join("vol_data")).unwrap();
+    server.stop();
+    std::fs::rename(
+        dir.join("templates/alpha/t1.json"),
+        dir.join("templates/t1.json"),
+    )
+    .unwrap();
+    let downgrade = "BEGIN;
+        CREATE TABLE v8 (name TEXT PRIMARY KEY NOT NULL, size_mb INTEGER NOT NULL,
+            created_at TEXT NOT NULL, host_uid INTEGER NOT NULL,
+            tenant TEXT NOT NULL DEFAULT 'default');
+        INSERT INTO v8 SELECT name, size_mb, created_at, host_uid, tenant FROM volumes;
+        DROP TABLE volumes; ALTER TABLE v8 RENAME TO volumes;
+        CREATE TABLE t8 (name TEXT PRIMARY KEY NOT NULL, tenant TEXT NOT NULL);
+        INSERT INTO t8 SELECT name, tenant FROM template_owners;
+        DROP TABLE template_owners; ALTER TABLE t8 RENAME TO template_owners;
+        PRAGMA user_version = 8;
+        COMMIT;";
+    let out = std::process::Command::new("sqlite3")
+        .arg(dir.join("sandlot.db"))
+        .arg(downgrade)
+        .output()
+        .expect("sqlite3");
+    assert!(out.status.success(), "{out:?}");
+
+    server.restart();
+    let (a, b) = (As::key(&server, &ka), As::key(&server, &kb));
+    assert_eq!(a.get_bytes_as("/v1/volumes/data/files/f.txt"), b"kept");
+    let ready = wait_until(BUILD, || {
+        a.get("/v1/templates/t1").body["status"] == "ready"
+    });
+    assert!(ready, "{}", a.get("/v1/templates/t1").text);
+    let id = a
+        .post(
+            "/v1/sandboxes",
+            &json!({"template": "t1", "volumes": [{"name": "data", "path": "d"}]}),
+        )
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(text(&a, &id, "who"), "'old'");
+    assert_eq!(text(&a, &id, "open('d/f.txt').read()"), "'kept'");
+    b.get("/v1/volumes/data")
+        .expect_error(404, "volume_not_found");
+    b.get("/v1/templates/t1")
+        .expect_error(404, "template_not_found");
+    // The names are free for another tenant now, and alpha's stay alpha's.
+    b.post("/v1/volumes", &json!({"name": "data", "size_mb": 64}))
+        .expect(201);
+    template(&b, "t1", "new");
+    assert_eq!(text(&a, &id, "who"), "'old'");
+    assert_eq!(a.get_bytes_as("/v1/volumes/data/files/f.txt"), b"kept");
+    // Deleting the old volume removes its old directory.
+    a.delete(&format!("/v1/sandboxes/{id}")).expect(204);
+    a.delete("/v1/volumes/data").expect(204);
+    assert!(!ws.join("vol_data").exists());
+}
