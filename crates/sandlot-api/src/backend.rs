@@ -127,46 +127,59 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     fn list_volumes(&self) -> impl Future<Output = Result<Vec<Volume>, ApiError>> + Send {
         async { Err(not_served()) }
     }
-    fn get_volume(&self, name: &str) -> impl Future<Output = Result<Volume, ApiError>> + Send {
-        let _ = name;
+    /// `tenant`'s volume `name` (names are per tenant).
+    fn get_volume(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        let _ = (tenant, name);
         async { Err(not_served()) }
     }
-    fn delete_volume(&self, name: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
-        let _ = name;
+    fn delete_volume(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = (tenant, name);
         async { Err(not_served()) }
     }
     fn write_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         body: ByteStream,
     ) -> impl Future<Output = Result<FileEntry, ApiError>> + Send {
-        let _ = (name, path, body);
+        let _ = (tenant, name, path, body);
         async { Err(not_served()) }
     }
     fn read_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
     ) -> impl Future<Output = Result<(u64, tokio::fs::File), ApiError>> + Send {
-        let _ = (name, path);
+        let _ = (tenant, name, path);
         async { Err(not_served()) }
     }
     fn list_volume_files(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         recursive: bool,
     ) -> impl Future<Output = Result<Vec<FileEntry>, ApiError>> + Send {
-        let _ = (name, path, recursive);
+        let _ = (tenant, name, path, recursive);
         async { Err(not_served()) }
     }
     fn delete_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        let _ = (name, path);
+        let _ = (tenant, name, path);
         async { Err(not_served()) }
     }
     /// Extracts a tar (or gzip tar) body into a directory of the workspace.
@@ -194,13 +207,30 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         &self,
         sha256: &str,
     ) -> impl Future<Output = Result<(u64, String, tokio::fs::File), ApiError>> + Send;
-    /// Registers a template and starts building it; returns at once (status `building`).
+    /// Registers `tenant`'s template and starts building it; returns at once (status
+    /// `building`).
     fn create_template(
         &self,
+        tenant: &str,
         spec: TemplateSpec,
     ) -> impl Future<Output = Result<Template, ApiError>> + Send;
+    /// Every tenant's templates.
     fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send;
-    fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send;
+    /// `tenant`'s template `name`, or the built-in `default`.
+    fn get_template(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Template, ApiError>> + Send;
+    /// Deletes `tenant`'s template `name`.
+    fn delete_template(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        let _ = (tenant, name);
+        async { Err(not_served()) }
+    }
     fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send;
     fn list_contexts(
         &self,
@@ -216,7 +246,7 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
-    /// The tenant a sandbox (live or ended), a snapshot or a volume belongs to; `None` when
+    /// The tenant a sandbox (live or ended) or a snapshot belongs to; `None` when
     /// there is no such thing. Backends without tenants say `default`.
     fn sandbox_tenant(&self, id: &str) -> Option<String> {
         let _ = id;
@@ -224,10 +254,6 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
     }
     fn snapshot_tenant(&self, id: &str) -> Option<String> {
         let _ = id;
-        Some(sandlot_types::DEFAULT_TENANT.to_owned())
-    }
-    fn volume_tenant(&self, name: &str) -> Option<String> {
-        let _ = name;
         Some(sandlot_types::DEFAULT_TENANT.to_owned())
     }
     /// What a tenant's sandboxes hold now (for its quotas).
@@ -275,13 +301,14 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = (id, bytes);
         async { true }
     }
-    /// A volume file's bytes as they may be downloaded (`None`: withheld).
+    /// A file's bytes of `tenant`'s volume as they may be downloaded (`None`: withheld).
     fn guard_volume_file(
         &self,
+        tenant: &str,
         volume: &str,
         bytes: Vec<u8>,
     ) -> impl Future<Output = Option<Vec<u8>>> + Send {
-        let _ = volume;
+        let _ = (tenant, volume);
         async { Some(bytes) }
     }
     /// A file's bytes as they may be downloaded after the guardrails (`None`: withheld).
@@ -333,10 +360,6 @@ impl Backend for Runtime {
 
     fn snapshot_tenant(&self, id: &str) -> Option<String> {
         Runtime::snapshot_tenant(self, id)
-    }
-
-    fn volume_tenant(&self, name: &str) -> Option<String> {
-        Runtime::volume_tenant(self, name)
     }
 
     fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
@@ -393,17 +416,13 @@ impl Backend for Runtime {
 
     fn guard_volume_file(
         &self,
+        tenant: &str,
         volume: &str,
         bytes: Vec<u8>,
     ) -> impl Future<Output = Option<Vec<u8>>> + Send {
         let rt = self.clone();
-        let volume = volume.to_owned();
-        async move {
-            let tenant = rt
-                .volume_tenant(&volume)
-                .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
-            rt.guard_volume_file(&volume, &tenant, bytes).await
-        }
+        let (tenant, volume) = (tenant.to_owned(), volume.to_owned());
+        async move { rt.guard_volume_file(&volume, &tenant, bytes).await }
     }
 
     async fn proxy_port(
@@ -562,41 +581,53 @@ impl Backend for Runtime {
     fn list_volumes(&self) -> impl Future<Output = Result<Vec<Volume>, ApiError>> + Send {
         Runtime::list_volumes(self).map(api)
     }
-    fn get_volume(&self, name: &str) -> impl Future<Output = Result<Volume, ApiError>> + Send {
-        Runtime::get_volume(self, name).map(api)
+    fn get_volume(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Volume, ApiError>> + Send {
+        Runtime::get_volume(self, tenant, name).map(api)
     }
-    fn delete_volume(&self, name: &str) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Runtime::delete_volume(self, name).map(api)
+    fn delete_volume(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_volume(self, tenant, name).map(api)
     }
     fn write_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         body: ByteStream,
     ) -> impl Future<Output = Result<FileEntry, ApiError>> + Send {
-        Runtime::write_volume_file(self, name, path, body).map(api)
+        Runtime::write_volume_file(self, tenant, name, path, body).map(api)
     }
     fn read_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
     ) -> impl Future<Output = Result<(u64, tokio::fs::File), ApiError>> + Send {
-        Runtime::read_volume_file(self, name, path).map(api)
+        Runtime::read_volume_file(self, tenant, name, path).map(api)
     }
     fn list_volume_files(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         recursive: bool,
     ) -> impl Future<Output = Result<Vec<FileEntry>, ApiError>> + Send {
-        Runtime::list_volume_files(self, name, path, recursive).map(api)
+        Runtime::list_volume_files(self, tenant, name, path, recursive).map(api)
     }
     fn delete_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
-        Runtime::delete_volume_file(self, name, path).map(api)
+        Runtime::delete_volume_file(self, tenant, name, path).map(api)
     }
     fn extract_archive(
         &self,
@@ -625,17 +656,31 @@ impl Backend for Runtime {
 
     fn create_template(
         &self,
+        tenant: &str,
         spec: TemplateSpec,
     ) -> impl Future<Output = Result<Template, ApiError>> + Send {
-        Runtime::create_template(self, spec).map(api)
+        let (rt, tenant) = (self.clone(), tenant.to_owned());
+        async move { rt.create_template(&tenant, spec).await.map_err(api_error) }
     }
 
     fn list_templates(&self) -> impl Future<Output = Vec<Template>> + Send {
         Runtime::list_templates(self)
     }
 
-    fn get_template(&self, name: &str) -> impl Future<Output = Result<Template, ApiError>> + Send {
-        Runtime::get_template(self, name).map(api)
+    fn get_template(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Template, ApiError>> + Send {
+        Runtime::get_template(self, tenant, name).map(api)
+    }
+
+    fn delete_template(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        Runtime::delete_template(self, tenant, name).map(api)
     }
 
     fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send {

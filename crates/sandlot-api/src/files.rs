@@ -6,6 +6,7 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{declared_length, discard, discard_stream, ApiPath, ApiQuery};
+use crate::govern::NameOwner;
 use crate::AppState;
 use axum::body::{Body, BodyDataStream};
 use axum::extract::State;
@@ -79,11 +80,12 @@ pub(crate) async fn put<B: Backend>(
 pub(crate) async fn put_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath((name, path)): ApiPath<(String, String)>,
+    NameOwner(owner): NameOwner,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
     upload(st, headers, body, move |b, stream| async move {
-        b.write_volume_file(&name, &path, stream).await
+        b.write_volume_file(&owner, &name, &path, stream).await
     })
     .await
 }
@@ -217,8 +219,9 @@ pub(crate) async fn file_gate<B: Backend>(
 pub(crate) async fn get_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath((name, path)): ApiPath<(String, String)>,
+    NameOwner(owner): NameOwner,
 ) -> Result<Response, HttpError> {
-    let (size, file) = st.backend.read_volume_file(&name, &path).await?;
+    let (size, file) = st.backend.read_volume_file(&owner, &name, &path).await?;
     if st.gov.is_none() || size > MAX_SCANNED_DOWNLOAD {
         return download((size, file));
     }
@@ -227,7 +230,7 @@ pub(crate) async fn get_volume<B: Backend>(
         .read_to_end(&mut bytes)
         .await
         .map_err(|e| HttpError::internal(format!("reading the file: {e}")))?;
-    match st.backend.guard_volume_file(&name, bytes).await {
+    match st.backend.guard_volume_file(&owner, &name, bytes).await {
         Some(bytes) => {
             let mut resp = Body::from(bytes).into_response();
             resp.headers_mut().insert(
@@ -271,11 +274,12 @@ pub(crate) async fn list<B: Backend>(
 pub(crate) async fn list_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(name): ApiPath<String>,
+    NameOwner(owner): NameOwner,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<FileList>, HttpError> {
     let entries = st
         .backend
-        .list_volume_files(&name, &q.path, q.recursive)
+        .list_volume_files(&owner, &name, &q.path, q.recursive)
         .await?;
     Ok(Json(FileList { entries }))
 }
@@ -284,8 +288,9 @@ pub(crate) async fn list_volume<B: Backend>(
 pub(crate) async fn delete_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath((name, path)): ApiPath<(String, String)>,
+    NameOwner(owner): NameOwner,
 ) -> Result<StatusCode, HttpError> {
-    st.backend.delete_volume_file(&name, &path).await?;
+    st.backend.delete_volume_file(&owner, &name, &path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

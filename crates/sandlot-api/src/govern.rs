@@ -2,6 +2,11 @@
 //! sandboxes, snapshots, volumes, templates and artifacts; anything else answers 404 as if it
 //! did not exist), how much they may hold (quotas), and the admin routes for tenants and keys.
 //!
+//! Volume and template names are per tenant: a route that names one resolves the name within
+//! the tenant [`NameOwner`] says (the caller's own; the operator may name another tenant's
+//! with `?tenant=<name>`), so another tenant's object is not found by the very lookup that
+//! finds no object at all, and the answers cannot differ.
+//!
 //! One middleware, [`authenticate`], runs before every route: it resolves the bearer key to a
 //! [`Principal`], puts it in the request's extensions for the handlers ([`Caller`]), and checks
 //! that the resource a path names belongs to the caller's tenant. Scoping by path in one place
@@ -399,13 +404,8 @@ fn scope<B: Backend>(
                 format!("no snapshot {}", short(id)),
             ))
         }
-        "volumes" if !mine(backend.volume_tenant(id)) => return Err(volume_not_found(id)),
-        "templates" if !template_visible(gov, who, id) => {
-            return Err(HttpError::new(
-                ErrorCode::TemplateNotFound,
-                format!("no template {}", short(id)),
-            ))
-        }
+        // Volumes and templates are looked up within the tenant `NameOwner` gives each
+        // handler: nothing to check here.
         // A malformed hash gets the handler's 400; a well-formed one must be the tenant's.
         "artifacts" if is_sha256(id) && !artifact_visible(gov, who, id) => {
             return Err(HttpError::new(
@@ -436,58 +436,49 @@ pub(crate) fn sandbox_not_found(id: &str) -> HttpError {
     )
 }
 
-pub(crate) fn volume_not_found(name: &str) -> HttpError {
-    HttpError::new(
-        ErrorCode::VolumeNotFound,
-        format!("no volume {}", short(name)),
-    )
+/// The tenant whose volume or template a request names: the caller's own, or, for the
+/// operator only, the tenant `?tenant=<name>` says. A tenant that names another tenant is
+/// refused (403) whether or not that tenant has anything of the name, so the refusal tells
+/// nothing; the operator naming a tenant that does not exist finds nothing there (404).
+#[derive(Debug, Clone)]
+pub struct NameOwner(pub String);
+
+#[derive(Deserialize)]
+struct TenantParam {
+    tenant: Option<String>,
 }
 
-/// The built-in template is everyone's; a template made through the API its owner's; one
-/// with no recorded owner (made before tenants existed) the tenant `default`'s.
-pub(crate) fn template_visible(gov: &Governance, who: &Principal, name: &str) -> bool {
-    if name == "default" {
-        return true;
-    }
-    match gov.store.template_owner(name) {
-        Ok(Some(owner)) => owner == who.tenant,
-        Ok(None) => who.tenant == DEFAULT_TENANT,
-        Err(_) => false,
-    }
-}
+impl<S: Send + Sync> FromRequestParts<S> for NameOwner {
+    type Rejection = HttpError;
 
-/// [`template_visible`] without governance: every template.
-pub(crate) fn template_visible_to<B>(st: &AppState<B>, who: &Caller, name: &str) -> bool {
-    st.gov
-        .as_deref()
-        .is_none_or(|g| template_visible(g, &who.0, name))
-}
-
-/// Claims a template name for the caller's tenant before it is built: a name another tenant
-/// owns is taken.
-pub(crate) fn claim_template<B>(
-    st: &AppState<B>,
-    who: &Caller,
-    name: &str,
-) -> Result<(), HttpError> {
-    let Some(g) = st.gov.as_deref() else {
-        return Ok(());
-    };
-    // Invalid names are left to the runtime's check, which says what is allowed.
-    if name.is_empty() || name.len() > 63 || name == "default" {
-        return Ok(());
+    async fn from_request_parts(parts: &mut Parts, s: &S) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, s).await?;
+        let asked = match parts.uri.query() {
+            None => None,
+            Some(_) => {
+                axum::extract::Query::<TenantParam>::try_from_uri(&parts.uri)
+                    .map_err(|e| HttpError::invalid_request(format!("bad query: {e}")))?
+                    .0
+                    .tenant
+            }
+        };
+        let Some(asked) = asked else {
+            return Ok(NameOwner(caller.tenant().to_owned()));
+        };
+        if !sandlot_tenancy::valid_tenant_name(&asked) {
+            return Err(HttpError::new(
+                ErrorCode::InvalidArgument,
+                "tenant must be a tenant name ([a-z0-9][a-z0-9_-]{0,47})",
+            ));
+        }
+        if asked != caller.tenant() && !caller.is_operator() {
+            return Err(HttpError::new(
+                ErrorCode::Forbidden,
+                "only the operator may name another tenant's volume or template (?tenant=)",
+            ));
+        }
+        Ok(NameOwner(asked))
     }
-    let owner = g
-        .store
-        .claim_template(name, who.tenant())
-        .map_err(|e| HttpError::internal(e.to_string()))?;
-    if owner != who.tenant() {
-        return Err(HttpError::new(
-            ErrorCode::NameTaken,
-            format!("the template name {name} is taken"),
-        ));
-    }
-    Ok(())
 }
 
 /// An allowlist entry inside an always-refused range (loopback, private networks, the metadata
@@ -509,23 +500,17 @@ pub(crate) fn check_special_egress(who: &Caller, allow: &[String]) -> Result<(),
     }
 }
 
-/// Checks that what a creation names (its template, the snapshot it starts from, the volumes
-/// it mounts) belongs to the caller's tenant; another tenant's answers as a missing one.
+/// Checks that the snapshot a creation starts from belongs to the caller's tenant; another
+/// tenant's answers as a missing one. The template and volumes it names need no check here:
+/// the runtime looks them up within the creation's tenant (`CreateSandbox::tenant`), where
+/// another tenant's are as missing as names never used.
 pub(crate) fn check_references<B: Backend>(
     st: &AppState<B>,
     who: &Caller,
     req: &sandlot_types::CreateSandbox,
 ) -> Result<(), HttpError> {
-    let Some(g) = st.gov.as_deref() else {
+    if st.gov.is_none() {
         return Ok(());
-    };
-    if let Some(t) = &req.template {
-        if !template_visible(g, &who.0, t) {
-            return Err(HttpError::new(
-                ErrorCode::TemplateNotFound,
-                format!("no template {}", short(t)),
-            ));
-        }
     }
     if let Some(snap) = &req.from_snapshot {
         if st.backend.snapshot_tenant(snap).as_deref() != Some(who.tenant()) {
@@ -533,11 +518,6 @@ pub(crate) fn check_references<B: Backend>(
                 ErrorCode::SnapshotNotFound,
                 format!("no snapshot {}", short(snap)),
             ));
-        }
-    }
-    for v in &req.volumes {
-        if st.backend.volume_tenant(&v.name).as_deref() != Some(who.tenant()) {
-            return Err(volume_not_found(&v.name));
         }
     }
     Ok(())
@@ -562,6 +542,10 @@ pub(crate) async fn with_template_limits<B: Backend>(
     backend: &B,
     req: &mut sandlot_types::CreateSandbox,
 ) {
+    let tenant = req
+        .tenant
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
     let name = match (&req.template, &req.from_snapshot) {
         (Some(t), _) => t.clone(),
         (None, Some(snap)) => match backend.get_snapshot(snap, false).await {
@@ -573,7 +557,7 @@ pub(crate) async fn with_template_limits<B: Backend>(
         },
         (None, None) => "default".to_owned(),
     };
-    if let Ok(t) = backend.get_template(&name).await {
+    if let Ok(t) = backend.get_template(&tenant, &name).await {
         fill_template_limits(&mut req.limits, &t.spec.limits);
     }
 }
@@ -637,11 +621,6 @@ impl Governance {
                     sandlot_types::ApiError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
                 }
             })
-    }
-
-    /// Whether `who` may use template `name` (see [`template_visible`]).
-    pub fn template_visible(&self, who: &Principal, name: &str) -> bool {
-        template_visible(self, who, name)
     }
 }
 

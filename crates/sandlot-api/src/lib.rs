@@ -288,6 +288,7 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Post, "/v1/templates", templates::create::<B>),
         route(Get, "/v1/templates", templates::list::<B>),
         route(Get, "/v1/templates/{name}", templates::get::<B>),
+        route(Delete, "/v1/templates/{name}", templates::delete::<B>),
         // Every method is forwarded to the app: GET's entry takes any method the others do
         // not, and the others are listed so the OpenAPI document shows them.
         Route {

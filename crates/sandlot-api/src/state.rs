@@ -5,7 +5,7 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
-use crate::govern::{self, Caller};
+use crate::govern::{self, Caller, NameOwner};
 use crate::shares;
 use crate::AppState;
 use axum::extract::State;
@@ -127,45 +127,51 @@ pub(crate) async fn create_volume<B: Backend>(
     caller: Caller,
     ApiJson(mut req): ApiJson<CreateVolume>,
 ) -> Result<Response, HttpError> {
-    // Volume names are one namespace across tenants; another tenant's name is taken, and
-    // says no more than that.
-    if let Some(owner) = st.backend.volume_tenant(&req.name) {
-        if owner != caller.tenant() {
-            return Err(HttpError::new(
-                sandlot_types::ErrorCode::NameTaken,
-                format!("the volume name {} is taken", req.name),
-            ));
-        }
-    }
+    // Volume names are per tenant: the volume is the caller's tenant's, whatever other
+    // tenants have.
     req.tenant = Some(caller.tenant().to_owned());
     let _claim = shares::claim_held(&st, &caller.0, Share::Volumes).await?;
     let volume = st.backend.create_volume(req).await?;
     Ok((StatusCode::CREATED, Json(volume)).into_response())
 }
 
-/// `GET /v1/volumes`.
+/// `GET /v1/volumes`: the caller's tenant's; the operator's lists every tenant's (each with
+/// its `tenant`), or one tenant's with `?tenant=`.
 pub(crate) async fn list_volumes<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
+    owner: NameOwner,
+    uri: axum::http::Uri,
 ) -> Result<Json<VolumeList>, HttpError> {
     let mut volumes = st.backend.list_volumes().await?;
-    volumes.retain(|v| v.tenant == caller.tenant());
+    let every = caller.is_operator() && !has_tenant_param(&uri);
+    volumes.retain(|v| every || v.tenant == owner.0);
     Ok(Json(VolumeList { volumes }))
+}
+
+/// Whether a request names a tenant with `?tenant=`.
+pub(crate) fn has_tenant_param(uri: &axum::http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("tenant"))
+    })
 }
 
 /// `GET /v1/volumes/{name}`.
 pub(crate) async fn get_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(name): ApiPath<String>,
+    NameOwner(owner): NameOwner,
 ) -> Result<Json<Volume>, HttpError> {
-    Ok(Json(st.backend.get_volume(&name).await?))
+    Ok(Json(st.backend.get_volume(&owner, &name).await?))
 }
 
 /// `DELETE /v1/volumes/{name}`.
 pub(crate) async fn delete_volume<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(name): ApiPath<String>,
+    NameOwner(owner): NameOwner,
 ) -> Result<StatusCode, HttpError> {
-    st.backend.delete_volume(&name).await?;
+    st.backend.delete_volume(&owner, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

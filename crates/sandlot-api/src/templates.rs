@@ -1,9 +1,10 @@
-//! Template routes: create (build in the background), list, get.
+//! Template routes: create (build in the background), list, get, delete. Names are per
+//! tenant (see `govern::NameOwner`).
 
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiPath};
-use crate::govern::{self, Caller};
+use crate::govern::{Caller, NameOwner};
 use crate::shares;
 use crate::AppState;
 use axum::extract::State;
@@ -21,7 +22,8 @@ pub struct TemplateList {
 }
 
 /// `202 Accepted`: the template is registered with status `building`; poll
-/// `GET /v1/templates/{name}` until it is `ready` or `failed`.
+/// `GET /v1/templates/{name}` until it is `ready` or `failed`. The template is the caller's
+/// tenant's (names are per tenant: another tenant's of the same name is another template).
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
@@ -39,30 +41,65 @@ pub(crate) async fn create<B: Backend>(
     }
     // A template is an environment and a zygote on the server's one disk. Building one the
     // tenant already owns again adds none.
-    let owned = st.backend.get_template(&spec.name).await.is_ok()
-        && govern::template_visible_to(&st, &caller, &spec.name);
+    let owned = spec.name != "default"
+        && st
+            .backend
+            .get_template(caller.tenant(), &spec.name)
+            .await
+            .is_ok();
     let _claim = if owned {
         None
     } else {
         shares::claim_held(&st, &caller.0, Share::Templates).await?
     };
-    govern::claim_template(&st, &caller, &spec.name)?;
-    let template = st.backend.create_template(spec).await?;
+    let template = st.backend.create_template(caller.tenant(), spec).await?;
     Ok((StatusCode::ACCEPTED, Json(template)).into_response())
 }
 
+/// `GET /v1/templates`: the caller's tenant's and the built-in `default`; the operator's
+/// lists every tenant's (each with its `tenant`), or one tenant's with `?tenant=`.
 pub(crate) async fn list<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
+    owner: NameOwner,
+    uri: axum::http::Uri,
 ) -> Json<TemplateList> {
     let mut templates = st.backend.list_templates().await;
-    templates.retain(|t| govern::template_visible_to(&st, &caller, &t.name));
+    let every = caller.is_operator() && !crate::state::has_tenant_param(&uri);
+    templates.retain(|t| every || t.tenant == owner.0 || t.name == "default");
     Json(TemplateList { templates })
 }
 
+/// `GET /v1/templates/{name}`: the tenant's own, or the built-in `default`.
 pub(crate) async fn get<B: Backend>(
     State(st): State<AppState<B>>,
     ApiPath(name): ApiPath<String>,
+    NameOwner(owner): NameOwner,
 ) -> Result<Json<Template>, HttpError> {
-    Ok(Json(st.backend.get_template(&name).await?))
+    Ok(Json(st.backend.get_template(&owner, &name).await?))
+}
+
+/// `DELETE /v1/templates/{name}`: the tenant's own (the operator's, any tenant's with
+/// `?tenant=`). Its zygote and pool are retired, its spec forgotten, its share slot freed.
+/// Refused with 409 `template_in_use` while a sandbox that has not ended or a snapshot of
+/// the tenant names it; 400 for the built-in `default`. Gated as a build of it is
+/// (`build_template`, no packages): who may make a template may unmake it.
+pub(crate) async fn delete<B: Backend>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    NameOwner(owner): NameOwner,
+) -> Result<StatusCode, HttpError> {
+    if let Some(g) = st.gov.as_deref() {
+        g.gate(
+            &caller.0,
+            sandlot_policy::GateRequest::BuildTemplate {
+                template: name.clone(),
+                packages: 0,
+            },
+            format!("Template::{name:?}"),
+        )?;
+    }
+    st.backend.delete_template(&owner, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

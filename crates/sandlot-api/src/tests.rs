@@ -221,6 +221,7 @@ fn sample_template(name: &str, status: TemplateStatus) -> Template {
             .then(|| "setup raised ValueError: boom".to_owned()),
         spec: sample_spec(name),
         created_at: "2025-01-01T00:00:00Z".into(),
+        tenant: "default".into(),
         prepare_seconds: (status == TemplateStatus::Ready).then_some(0.75),
     }
 }
@@ -401,7 +402,11 @@ impl Backend for Fake {
         Ok((size, "text/csv".into(), file))
     }
 
-    async fn create_template(&self, spec: TemplateSpec) -> Result<Template, ApiError> {
+    async fn create_template(
+        &self,
+        _tenant: &str,
+        spec: TemplateSpec,
+    ) -> Result<Template, ApiError> {
         self.record(format!("create_template {}", spec.name));
         if spec.name == "default" {
             return Err(ApiError::new(
@@ -423,7 +428,7 @@ impl Backend for Fake {
         ]
     }
 
-    async fn get_template(&self, name: &str) -> Result<Template, ApiError> {
+    async fn get_template(&self, _tenant: &str, name: &str) -> Result<Template, ApiError> {
         match name {
             "missing" => Err(ApiError::new(
                 ErrorCode::TemplateNotFound,
@@ -813,7 +818,7 @@ async fn bad_template_specs_are_invalid_requests() {
     let resp = send(&app, json_req(Method::POST, "/v1/templates", &big)).await;
     expect_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
     // Other methods.
-    let resp = send(&app, empty_req(Method::DELETE, "/v1/templates/sales")).await;
+    let resp = send(&app, empty_req(Method::PUT, "/v1/templates/sales")).await;
     expect_error(resp, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
 }
@@ -856,6 +861,7 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::TenantNotFound, 404),
     (ErrorCode::KeyNotFound, 404),
     (ErrorCode::NameTaken, 409),
+    (ErrorCode::TemplateInUse, 409),
     (ErrorCode::InvalidPolicy, 422),
     (ErrorCode::SandboxContained, 409),
     (ErrorCode::Internal, 500),

@@ -136,6 +136,22 @@ enum TemplateCommand {
     /// List the server's templates.
     #[command(after_help = config::env_help(&[config::URL]))]
     List(TemplateListArgs),
+    /// Delete a template: its zygote and pool go, its share slot is freed. Refused while a
+    /// sandbox that has not ended or a snapshot uses it.
+    #[command(after_help = config::env_help(&[config::URL]))]
+    Delete(TemplateDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+struct TemplateDeleteArgs {
+    /// The template's name
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// Another tenant's template (operator keys only)
+    #[arg(long, value_name = "TENANT")]
+    tenant: Option<String>,
+    #[command(flatten)]
+    url: UrlArg,
 }
 
 #[derive(Debug, Args)]
@@ -409,6 +425,11 @@ fn template(cmd: TemplateCommand) -> anyhow::Result<u8> {
         TemplateCommand::List(args) => {
             tokio_runtime()?.block_on(template::list(&args.url.url, args.json))
         }
+        TemplateCommand::Delete(args) => tokio_runtime()?.block_on(template::delete(
+            &args.url.url,
+            &args.name,
+            args.tenant.as_deref(),
+        )),
     }
 }
 

@@ -293,6 +293,26 @@ pub async fn build(file: &Path, url: &str, timeout: Duration) -> anyhow::Result<
     Ok(0)
 }
 
+/// `sandlot template delete NAME [--tenant T]`.
+pub async fn delete(url: &str, name: &str, tenant: Option<&str>) -> anyhow::Result<u8> {
+    // Template and tenant names are [a-z0-9_-]: anything else would change the path.
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    };
+    if !plain(name) || !tenant.is_none_or(plain) {
+        anyhow::bail!("template and tenant names are [a-z0-9_-]");
+    }
+    let path = match tenant {
+        Some(t) => format!("/v1/templates/{name}?tenant={t}"),
+        None => format!("/v1/templates/{name}"),
+    };
+    Client::new(url)?.delete(&path).await?;
+    eprintln!("sandlot: template {name} deleted");
+    Ok(0)
+}
+
 /// `sandlot template list`: a table, or the templates as JSON.
 pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
     let templates = Client::new(url)?.list().await?;
@@ -315,9 +335,10 @@ fn status_word(s: TemplateStatus) -> &'static str {
     }
 }
 
-/// NAME, STATUS, VERSION, PREPARE and what the template is (or why it failed, first line).
+/// NAME, TENANT, STATUS, VERSION, PREPARE and what the template is (or why it failed, first
+/// line).
 fn table(templates: &[Template]) -> String {
-    let rows: Vec<[String; 5]> = templates
+    let rows: Vec<[String; 6]> = templates
         .iter()
         .map(|t| {
             let about = match (&t.error, &t.spec.description) {
@@ -327,6 +348,7 @@ fn table(templates: &[Template]) -> String {
             };
             [
                 t.name.clone(),
+                t.tenant.clone(),
                 status_word(t.status).to_owned(),
                 t.version.clone(),
                 t.prepare_seconds
@@ -335,8 +357,8 @@ fn table(templates: &[Template]) -> String {
             ]
         })
         .collect();
-    let header = ["NAME", "STATUS", "VERSION", "PREPARE", "ABOUT"].map(String::from);
-    let mut widths = [0usize; 4];
+    let header = ["NAME", "TENANT", "STATUS", "VERSION", "PREPARE", "ABOUT"].map(String::from);
+    let mut widths = [0usize; 5];
     for row in std::iter::once(&header).chain(&rows) {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -348,7 +370,7 @@ fn table(templates: &[Template]) -> String {
         for (w, cell) in widths.iter().zip(row) {
             line.push_str(&format!("{cell:<w$}  ", w = *w));
         }
-        line.push_str(&row[4]);
+        line.push_str(&row[5]);
         s.push_str(line.trim_end());
         s.push('\n');
     }
@@ -483,6 +505,7 @@ memory_mb = 2048
                 ..Default::default()
             },
             created_at: "2025-01-01T00:00:00Z".into(),
+            tenant: "default".into(),
             prepare_seconds: (status == TemplateStatus::Ready).then_some(0.5),
         };
         let s = table(&[

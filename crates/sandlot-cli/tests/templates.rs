@@ -360,9 +360,13 @@ fn invalid_specs_and_unknown_names() {
     server
         .post("/v1/sandboxes", &json!({"template": "nope"}))
         .expect_error(404, "template_not_found");
+    // The built-in template is nobody's to delete; a name never built is not found.
     server
         .delete("/v1/templates/default")
-        .expect_error(405, "method_not_allowed");
+        .expect_error(400, "invalid_argument");
+    server
+        .delete("/v1/templates/nope")
+        .expect_error(404, "template_not_found");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,6 +526,38 @@ memory_mb = 2048
     assert!(err.contains("invalid_argument"), "{err}");
     let templates = server.get("/v1/templates").expect(200).clone();
     assert_eq!(templates["templates"].as_array().unwrap().len(), 3);
+
+    // `template delete`: refused while a sandbox uses it (the server's code in the message),
+    // done once none does; names that are not names are refused before anything is sent.
+    let delete = |args: &[&str]| {
+        output(
+            sandlot(&["template", "delete"])
+                .args(args)
+                .args(["--url", server.url()])
+                .env("SANDLOT_API_KEY", server.key()),
+        )
+    };
+    let (code, _, err) = delete(&["sales"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("template_in_use"), "{err}");
+    let (code, _, err) = delete(&["broken"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = delete(&["broken"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("template_not_found"), "{err}");
+    for bad in [&["../x"][..], &["a/b"], &["sales", "--tenant", "a/b"]] {
+        let (code, _, err) = delete(bad);
+        assert_eq!(code, 1, "{bad:?}: {err}");
+        assert!(err.contains("[a-z0-9_-]"), "{bad:?}: {err}");
+    }
+    server
+        .delete(&format!("/v1/sandboxes/{}", sb["id"].as_str().unwrap()))
+        .expect(204);
+    let (code, _, err) = delete(&["sales", "--tenant", "default"]);
+    assert_eq!(code, 0, "{err}");
+    server
+        .get("/v1/templates/sales")
+        .expect_error(404, "template_not_found");
 }
 
 #[test]

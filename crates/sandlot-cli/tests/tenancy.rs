@@ -760,11 +760,16 @@ fn another_tenants_ids_answer_404_on_every_route() {
             &json!({ "volumes": [{ "name": owned.volume, "path": "data" }] }),
         )
         .expect_error(404, "volume_not_found");
-        // Names are one namespace: A's are taken.
-        b.post("/v1/volumes", &json!({ "name": owned.volume }))
-            .expect_error(409, "name_taken");
-        b.post("/v1/templates", &json!({ "name": owned.template }))
-            .expect_error(409, "name_taken");
+        // Names are per tenant: B's volume and template of A's names are B's own, and
+        // deleting them leaves A's (checked below).
+        let v = b.post("/v1/volumes", &json!({ "name": owned.volume }));
+        assert_eq!(v.expect(201)["tenant"], "beta", "{}", v.text);
+        let t = b.post("/v1/templates", &json!({ "name": owned.template }));
+        assert_eq!(t.expect(202)["tenant"], "beta", "{}", t.text);
+        b.delete(&format!("/v1/volumes/{}", owned.volume))
+            .expect(204);
+        b.delete(&format!("/v1/templates/{}", owned.template))
+            .expect(204);
     }
     // Another tenant's record and keys are not found either (for its admin, see
     // `a_tenants_admin_is_not_a_superuser`).

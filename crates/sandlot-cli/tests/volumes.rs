@@ -21,8 +21,14 @@ fn create(server: &TestServer, body: &Value) -> String {
         .to_string()
 }
 
+/// Where the tenant `default`'s volume `name` keeps its files: its workspace id is
+/// `vol-<sha256 of "<tenant>\0<name>", 40 hex digits>` (names are per tenant).
 fn volume_dir(server: &TestServer, name: &str) -> std::path::PathBuf {
-    server.data_dir().join(format!("disk/mnt/ws/vol_{name}"))
+    use sha2::Digest;
+    let h = hex::encode(sha2::Sha256::digest(format!("default\0{name}").as_bytes()));
+    server
+        .data_dir()
+        .join(format!("disk/mnt/ws/vol-{}", &h[..40]))
 }
 
 #[test]

@@ -73,14 +73,11 @@ pub(crate) fn released(ctx: &Ctx, tenant: &str) {
     }
 }
 
-/// Whether `who` may start from template `name`, as `/v1` decides: `default` is everyone's,
-/// a template made through the API its owner tenant's, one with no recorded owner (made
-/// before tenants existed) the tenant `default`'s; a store that cannot answer shows none.
+/// Whether `who` may start from template `name`, as `/v1` decides: names are per tenant, so
+/// it is its tenant's own template (or the built-in `default`); another tenant's is as
+/// missing as one that never was.
 pub(crate) fn template_visible(ctx: &Ctx, who: &Principal, name: &str) -> bool {
-    let Some(gov) = ctx.gov.as_deref() else {
-        return true;
-    };
-    gov.template_visible(who, name)
+    ctx.rt.has_template(&who.tenant, name)
 }
 
 /// Fills what `req`'s limits leave out from its template's, as the runtime will: quota
@@ -89,7 +86,11 @@ pub(crate) fn template_visible(ctx: &Ctx, who: &Principal, name: &str) -> bool {
 /// runtime's own answer.
 pub(crate) async fn with_template_limits(ctx: &Ctx, req: &mut CreateSandbox) {
     let name = req.template.clone().unwrap_or_else(|| "default".into());
-    if let Ok(t) = ctx.rt.get_template(&name).await {
+    let tenant = req
+        .tenant
+        .clone()
+        .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
+    if let Ok(t) = ctx.rt.get_template(&tenant, &name).await {
         sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
     }
 }

@@ -114,24 +114,15 @@ impl Scope {
                 return Err(runtime(RuntimeError::SnapshotNotFound { id: s.clone() }));
             }
         }
-        for v in &req.volumes {
-            if rt.volume_tenant(&v.name).as_deref() != Some(self.tenant()) {
-                return Err(runtime(RuntimeError::VolumeNotFound {
-                    name: v.name.clone(),
-                }));
-            }
-        }
+        // Volumes are looked up within the tenant by the runtime (`req.tenant`): another
+        // tenant's are as missing as absent ones.
         Ok(())
     }
 
-    /// Whether the tenant may start from template `name`, as `/v1` decides: `default` is
-    /// everyone's, a template made through the API its owner tenant's, one with no recorded
-    /// owner (made before tenants existed) the tenant `default`'s.
+    /// Whether the tenant may start from template `name`, as `/v1` decides: its own (names
+    /// are per tenant) or the built-in `default`.
     fn template_visible(&self, name: &str) -> bool {
-        let Some(gov) = self.tenancy.gov.as_deref() else {
-            return true;
-        };
-        gov.template_visible(&self.who, name)
+        self.tenancy.rt.has_template(self.tenant(), name)
     }
 
     /// Governs the creation `req` as `/v1` does: its limits (above the isolated maxima they
@@ -156,7 +147,7 @@ impl Scope {
             req.template = template.clone();
         }
         if let Some(t) = template {
-            if let Ok(t) = rt.get_template(&t).await {
+            if let Ok(t) = rt.get_template(self.tenant(), &t).await {
                 sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
             }
         }

@@ -23,6 +23,8 @@ pub(crate) struct Admitted {
     pub lifetime: u64,
     /// The named volumes to mount, checked, paths normalized.
     pub volumes: Vec<sandlot_types::VolumeMount>,
+    /// The tenant the sandbox will belong to: its template and volumes are this tenant's.
+    pub tenant: String,
 }
 
 /// A creation's place among those counted against capacity (queued or running); given back
@@ -41,7 +43,11 @@ impl Runtime {
     /// Checks a creation request and resolves what it asks for; nothing is counted yet.
     pub(crate) fn admit(&self, req: &CreateSandbox) -> Result<Admitted, RuntimeError> {
         let name = req.template.clone().unwrap_or_else(|| "default".into());
-        let tmpl = self.template(&name)?;
+        let tenant = req
+            .tenant
+            .clone()
+            .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
+        let tmpl = self.template(&tenant, &name)?;
         match tmpl.status() {
             (TemplateStatus::Ready, _) => {}
             (TemplateStatus::Building, _) => return Err(RuntimeError::TemplateBuilding { name }),
@@ -66,13 +72,14 @@ impl Runtime {
         let cfg = &self.inner.config;
         let idle = lifetime("idle_timeout", req.idle_timeout, cfg.default_idle_timeout)?;
         let lifetime = lifetime("max_lifetime", req.max_lifetime, cfg.default_max_lifetime)?;
-        let volumes = self.check_volume_mounts(&req.volumes)?;
+        let volumes = self.check_volume_mounts(&tenant, &req.volumes)?;
         Ok(Admitted {
             tmpl,
             limits,
             idle,
             lifetime,
             volumes,
+            tenant,
         })
     }
 

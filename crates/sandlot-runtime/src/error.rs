@@ -68,8 +68,10 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     InvalidTemplate(#[from] TemplateSpecError),
-    #[error("the default template cannot be replaced")]
+    #[error("the default template cannot be replaced or deleted")]
     DefaultTemplateReadOnly,
+    #[error("template {name:?} is in use by {by}; delete that first")]
+    TemplateInUse { name: String, by: String },
     #[error("saving the template {path}: {source}")]
     SaveTemplate { path: PathBuf, source: io::Error },
     #[error("no free uid for a zygote")]

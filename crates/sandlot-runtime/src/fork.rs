@@ -143,7 +143,7 @@ impl Runtime {
         saved: &Saved,
         req: &ForkRequest,
     ) -> Result<Vec<Sandbox>, RuntimeError> {
-        let tmpl = self.template(&parent.template)?;
+        let tmpl = self.template(&parent.tenant, &parent.template)?;
         let slots = self.inner.config.max_concurrent_creates.max(1);
         // A volume is read-write in one sandbox at a time: children get the read-only ones.
         let volumes: Vec<VolumeMount> = parent
@@ -156,6 +156,7 @@ impl Runtime {
             futures::stream::iter((0..req.count).map(|_| {
                 self.boot_from(
                     &tmpl,
+                    &parent.tenant,
                     parent.limits,
                     &volumes,
                     &parent.env,
@@ -213,6 +214,7 @@ impl Runtime {
     pub(crate) async fn boot_from(
         &self,
         tmpl: &Arc<Tmpl>,
+        tenant: &str,
         limits: EffectiveLimits,
         volumes: &[VolumeMount],
         env: &std::collections::BTreeMap<String, String>,
@@ -238,10 +240,20 @@ impl Runtime {
                 }
             }
         }
-        let (id, uid, cg) = self.allocate(limits, volumes).await?;
+        let (id, uid, cg) = self.allocate(tenant, limits, volumes).await?;
         let booted = self
             .boot_restored(
-                tmpl, &id, uid, &cg, limits, volumes, env, base, state, saved, reseed,
+                tmpl,
+                &id,
+                uid,
+                &cg,
+                limits,
+                (tenant, volumes),
+                env,
+                base,
+                state,
+                saved,
+                reseed,
             )
             .await;
         match booted {
@@ -298,7 +310,7 @@ impl Runtime {
         uid: u32,
         cg: &Cgroup,
         limits: EffectiveLimits,
-        volumes: &[VolumeMount],
+        volumes: (&str, &[VolumeMount]),
         env: &std::collections::BTreeMap<String, String>,
         base: &str,
         state: &Path,

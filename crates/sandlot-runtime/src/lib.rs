@@ -284,7 +284,10 @@ struct Inner {
     cgroup_base: PathBuf,
     slots: Mutex<uids::Slots>,
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
-    templates: Mutex<HashMap<String, Arc<Tmpl>>>,
+    /// Templates by `(tenant, name)`.
+    templates: Mutex<HashMap<(String, String), Arc<Tmpl>>>,
+    /// Template deletions, one at a time.
+    template_ops: tokio::sync::Mutex<()>,
     lib_dir: PathBuf,
     staging: PathBuf,
     default_env: PathBuf,
@@ -306,7 +309,7 @@ struct Inner {
     /// Volume creations and deletions, one at a time.
     volume_ops: tokio::sync::Mutex<()>,
     /// Which sandbox holds each volume mounted read-write.
-    volume_claims: Mutex<HashMap<String, String>>,
+    volume_claims: Mutex<HashMap<(String, String), String>>,
     /// The server's governance (egress, canaries, guardrails), once installed.
     governance: std::sync::OnceLock<govern::Governance>,
     /// Lifecycle events and who listens to them (`events.rs`).
@@ -402,6 +405,7 @@ impl Runtime {
             slots: Mutex::new(slots),
             sandboxes: Mutex::new(HashMap::new()),
             templates: Mutex::new(HashMap::new()),
+            template_ops: Default::default(),
             lib_dir,
             staging,
             default_env: env_root.clone(),
@@ -423,13 +427,17 @@ impl Runtime {
             inner: Arc::new(runtime_inner),
         };
         rt.recover()?;
-        let default = rt.register(templates::default_spec(), env_root)?;
+        let default = rt.register(
+            sandlot_types::DEFAULT_TENANT,
+            templates::default_spec(),
+            env_root,
+        )?;
         rt.start_zygote(&default).await?;
         // Templates created by earlier runs are rebuilt in the background.
-        for spec in rt.saved_templates() {
+        for (tenant, spec) in rt.saved_templates() {
             let rt2 = rt.clone();
             tokio::spawn(async move {
-                let _ = rt2.create_template(spec).await;
+                let _ = rt2.create_template(&tenant, spec).await;
             });
         }
         rt.start_housekeeping();

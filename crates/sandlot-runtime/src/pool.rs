@@ -74,13 +74,13 @@ impl Runtime {
             loop {
                 let have = lock(&tmpl.pool).len();
                 let current = rt
-                    .template(&tmpl.spec.name)
+                    .template(&tmpl.tenant, &tmpl.spec.name)
                     .map(|t| Arc::ptr_eq(&t, &tmpl))
                     .unwrap_or(false);
                 if have >= want || !current || rt.inner.closing.load(Ordering::SeqCst) {
                     break;
                 }
-                match rt.boot(&tmpl, limits, &[]).await {
+                match rt.boot(&tmpl, &tmpl.tenant, limits, &[]).await {
                     Ok(live) => {
                         // Touch the pages a first cell needs now, not on the client's time.
                         let _ = live.send(&serde_json::json!({"type": "warm"})).await;

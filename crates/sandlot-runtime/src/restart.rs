@@ -174,16 +174,17 @@ impl Runtime {
         if lock(&e.slot).ended {
             return Err(ending(&e.id));
         }
-        let (template, limits, env, volumes) = {
+        let (template, tenant, limits, env, volumes) = {
             let info = lock(&e.info);
             (
                 info.template.clone(),
+                info.tenant.clone(),
                 info.limits,
                 info.env.clone(),
                 info.volumes.clone(),
             )
         };
-        let tmpl = self.template(&template)?;
+        let tmpl = self.template(&tenant, &template)?;
         if let (TemplateStatus::Building, _) = tmpl.status() {
             return Err(RuntimeError::TemplateBuilding { name: template });
         }
@@ -202,7 +203,7 @@ impl Runtime {
                 e.host_uid,
                 &e.cgroup,
                 limits,
-                e.disk.then_some(&volumes[..]),
+                e.disk.then_some((&tenant[..], &volumes[..])),
             )
             .await
         {

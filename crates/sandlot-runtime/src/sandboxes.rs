@@ -56,14 +56,6 @@ impl Runtime {
         }
     }
 
-    /// The tenant volume `name` belongs to, if it is recorded.
-    pub fn volume_tenant(&self, name: &str) -> Option<String> {
-        match self.inner.store.get_volume(name) {
-            Ok(Some(v)) => Some(v.tenant),
-            _ => None,
-        }
-    }
-
     /// The limits of a live sandbox.
     pub fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
         lock(&self.inner.sandboxes)
@@ -139,21 +131,11 @@ impl Runtime {
     /// How many templates `tenant` owns (those made before tenants existed are the tenant
     /// `default`'s; the template `default` is nobody's).
     pub fn tenant_templates(&self, tenant: &str) -> Result<u64, RuntimeError> {
-        let mut n = 0;
-        for t in self.all_templates() {
-            if t.spec.name == "default" {
-                continue;
-            }
-            let owner = self
-                .inner
-                .store
-                .template_owner(&t.spec.name)
-                .map_err(store("looking up a template's owner"))?;
-            if owner.as_deref().unwrap_or(sandlot_types::DEFAULT_TENANT) == tenant {
-                n += 1;
-            }
-        }
-        Ok(n)
+        Ok(self
+            .all_templates()
+            .iter()
+            .filter(|t| t.spec.name != "default" && t.tenant == tenant)
+            .count() as u64)
     }
 
     /// Every live sandbox's entry, at this moment.

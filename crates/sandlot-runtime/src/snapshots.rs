@@ -190,6 +190,7 @@ impl Runtime {
                 let r = rt
                     .boot_from(
                         &admitted.tmpl,
+                        &admitted.tenant,
                         admitted.limits,
                         &admitted.volumes,
                         &req.env,

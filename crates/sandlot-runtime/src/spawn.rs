@@ -113,7 +113,7 @@ impl Runtime {
         };
         let live = match pooled {
             Some(live) => live,
-            None => self.boot(&a.tmpl, a.limits, &a.volumes).await?,
+            None => self.boot(&a.tmpl, &a.tenant, a.limits, &a.volumes).await?,
         };
         self.refill(&a.tmpl);
         if let Err(err) = live.send_env(&req.env).await {
@@ -182,6 +182,7 @@ impl Runtime {
     /// claimed for it) and its cgroup. Give them back with [`Runtime::abandon_allocated`].
     pub(crate) async fn allocate(
         &self,
+        tenant: &str,
         limits: EffectiveLimits,
         volumes: &[VolumeMount],
     ) -> Result<(String, u32, Cgroup), RuntimeError> {
@@ -189,7 +190,7 @@ impl Runtime {
         let uid = lock(&self.inner.slots)
             .alloc(crate::uids::Kind::Sandbox)
             .ok_or(RuntimeError::NoFreeUid)?;
-        if let Err(err) = self.claim_volumes(&id, uid, volumes).await {
+        if let Err(err) = self.claim_volumes(&id, tenant, uid, volumes).await {
             self.release_uid(uid);
             return Err(err);
         }
@@ -218,17 +219,25 @@ impl Runtime {
     pub(crate) async fn boot(
         &self,
         tmpl: &Arc<Tmpl>,
+        tenant: &str,
         limits: EffectiveLimits,
         volumes: &[VolumeMount],
     ) -> Result<Arc<Live>, RuntimeError> {
-        let (id, uid, cg) = self.allocate(limits, volumes).await?;
+        let (id, uid, cg) = self.allocate(tenant, limits, volumes).await?;
         let booted = async {
             let disk = self.zygote(tmpl).await?.workspace_fd;
             if disk {
                 self.create_workspace(&id, uid, limits.disk_mb).await?;
             }
-            self.spawn_in(tmpl, &id, uid, &cg, limits, disk.then_some(volumes))
-                .await
+            self.spawn_in(
+                tmpl,
+                &id,
+                uid,
+                &cg,
+                limits,
+                disk.then_some((tenant, volumes)),
+            )
+            .await
         };
         match booted.await {
             Ok(live) => Ok(live),
@@ -257,7 +266,7 @@ impl Runtime {
         uid: u32,
         cg: &Cgroup,
         limits: EffectiveLimits,
-        disk: Option<&[VolumeMount]>,
+        disk: Option<(&str, &[VolumeMount])>,
     ) -> Result<Arc<Live>, RuntimeError> {
         let mut forked_by = None;
         let first = self
@@ -289,13 +298,13 @@ impl Runtime {
         uid: u32,
         cg: &Cgroup,
         limits: EffectiveLimits,
-        disk: Option<&[VolumeMount]>,
+        disk: Option<(&str, &[VolumeMount])>,
         forked_by: &mut Option<Arc<Zygote>>,
     ) -> Result<Arc<Live>, RuntimeError> {
         let mut times = Timeline::start();
         let mount = disk.map(|_| self.workspace_mount(id)).transpose()?;
-        let volumes = disk.unwrap_or_default();
-        let trees = self.volume_trees(volumes)?;
+        let (tenant, volumes) = disk.unwrap_or_default();
+        let trees = self.volume_trees(tenant, volumes)?;
         let targets: Vec<VolumeTarget> = volumes
             .iter()
             .take(trees.len())

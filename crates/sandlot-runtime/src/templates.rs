@@ -5,9 +5,16 @@
 //!
 //! The runtime's side (`impl Runtime`): registering a template, building it in the background
 //! (its environment, then its zygote), starting and restarting zygotes, and looking templates
-//! up. Replacing a template retires the old one (`teardown`).
+//! up. Replacing a template retires the old one (`teardown`); so does deleting it.
+//!
+//! Names are per tenant: templates are keyed by `(tenant, name)` (the registry, the spec saved
+//! in the data dir at `templates/<tenant>/<name>.json`, the zygote's template file and cgroup),
+//! so two tenants' `analysis` are two templates. The built-in `default` is the tenant
+//! `default`'s and every tenant resolves `default` to it; no tenant may make its own
+//! `default`. A spec saved before names were per tenant is the flat `templates/<name>.json`,
+//! whose tenant the store's owner row says (`flat`), else `default`.
 
-use crate::error::{encoding, RuntimeError, TemplateSpecError, ZygoteStartError};
+use crate::error::{encoding, store, RuntimeError, TemplateSpecError, ZygoteStartError};
 use crate::util::{self, blocking, lock, now_rfc3339};
 use crate::zygote::{Zygote, ZygoteSpec};
 use crate::zygote_config::zygote_config;
@@ -46,6 +53,8 @@ pub fn default_spec() -> TemplateSpec {
 
 /// A template the runtime knows, and its zygote once built.
 pub struct Tmpl {
+    /// The tenant whose template it is.
+    pub tenant: String,
     pub spec: TemplateSpec,
     pub version: String,
     pub created_at: String,
@@ -77,6 +86,7 @@ impl Tmpl {
             error,
             spec: self.spec.clone(),
             created_at: self.created_at.clone(),
+            tenant: self.tenant.clone(),
             prepare_seconds: prepare,
         }
     }
@@ -91,6 +101,24 @@ impl Tmpl {
     }
 }
 
+/// Refuses what is not a template name (`[a-z0-9][a-z0-9_-]{0,62}`), as a spec with it would be.
+pub(crate) fn check_template_name(name: &str) -> Result<(), TemplateSpecError> {
+    if name_ok(name) {
+        Ok(())
+    } else {
+        Err(TemplateSpecError::Name(name.chars().take(64).collect()))
+    }
+}
+
+fn name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
 fn is_identifier_path(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 200
@@ -103,18 +131,7 @@ fn is_identifier_path(s: &str) -> bool {
 
 /// Checks a spec before anything is built.
 pub fn validate(spec: &TemplateSpec) -> Result<(), TemplateSpecError> {
-    let name_ok = !spec.name.is_empty()
-        && spec.name.len() <= 63
-        && spec
-            .name
-            .starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && spec
-            .name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if !name_ok {
-        return Err(TemplateSpecError::Name(spec.name.clone()));
-    }
+    check_template_name(&spec.name)?;
     if spec.packages.len() > 200 {
         return Err(TemplateSpecError::TooManyPackages);
     }
@@ -156,6 +173,17 @@ pub fn validate(spec: &TemplateSpec) -> Result<(), TemplateSpecError> {
     Ok(())
 }
 
+/// The name of `tenant`'s template `name` among files and cgroups shared by every tenant (the
+/// zygote's template file, its cgroup): the name itself for the tenant `default`, else
+/// `<tenant>+<name>` (`+` is in neither tenant nor template names, so no two collide).
+pub(crate) fn file_key(tenant: &str, name: &str) -> String {
+    if tenant == sandlot_types::DEFAULT_TENANT {
+        name.to_owned()
+    } else {
+        format!("{tenant}+{name}")
+    }
+}
+
 /// The template file the zygote reads: what to import and the setup code.
 pub fn zygote_file(spec: &TemplateSpec) -> String {
     serde_json::json!({"name": spec.name, "imports": spec.imports, "setup": spec.setup}).to_string()
@@ -168,6 +196,7 @@ impl Runtime {
     /// all that runs as the zygote's uid. (`.` is not in template names: no two templates'
     /// groups share a name.)
     pub(crate) fn zygote_cgroup(&self, template: &str, uid: u32) -> PathBuf {
+        // `template` is a `file_key`.
         self.inner
             .cgroup_base
             .join(format!("zygote-{template}.{uid}"))
@@ -177,10 +206,11 @@ impl Runtime {
     /// sandboxes already forked from the old one live on). Its zygote starts later.
     pub(crate) fn register(
         &self,
+        tenant: &str,
         spec: TemplateSpec,
         env_root: PathBuf,
     ) -> Result<Arc<Tmpl>, RuntimeError> {
-        let name = spec.name.clone();
+        let name = file_key(tenant, &spec.name);
         assets::install_templates(&self.inner.lib_dir, &[(name.clone(), zygote_file(&spec))])?;
         let spec_json = serde_json::to_string(&spec).map_err(encoding("the template spec"))?;
         let version = util::short_hash(format!("{spec_json}|{}", env_root.display()).as_bytes());
@@ -196,7 +226,9 @@ impl Runtime {
             &Cgroup::open(&self.inner.hierarchy, &zygote_cgroup),
             &name,
         );
+        let key = (tenant.to_owned(), spec.name.clone());
         let tmpl = Arc::new(Tmpl {
+            tenant: tenant.to_owned(),
             spec,
             version,
             created_at: now_rfc3339(),
@@ -215,7 +247,7 @@ impl Runtime {
             pool: Mutex::new(Vec::new()),
             refilling: Default::default(),
         });
-        let old = lock(&self.inner.templates).insert(name, tmpl.clone());
+        let old = lock(&self.inner.templates).insert(key, tmpl.clone());
         if let Some(old) = old {
             self.retire_template(old);
         }
@@ -303,13 +335,26 @@ impl Runtime {
         self.start_zygote(t).await
     }
 
-    pub(crate) fn template(&self, name: &str) -> Result<Arc<Tmpl>, RuntimeError> {
+    /// `tenant`'s template `name` (`default` is the built-in for every tenant). Another
+    /// tenant's template is as missing as one that never was.
+    pub(crate) fn template(&self, tenant: &str, name: &str) -> Result<Arc<Tmpl>, RuntimeError> {
+        let owner = if name == "default" {
+            sandlot_types::DEFAULT_TENANT
+        } else {
+            tenant
+        };
         lock(&self.inner.templates)
-            .get(name)
+            .get(&(owner.to_owned(), name.to_owned()))
             .cloned()
             .ok_or_else(|| RuntimeError::TemplateNotFound {
-                name: name.to_string(),
+                name: name.chars().take(64).collect(),
             })
+    }
+
+    /// Whether `tenant` has a template `name` to start from (its own, or the built-in
+    /// `default`).
+    pub fn has_template(&self, tenant: &str, name: &str) -> bool {
+        self.template(tenant, name).is_ok()
     }
 
     /// Every template, at this moment.
@@ -317,40 +362,109 @@ impl Runtime {
         lock(&self.inner.templates).values().cloned().collect()
     }
 
-    /// Specs saved by earlier runs (the default template is built in).
-    pub(crate) fn saved_templates(&self) -> Vec<TemplateSpec> {
+    /// Specs saved by earlier runs, with their tenants (the default template is built in):
+    /// `templates/<tenant>/<name>.json`, then the flat `templates/<name>.json` of runs before
+    /// names were per tenant (unless the same tenant's template was saved since).
+    pub(crate) fn saved_templates(&self) -> Vec<(String, TemplateSpec)> {
         let dir = self.inner.config.data_dir.join("templates");
         let Ok(rd) = std::fs::read_dir(&dir) else {
             return vec![];
         };
-        rd.filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path()).ok())
-            .filter_map(|b| serde_json::from_slice::<TemplateSpec>(&b).ok())
-            .filter(|s| s.name != "default")
-            .collect()
+        let read_spec = |p: &std::path::Path| {
+            std::fs::read(p)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<TemplateSpec>(&b).ok())
+                .filter(|s| s.name != "default" && validate(s).is_ok())
+        };
+        let (mut out, mut flat) = (Vec::new(), Vec::new());
+        for e in rd.filter_map(|e| e.ok()) {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let tenant = e.file_name().to_string_lossy().into_owned();
+                let tenant_like = !tenant.is_empty()
+                    && tenant.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                    });
+                if !tenant_like {
+                    continue;
+                }
+                let Ok(inner) = std::fs::read_dir(&path) else {
+                    continue;
+                };
+                for f in inner.filter_map(|f| f.ok()) {
+                    if let Some(spec) = read_spec(&f.path()) {
+                        out.push((tenant.clone(), spec));
+                    }
+                }
+            } else if let Some(spec) = read_spec(&path) {
+                flat.push(spec);
+            }
+        }
+        for spec in flat {
+            let tenant = self
+                .inner
+                .store
+                .flat_template_owner(&spec.name)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
+            if !out.iter().any(|(t, s)| *t == tenant && s.name == spec.name) {
+                out.push((tenant, spec));
+            }
+        }
+        out
+    }
+
+    /// Where `tenant`'s template `name` is saved, and the flat file of a run before names
+    /// were per tenant that may hold it too.
+    fn spec_paths(&self, tenant: &str, name: &str) -> (PathBuf, Option<PathBuf>) {
+        let dir = self.inner.config.data_dir.join("templates");
+        let flat_owner = self.inner.store.flat_template_owner(name).ok().flatten();
+        let flat = (flat_owner
+            .as_deref()
+            .unwrap_or(sandlot_types::DEFAULT_TENANT)
+            == tenant)
+            .then(|| dir.join(format!("{name}.json")));
+        (dir.join(tenant).join(format!("{name}.json")), flat)
     }
 
     /// Registers a template and builds it in the background: provisions its environment when
     /// it has extra packages, then starts its zygote (imports and setup). Returns at once with
     /// status `building`; poll `get_template`.
-    pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, RuntimeError> {
+    ///
+    /// The template is `tenant`'s: no other tenant sees or uses it, and another tenant's
+    /// template of the same name is another template.
+    pub async fn create_template(
+        &self,
+        tenant: &str,
+        spec: TemplateSpec,
+    ) -> Result<Template, RuntimeError> {
         validate(&spec)?;
         if spec.name == "default" {
             return Err(RuntimeError::DefaultTemplateReadOnly);
         }
         self.resolve_limits(&spec.limits)?;
-        let path = self
-            .inner
-            .config
-            .data_dir
-            .join("templates")
-            .join(format!("{}.json", spec.name));
+        // Saving and registering are one step against a deletion of the same template.
+        let _ops = self.inner.template_ops.lock().await;
+        let (path, flat) = self.spec_paths(tenant, &spec.name);
         let json = serde_json::to_vec_pretty(&spec).map_err(encoding("the template spec"))?;
-        if let Err(source) = std::fs::write(&path, json) {
+        let saved = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&path, json));
+        if let Err(source) = saved {
             return Err(RuntimeError::SaveTemplate { path, source });
         }
+        // The spec lives in the per-tenant layout from now on.
+        if let Some(flat) = flat {
+            let _ = std::fs::remove_file(flat);
+        }
+        self.inner
+            .store
+            .record_template(tenant, &spec.name)
+            .map_err(store("recording a template"))?;
         // Listed at once as building; registered for real once its environment exists.
-        let placeholder = self.register(spec.clone(), self.inner.default_env.clone())?;
+        let placeholder = self.register(tenant, spec.clone(), self.inner.default_env.clone())?;
         *lock(&placeholder.zygote_spec) = None;
         let view = placeholder.view();
         let rt = self.clone();
@@ -363,7 +477,18 @@ impl Runtime {
                     return;
                 }
             };
-            match rt.register(placeholder.spec.clone(), env) {
+            let registered = {
+                let _ops = rt.inner.template_ops.lock().await;
+                // Deleted (or replaced) while its environment was made: nothing to register.
+                if placeholder
+                    .retired
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    return;
+                }
+                rt.register(&placeholder.tenant, placeholder.spec.clone(), env)
+            };
+            match registered {
                 Ok(t) => {
                     let _ = rt.start_zygote(&t).await;
                 }
@@ -393,14 +518,90 @@ impl Runtime {
         Ok(env)
     }
 
+    /// Every tenant's templates, by name then tenant.
     pub async fn list_templates(&self) -> Vec<Template> {
         let mut v: Vec<Template> = self.all_templates().iter().map(|t| t.view()).collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v.sort_by(|a, b| (&a.name, &a.tenant).cmp(&(&b.name, &b.tenant)));
         v
     }
 
-    pub async fn get_template(&self, name: &str) -> Result<Template, RuntimeError> {
-        Ok(self.template(name)?.view())
+    /// `tenant`'s template `name` (or the built-in `default`). A name that is not a template
+    /// name is refused as such (400).
+    pub async fn get_template(&self, tenant: &str, name: &str) -> Result<Template, RuntimeError> {
+        check_template_name(name)?;
+        Ok(self.template(tenant, name)?.view())
+    }
+
+    /// Deletes `tenant`'s template `name`: its zygote, its pool and its cgroup go (retired as
+    /// a replaced template's are), its spec is forgotten. Refused with `template_in_use` while
+    /// a sandbox of the tenant that has not ended (running, paused, stopped) or one of its
+    /// snapshots names it: each of those needs the template's zygote again (a restart in
+    /// place, a resume, a fork, a restore). The built-in `default` cannot be deleted.
+    pub async fn delete_template(&self, tenant: &str, name: &str) -> Result<(), RuntimeError> {
+        check_template_name(name)?;
+        if name == "default" {
+            // Another tenant asking is told what anyone may know: it is the built-in one.
+            return Err(RuntimeError::DefaultTemplateReadOnly);
+        }
+        let _guard = self.inner.template_ops.lock().await;
+        let t = self.template(tenant, name)?;
+        let by_sandbox = self.all_entries().iter().find_map(|e| {
+            let info = lock(&e.info);
+            (info.tenant == tenant && info.template == name && !info.state.is_ended())
+                .then(|| format!("sandbox {} ({})", info.id, info.state.as_str()))
+        });
+        let by_snapshot = || {
+            self.inner
+                .store
+                .list_snapshots()
+                .map(|all| {
+                    all.into_iter()
+                        .find(|s| s.snapshot.tenant == tenant && s.snapshot.template == name)
+                        .map(|s| format!("snapshot {}", s.snapshot.id))
+                })
+                .map_err(store("listing snapshots"))
+        };
+        let by = match by_sandbox {
+            Some(by) => Some(by),
+            None => by_snapshot()?,
+        };
+        if let Some(by) = by {
+            return Err(RuntimeError::TemplateInUse {
+                name: name.to_owned(),
+                by,
+            });
+        }
+        let key = (tenant.to_owned(), name.to_owned());
+        {
+            let mut all = lock(&self.inner.templates);
+            match all.get(&key) {
+                Some(now) if Arc::ptr_eq(now, &t) => {
+                    all.remove(&key);
+                }
+                _ => {
+                    return Err(RuntimeError::TemplateReplaced {
+                        name: name.to_owned(),
+                    })
+                }
+            }
+        }
+        let (path, flat) = self.spec_paths(tenant, name);
+        let _ = std::fs::remove_file(path);
+        if let Some(flat) = flat {
+            let _ = std::fs::remove_file(flat);
+        }
+        let _ = std::fs::remove_file(
+            self.inner
+                .lib_dir
+                .join("templates")
+                .join(format!("{}.json", file_key(tenant, name))),
+        );
+        self.inner
+            .store
+            .forget_template(tenant, name)
+            .map_err(store("forgetting a template"))?;
+        self.retire_template(t);
+        Ok(())
     }
 }
 
@@ -413,6 +614,19 @@ mod tests {
             name: name.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn per_tenant_keys_never_collide() {
+        assert_eq!(file_key("default", "t1"), "t1");
+        assert_eq!(file_key("alpha", "t1"), "alpha+t1");
+        // `+` is in no tenant or template name: no tenant's key is another's.
+        assert_ne!(file_key("a-b", "c"), file_key("a", "b-c"));
+        assert!(check_template_name("alpha+t1").is_err());
+        for bad in ["", "..", "a/b", "A", "a\0b", &"x".repeat(64)] {
+            assert!(check_template_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_template_name(&"x".repeat(63)).is_ok());
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! Named volumes: files that live apart from any sandbox (a team's dataset, a cache), mounted
 //! into sandboxes at creation (`volumes: [{name, path, read_only}]`) under `/workspace`.
 //!
-//! A volume is a workspace of its own among the workspaces on disk (id `vol_<name>`, with its
-//! own byte limit), a record in the store, and a host uid reserved for it while it exists. Any
+//! A volume is a workspace of its own among the workspaces on disk (with its own byte limit), a
+//! record in the store, and a host uid reserved for it while it exists. Names are per tenant:
+//! every lookup is by `(tenant, name)`, so another tenant's volume of the same name is another
+//! volume, and one of another tenant is exactly as missing as one that never was. The
+//! workspace id is recorded with the volume: `vol-<hash of tenant and name>` for a volume made
+//! now, `vol_<name>` for one made before names were per tenant (its files stay where they are). Any
 //! number of sandboxes may mount it read-only at once; one at a time read-write (a second
 //! read-write mount is refused with `volume_in_use` naming the holder). The read-write holder
 //! owns the files while it holds them (they are re-owned to its host uid when it claims the
@@ -26,13 +30,16 @@ use std::os::fd::OwnedFd;
 /// Size of a volume created without `size_mb`.
 const DEFAULT_SIZE_MB: u64 = 1024;
 
-/// The workspace id of volume `name`.
-pub(crate) fn workspace_id(name: &str) -> String {
-    format!("vol_{name}")
+/// The workspace id of a new volume `name` of `tenant`: one path component, distinct for each
+/// `(tenant, name)` (and from the `vol_<name>` of volumes made before names were per tenant).
+fn new_workspace_id(tenant: &str, name: &str) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(format!("{tenant}\0{name}").as_bytes());
+    format!("vol-{}", &hex::encode(h)[..40])
 }
 
 /// `[a-z0-9][a-z0-9_-]{0,47}`.
-fn check_name(name: &str) -> Result<(), RuntimeError> {
+pub(crate) fn check_name(name: &str) -> Result<(), RuntimeError> {
     let ok = !name.is_empty()
         && name.len() <= 48
         && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
@@ -46,6 +53,11 @@ fn check_name(name: &str) -> Result<(), RuntimeError> {
             name: name.chars().take(64).collect(),
         })
     }
+}
+
+/// The key of a volume in the runtime's read-write claims.
+fn claim_key(tenant: &str, name: &str) -> (String, String) {
+    (tenant.to_owned(), name.to_owned())
 }
 
 /// A mount path as the jail takes it: relative to `/workspace`, plain components only.
@@ -96,14 +108,19 @@ impl Runtime {
             }
             Some(v) => v,
         };
+        let tenant = req
+            .tenant
+            .clone()
+            .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
         let _guard = self.inner.volume_ops.lock().await;
-        if self.volume_record(&req.name).is_ok() {
+        if self.volume_record(&tenant, &req.name).is_ok() {
             return Err(RuntimeError::VolumeExists { name: req.name });
         }
         let uid = lock(&self.inner.slots)
             .alloc(crate::uids::Kind::Volume)
             .ok_or(RuntimeError::NoFreeUid)?;
-        let (rt, id) = (self.clone(), workspace_id(&req.name));
+        let workspace = new_workspace_id(&tenant, &req.name);
+        let (rt, id) = (self.clone(), workspace.clone());
         let made = blocking("creating a volume", move || {
             rt.workspaces()?
                 .create(&id, uid, uid, size_mb << 20)
@@ -121,13 +138,11 @@ impl Runtime {
             size_mb,
             created_at: now_rfc3339(),
             host_uid: uid,
-            tenant: req
-                .tenant
-                .clone()
-                .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned()),
+            tenant,
+            workspace,
         };
         if let Err(err) = self.inner.store.insert_volume(&rec) {
-            let (rt, id) = (self.clone(), workspace_id(&req.name));
+            let (rt, id) = (self.clone(), rec.workspace.clone());
             let _ = blocking("removing a volume", move || rt.remove_workspace(&id)).await;
             self.release_uid(uid);
             return Err(store("recording a volume")(err));
@@ -135,6 +150,7 @@ impl Runtime {
         Ok(self.volume_view(rec))
     }
 
+    /// Every tenant's volumes.
     pub async fn list_volumes(&self) -> Result<Vec<Volume>, RuntimeError> {
         Ok(self
             .inner
@@ -146,16 +162,16 @@ impl Runtime {
             .collect())
     }
 
-    pub async fn get_volume(&self, name: &str) -> Result<Volume, RuntimeError> {
-        Ok(self.volume_view(self.volume_record(name)?))
+    pub async fn get_volume(&self, tenant: &str, name: &str) -> Result<Volume, RuntimeError> {
+        Ok(self.volume_view(self.volume_record(tenant, name)?))
     }
 
-    /// Deletes a volume and its files; refused while any sandbox (running, paused, stopped)
-    /// mounts it.
-    pub async fn delete_volume(&self, name: &str) -> Result<(), RuntimeError> {
+    /// Deletes `tenant`'s volume `name` and its files; refused while any sandbox (running,
+    /// paused, stopped) mounts it.
+    pub async fn delete_volume(&self, tenant: &str, name: &str) -> Result<(), RuntimeError> {
         let _guard = self.inner.volume_ops.lock().await;
-        let rec = self.volume_record(name)?;
-        let users = self.volume_users(name);
+        let rec = self.volume_record(tenant, name)?;
+        let users = self.volume_users(tenant, name);
         if let Some(u) = users.first() {
             return Err(RuntimeError::VolumeInUse {
                 name: name.to_string(),
@@ -169,9 +185,9 @@ impl Runtime {
         }
         self.inner
             .store
-            .delete_volume(name)
+            .delete_volume(tenant, name)
             .map_err(store("deleting a volume"))?;
-        let (rt, id) = (self.clone(), workspace_id(name));
+        let (rt, id) = (self.clone(), rec.workspace.clone());
         let removed = blocking("removing a volume", move || rt.remove_workspace(&id)).await?;
         if removed {
             self.release_uid(rec.host_uid);
@@ -182,39 +198,50 @@ impl Runtime {
     /// Writes a file into a volume (its files API).
     pub async fn write_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         body: ByteStream,
     ) -> Result<FileEntry, RuntimeError> {
-        let root = self.volume_root(name)?;
+        let root = self.volume_root(tenant, name)?;
         self.write_file_in(root, path, body).await
     }
 
     pub async fn read_volume_file(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
     ) -> Result<(u64, tokio::fs::File), RuntimeError> {
-        read_file_in(self.volume_root(name)?, path).await
+        read_file_in(self.volume_root(tenant, name)?, path).await
     }
 
     pub async fn list_volume_files(
         &self,
+        tenant: &str,
         name: &str,
         path: &str,
         recursive: bool,
     ) -> Result<Vec<FileEntry>, RuntimeError> {
-        list_files_in(self.volume_root(name)?, path, recursive).await
+        list_files_in(self.volume_root(tenant, name)?, path, recursive).await
     }
 
-    pub async fn delete_volume_file(&self, name: &str, path: &str) -> Result<(), RuntimeError> {
-        delete_file_in(self.volume_root(name)?, path).await
+    pub async fn delete_volume_file(
+        &self,
+        tenant: &str,
+        name: &str,
+        path: &str,
+    ) -> Result<(), RuntimeError> {
+        delete_file_in(self.volume_root(tenant, name)?, path).await
     }
 
-    fn volume_record(&self, name: &str) -> Result<VolumeRecord, RuntimeError> {
+    /// `tenant`'s volume `name`: a name that is not a volume name is refused as such (400),
+    /// another tenant's volume is as missing as one that never was.
+    fn volume_record(&self, tenant: &str, name: &str) -> Result<VolumeRecord, RuntimeError> {
+        check_name(name)?;
         self.inner
             .store
-            .get_volume(name)
+            .get_volume(tenant, name)
             .map_err(store("reading a volume"))?
             .ok_or_else(|| RuntimeError::VolumeNotFound {
                 name: name.chars().take(64).collect(),
@@ -223,7 +250,7 @@ impl Runtime {
 
     fn volume_view(&self, r: VolumeRecord) -> Volume {
         Volume {
-            mounted_by: self.volume_users(&r.name),
+            mounted_by: self.volume_users(&r.tenant, &r.name),
             name: r.name,
             size_mb: r.size_mb,
             created_at: r.created_at,
@@ -231,8 +258,9 @@ impl Runtime {
         }
     }
 
-    /// The sandboxes (not ended) that mount volume `name`.
-    fn volume_users(&self, name: &str) -> Vec<VolumeUse> {
+    /// The sandboxes (not ended) that mount `tenant`'s volume `name` (a sandbox mounts its
+    /// own tenant's volumes only).
+    fn volume_users(&self, tenant: &str, name: &str) -> Vec<VolumeUse> {
         let mut users: Vec<VolumeUse> = self
             .all_entries()
             .iter()
@@ -240,7 +268,7 @@ impl Runtime {
                 let info = lock(&e.info);
                 info.volumes
                     .iter()
-                    .filter(|m| m.name == name)
+                    .filter(|m| info.tenant == tenant && m.name == name)
                     .map(|m| VolumeUse {
                         sandbox_id: info.id.clone(),
                         path: m.path.clone(),
@@ -255,19 +283,23 @@ impl Runtime {
 
     /// The host's way into a volume: its files belong to its read-write holder while there is
     /// one, else to the volume's own uid.
-    fn volume_root(&self, name: &str) -> Result<WorkspaceRoot, RuntimeError> {
-        let rec = self.volume_record(name)?;
-        let holder = lock(&self.inner.volume_claims).get(name).cloned();
+    fn volume_root(&self, tenant: &str, name: &str) -> Result<WorkspaceRoot, RuntimeError> {
+        let rec = self.volume_record(tenant, name)?;
+        let holder = lock(&self.inner.volume_claims)
+            .get(&claim_key(tenant, name))
+            .cloned();
         let uid = holder
             .and_then(|id| lock(&self.inner.sandboxes).get(&id).map(|e| e.host_uid))
             .unwrap_or(rec.host_uid);
-        Ok(self.disk_root(&workspace_id(name), uid, rec.size_mb))
+        Ok(self.disk_root(&rec.workspace, uid, rec.size_mb))
     }
 
-    /// Checks a creation's volume mounts: each volume exists, paths are plain directories
-    /// under `/workspace`, none inside another, at most 8. Returns them with normalized paths.
+    /// Checks a creation's volume mounts: each is a volume of `tenant`, paths are plain
+    /// directories under `/workspace`, none inside another, at most 8. Returns them with
+    /// normalized paths.
     pub(crate) fn check_volume_mounts(
         &self,
+        tenant: &str,
         mounts: &[VolumeMount],
     ) -> Result<Vec<VolumeMount>, RuntimeError> {
         if mounts.len() > sandlot_jail::config::MAX_VOLUMES {
@@ -277,7 +309,7 @@ impl Runtime {
         }
         let mut out: Vec<VolumeMount> = Vec::with_capacity(mounts.len());
         for m in mounts {
-            self.volume_record(&m.name)?;
+            self.volume_record(tenant, &m.name)?;
             let path = mount_path(&m.path)?;
             for other in &out {
                 let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
@@ -303,43 +335,45 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Claims the read-write volumes of `mounts` for sandbox `id` (refused when another
+    /// Claims `tenant`'s read-write volumes of `mounts` for sandbox `id` (refused when another
     /// sandbox holds one) and gives their files to `uid`. All or nothing.
     pub(crate) async fn claim_volumes(
         &self,
         id: &str,
+        tenant: &str,
         uid: u32,
         mounts: &[VolumeMount],
     ) -> Result<(), RuntimeError> {
-        let rw: Vec<String> = mounts
+        let rw: Vec<VolumeRecord> = mounts
             .iter()
             .filter(|m| !m.read_only)
-            .map(|m| m.name.clone())
-            .collect();
+            .map(|m| self.volume_record(tenant, &m.name))
+            .collect::<Result<_, _>>()?;
         if rw.is_empty() {
             return Ok(());
         }
         {
             let mut claims = lock(&self.inner.volume_claims);
-            if let Some((name, by)) = rw
-                .iter()
-                .find_map(|n| claims.get(n).map(|by| (n.clone(), by.clone())))
-            {
+            if let Some((name, by)) = rw.iter().find_map(|v| {
+                claims
+                    .get(&claim_key(tenant, &v.name))
+                    .map(|by| (v.name.clone(), by.clone()))
+            }) {
                 return Err(RuntimeError::VolumeInUse {
                     name,
                     by,
                     how: "read-write",
                 });
             }
-            for n in &rw {
-                claims.insert(n.clone(), id.to_string());
+            for v in &rw {
+                claims.insert(claim_key(tenant, &v.name), id.to_string());
             }
         }
-        let (rt, names) = (self.clone(), rw.clone());
+        let (rt, vols) = (self.clone(), rw.clone());
         let reowned = blocking("giving a volume to its sandbox", move || {
             let ws = rt.workspaces()?;
-            for n in &names {
-                ws.reown(&workspace_id(n), uid, uid)
+            for v in &vols {
+                ws.reown(&v.workspace, uid, uid)
                     .map_err(|e| crate::workspace::workspace_error("reown", e))?;
             }
             Ok::<_, RuntimeError>(())
@@ -356,9 +390,9 @@ impl Runtime {
     /// Gives back the volumes sandbox `id` holds read-write: their files go back to each
     /// volume's own uid. Blocking; call before the sandbox's uid is freed.
     pub(crate) fn release_volumes(&self, id: &str) {
-        let names: Vec<String> = {
+        let names: Vec<(String, String)> = {
             let mut claims = lock(&self.inner.volume_claims);
-            let names: Vec<String> = claims
+            let names: Vec<(String, String)> = claims
                 .iter()
                 .filter(|(_, by)| by.as_str() == id)
                 .map(|(n, _)| n.clone())
@@ -368,7 +402,10 @@ impl Runtime {
             }
             names
         };
-        for v in names.iter().filter_map(|n| self.volume_record(n).ok()) {
+        for v in names
+            .iter()
+            .filter_map(|(t, n)| self.volume_record(t, n).ok())
+        {
             self.reown_volume(&v);
         }
     }
@@ -376,7 +413,7 @@ impl Runtime {
     /// Gives a volume's files back to its own uid. Blocking.
     fn reown_volume(&self, v: &VolumeRecord) {
         if let Ok(ws) = self.workspaces() {
-            if let Err(e) = ws.reown(&workspace_id(&v.name), v.host_uid, v.host_uid) {
+            if let Err(e) = ws.reown(&v.workspace, v.host_uid, v.host_uid) {
                 tracing::warn!(volume = %v.name, error = %e, "giving a volume's files back failed");
             }
         }
@@ -398,29 +435,32 @@ impl Runtime {
                 continue;
             }
             for m in info.volumes.iter().filter(|m| !m.read_only) {
-                lock(&self.inner.volume_claims).insert(m.name.clone(), info.id.clone());
+                lock(&self.inner.volume_claims)
+                    .insert(claim_key(&info.tenant, &m.name), info.id.clone());
             }
         }
         for v in &volumes {
-            if !lock(&self.inner.volume_claims).contains_key(&v.name) {
+            if !lock(&self.inner.volume_claims).contains_key(&claim_key(&v.tenant, &v.name)) {
                 self.reown_volume(v);
             }
         }
-        volumes.iter().map(|v| workspace_id(&v.name)).collect()
+        volumes.iter().map(|v| v.workspace.clone()).collect()
     }
 
-    /// Detached mounts of the volumes, in order, for a child to attach (read-only ones made
-    /// read-only here already).
+    /// Detached mounts of `tenant`'s volumes, in order, for a child to attach (read-only ones
+    /// made read-only here already).
     pub(crate) fn volume_trees(
         &self,
+        tenant: &str,
         mounts: &[VolumeMount],
     ) -> Result<Vec<OwnedFd>, RuntimeError> {
         let ws = self.workspaces()?;
         mounts
             .iter()
             .map(|m| {
+                let rec = self.volume_record(tenant, &m.name)?;
                 let tree = ws
-                    .open_tree(&workspace_id(&m.name))
+                    .open_tree(&rec.workspace)
                     .map_err(|e| crate::workspace::workspace_error("open_tree", e))?;
                 if m.read_only {
                     sandlot_jail::mounts::restrict_mount(&tree, true).map_err(|e| {
@@ -432,5 +472,24 @@ impl Runtime {
                 Ok(tree)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_ids_are_per_tenant_and_valid() {
+        let a = new_workspace_id("alpha", "data");
+        let b = new_workspace_id("beta", "data");
+        assert_ne!(a, b);
+        assert_ne!(new_workspace_id("a-b", "c"), new_workspace_id("a", "b-c"));
+        assert!(a.starts_with("vol-") && a.len() == 44, "{a}");
+        // Never the `vol_<name>` of a volume made before names were per tenant.
+        assert!(!a.starts_with("vol_"));
+        for bad in ["", "..", "a/b", "Data", "a\0b", &"x".repeat(49)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
     }
 }

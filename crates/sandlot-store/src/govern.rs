@@ -213,35 +213,45 @@ impl Store {
         govern("revoke an API key", run())
     }
 
-    /// Who owns template `name`, if it was made through the API.
-    pub fn template_owner(&self, name: &str) -> Result<Option<String>, StoreError> {
+    /// Records that `tenant` has a template `name` (names are per tenant: another tenant's
+    /// template of the same name is another row). Idempotent.
+    pub fn record_template(&self, tenant: &str, name: &str) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<usize> {
+            conn.execute(
+                "INSERT OR IGNORE INTO template_owners (tenant, name, flat) VALUES (?1, ?2, 0)",
+                params![tenant, name],
+            )
+        };
+        govern("record a template", run().map(|_| ()))
+    }
+
+    /// Forgets `tenant`'s template `name`.
+    pub fn forget_template(&self, tenant: &str, name: &str) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<usize> {
+            conn.execute(
+                "DELETE FROM template_owners WHERE tenant = ?1 AND name = ?2",
+                params![tenant, name],
+            )
+        };
+        govern("forget a template", run().map(|_| ()))
+    }
+
+    /// The tenant whose spec is the flat `templates/<name>.json` written before names were per
+    /// tenant, when that was not the tenant `default` (whose such specs have no row, or a row
+    /// of its own).
+    pub fn flat_template_owner(&self, name: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
         let run = || -> rusqlite::Result<Option<String>> {
             conn.query_row(
-                "SELECT tenant FROM template_owners WHERE name = ?1",
+                "SELECT tenant FROM template_owners WHERE name = ?1 AND flat = 1",
                 [name],
                 |r| r.get(0),
             )
             .optional()
         };
         govern("look up a template's owner", run())
-    }
-
-    /// Records that `tenant` owns template `name` (first owner wins: returns the owner).
-    pub fn claim_template(&self, name: &str, tenant: &str) -> Result<String, StoreError> {
-        let conn = self.conn();
-        let run = || -> rusqlite::Result<String> {
-            conn.execute(
-                "INSERT OR IGNORE INTO template_owners (name, tenant) VALUES (?1, ?2)",
-                params![name, tenant],
-            )?;
-            conn.query_row(
-                "SELECT tenant FROM template_owners WHERE name = ?1",
-                [name],
-                |r| r.get(0),
-            )
-        };
-        govern("claim a template name", run())
     }
 
     /// The epoch of sandbox `id`'s port capability URLs: 0 until they are first rotated.

@@ -20,8 +20,9 @@
 //! - `snapshots`: the wire model's fields ([`Snapshot`], `not_captured` as JSON) plus
 //!   `state_sha256` (of the saved state's body, checked before it is loaded and by `sandlot
 //!   snapshots verify`) and `contexts` (JSON); no foreign key: a snapshot outlives its sandbox.
-//! - `volumes`: `name`, `size_mb`, `created_at`, `host_uid` (who owns its files at rest); which
-//!   sandboxes mount it is their `volumes` column (JSON).
+//! - `volumes`: keyed by `(tenant, name)`: `size_mb`, `created_at`, `host_uid` (who owns its
+//!   files at rest), `workspace` (the workspace id holding its files); which sandboxes mount it
+//!   is their `volumes` column (JSON).
 //! - `executions`: `id`, `sandbox_id` (foreign key to `sandboxes`), `language`, `code`,
 //!   `started_at`, and once finished `end_state`, `duration_ms`, `cpu_time_ms`,
 //!   `peak_memory_bytes` and `result` (the whole [`ExecutionResult`] as JSON, which is what is
@@ -76,6 +77,7 @@ const MIGRATIONS: &[&str] = &[
     jobs::SCHEMA_V6,
     lineage::SCHEMA_V7,
     SCHEMA_V8,
+    SCHEMA_V9,
 ];
 
 const SCHEMA_V1: &str = "
@@ -255,6 +257,36 @@ CREATE TABLE port_epochs (
     epoch      INTEGER NOT NULL,
     rotated_at TEXT NOT NULL
 ) WITHOUT ROWID;
+";
+
+/// Volume and template names are per tenant: both tables are keyed by `(tenant, name)`. A
+/// volume records the workspace that holds its files (`vol_<name>` for the volumes made before,
+/// which keep theirs); a template owner row made before says its spec file is the flat
+/// `templates/<name>.json` of the data dir (`flat`), later ones are `templates/<tenant>/`.
+const SCHEMA_V9: &str = "
+CREATE TABLE volumes_v9 (
+    tenant     TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    size_mb    INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    host_uid   INTEGER NOT NULL,
+    workspace  TEXT NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+INSERT INTO volumes_v9 (tenant, name, size_mb, created_at, host_uid, workspace)
+    SELECT tenant, name, size_mb, created_at, host_uid, 'vol_' || name FROM volumes;
+DROP TABLE volumes;
+ALTER TABLE volumes_v9 RENAME TO volumes;
+
+CREATE TABLE template_owners_v9 (
+    tenant TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    flat   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
+INSERT INTO template_owners_v9 (tenant, name, flat) SELECT tenant, name, 1 FROM template_owners;
+DROP TABLE template_owners;
+ALTER TABLE template_owners_v9 RENAME TO template_owners;
 ";
 
 /// The schema version this build writes and understands.
@@ -823,13 +855,20 @@ impl Store {
         })
     }
 
-    /// Records a volume. Fails (a constraint violation) if the name is taken.
+    /// Records a volume. Fails (a constraint violation) if its tenant has one of that name.
     pub fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
         let run = || -> rusqlite::Result<usize> {
             self.conn().execute(
-                "INSERT INTO volumes (name, size_mb, created_at, host_uid, tenant) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![v.name, v.size_mb, v.created_at, v.host_uid, v.tenant],
+                "INSERT INTO volumes (name, size_mb, created_at, host_uid, tenant, workspace) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    v.name,
+                    v.size_mb,
+                    v.created_at,
+                    v.host_uid,
+                    v.tenant,
+                    v.workspace
+                ],
             )
         };
         run().map(|_| ()).map_err(|source| StoreError::Volume {
@@ -839,14 +878,14 @@ impl Store {
         })
     }
 
-    /// The volume recorded under `name`, if any.
-    pub fn get_volume(&self, name: &str) -> Result<Option<VolumeRecord>, StoreError> {
+    /// `tenant`'s volume `name`, if it has one.
+    pub fn get_volume(&self, tenant: &str, name: &str) -> Result<Option<VolumeRecord>, StoreError> {
         let run = || -> rusqlite::Result<Option<VolumeRecord>> {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1"
+                "SELECT {VOLUME_COLUMNS} FROM volumes WHERE tenant = ?1 AND name = ?2"
             ))?;
-            stmt.query_row([name], volume_from_row).optional()
+            stmt.query_row([tenant, name], volume_from_row).optional()
         };
         run().map_err(|source| StoreError::Volume {
             op: "get",
@@ -855,12 +894,12 @@ impl Store {
         })
     }
 
-    /// Every volume, by name.
+    /// Every volume of every tenant, by name then tenant.
     pub fn list_volumes(&self) -> Result<Vec<VolumeRecord>, StoreError> {
         let run = || -> rusqlite::Result<Vec<VolumeRecord>> {
             let conn = self.conn();
             let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {VOLUME_COLUMNS} FROM volumes ORDER BY name"
+                "SELECT {VOLUME_COLUMNS} FROM volumes ORDER BY name, tenant"
             ))?;
             let rows = stmt.query_map([], volume_from_row)?;
             rows.collect()
@@ -872,11 +911,13 @@ impl Store {
         })
     }
 
-    /// Forgets a volume; true when it was recorded.
-    pub fn delete_volume(&self, name: &str) -> Result<bool, StoreError> {
+    /// Forgets `tenant`'s volume `name`; true when it was recorded.
+    pub fn delete_volume(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
         let run = || {
-            self.conn()
-                .execute("DELETE FROM volumes WHERE name = ?1", [name])
+            self.conn().execute(
+                "DELETE FROM volumes WHERE tenant = ?1 AND name = ?2",
+                [tenant, name],
+            )
         };
         run().map(|n| n > 0).map_err(|source| StoreError::Volume {
             op: "delete",
@@ -1098,7 +1139,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
     })
 }
 
-const VOLUME_COLUMNS: &str = "name, size_mb, created_at, host_uid, tenant";
+const VOLUME_COLUMNS: &str = "name, size_mb, created_at, host_uid, tenant, workspace";
 
 fn volume_from_row(row: &Row<'_>) -> rusqlite::Result<VolumeRecord> {
     Ok(VolumeRecord {
@@ -1107,6 +1148,7 @@ fn volume_from_row(row: &Row<'_>) -> rusqlite::Result<VolumeRecord> {
         created_at: row.get(2)?,
         host_uid: row.get(3)?,
         tenant: row.get(4)?,
+        workspace: row.get(5)?,
     })
 }
 
@@ -1119,6 +1161,8 @@ pub struct VolumeRecord {
     pub created_at: String,
     pub host_uid: u32,
     pub tenant: String,
+    /// The workspace id that holds its files.
+    pub workspace: String,
 }
 
 /// A snapshot as recorded: the wire model plus the sha256 of its state file's body and the

@@ -272,17 +272,29 @@ fn volume_roundtrip_and_duplicate_names() {
         created_at: "2025-01-01T00:00:00.000Z".to_owned(),
         host_uid: 4243,
         tenant: "acme".to_owned(),
+        workspace: "vol-x".to_owned(),
     };
     store.insert_volume(&v).unwrap();
     assert!(store
         .insert_volume(&v)
         .unwrap_err()
         .is_constraint_violation());
-    assert_eq!(store.list_volumes().unwrap(), vec![v.clone()]);
-    assert_eq!(store.get_volume("data").unwrap(), Some(v));
-    assert_eq!(store.get_volume("other").unwrap(), None);
-    assert!(store.delete_volume("data").unwrap());
-    assert!(!store.delete_volume("data").unwrap());
+    // Names are per tenant: another tenant's `data` is another volume.
+    let w = VolumeRecord {
+        tenant: "beta".to_owned(),
+        workspace: "vol-y".to_owned(),
+        host_uid: 4244,
+        ..v.clone()
+    };
+    store.insert_volume(&w).unwrap();
+    assert_eq!(store.list_volumes().unwrap(), vec![v.clone(), w.clone()]);
+    assert_eq!(store.get_volume("acme", "data").unwrap(), Some(v));
+    assert_eq!(store.get_volume("beta", "data").unwrap(), Some(w));
+    assert_eq!(store.get_volume("gamma", "data").unwrap(), None);
+    assert_eq!(store.get_volume("acme", "other").unwrap(), None);
+    assert!(store.delete_volume("acme", "data").unwrap());
+    assert!(!store.delete_volume("acme", "data").unwrap());
+    assert!(store.delete_volume("beta", "data").unwrap());
     assert!(store.list_volumes().unwrap().is_empty());
 }
 
@@ -927,6 +939,69 @@ fn schema_3_sandboxes_expose_no_ports() {
     assert_eq!(version, SCHEMA_VERSION);
 }
 
+/// A data dir of schema 8 (volume and template names one namespace across tenants) opens
+/// with its volumes and template owners intact, each keyed by its tenant; then a second
+/// tenant may take the same names.
+#[test]
+fn schema_8_volumes_and_templates_become_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sandlot.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        for m in &MIGRATIONS[..8] {
+            conn.execute_batch(m).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 8).unwrap();
+        conn.execute_batch(
+            "INSERT INTO volumes (name, size_mb, created_at, host_uid, tenant) VALUES \
+               ('data', 64, '2025-01-01T00:00:00.000Z', 4243, 'acme'), \
+               ('cache', 32, '2025-01-02T00:00:00.000Z', 4244, 'default'); \
+             INSERT INTO template_owners (name, tenant) VALUES ('t1', 'acme'), ('t2', 'default');",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let data = store.get_volume("acme", "data").unwrap().unwrap();
+    assert_eq!(
+        (data.size_mb, data.host_uid, data.workspace.as_str()),
+        (64, 4243, "vol_data"),
+        "a volume keeps its files where they were"
+    );
+    let cache = store.get_volume("default", "cache").unwrap().unwrap();
+    assert_eq!(cache.workspace, "vol_cache");
+    assert_eq!(store.get_volume("default", "data").unwrap(), None);
+    assert_eq!(
+        store.flat_template_owner("t1").unwrap().as_deref(),
+        Some("acme")
+    );
+    assert_eq!(
+        store.flat_template_owner("t2").unwrap().as_deref(),
+        Some("default")
+    );
+    // Another tenant may now have its own `data` and `t1`.
+    store
+        .insert_volume(&VolumeRecord {
+            name: "data".into(),
+            size_mb: 8,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            host_uid: 4300,
+            tenant: "beta".into(),
+            workspace: "vol-abc".into(),
+        })
+        .unwrap();
+    store.record_template("beta", "t1").unwrap();
+    assert_eq!(store.list_volumes().unwrap().len(), 3);
+    assert_eq!(
+        store.flat_template_owner("t1").unwrap().as_deref(),
+        Some("acme")
+    );
+    let version: i64 = store
+        .conn()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
 #[test]
 fn tenants_keys_and_records_roundtrip() {
     use sandlot_types::{ApiKeyInfo, Role, Tenant, TenantQuotas};
@@ -971,9 +1046,12 @@ fn tenants_keys_and_records_roundtrip() {
     orphan.info.prefix = "zzzzzzzz".into();
     orphan.info.tenant = "ghost".into();
     assert!(store.insert_key(&orphan).is_err());
-    // Template names: first owner wins.
-    assert_eq!(store.claim_template("t", "acme").unwrap(), "acme");
-    assert_eq!(store.claim_template("t", "other").unwrap(), "acme");
+    // Template names are per tenant; rows made now are not legacy flat specs.
+    store.record_template("acme", "t").unwrap();
+    store.record_template("other", "t").unwrap();
+    store.record_template("acme", "t").unwrap();
+    assert_eq!(store.flat_template_owner("t").unwrap(), None);
+    store.forget_template("acme", "t").unwrap();
     store.add_artifact_owners("acme", &["ab".into()]).unwrap();
     assert!(store.artifact_owned("ab", "acme").unwrap());
     assert!(!store.artifact_owned("ab", "other").unwrap());

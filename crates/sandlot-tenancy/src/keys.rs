@@ -320,14 +320,18 @@ fn random_chars(n: usize) -> String {
         .collect()
 }
 
-fn check_tenant_name(name: &str) -> Result<(), TenancyError> {
-    let ok = !name.is_empty()
+/// Whether `name` is a tenant name: `[a-z0-9][a-z0-9_-]{0,47}`.
+pub fn valid_tenant_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 48
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if ok {
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn check_tenant_name(name: &str) -> Result<(), TenancyError> {
+    if valid_tenant_name(name) {
         Ok(())
     } else {
         Err(TenancyError::Invalid {

@@ -18,7 +18,7 @@ mod keys;
 mod quotas;
 mod shares;
 
-pub use keys::{Keys, BOOTSTRAP_KEY_FILE, KEY_PREFIX};
+pub use keys::{valid_tenant_name, Keys, BOOTSTRAP_KEY_FILE, KEY_PREFIX};
 pub use quotas::{Admission, QuotaError, Quotas, Want};
 pub use shares::{check as check_share, Claim, Share, Slot};
 

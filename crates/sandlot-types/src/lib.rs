@@ -709,8 +709,11 @@ pub enum ErrorCode {
     TenantNotFound,
     /// No API key with that id (404).
     KeyNotFound,
-    /// The name is taken (a tenant, a template or a volume of another tenant) (409).
+    /// The name is taken (a tenant's name; volume and template names are per tenant) (409).
     NameTaken,
+    /// The template is still needed: a sandbox that has not ended or a snapshot names it
+    /// (409).
+    TemplateInUse,
     /// The policy set does not parse or does not validate against the schema (422).
     InvalidPolicy,
     /// The sandbox was contained after a guardrail finding; it takes no more work (409).
@@ -769,6 +772,7 @@ impl ErrorCode {
             ErrorCode::TenantNotFound => "tenant_not_found",
             ErrorCode::KeyNotFound => "key_not_found",
             ErrorCode::NameTaken => "name_taken",
+            ErrorCode::TemplateInUse => "template_in_use",
             ErrorCode::InvalidPolicy => "invalid_policy",
             ErrorCode::SandboxContained => "sandbox_contained",
             ErrorCode::AuditUnavailable => "audit_unavailable",
@@ -874,6 +878,10 @@ pub struct Template {
     pub error: Option<String>,
     pub spec: TemplateSpec,
     pub created_at: String,
+    /// The tenant whose template it is (names are per tenant; the built-in `default` is the
+    /// tenant `default`'s and every tenant's to use).
+    #[serde(default)]
+    pub tenant: String,
     /// Seconds the zygote took to import the modules and run the setup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_seconds: Option<f64>,

@@ -378,6 +378,12 @@ class FakeSandlot:
         tpl = self.templates.get(name)
         if tpl is None:
             return api_error(404, "template_not_found", f"no template {name}")
+        if m == "DELETE":
+            users = [s["id"] for s in self.sandboxes.values() if s.get("template") == name and s.get("state") not in ENDED]
+            if users:
+                return api_error(409, "template_in_use", f"template {name!r} is in use by sandbox {users[0]}; delete that first")
+            del self.templates[name]
+            return httpx.Response(204)
         self._polls[name] = self._polls.get(name, 0) + 1
         if tpl["status"] == "building" and self._polls[name] >= self.template_polls:
             if "raise" in (tpl["spec"].get("setup") or ""):

@@ -860,9 +860,20 @@ def test_templates_through_fake(monkeypatch):
         # keywords win over the dict
         templates.create({"name": "a", "setup": "1"}, setup="2")
         assert json.loads(fake.requests[-1]["body"]) == {"name": "a", "setup": "2"}
+        # delete: the tenant's own, or (operator) another tenant's with ?tenant=
+        templates.delete("a")
+        assert fake.requests[-1]["method"] == "DELETE" and fake.requests[-1]["path"] == "/v1/templates/a"
+        with pytest.raises(E.TemplateNotFound):
+            templates.delete("a")
+        templates.delete("broken", tenant="acme")
+        assert fake.requests[-1]["path"] == "/v1/templates/broken?tenant=acme"
     # a sandbox from a template: the name goes in the create body
     with fake_sandbox(fake, template="answer") as sb:
         assert sb.info().template == "answer"
+        with Templates(url="http://sandlot.test", transport=httpx.MockTransport(fake)) as templates:
+            with pytest.raises(E.TemplateInUse) as used:
+                templates.delete("answer")
+            assert used.value.code == "template_in_use" and sb.id in str(used.value)
 
 
 async def test_async_templates():
@@ -876,6 +887,10 @@ async def test_async_templates():
         await templates.create(name="bad", setup="raise X")
         with pytest.raises(E.TemplateBuildFailed):
             await templates.wait_ready("bad", poll_interval=0)
+        await templates.delete("bad")
+        assert [t.name for t in await templates.list()] == ["answer"]
+        with pytest.raises(E.TemplateNotFound):
+            await templates.delete("bad")
 
 
 # ---------------------------------------------------------------------------------------------

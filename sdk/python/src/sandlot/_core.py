@@ -225,8 +225,10 @@ def context_id(context: ContextArg) -> Optional[str]:
     raise TypeError(f"context must be a Context or a context id (str), not {type(context).__name__}")
 
 
-def template_path(name: Optional[str] = None) -> str:
-    return "/v1/templates" if name is None else "/v1/templates/" + quote(name, safe="")
+def template_path(name: Optional[str] = None, tenant: Optional[str] = None) -> str:
+    """``/v1/templates[/<name>]``, with ``?tenant=`` when the operator names another tenant's."""
+    path = "/v1/templates" if name is None else "/v1/templates/" + quote(name, safe="")
+    return path if tenant is None else path + "?tenant=" + quote(tenant, safe="")
 
 
 def _limits_json(limits: LimitsArg) -> Dict[str, Any]:

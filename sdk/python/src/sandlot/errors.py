@@ -45,6 +45,7 @@ __all__ = [
     "PolicyDenied",
     "TenantQuotaExceeded",
     "NameTaken",
+    "TemplateInUse",
     "TenantNotFound",
     "KeyNotFound",
     "InvalidPolicy",
@@ -234,8 +235,13 @@ class TenantQuotaExceeded(SandlotError):
 
 
 class NameTaken(SandlotError):
-    """The name is taken, e.g. by a template or a volume of another tenant (``name_taken``,
-    HTTP 409)."""
+    """The name is taken, e.g. a tenant's (``name_taken``, HTTP 409). Volume and template names
+    are per tenant: another tenant's of the same name takes nothing."""
+
+
+class TemplateInUse(SandlotError):
+    """The template cannot be deleted yet (``template_in_use``, HTTP 409): a sandbox that has
+    not ended (running, paused, stopped) or a snapshot uses it. The message names one."""
 
 
 class TenantNotFound(NotFoundError):
@@ -375,6 +381,7 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "policy_denied": PolicyDenied,
     "tenant_quota_exceeded": TenantQuotaExceeded,
     "name_taken": NameTaken,
+    "template_in_use": TemplateInUse,
     "tenant_not_found": TenantNotFound,
     "key_not_found": KeyNotFound,
     "invalid_policy": InvalidPolicy,

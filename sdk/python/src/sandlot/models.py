@@ -1006,7 +1006,9 @@ class Template:
 
     ``status`` is ``building``, ``ready`` or ``failed`` (then ``error`` says why); ``spec`` is
     the TemplateSpec it was created with; ``version`` the content hash recorded with every
-    sandbox made from it; ``prepare_seconds`` how long its setup took, once ready.
+    sandbox made from it; ``prepare_seconds`` how long its setup took, once ready; ``tenant``
+    the tenant whose template it is (names are per tenant; the built-in ``default`` is every
+    tenant's to use).
     """
 
     name: str
@@ -1016,6 +1018,7 @@ class Template:
     spec: Dict[str, Any] = field(default_factory=dict)
     created_at: Optional[str] = None
     prepare_seconds: Optional[float] = None
+    tenant: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -1052,6 +1055,7 @@ class Template:
             spec=_as_dict(d.get("spec")),
             created_at=d.get("created_at"),
             prepare_seconds=float(ps) if isinstance(ps, (int, float)) else None,
+            tenant=d.get("tenant"),
             raw=dict(d),
         )
 

@@ -78,9 +78,17 @@ class Templates:
         return Template.from_json(decode_json(self._http.request("GET", template_path(name))))
 
     def list(self) -> List[Template]:
-        """Every template by name, the built-in ``default`` among them."""
+        """Every template of the caller's tenant by name, the built-in ``default`` among them
+        (an operator key: every tenant's)."""
         doc = decode_json(self._http.request("GET", template_path()))
         return [Template.from_json(d) for d in (doc.get("templates") or [])]
+
+    def delete(self, name: str, *, tenant: Optional[str] = None) -> None:
+        """Delete the template: its zygote and warm pool go and the tenant's template slot is
+        freed. :class:`~sandlot.TemplateInUse` while a sandbox that has not ended or a snapshot
+        uses it; :class:`~sandlot.TemplateNotFound` if the tenant has none of that name.
+        ``tenant``: another tenant's (operator keys only)."""
+        self._http.request("DELETE", template_path(name, tenant))
 
     def wait_ready(
         self, name: str, timeout: Optional[float] = DEFAULT_WAIT_TIMEOUT, poll_interval: float = DEFAULT_POLL_INTERVAL
@@ -134,6 +142,9 @@ class AsyncTemplates:
     async def list(self) -> List[Template]:
         doc = decode_json(await self._http.request("GET", template_path()))
         return [Template.from_json(d) for d in (doc.get("templates") or [])]
+
+    async def delete(self, name: str, *, tenant: Optional[str] = None) -> None:
+        await self._http.request("DELETE", template_path(name, tenant))
 
     async def wait_ready(
         self, name: str, timeout: Optional[float] = DEFAULT_WAIT_TIMEOUT, poll_interval: float = DEFAULT_POLL_INTERVAL
