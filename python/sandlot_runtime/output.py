@@ -76,6 +76,10 @@ class _Relay:
         self._epoll: select.epoll | None = None
         self._live_poller = select.poll()  # the live read ends, for drain()
         self._pid = 0  # the process the thread runs in (a fork has no thread)
+        # True in that process only: a child forked from it (os.fork, multiprocessing) clears
+        # it in an at-fork hook, so no write asks the kernel for its pid.
+        self._running = False
+        self._hooked = False
         self.main_ident = 0
         # ns_last_pid of the sandbox's pid namespace, and what it said when the live pipes
         # were put in place (see end_execution).
@@ -88,6 +92,10 @@ class _Relay:
         if self._pid == os.getpid():
             return
         self._pid = os.getpid()
+        if not self._hooked:
+            os.register_at_fork(after_in_child=self._forked)
+            self._hooked = True
+        self._running = True
         self.main_ident = threading.get_ident()
         self._pipes = {}
         self.live = {}
@@ -102,7 +110,12 @@ class _Relay:
                          daemon=True).start()
 
     def running(self) -> bool:
-        return self._pid == os.getpid() and self._pid != 0
+        """Whether this is the process the relay runs in (not the zygote, not a child forked
+        from the driver)."""
+        return self._running
+
+    def _forked(self) -> None:
+        self._running = False
 
     def tasks_created(self) -> bytes | None:
         """The last pid handed out in the sandbox's pid namespace: it changes whenever a
@@ -235,13 +248,16 @@ def end_execution(exec_id: str | None) -> None:
     left to the relay, whose reads from them are background output of ``exec_id``."""
     if not relay.running():
         return
-    for thread in threading.enumerate():
-        if thread.ident != relay.main_ident and not hasattr(thread, _OWNER):
-            setattr(thread, _OWNER, exec_id or "")
+    with relay.lock:  # a thread's write runs whole before this or after it (see write)
+        for thread in threading.enumerate():
+            if thread.ident != relay.main_ident and not hasattr(thread, _OWNER):
+                setattr(thread, _OWNER, exec_id or "")
     created = relay.tasks_created()
     if created is not None and created == relay.last_pid and _pipes_in_place():
         return
     relay.last_pid = created  # read before the new pipes exist: a fork after it changes it
+    if state.libc_fflush is not None:
+        state.libc_fflush(None)  # C stdio buffers of extensions: the execution's output too
     _new_pipes(exec_id)
 
 
@@ -320,10 +336,14 @@ def forward(index: int, data: bytes) -> None:
         _write_all(index, data)
         return
     with relay.lock:
-        fd = relay.live.get(index)
-        if fd is not None:
-            relay.drain(fd, index)
-        _write_all(server_fd(index), data)
+        _forward_locked(index, data)
+
+
+def _forward_locked(index: int, data: bytes) -> None:
+    fd = relay.live.get(index)
+    if fd is not None:
+        relay.drain(fd, index)
+    _write_all(server_fd(index), data)
 
 
 def write(index: int, data: bytes) -> None:
@@ -334,12 +354,17 @@ def write(index: int, data: bytes) -> None:
         _write_all(index, data)
         return
     ident = threading.get_ident()
-    if ident != relay.main_ident:
+    if ident == relay.main_ident:
+        forward(index, data)
+        return
+    # Another thread: whose it is is decided under the lock that end_execution stamps threads
+    # under, so a write the execution's thread began before the execution ended is all its.
+    with relay.lock:
         owner = getattr(threading._active.get(ident), _OWNER, None)  # noqa: SLF001
-        if owner is not None:
-            send_background(_STREAMS[index], bytes(data).decode("utf-8", "replace"), owner)
+        if owner is None:
+            _forward_locked(index, data)
             return
-    forward(index, data)
+    send_background(_STREAMS[index], bytes(data).decode("utf-8", "replace"), owner)
 
 
 def send_background(stream: str, text: str, owner: str | None) -> None:

@@ -11,7 +11,7 @@ import traceback
 
 from . import output
 from .bash_session import BashUnavailable, run_bash
-from .capture import flush_output, restore_output, write_stderr
+from .capture import restore_output, write_stderr
 from .changes import changes_between, safe_snapshot
 from .contexts import context_op, enter_context
 from .jsonsafe import safe_str
@@ -58,7 +58,6 @@ def _execute(message: dict) -> None:
         os._exit(0)  # a child that user code forked (os.fork()) and that fell out of the cell
     try:
         # What the execution's processes and threads write from now on is its background output.
-        flush_output()
         output.end_execution(state.exec_id)
     except Exception:  # a driver bug: report it, keep the sandbox
         write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
