@@ -150,17 +150,20 @@ def test_a_bash_job_is_background_output_of_the_execution_that_started_it(driver
 
 
 # Started by one Python cell: a process (subprocess.Popen), a job of os.system, a forked child,
-# a multiprocessing worker and a thread, each writing to stdout and stderr without end.
+# a multiprocessing worker and a thread, each writing to stdout and stderr until STOP_LEAKERS
+# (or until the driver is gone, should the test fail first).
 LEAKERS = """
 import multiprocessing, os, signal, subprocess, sys, threading, time
 stop = threading.Event()
-proc = subprocess.Popen(['sh', '-c', 'sleep 0.2; while true; do echo LEAK-PROC; '
+driver = os.getpid()
+proc = subprocess.Popen(['sh', '-c', 'sleep 0.2; while kill -0 $PPID; do echo LEAK-PROC; '
                          'echo LEAK-PROC-ERR >&2; sleep 0.05; done'])
-os.system('(sleep 0.2; while true; do echo LEAK-SYSTEM; sleep 0.05; done) & echo $! > job.pid')
+os.system('(sleep 0.2; while kill -0 $PPID; do echo LEAK-SYSTEM; sleep 0.05; done) & '
+          'echo $! > job.pid')
 
 def chatter(name):
     time.sleep(0.2)
-    while not stop.is_set():
+    while not stop.is_set() and driver in (os.getpid(), os.getppid()):
         print(name)
         print(name + '-ERR', file=sys.stderr)
         time.sleep(0.05)
