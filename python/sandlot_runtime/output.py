@@ -15,6 +15,9 @@ the write ends of two pipes of the running execution's own ("its pipes"):
   closed; if one does (a ``subprocess.Popen``, a daemon, a forked child, a pool worker), they
   stay with the relay, which sends what they carry from then on as ``background`` frames naming
   the execution that started the process: background output, never another execution's.
+  When no process or thread was created in the sandbox since the pipes were put in place (the
+  last pid of its pid namespace is the same) and fds 1 and 2 are still them, nobody else can
+  hold them and they stay: a hot cell pays a ``pread`` and two ``fstat`` calls, not new pipes.
 
 Python-level writes (``print``, ``sys.stdout``, ``sys.stderr``, logging) do not go through the
 pipes: the driver writes them into the server's pipes itself (``write``), after what the
