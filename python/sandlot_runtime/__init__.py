@@ -5,9 +5,10 @@ other module, lowest floor first:
 
 - ``state``: the driver's one mutable state, shared by everything below
 - ``jsonsafe``: any object coerced to JSON that json.dumps and serde_json accept; MIME bundles
-- ``capture``: fds 1 and 2 and sys.stdout/sys.stderr, unbuffered, restored after each cell
-- ``cell_output``: each Bash cell's own stdout and stderr; what outlives the cell goes to the
-  server as background output
+- ``output``: the server's pipes, each execution's own pipes on fds 1 and 2 and the relay
+  thread: what outlives an execution goes to the server as its background output
+- ``capture``: sys.stdout/sys.stderr, unbuffered, routed by ``output``, restored after each cell
+- ``cell_output``: each Bash cell's own stdout and stderr
 - ``protocol``: the control stream's frames, the ordering of output and events, ``emit``
 - ``display``: IPython's display system turned into display_data and result events
 - ``shell``: the IPython shell, its tracebacks, warm-up and the template's setup code

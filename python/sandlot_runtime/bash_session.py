@@ -4,8 +4,8 @@ sourced, so the working directory, variables and functions persist.
 bash's stdin is one end of a socket pair: the driver writes each command into it, and bash
 writes the cell's exit status back into the same socket (``>&0``). The cell itself is sourced
 with stdin from /dev/null, so no process a cell starts ever holds the socket: user processes
-see fds 0, 1 and 2 only (bash keeps its own saved copy close-on-exec while a cell runs). Its
-stdout and stderr are the cell's own FIFOs (``cell_output``): what a process the cell started
+see fds 0, 1 and 2 only (bash keeps its own saved copy close-on-exec while a cell runs). A
+cell's stdout and stderr are its own FIFOs (``cell_output``): what a process the cell started
 writes after the cell ended is background output, never another execution's.
 
 A saved state carries each session's working directory and exported variables
@@ -32,6 +32,7 @@ import socket
 import subprocess
 import time
 
+from . import output
 from .capture import write_stderr
 from .cell_output import CellOutput
 from .state import state
@@ -266,8 +267,12 @@ class BashSession:
         except OSError as exc:
             raise BashUnavailable("the bash session could not start", exc) from None
         try:
-            # stdout/stderr inherit fds 1/2: bash output streams at the fd level like ours.
+            # bash's own stdout and stderr are the server's pipes, which only its own messages
+            # reach (a message about the running cell's redirections, say): each cell has FIFOs
+            # of its own, and fds 1 and 2 of the driver are the running execution's pipes,
+            # which a session outliving the execution must not hold.
             self._proc = subprocess.Popen([bash, "--noprofile", "--norc"], stdin=theirs.fileno(),
+                                          stdout=output.server_fd(1), stderr=output.server_fd(2),
                                           start_new_session=True)
         except OSError as exc:
             ours.close()

@@ -2,13 +2,15 @@
 
 Each Bash cell runs with its own stdout and stderr: two FIFOs made for that cell (``open_cell``),
 which bash opens for the ``source`` of the cell alone. While the cell runs, the driver copies
-what they carry to its own fds 1 and 2, the pipes the server reads as the execution's output.
-When the cell's status arrives, what they hold by then is the cell's too (``CellOutput.end``).
+what they carry into the server's pipes as the execution's output (``output.forward``). When
+the cell's status arrives, what they hold by then is the cell's too (``CellOutput.end``).
 Anything written into them after that comes from processes that outlived the cell (a job started
-with ``&``, a daemon): the FIFOs are handed to a relay thread that sends it to the server as
-``background`` frames on the control stream, which the server keeps with the sandbox's other
-background output (``GET /v1/sandboxes/{id}/background``). So a process started by one cell
-never writes into another execution's output, whichever language that execution runs.
+with ``&``, a daemon): the FIFOs are handed to the relay thread (``output.relay``) that sends it
+to the server as ``background`` frames naming the execution, which the server keeps with the
+sandbox's other background output (``GET /v1/sandboxes/{id}/background``). So a process started
+by one cell never writes into another execution's output, whichever language that execution
+runs. (A Python cell's processes get the execution's own pipes on fds 1 and 2 instead: see
+``output``.)
 
 FIFOs, not anonymous pipes: bash is already running when a cell starts, so the only way to
 hand it a new descriptor is a name it can open. The names live in the driver's private cell
@@ -18,13 +20,12 @@ so no user process ever holds one.
 
 from __future__ import annotations
 
-import codecs
 import fcntl
 import os
 import select
 import termios
-import threading
 
+from . import output
 from .state import state
 
 # Most bytes one read takes from a cell's FIFO.
@@ -53,14 +54,14 @@ class CellOutput:
         return f">{self.paths[0]} 2>{self.paths[1]}"
 
     def forward(self, fd: int) -> bool:
-        """Copies what the FIFO ``fd`` holds now to the driver's own fd 1 or 2 (the running
-        execution's output); False at end of file (no writer is left)."""
+        """Copies what the FIFO ``fd`` holds now into the server's pipe (the running execution's
+        output); False at end of file (no writer is left)."""
         data = _read(fd, _CHUNK)
         if data is None:
             return True
         if not data:
             return False
-        _write_all(1 if fd == self.fds[0] else 2, data)
+        output.forward(1 if fd == self.fds[0] else 2, data)
         return True
 
     def end(self) -> None:
@@ -75,10 +76,10 @@ class CellOutput:
                 data = _read(fd, min(pending, _CHUNK))
                 if not data:
                     break
-                _write_all(1 if index == 0 else 2, data)
+                output.forward(index + 1, data)
                 pending -= len(data)
             if _has_writers(fd):
-                relay.adopt(fd, "stdout" if index == 0 else "stderr")
+                output.relay.adopt(fd, index + 1, state.exec_id)
             else:
                 _close(fd)
         self.fds = []
@@ -90,68 +91,6 @@ class CellOutput:
         for fd in self.fds:
             _close(fd)
         self.fds = []
-
-
-class _Relay:
-    """A thread that sends what ended cells' FIFOs carry to the server as ``background``
-    frames; each FIFO is closed once every process that held it has closed it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._streams: dict[int, tuple[str, codecs.IncrementalDecoder]] = {}
-        self._wake: tuple[int, int] | None = None
-        self._pid = 0  # the process the thread runs in (a fork has no thread)
-
-    def adopt(self, fd: int, stream: str) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        with self._lock:
-            self._streams[fd] = (stream, decoder)
-            self._ensure_thread()
-            try:
-                os.write(self._wake[1], b"x")
-            except OSError:  # the wake pipe is full: the thread is about to look anyway
-                pass
-
-    def _ensure_thread(self) -> None:
-        if self._pid == os.getpid():
-            return
-        self._pid = os.getpid()
-        self._wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        threading.Thread(target=self._run, name="sandlot-background-output", daemon=True).start()
-
-    def _run(self) -> None:
-        wake = self._wake[0]
-        while True:
-            with self._lock:
-                fds = list(self._streams)
-            poller = select.poll()
-            poller.register(wake, select.POLLIN)
-            for fd in fds:
-                poller.register(fd, select.POLLIN)
-            for fd, _events in poller.poll():
-                if fd == wake:
-                    _read(wake, 4096)
-                    continue
-                data = _read(fd, _CHUNK)
-                if data is None:
-                    continue
-                with self._lock:
-                    stream, decoder = self._streams[fd]
-                    if not data:
-                        del self._streams[fd]
-                text = decoder.decode(data, final=not data)
-                if text:
-                    _send_background(stream, text)
-                if not data:
-                    _close(fd)
-
-
-relay = _Relay()
-
-
-def _send_background(stream: str, text: str) -> None:
-    if state.channel is not None:  # in the zygote nobody is listening: setup output is dropped
-        state.channel.send_background(stream, text)
 
 
 def _has_writers(fd: int) -> bool:
@@ -180,17 +119,6 @@ def _read(fd: int, size: int) -> bytes | None:
         return None
     except OSError:
         return b""
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [])
-        except OSError:
-            return  # the server's pipe is gone: nobody reads this output
 
 
 def _close(fd: int) -> None:

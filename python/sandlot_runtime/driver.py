@@ -15,10 +15,13 @@ Two entry points (see ARCHITECTURE.md, "Processes" and "The execution protocol")
 Importing this module imports every other module of the package, so the zygote, which imports
 it before it forks, leaves nothing for a sandbox to load.
 
-Output: fds 1 and 2 are pipes the server reads. Python's ``sys.stdout``/``sys.stderr`` write
-through to them, so prints, C extensions and subprocesses all land in the same pipes. Every frame
-is sent after flushing them, and user code goes on only once the server has read an event frame
-(see protocol.Channel), so output and events keep the order they were produced in.
+Output: the server reads two pipes, which only the driver writes into. fds 1 and 2 are each
+execution's own pipes, which a relay thread copies into the server's as they fill; prints go
+into the server's pipes after what those hold, and every frame is sent after moving what they
+hold, and user code goes on only once the server has read an event frame (see
+protocol.Channel), so output and events keep the order they were produced in. When an execution
+ends, fds 1 and 2 get new pipes: what a process it started writes later is its background
+output, never another execution's (see output.py).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import threading
 import warnings
 from typing import NoReturn
 
-from .capture import flush_output, restore_output, save_output_fds
+from . import output
+from .capture import flush_output, restore_output
 from .contexts import init_contexts
 from .protocol import Channel, exit_driver
 from .python_cells import on_sigint
@@ -120,7 +124,7 @@ def main(ctrl_fd: int) -> NoReturn:
     signal.signal(signal.SIGINT, on_sigint)
     _adopt_sandbox()
     state.inherited_streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
-    save_output_fds()
+    output.setup()  # the server's pipes kept aside, the first execution's pipes on fds 1 and 2
     restore_output()
     state.channel = Channel(ctrl_fd)
     state.channel.send({"type": "hello", "python": platform.python_version()},

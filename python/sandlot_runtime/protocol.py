@@ -59,8 +59,8 @@ class Channel:
         except OSError:
             self._sock = None  # not a socket (a pipe, in a test): no descriptors can come
         self._claimed: int | None = None
-        # Frames are written whole: the relay thread's background frames (cell_output) and the
-        # main thread's never interleave.
+        # Frames are written whole: background frames (of the relay thread and of threads that
+        # outlived their execution, see output) and the main thread's never interleave.
         self._write_lock = threading.Lock()
 
     def recv(self) -> dict | None:
@@ -106,12 +106,16 @@ class Channel:
             state.deferred_interrupt = False
             raise KeyboardInterrupt
 
-    def send_background(self, stream: str, text: str) -> None:
-        """Output of a process that outlived its cell (see cell_output): the server keeps it as
-        background output, never as an execution's. From the relay thread; not waited for."""
+    def send_background(self, stream: str, text: str, exec_id: str | None) -> None:
+        """Output of a process or thread that outlived the execution ``exec_id`` that started
+        it (see output): the server keeps it as background output of that execution, never as
+        another's. From the relay thread or that thread; not waited for."""
         if os.getpid() != state.pid:
             return
-        frame = encode_frame({"type": "background", "stream": stream, "text": text})
+        message = {"type": "background", "stream": stream, "text": text}
+        if exec_id:
+            message["id"] = exec_id
+        frame = encode_frame(message)
         try:
             with self._write_lock:
                 self._write_all(frame)

@@ -9,6 +9,7 @@ import os
 import sys
 import traceback
 
+from . import output
 from .bash_session import BashUnavailable, run_bash
 from .capture import restore_output, write_stderr
 from .changes import changes_between, safe_snapshot
@@ -55,6 +56,11 @@ def _execute(message: dict) -> None:
         write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
     if os.getpid() != state.pid:
         os._exit(0)  # a child that user code forked (os.fork()) and that fell out of the cell
+    try:
+        # What the execution's processes and threads write from now on is its background output.
+        output.end_execution(state.exec_id)
+    except Exception:  # a driver bug: report it, keep the sandbox
+        write_stderr("sandlot: internal driver error\n" + traceback.format_exc())
     _refresh_packages()
     changes = changes_between(before, None if before is None else safe_snapshot())
     state.channel.send({"type": "done", "id": state.exec_id, "status": status,

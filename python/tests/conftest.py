@@ -112,8 +112,8 @@ class DriverProcess:
         child_sock.close()
         self.buffer = b""
         self.pending: list = []  # chunks and frames read but not yet claimed by an execution
-        # (stream, text) of `background` frames: kept apart whenever they come, as the server
-        # keeps them.
+        # (stream, text, execution id or None) of `background` frames: kept apart whenever they
+        # come, as the server keeps them.
         self.background: list = []
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.server_sock, selectors.EVENT_READ, "ctrl")
@@ -159,7 +159,7 @@ class DriverProcess:
             body, self.buffer = self.buffer[4:4 + size], self.buffer[4 + size:]
             frame = json.loads(body)
             if frame.get("type") == "background":
-                self.background.append((frame["stream"], frame["text"]))
+                self.background.append((frame["stream"], frame["text"], frame.get("id")))
             else:
                 frames.append(frame)
         self.pending.extend(frames)
@@ -204,12 +204,15 @@ class DriverProcess:
         self.send({"type": "execute", "id": exec_id, "code": code, "language": language})
         return exec_id
 
-    def background_text(self, stream: str = "stdout") -> str:
-        return "".join(text for name, text in self.background if name == stream)
+    def background_text(self, stream: str = "stdout", execution: str | None = None) -> str:
+        """The background output of ``stream``; with ``execution``, only what the driver
+        attributed to that execution."""
+        return "".join(text for name, text, exec_id in self.background
+                       if name == stream and (execution is None or exec_id == execution))
 
-    def wait_for_background(self, text: str, timeout: float = 30) -> None:
+    def wait_for_background(self, text: str, timeout: float = 30, stream: str = "stdout") -> None:
         deadline = time.monotonic() + timeout
-        while text not in self.background_text():
+        while text not in self.background_text(stream):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{text!r} never appeared in the background output")
             self.pump(0.05)

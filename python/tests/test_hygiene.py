@@ -5,6 +5,7 @@ The real-server counterpart, inside a jail, is crates/sandlot-cli/tests/hygiene.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -137,6 +138,119 @@ def test_bash_cells_leave_no_descriptors_behind(driver):
     driver.run("( sleep 0.5; echo late ) &", language="bash")
     driver.wait_for_background("late")
     deadline = time.monotonic() + 10
-    while len(os.listdir(f"/proc/{driver.proc.pid}/fd")) != fds + 2:  # + the relay's wake pipe
+    while len(os.listdir(f"/proc/{driver.proc.pid}/fd")) != fds:
+        assert time.monotonic() < deadline, os.listdir(f"/proc/{driver.proc.pid}/fd")
+        time.sleep(0.05)
+
+
+def test_a_bash_job_is_background_output_of_the_execution_that_started_it(driver):
+    first = driver.run("( sleep 0.2; echo late ) &", language="bash")
+    driver.wait_for_background("late")
+    assert driver.background_text(execution=first.done["id"]) == "late\n"
+
+
+# Started by one Python cell: a process (subprocess.Popen), a job of os.system, a forked child,
+# a multiprocessing worker and a thread, each writing to stdout and stderr until STOP_LEAKERS
+# (or until the driver is gone, should the test fail first).
+LEAKERS = """
+import multiprocessing, os, signal, subprocess, sys, threading, time
+stop = threading.Event()
+driver = os.getpid()
+proc = subprocess.Popen(['sh', '-c', 'sleep 0.2; while kill -0 $PPID; do echo LEAK-PROC; '
+                         'echo LEAK-PROC-ERR >&2; sleep 0.05; done'])
+os.system('(sleep 0.2; while kill -0 $PPID; do echo LEAK-SYSTEM; sleep 0.05; done) & '
+          'echo $! > job.pid')
+
+def chatter(name):
+    time.sleep(0.2)
+    while not stop.is_set() and driver in (os.getpid(), os.getppid()):
+        print(name)
+        print(name + '-ERR', file=sys.stderr)
+        time.sleep(0.05)
+
+threading.Thread(target=chatter, args=('LEAK-THREAD',), daemon=True).start()
+worker = multiprocessing.get_context('fork').Process(target=chatter, args=('LEAK-POOL',))
+worker.start()
+child = os.fork()
+if child == 0:
+    chatter('LEAK-FORK')
+print('started')
+"""
+
+STOP_LEAKERS = """
+stop.set()
+proc.kill()
+worker.kill()
+os.kill(child, signal.SIGKILL)
+os.kill(int(open('job.pid').read()), signal.SIGKILL)
+proc.wait(); worker.join(); os.waitpid(child, 0)
+"""
+
+LEAKS = {"stdout": {"LEAK-PROC", "LEAK-SYSTEM", "LEAK-THREAD", "LEAK-POOL", "LEAK-FORK"},
+         "stderr": {"LEAK-PROC-ERR", "LEAK-THREAD-ERR", "LEAK-POOL-ERR", "LEAK-FORK-ERR"}}
+
+
+def _leaks(text: str) -> set[str]:
+    # print() writes the text and its newline apart: other writers' lines may come between.
+    return set(re.findall(r"LEAK-(?:PROC|SYSTEM|THREAD|POOL|FORK)(?:-ERR)?", text))
+
+
+def test_what_a_python_cell_starts_writes_into_no_later_execution(driver):
+    first = driver.run(LEAKERS)
+    assert (first.status, first.stdout, first.stderr) == ("ok", "started\n", ""), first.events
+    for stream, words in LEAKS.items():
+        for word in words:
+            driver.wait_for_background(word, stream=stream)
+    # They write all along; none of it is a later execution's, in either language.
+    for code, language, want in [("import time\ntime.sleep(0.5)\nprint('py')", "python", "py\n"),
+                                 ("sleep 0.5; echo next", "bash", "next\n"),
+                                 ("time.sleep(0.5)\n1 + 1", "python", "")]:
+        before = len(driver.background_text())
+        execution = driver.run(code, language=language)
+        assert (execution.status, execution.stdout, execution.stderr) == ("ok", want, ""), \
+            execution.events
+        assert "LEAK" not in str(execution.events)
+        driver.pump(0.2)
+        assert len(driver.background_text()) > before, "the writers stopped writing"
+    # All of it is background output of the execution that started them.
+    for stream, words in LEAKS.items():
+        assert _leaks(driver.background_text(stream)) == words
+        assert driver.background_text(stream, execution=first.done["id"]) == \
+            driver.background_text(stream)
+    stopped = driver.run(STOP_LEAKERS)
+    assert stopped.status == "ok", stopped.events
+    assert "LEAK" not in stopped.stdout + stopped.stderr
+
+
+def test_all_a_python_cell_and_its_processes_write_before_it_ends_is_its_own(driver):
+    execution = driver.run(r"""
+import os, subprocess, sys, threading, time
+print('one')
+subprocess.run(['sh', '-c', 'head -c 300000 /dev/zero | tr "\\0" a; echo; echo sub-err >&2'])
+print('two')
+thread = threading.Thread(target=print, args=('from-thread',))
+thread.start(); thread.join()
+os.write(1, b'raw\n')
+print('three')
+subprocess.Popen(['echo', 'trailing'])
+time.sleep(0.3)
+""")
+    assert execution.status == "ok", execution.events
+    assert execution.stdout == "one\n" + "a" * 300000 + "\ntwo\nfrom-thread\nraw\nthree\ntrailing\n"
+    assert execution.stderr == "sub-err\n"
+    assert driver.background == []
+
+
+def test_python_cells_leave_no_descriptors_behind(driver):
+    driver.run("import os, subprocess\nsubprocess.run(['true'])")
+    fds = len(os.listdir(f"/proc/{driver.proc.pid}/fd"))
+    for _ in range(20):
+        assert driver.run("print('x')\nos.write(2, b'y')").stdout == "x\n"
+    assert len(os.listdir(f"/proc/{driver.proc.pid}/fd")) == fds
+    # A process that outlived its cell holds the cell's pipes until it ends, then they go too.
+    driver.run("subprocess.Popen(['sh', '-c', 'sleep 0.5; echo late'])")
+    driver.wait_for_background("late")
+    deadline = time.monotonic() + 10
+    while len(os.listdir(f"/proc/{driver.proc.pid}/fd")) != fds:
         assert time.monotonic() < deadline, os.listdir(f"/proc/{driver.proc.pid}/fd")
         time.sleep(0.05)

@@ -15,7 +15,8 @@ ASSETS = PYTHON_DIR.parent / "crates" / "sandlot-runtime" / "src" / "assets.rs"
 # Lowest first (the map is in sandlot_runtime/__init__.py). A new module must be given a floor.
 FLOORS = [
     ["__init__", "state", "jsonsafe"],
-    ["capture", "cell_output", "changes"],
+    ["output", "changes"],
+    ["capture", "cell_output"],
     ["protocol", "bash_session"],
     ["display", "python_cells"],
     ["shell"],

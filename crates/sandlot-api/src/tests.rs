@@ -475,6 +475,7 @@ fn sample_background() -> sandlot_types::BackgroundOutput {
             stream: sandlot_types::StreamName::Stdout,
             text: "late\n".into(),
             at: "2025-01-01T00:00:03.000000Z".into(),
+            execution_id: Some("ex_1".into()),
         }],
         dropped_bytes: 7,
     }
@@ -668,7 +669,8 @@ async fn background_output_is_read_and_cleared() {
     assert_eq!(
         body_json(resp).await,
         json!({"entries": [{"stream": "stdout", "text": "late\n",
-                            "at": "2025-01-01T00:00:03.000000Z"}], "dropped_bytes": 7})
+                            "at": "2025-01-01T00:00:03.000000Z", "execution_id": "ex_1"}],
+               "dropped_bytes": 7})
     );
     let resp = send(
         &app,

@@ -236,7 +236,100 @@ fn a_bash_job_that_outlives_its_execution_writes_into_no_other() {
     };
     assert_eq!(words("stdout"), ["LEAK".to_owned()].into(), "{out:#}");
     assert_eq!(words("stderr"), ["LEAK-ERR".to_owned()].into(), "{out:#}");
+    // All of it is background output of the execution that started the job.
+    for e in out["entries"].as_array().unwrap() {
+        assert_eq!(e["execution_id"], first["id"], "{e:#}");
+    }
     ok(&server.execute_bash(&id, "kill $(jobs -p)"));
+}
+
+/// The words a process, a thread and a forked child of [`PYTHON_LEAKERS`] write, on stdout
+/// and on stderr.
+const PYTHON_LEAKS: [&str; 6] = [
+    "LEAK-PROC",
+    "LEAK-PROC-ERR",
+    "LEAK-THREAD",
+    "LEAK-THREAD-ERR",
+    "LEAK-FORK",
+    "LEAK-FORK-ERR",
+];
+
+/// Started by one Python cell, each writing to stdout and stderr every 0.1 s without end: a
+/// process (`subprocess.Popen`), a thread and a forked child.
+const PYTHON_LEAKERS: &str = r#"
+import os, signal, subprocess, sys, threading, time
+stop = threading.Event()
+proc = subprocess.Popen(['sh', '-c', 'while true; do echo LEAK-PROC; echo LEAK-PROC-ERR >&2; sleep 0.1; done'])
+
+def chatter(name):
+    while not stop.is_set():
+        print(name)
+        print(name + '-ERR', file=sys.stderr)
+        time.sleep(0.1)
+
+child = os.fork()
+if child == 0:
+    chatter('LEAK-FORK')
+threading.Thread(target=chatter, args=('LEAK-THREAD',), daemon=True).start()
+print('started')
+"#;
+
+/// The same finding in Python: a process, a thread or a forked child that a Python cell
+/// started wrote into every later execution's output, since Python cells shared the driver's
+/// fds 1 and 2. Each execution has pipes of its own on fds 1 and 2 now, and a thread's writes
+/// belong to the execution that started it: what they write after their cell ended is
+/// background output of that execution, whichever language the execution running meanwhile is
+/// in.
+#[test]
+fn what_a_python_cell_starts_writes_into_no_other_execution() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let first = server.execute(&id, PYTHON_LEAKERS);
+    // (What they wrote while the cell ran is the cell's.)
+    assert!(stdout(ok(&first)).contains("started\n"), "{first:#}");
+    for word in PYTHON_LEAKS {
+        wait_for_background(&server, &id, word);
+    }
+    for (lang, code, want) in [
+        (
+            "python",
+            "import time\ntime.sleep(0.7)\nprint('py')",
+            "py\n",
+        ),
+        ("bash", "sleep 0.7; echo next", "next\n"),
+        ("python", "time.sleep(0.7)\n1 + 1", ""),
+    ] {
+        let before = background_text(&background(&server, &id, ""), "stdout").len();
+        let r = if lang == "bash" {
+            server.execute_bash(&id, code)
+        } else {
+            server.execute(&id, code)
+        };
+        assert_eq!((stdout(ok(&r)), stderr(&r)), (want, ""), "{lang}: {r:#}");
+        assert!(!r.to_string().contains("LEAK"), "{lang}: {r:#}");
+        // They kept writing all along (0.7 s, a line every 0.1 s): it went to the buffer.
+        let after = background_text(&background(&server, &id, ""), "stdout").len();
+        assert!(after > before, "{lang}: they wrote nothing meanwhile");
+    }
+    let out = background(&server, &id, "");
+    let all = format!(
+        "{}{}",
+        background_text(&out, "stdout"),
+        background_text(&out, "stderr")
+    );
+    for word in PYTHON_LEAKS {
+        assert!(all.contains(word), "{word}: {out:#}");
+    }
+    // Every piece of it is background output of the execution that started the writers.
+    for e in out["entries"].as_array().unwrap() {
+        assert_eq!(e["execution_id"], first["id"], "{e:#}");
+    }
+    let stop = server.execute(
+        &id,
+        "stop.set(); proc.kill(); os.kill(child, signal.SIGKILL)\n\
+         proc.wait(); os.waitpid(child, 0)",
+    );
+    assert!(!stdout(ok(&stop)).contains("LEAK"), "{stop:#}");
 }
 
 #[test]

@@ -2,12 +2,13 @@
 //! accounts for every one of 200 concurrent executions and parses with the Prometheus
 //! project's own parser, policy decisions, OOMs and timeouts are counted, it is refused
 //! without an operator key, per-sandbox CPU and memory move when code works and another
-//! tenant's sandbox answers as missing, the recovery time shows after a `kill -9`, and the
-//! server's stderr is JSON lines under `SANDLOT_LOG_FORMAT=json`.
+//! tenant's sandbox answers as missing, the recovery time shows after a `kill -9`, the uids
+//! environment builds hold are counted beside sandboxes' and zygotes', and the server's stderr
+//! is JSON lines under `SANDLOT_LOG_FORMAT=json`.
 
 mod common;
 
-use common::{Resp, TestServer};
+use common::{HostView, Resp, TestServer};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -547,4 +548,62 @@ fn e2b_and_mcp_creations_and_executions_are_counted_by_interface() {
     assert_eq!(delta("sandlot_executions_total", &[]), 2.0);
     assert!(!after.contains(created["sandboxID"].as_str().unwrap()));
     assert!(!after.contains(&session));
+}
+
+/// Environment builds' uids (the builders' range of the server's uid block,
+/// `sandlot-runtime/src/uids.rs`) are on `/metrics` beside sandboxes' and zygotes', in the same
+/// series: `range="builder"` free and quarantined, `kind="builder"` in use. A build holds its
+/// uid for its whole life with an exclusive `flock` on `<data-dir>/run/build/<uid>.lock`,
+/// whether this server runs it or `sandlot env` with the same data dir does; the test holds
+/// one the same way.
+#[test]
+fn the_uids_environment_builds_hold_are_on_metrics() {
+    let server = TestServer::start();
+    let size = f64::from(0xFFFE - 0xF000 + 1);
+    let builders = |text: &str| {
+        (
+            sum(text, "sandlot_uids_free", &[("range", "builder")]),
+            sum(text, "sandlot_uids_quarantined", &[("range", "builder")]),
+            sum(text, "sandlot_uids_in_use", &[("kind", "builder")]),
+        )
+    };
+    let text = scrape(&server);
+    for series in [
+        r#"sandlot_uids_free{range="sandbox"}"#,
+        r#"sandlot_uids_free{range="zygote"}"#,
+        r#"sandlot_uids_free{range="builder"}"#,
+        r#"sandlot_uids_quarantined{range="builder"}"#,
+        r#"sandlot_uids_in_use{kind="sandbox"}"#,
+        r#"sandlot_uids_in_use{kind="builder"}"#,
+    ] {
+        assert!(text.contains(series), "{series} missing:\n{text}");
+    }
+    assert_eq!(builders(&text), (size, 0.0, 0.0), "{text}");
+
+    let dir = std::fs::canonicalize(server.data_dir())
+        .unwrap()
+        .join("run")
+        .join("build");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = HostView::of(&server).uid_base;
+    let hold = |offset: u32| {
+        let file = std::fs::File::create(dir.join(format!("{}.lock", base + offset))).unwrap();
+        // SAFETY: a valid fd borrowed from a live File; flock touches no memory of ours.
+        let rc = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        file
+    };
+    let build = hold(0xF000 + 3);
+    // A lock file named for a uid outside the range is no build's.
+    let _stray = hold(0xE000);
+    let text = scrape(&server);
+    assert_eq!(builders(&text), (size - 1.0, 0.0, 1.0), "{text}");
+    drop(build);
+    let text = scrape(&server);
+    assert_eq!(builders(&text), (size, 0.0, 0.0), "{text}");
 }

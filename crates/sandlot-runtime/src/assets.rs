@@ -30,6 +30,10 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/jsonsafe.py"),
     ),
     (
+        "python/sandlot_runtime/output.py",
+        include_str!("../../../python/sandlot_runtime/output.py"),
+    ),
+    (
         "python/sandlot_runtime/capture.py",
         include_str!("../../../python/sandlot_runtime/capture.py"),
     ),

@@ -5,10 +5,11 @@
 //! dropped first and counted) and served by `GET /v1/sandboxes/{id}/background`. Each
 //! execution's result says how many bytes are waiting (`background_bytes`).
 //!
-//! Output of a process that outlived its Bash cell never reaches the pipes at all: the driver
-//! gives each Bash cell its own stdout and stderr and relays what they carry after the cell
-//! ended as `background` frames ([`relayed`]), which land here even while another execution
-//! runs.
+//! Output of a process, job or thread that outlived the execution that started it never reaches
+//! the pipes at all: the driver gives each execution its own stdout and stderr (Python: pipes
+//! on fds 1 and 2, `python/sandlot_runtime/output.py`; Bash: FIFOs per cell) and relays what
+//! they carry after the execution ended as `background` frames naming it ([`relayed`]), which
+//! land here, with that execution's id, even while another execution runs.
 //!
 //! The buffer belongs to the sandbox's processes: a restart in place starts an empty one (the
 //! processes that wrote the old one are gone with it).
@@ -32,6 +33,8 @@ const MERGE_WINDOW: Duration = Duration::from_millis(100);
 
 struct Entry {
     stream: StreamName,
+    /// The execution that started the writer, when the driver named it.
+    execution: Option<String>,
     text: String,
     at: OffsetDateTime,
     since: Instant,
@@ -50,8 +53,9 @@ pub struct Background {
 }
 
 impl Background {
-    /// Adds what one stream produced now; drops the oldest text past [`LIMIT`].
-    pub fn push(&mut self, stream: StreamName, bytes: &[u8]) {
+    /// Adds what one stream produced now, written by a process or thread that `execution`
+    /// started (if known); drops the oldest text past [`LIMIT`].
+    pub fn push(&mut self, stream: StreamName, bytes: &[u8], execution: Option<&str>) {
         let decoder = match stream {
             StreamName::Stdout => &mut self.stdout,
             StreamName::Stderr => &mut self.stderr,
@@ -64,12 +68,15 @@ impl Background {
         self.bytes += text.len();
         match self.entries.back_mut() {
             Some(last)
-                if last.stream == stream && now.duration_since(last.since) < MERGE_WINDOW =>
+                if last.stream == stream
+                    && last.execution.as_deref() == execution
+                    && now.duration_since(last.since) < MERGE_WINDOW =>
             {
                 last.text.push_str(&text)
             }
             _ => self.entries.push_back(Entry {
                 stream,
+                execution: execution.map(str::to_owned),
                 text,
                 at: OffsetDateTime::now_utc(),
                 since: now,
@@ -119,6 +126,7 @@ impl Background {
                     stream: e.stream,
                     text: e.text.clone(),
                     at: rfc3339(e.at),
+                    execution_id: e.execution.clone(),
                 })
                 .collect(),
             dropped_bytes: self.dropped,
@@ -132,10 +140,12 @@ impl Background {
     }
 }
 
-/// The stream and text of a `background` frame: output the driver relays from a process that
-/// outlived its Bash cell (`python/sandlot_runtime/cell_output.py`), which is background output
-/// whenever it arrives, even while an execution runs. `None` for any other frame.
-pub(crate) fn relayed(frame: &serde_json::Value) -> Option<(StreamName, &str)> {
+/// The stream, text and execution of a `background` frame: output the driver relays from a
+/// process, job or thread that outlived the execution `id` that started it
+/// (`python/sandlot_runtime/output.py`), which is background output whenever it arrives, even
+/// while an execution runs. A frame without a (string) `id` is still background output, of no
+/// execution in particular. `None` for any other frame.
+pub(crate) fn relayed(frame: &serde_json::Value) -> Option<(StreamName, &str, Option<&str>)> {
     if frame.get("type")?.as_str()? != "background" {
         return None;
     }
@@ -144,7 +154,8 @@ pub(crate) fn relayed(frame: &serde_json::Value) -> Option<(StreamName, &str)> {
         "stderr" => StreamName::Stderr,
         _ => return None,
     };
-    Some((stream, frame.get("text")?.as_str()?))
+    let execution = frame.get("id").and_then(|id| id.as_str());
+    Some((stream, frame.get("text")?.as_str()?, execution))
 }
 
 impl Runtime {
@@ -179,10 +190,10 @@ mod tests {
     #[test]
     fn chunks_of_one_stream_close_together_share_an_entry() {
         let mut b = Background::default();
-        b.push(StreamName::Stdout, b"la");
-        b.push(StreamName::Stdout, b"te\n");
-        b.push(StreamName::Stderr, b"oops\n");
-        b.push(StreamName::Stdout, b"more\n");
+        b.push(StreamName::Stdout, b"la", None);
+        b.push(StreamName::Stdout, b"te\n", None);
+        b.push(StreamName::Stderr, b"oops\n", None);
+        b.push(StreamName::Stdout, b"more\n", None);
         assert_eq!(
             texts(&mut b),
             vec![
@@ -200,8 +211,8 @@ mod tests {
     fn a_character_split_across_chunks_is_whole() {
         let mut b = Background::default();
         let e_acute = "é".as_bytes();
-        b.push(StreamName::Stdout, &e_acute[..1]);
-        b.push(StreamName::Stdout, &e_acute[1..]);
+        b.push(StreamName::Stdout, &e_acute[..1], None);
+        b.push(StreamName::Stdout, &e_acute[1..], None);
         assert_eq!(texts(&mut b), vec![(StreamName::Stdout, "é".to_string())]);
     }
 
@@ -210,9 +221,9 @@ mod tests {
         let mut b = Background::default();
         let chunk = vec![b'a'; 64 << 10];
         for _ in 0..5 {
-            b.push(StreamName::Stdout, &chunk);
+            b.push(StreamName::Stdout, &chunk, None);
         }
-        b.push(StreamName::Stderr, b"newest");
+        b.push(StreamName::Stderr, b"newest", None);
         let read = b.read(false);
         assert_eq!(b.bytes(), LIMIT as u64);
         assert_eq!(read.dropped_bytes, (5 * (64 << 10) + 6 - LIMIT) as u64);
@@ -224,8 +235,8 @@ mod tests {
     #[test]
     fn dropping_never_cuts_a_character() {
         let mut b = Background::default();
-        b.push(StreamName::Stdout, "é".repeat(LIMIT / 2).as_bytes());
-        b.push(StreamName::Stdout, b"x");
+        b.push(StreamName::Stdout, "é".repeat(LIMIT / 2).as_bytes(), None);
+        b.push(StreamName::Stdout, b"x", None);
         let read = b.read(false);
         assert!(read.entries[0].text.ends_with('x'));
         assert!(read.entries[0].text.starts_with('é'));
@@ -241,7 +252,7 @@ mod tests {
             } else {
                 StreamName::Stderr
             };
-            b.push(stream, b"x");
+            b.push(stream, b"x", None);
         }
         let read = b.read(false);
         assert_eq!(read.entries.len(), MAX_ENTRIES);
@@ -249,9 +260,43 @@ mod tests {
     }
 
     #[test]
+    fn entries_name_the_execution_that_started_the_writer() {
+        let mut b = Background::default();
+        b.push(StreamName::Stdout, b"one\n", Some("ex_1"));
+        b.push(StreamName::Stdout, b"two\n", Some("ex_2"));
+        b.push(StreamName::Stdout, b"more two\n", Some("ex_2"));
+        b.push(StreamName::Stdout, b"nobody's\n", None);
+        let read = b.read(false);
+        let got: Vec<_> = read
+            .entries
+            .iter()
+            .map(|e| (e.execution_id.as_deref(), e.text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some("ex_1"), "one\n"),
+                (Some("ex_2"), "two\nmore two\n"),
+                (None, "nobody's\n"),
+            ]
+        );
+        let json = serde_json::to_value(&read.entries[2]).unwrap();
+        assert!(json.get("execution_id").is_none(), "{json}");
+    }
+
+    #[test]
     fn relayed_frames_are_told_from_every_other_frame() {
         let frame = serde_json::json!({"type": "background", "stream": "stderr", "text": "late\n"});
-        assert_eq!(relayed(&frame), Some((StreamName::Stderr, "late\n")));
+        assert_eq!(relayed(&frame), Some((StreamName::Stderr, "late\n", None)));
+        let frame = serde_json::json!(
+            {"type": "background", "stream": "stdout", "text": "x", "id": "ex_1"});
+        assert_eq!(
+            relayed(&frame),
+            Some((StreamName::Stdout, "x", Some("ex_1")))
+        );
+        let frame = serde_json::json!(
+            {"type": "background", "stream": "stdout", "text": "x", "id": 7});
+        assert_eq!(relayed(&frame), Some((StreamName::Stdout, "x", None)));
         for other in [
             serde_json::json!({"type": "done", "id": "x"}),
             serde_json::json!({"type": "background", "stream": "stdin", "text": "x"}),
@@ -265,7 +310,7 @@ mod tests {
     #[test]
     fn clearing_empties_the_buffer_and_its_count() {
         let mut b = Background::default();
-        b.push(StreamName::Stdout, &vec![b'a'; LIMIT + 1]);
+        b.push(StreamName::Stdout, &vec![b'a'; LIMIT + 1], None);
         let first = b.read(true);
         assert_eq!(first.dropped_bytes, 1);
         assert_eq!(first.entries.len(), 1);

@@ -26,7 +26,7 @@ pub fn isolation(
     Isolation::Jail(BuildJail {
         launcher: launcher.to_path_buf(),
         uids: uids::builder_uids(&data_dir),
-        state_dir: data_dir.join("run").join("build"),
+        state_dir: uids::builder_state_dir(&data_dir),
         cgroup_root: cgroup_root.to_path_buf(),
         cgroup_parent: cgroup_parent.join(format!("build-{instance}")),
         index_url,

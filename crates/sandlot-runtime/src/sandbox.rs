@@ -335,7 +335,7 @@ impl Router {
     /// Routes stream output; false once nobody receives events any more.
     async fn output(&mut self, stream: StreamName, bytes: &[u8]) -> bool {
         if self.owner.is_none() {
-            lock(&self.background).push(stream, bytes);
+            lock(&self.background).push(stream, bytes, None);
             return true;
         }
         let ev = match stream {
@@ -365,10 +365,10 @@ impl Router {
 /// Stream output belongs to the execution that claimed it ([`PumpLink::begin`]) up to its
 /// `done` frame (the pipes are drained once more just before that frame is delivered, so the
 /// cell's last writes are its own); output read at any other time goes to the background
-/// buffer, and so are `background` frames, whenever they come: output of processes that
-/// outlived their Bash cell, relayed by the driver. Output that a process a Python cell started
-/// writes into the pipes while a later execution runs cannot be told apart from that
-/// execution's and is the execution's.
+/// buffer, and so are `background` frames, whenever they come: output of processes, jobs and
+/// threads that outlived the execution that started them, relayed by the driver with that
+/// execution's id. (Only the driver writes into the pipes while it serves: each execution's
+/// processes get pipes of their own, see `python/sandlot_runtime/output.py`.)
 pub fn start_pump(
     ctrl: OwnedReadHalf,
     stdout: OwnedFd,
@@ -435,8 +435,8 @@ pub fn start_pump(
                     loop {
                         match frames.next_frame() {
                             Ok(Some(v)) => {
-                                if let Some((stream, text)) = background::relayed(&v) {
-                                    lock(&router.background).push(stream, text.as_bytes());
+                                if let Some((stream, text, exec)) = background::relayed(&v) {
+                                    lock(&router.background).push(stream, text.as_bytes(), exec);
                                     continue;
                                 }
                                 let ends = router.ends_owner(&v);

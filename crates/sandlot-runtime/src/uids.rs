@@ -39,6 +39,57 @@ pub fn builder_uids(data_dir: &std::path::Path) -> std::ops::RangeInclusive<u32>
     base + BUILDER_FIRST..=base + BUILDER_LAST
 }
 
+/// Where the environment builds of the server with this (canonical) data dir keep their
+/// per-uid lock files (`sandlot_env`'s build jail; see `env_build.rs`).
+pub fn builder_state_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("run").join("build")
+}
+
+/// How many uids of `uids` environment builds hold now, this server's or a `sandlot` CLI's
+/// with the same data dir: a build holds an exclusive `flock` on `<state_dir>/<uid>.lock` for
+/// its whole life and drops it once nothing runs as the uid any more. Each such file is tried
+/// with a shared lock that is dropped at once; a file a build holds refuses it. (A build that
+/// looks for a uid in that instant takes the next one.) Reads a directory of a few files.
+pub(crate) fn builders_held(
+    state_dir: &std::path::Path,
+    uids: &std::ops::RangeInclusive<u32>,
+) -> u64 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(entries) = std::fs::read_dir(state_dir) else {
+        return 0; // no build has run yet
+    };
+    let mut held = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(uid) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".lock"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !uids.contains(&uid) {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(entry.path())
+        else {
+            continue;
+        };
+        // SAFETY: the fd is valid for the duration of the call (borrowed from a live File);
+        // flock only takes an fd and flags and does not touch our memory. The lock, if taken,
+        // goes when the file is closed at the end of this iteration.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK) {
+            held += 1;
+        }
+    }
+    held
+}
+
 /// How long a freed uid waits before it is handed out again. A uid is freed only once its
 /// cgroup is empty, so nothing of its last holder runs any more; the wait covers what a process
 /// can leave behind keyed by uid alone (a pending signal's sender, an entry in a kernel table
@@ -138,12 +189,25 @@ impl Range {
 /// The uid pool's use at one moment (`/metrics`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct UidUse {
-    /// Uids that can be handed out now, by range (`sandbox`, `zygote`).
+    /// Uids that can be handed out now, by range (`sandbox`, `zygote`, `builder`).
     pub free: Vec<(String, u64)>,
-    /// Uids freed less than [`QUARANTINE`] ago, by range.
+    /// Uids freed less than [`QUARANTINE`] ago, by range. (A builder's uid has no quarantine:
+    /// it goes back once its build's cgroup is empty, so `builder` is always 0.)
     pub quarantined: Vec<(String, u64)>,
-    /// Uids held, by what holds them (`sandbox`, `volume`, `zygote`).
+    /// Uids held, by what holds them (`sandbox`, `volume`, `zygote`, `builder`).
     pub in_use: Vec<(String, u64)>,
+}
+
+impl UidUse {
+    /// Adds the builders' range, of which environment builds hold `held` uids now.
+    pub(crate) fn with_builders(mut self, held: u64) -> Self {
+        let size = u64::from(BUILDER_LAST - BUILDER_FIRST + 1);
+        self.free
+            .push(("builder".to_owned(), size.saturating_sub(held)));
+        self.quarantined.push(("builder".to_owned(), 0));
+        self.in_use.push(("builder".to_owned(), held.min(size)));
+        self
+    }
 }
 
 /// The host uids this server hands out: a block of 65,536 ids derived from the data dir (so
@@ -424,6 +488,49 @@ mod tests {
         assert_eq!(s.alloc(Kind::Zygote), None);
         assert_eq!(s.alloc(Kind::Sandbox), None);
         assert!(!s.is_sandbox_uid(in_builders));
+    }
+
+    #[test]
+    fn builder_uids_held_are_those_whose_lock_a_build_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let range = BASE + BUILDER_FIRST..=BASE + BUILDER_LAST;
+        assert_eq!(builders_held(&dir.path().join("missing"), &range), 0);
+        let lock = |uid: u32| {
+            let f = std::fs::File::create(dir.path().join(format!("{uid}.lock"))).unwrap();
+            // SAFETY: a valid fd borrowed from a live File; flock touches no memory of ours.
+            let rc = unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            };
+            assert_eq!(rc, 0);
+            f
+        };
+        // Two builds hold theirs; a third build's lock file is left over from a build that
+        // ended; a lock outside the range and a file that is no lock are not counted.
+        let a = lock(BASE + BUILDER_FIRST);
+        let _b = lock(BASE + BUILDER_FIRST + 1);
+        drop(lock(BASE + BUILDER_FIRST + 2));
+        let _foreign = lock(BASE + ZYGOTE_FIRST);
+        std::fs::write(
+            dir.path()
+                .join(format!("{}.root", BASE + BUILDER_FIRST + 3)),
+            "",
+        )
+        .unwrap();
+        assert_eq!(builders_held(dir.path(), &range), 2);
+        drop(a);
+        assert_eq!(builders_held(dir.path(), &range), 1);
+        // Probing takes nothing away: the build that holds one still holds it.
+        assert_eq!(builders_held(dir.path(), &range), 1);
+
+        let u = slots(Duration::ZERO).usage().with_builders(1);
+        let size = u64::from(BUILDER_LAST - BUILDER_FIRST + 1);
+        assert_eq!(count(&u.free, "builder"), size - 1);
+        assert_eq!(count(&u.quarantined, "builder"), 0);
+        assert_eq!(count(&u.in_use, "builder"), 1);
+        assert_eq!(count(&u.in_use, "sandbox"), 0);
     }
 
     #[test]

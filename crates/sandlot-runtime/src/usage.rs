@@ -81,9 +81,15 @@ impl Runtime {
     }
 
     /// The host uid pool now: free and quarantined uids by range, held ones by what holds
-    /// them. Cheap: counts in memory, no I/O.
+    /// them. Cheap: counts in memory, and for the builders' range a look at the few lock files
+    /// of `<data-dir>/run/build` ([`crate::uids::builders_held`]).
     pub fn uid_use(&self) -> crate::uids::UidUse {
-        lock(&self.inner.slots).usage()
+        let usage = lock(&self.inner.slots).usage();
+        let data_dir = &self.inner.data_dir;
+        usage.with_builders(crate::uids::builders_held(
+            &crate::uids::builder_state_dir(data_dir),
+            &crate::uids::builder_uids(data_dir),
+        ))
     }
 
     /// What the sandbox `id` uses now, from its cgroup (a sandbox without processes, paused or

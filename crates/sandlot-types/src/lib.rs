@@ -576,6 +576,11 @@ pub struct BackgroundEntry {
     pub text: String,
     /// When it arrived (RFC 3339, UTC).
     pub at: String,
+    /// The execution that started the process or thread that wrote it, when the driver knows
+    /// it (output of a process, job or thread that outlived its execution); absent for output
+    /// written while no execution ran by a process the sandbox cannot attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
 }
 
 /// A restart in place, as the execution that caused it reports it.

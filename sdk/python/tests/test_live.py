@@ -314,6 +314,7 @@ def test_background_output_is_kept_apart(sandbox):
     out = _wait_for_background(sandbox, "oops")
     assert [(e.stream, e.text) for e in out] == [("stdout", "late\n"), ("stderr", "oops\n")]
     assert out.dropped_bytes == 0 and all(e.at.endswith("Z") for e in out)
+    assert [e.execution_id for e in out] == [ex.id, ex.id]  # the execution that started it
     nxt = sandbox.run_code("print('next')")
     assert nxt.stdout == "next\n" and nxt.background_bytes == len("late\noops\n")
     assert nxt.restarted is None

@@ -522,6 +522,7 @@ def test_background_output_and_the_execution_fields_about_it():
         assert isinstance(out, sandlot.BackgroundOutput) and len(out) == 2
         assert [(e.stream, e.text) for e in out] == [("stdout", "server listening on 8000\n"), ("stderr", "GET / 200\n")]
         assert out.entries[0].at == "2025-11-22T03:30:01.250000Z"
+        assert [e.execution_id for e in out] == ["exe_01", None]
         assert (out.stdout, out.stderr, out.dropped_bytes) == ("server listening on 8000\n", "GET / 200\n", 0)
         assert len(sb.background_output(clear=True)) == 2
         assert fake.requests[-1]["path"] == f"/v1/sandboxes/{sb.id}/background?clear=true"

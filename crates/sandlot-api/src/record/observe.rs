@@ -91,21 +91,21 @@ impl Telemetry {
         let rt = ctx.rt.clone();
         m.set_gauge_family_source(
             "uids_free",
-            "Host uids that can be handed out now, by range (sandbox, zygote)",
+            "Host uids that can be handed out now, by range (sandbox, zygote, builder)",
             "range",
             move || counts(rt.uid_use().free),
         );
         let rt = ctx.rt.clone();
         m.set_gauge_family_source(
             "uids_quarantined",
-            "Host uids freed too recently to be handed out again, by range (sandbox, zygote)",
+            "Host uids freed too recently to be handed out again, by range (sandbox, zygote, builder)",
             "range",
             move || counts(rt.uid_use().quarantined),
         );
         let rt = ctx.rt.clone();
         m.set_gauge_family_source(
             "uids_in_use",
-            "Host uids held, by what holds them (sandbox, volume, zygote)",
+            "Host uids held, by what holds them (sandbox, volume, zygote, builder)",
             "kind",
             move || counts(rt.uid_use().in_use),
         );

@@ -929,16 +929,25 @@ class Restarted:
 
 @dataclass
 class BackgroundEntry:
-    """One piece of output a sandbox's processes wrote while no execution ran: ``stream``
-    (``stdout`` or ``stderr``), ``text``, and ``at``, when it arrived (RFC 3339)."""
+    """One piece of output a sandbox's processes wrote outside the execution that started them:
+    ``stream`` (``stdout`` or ``stderr``), ``text``, ``at``, when it arrived (RFC 3339), and
+    ``execution_id``, the execution that started the process, job or thread that wrote it
+    (``None`` when no execution can be named)."""
 
     stream: str
     text: str
     at: str
+    execution_id: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "BackgroundEntry":
-        return cls(stream=str(d.get("stream", "")), text=str(d.get("text", "")), at=str(d.get("at", "")))
+        execution = d.get("execution_id")
+        return cls(
+            stream=str(d.get("stream", "")),
+            text=str(d.get("text", "")),
+            at=str(d.get("at", "")),
+            execution_id=str(execution) if execution is not None else None,
+        )
 
 
 @dataclass
