@@ -104,9 +104,13 @@ impl Runtime {
             .alloc(crate::uids::Kind::Volume)
             .ok_or(RuntimeError::NoFreeUid)?;
         let (rt, id) = (self.clone(), workspace_id(&req.name));
+        let tenant = req
+            .tenant
+            .clone()
+            .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
         let made = blocking("creating a volume", move || {
             rt.workspaces()?
-                .create(&id, uid, uid, size_mb << 20)
+                .create_for(&id, uid, uid, size_mb << 20, Some(&tenant))
                 .map(|_| ())
                 .map_err(|e| crate::workspace::workspace_error("create", e))
         })
