@@ -12,7 +12,7 @@
 //! <dir>/mnt/ws/.new-*  a workspace being made (renamed into place when complete)
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -59,6 +59,11 @@ pub(crate) struct Btrfs {
     cfg: WorkspaceConfig,
     grow_lock: Mutex<()>,
     last_grow_problem: Mutex<Option<String>>,
+    /// The tenant groups and the file cap's state (boxed: kept out of `Backend`'s size).
+    caps: Box<Caps>,
+}
+
+struct Caps {
     /// Each tenant's level-1 qgroup number (`tenants.rs`).
     tenants: Mutex<TenantGroups>,
     /// `<dir>/clamped`: a file per workspace whose limit the file cap clamped, holding the
@@ -66,6 +71,9 @@ pub(crate) struct Btrfs {
     clamped: PathBuf,
     /// A workspace was removed since the cleaner was last poked ([`Btrfs::poke_cleaner`]).
     removed: AtomicBool,
+    /// The last file-cap error of each workspace, so one that keeps failing is logged once,
+    /// not four times a second.
+    file_cap_errors: Mutex<HashMap<String, String>>,
 }
 
 fn open_dir(path: &Path) -> std::io::Result<File> {
@@ -165,9 +173,12 @@ impl Btrfs {
             cfg,
             grow_lock: Mutex::new(()),
             last_grow_problem: Mutex::new(None),
-            tenants,
-            clamped,
-            removed: AtomicBool::new(false),
+            caps: Box::new(Caps {
+                tenants,
+                clamped,
+                removed: AtomicBool::new(false),
+                file_cap_errors: Mutex::new(HashMap::new()),
+            }),
         };
         this.reclaim_temporaries();
         this.sweep_qgroups();
@@ -270,8 +281,8 @@ impl Btrfs {
         let (fd, subvolid) = self.open_workspace(id)?;
         drop(fd);
         self.destroy_tree(id, subvolid)?;
-        let _ = std::fs::remove_file(self.clamped.join(id));
-        self.removed.store(true, Ordering::SeqCst);
+        let _ = std::fs::remove_file(self.caps.clamped.join(id));
+        self.caps.removed.store(true, Ordering::SeqCst);
         self.sweep_qgroups();
         Ok(())
     }
@@ -280,7 +291,7 @@ impl Btrfs {
     /// to their tenant's cap within a maintenance interval instead of the 30 s commit interval
     /// (called from the maintenance thread, off the delete's path: it commits the filesystem).
     pub(crate) fn poke_cleaner(&self) {
-        if self.removed.swap(false, Ordering::SeqCst) {
+        if self.caps.removed.swap(false, Ordering::SeqCst) {
             if let Err(e) = ioc::sync(&self.fs, &self.mnt) {
                 tracing::warn!("poking the Btrfs cleaner: {e}");
             }
@@ -319,6 +330,7 @@ impl Btrfs {
     /// The level-1 qgroup of `tenant`, made (and its number recorded) the first time.
     pub(crate) fn tenant_group(&self, tenant: &str) -> Result<u64> {
         let n = self
+            .caps
             .tenants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -348,6 +360,7 @@ impl Btrfs {
     /// once rather than after the next commit.
     pub(crate) fn tenant_usage(&self, tenant: &str) -> Result<(u64, Option<u64>)> {
         let n = self
+            .caps
             .tenants
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -363,21 +376,21 @@ impl Btrfs {
 
     /// Every tenant with a qgroup, and its number.
     pub(crate) fn tenants(&self) -> Vec<(String, u64)> {
-        let g = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.caps.tenants.lock().unwrap_or_else(|e| e.into_inner());
         g.all().map(|(t, n)| (t.to_owned(), n)).collect()
     }
 
     /// The limit a clamped workspace had before its clamp (`Some(None)`: it had none);
     /// `None` if it is not clamped.
     fn clamped_from(&self, id: &str) -> Option<Option<u64>> {
-        let text = std::fs::read_to_string(self.clamped.join(id)).ok()?;
+        let text = std::fs::read_to_string(self.caps.clamped.join(id)).ok()?;
         Some(text.trim().parse::<u64>().ok())
     }
 
     fn record_clamp(&self, id: &str, limit: Option<u64>) -> Result<()> {
-        let path = self.clamped.join(id);
+        let path = self.caps.clamped.join(id);
         let text = limit.map_or_else(|| "none".to_owned(), |l| l.to_string());
-        let tmp = self.clamped.join(format!(".{id}"));
+        let tmp = self.caps.clamped.join(format!(".{id}"));
         std::fs::write(&tmp, text).at("write", &tmp)?;
         std::fs::rename(&tmp, &path).at("rename", &path)
     }
@@ -387,14 +400,27 @@ impl Btrfs {
     /// limit back once it holds fewer. Returns how many are clamped after the pass.
     pub(crate) fn enforce_file_cap(&self, max_files: u64) -> Result<usize> {
         let mut clamped = 0;
+        let mut errors = HashMap::new();
         for id in self.list()? {
             match self.enforce_file_cap_on(&id, max_files) {
                 Ok(true) => clamped += 1,
-                Ok(false) => {}
-                Err(WorkspaceError::NotFound { .. }) => {}
-                Err(e) => tracing::warn!(workspace = %id, "file cap: {e}"),
+                Ok(false) | Err(WorkspaceError::NotFound { .. }) => {}
+                Err(e) => {
+                    errors.insert(id, e.to_string());
+                }
             }
         }
+        let mut last = self
+            .caps
+            .file_cap_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (id, e) in &errors {
+            if last.get(id) != Some(e) {
+                tracing::warn!(workspace = %id, "file cap: {e}");
+            }
+        }
+        *last = errors;
         Ok(clamped)
     }
 
@@ -431,7 +457,8 @@ impl Btrfs {
             crate::file_cap::Decision::Release => {
                 let back = was.flatten();
                 ioc::qgroup_limit(&self.fs, &path, subvolid, back)?;
-                std::fs::remove_file(self.clamped.join(id)).at("unlink", self.clamped.join(id))?;
+                std::fs::remove_file(self.caps.clamped.join(id))
+                    .at("unlink", self.caps.clamped.join(id))?;
                 tracing::info!(workspace = %id, count, max_files, "file cap: lifting the clamp");
                 Ok(false)
             }

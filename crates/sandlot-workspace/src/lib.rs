@@ -87,7 +87,8 @@
 //!
 //! A removed workspace's bytes leave its qgroups (and its tenant's) only once the cleaner
 //! drops the subvolume, which the kernel does at its commit interval (30 s); after a remove the
-//! maintenance pass issues `BTRFS_IOC_SYNC`, which wakes it at once (`syncfs` does not). `remove` lifts the limit of a workspace with nested
+//! maintenance pass (and [`Workspaces::shrink`]) issues `BTRFS_IOC_SYNC`, which wakes it at
+//! once (`syncfs` does not). `remove` lifts the limit of a workspace with nested
 //! subvolumes before deleting them (deleting one inside a full workspace otherwise fails with
 //! EDQUOT) and deletes the qgroups, so none accumulate (the kernel refuses while the cleaner has
 //! not dropped the subvolume, so stale ones are swept again at open, after each remove and by the
@@ -706,7 +707,11 @@ impl Workspaces {
     /// LoopImage workspaces take their whole image with them.
     pub fn shrink(&self) -> Result<bool> {
         match &*self.backend {
-            Backend::Btrfs(b) => b.shrink_if_idle(),
+            Backend::Btrfs(b) => {
+                // Removed workspaces' space is free only once the cleaner has dropped them.
+                b.poke_cleaner();
+                b.shrink_if_idle()
+            }
             Backend::LoopImage(_) => Ok(false),
         }
     }
