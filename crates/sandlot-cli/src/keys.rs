@@ -623,6 +623,23 @@ mod tests {
     }
 
     #[test]
+    fn every_share_the_server_knows_can_be_set() {
+        for share in sandlot_tenancy::Share::ALL {
+            let arg = format!("{}=7", share.quota());
+            let (name, value) = parse_share(&arg).unwrap();
+            let mut q = TenantQuotas::default();
+            *share_slot(&mut q, &name).unwrap() = value;
+            assert_eq!(share.limit(&q), 7, "{arg}");
+        }
+        assert!(parse_share("max_disk_bytes=-1").is_err());
+        assert!(parse_share("max_disk_bytes=1GiB").is_err());
+        assert_eq!(
+            parse_share("max_disk_bytes=314572800"),
+            Ok(("max_disk_bytes".into(), Some(314_572_800)))
+        );
+    }
+
+    #[test]
     fn names_stay_one_path_segment() {
         assert_eq!(encode("acme-1_x"), "acme-1_x");
         assert_eq!(encode("../keys"), "..%2Fkeys");
