@@ -74,6 +74,8 @@ struct Caps {
     /// The last file-cap error of each workspace, so one that keeps failing is logged once,
     /// not four times a second.
     file_cap_errors: Mutex<HashMap<String, String>>,
+    /// The tenant qgroups made (or found) in this run.
+    groups_made: Mutex<HashSet<u64>>,
 }
 
 fn open_dir(path: &Path) -> std::io::Result<File> {
@@ -178,6 +180,7 @@ impl Btrfs {
                 clamped,
                 removed: AtomicBool::new(false),
                 file_cap_errors: Mutex::new(HashMap::new()),
+                groups_made: Mutex::new(HashSet::new()),
             }),
         };
         this.reclaim_temporaries();
@@ -336,7 +339,16 @@ impl Btrfs {
             .unwrap_or_else(|e| e.into_inner())
             .number(tenant)?;
         let group = tenants::level1(n);
-        ioc::qgroup_create(&self.fs, &self.mnt, group)?;
+        // Making a qgroup joins a transaction even when it exists: once per group and run.
+        let mut made = self
+            .caps
+            .groups_made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !made.contains(&group) {
+            ioc::qgroup_create(&self.fs, &self.mnt, group)?;
+            made.insert(group);
+        }
         Ok(group)
     }
 
