@@ -261,6 +261,11 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = tenant;
         sandlot_tenancy::Want::default()
     }
+    /// Sets (`None`: lifts) the kernel's cap on all of `tenant`'s workspace bytes.
+    fn set_tenant_disk_cap(&self, tenant: &str, bytes: Option<u64>) -> Result<(), ApiError> {
+        let _ = (tenant, bytes);
+        Ok(())
+    }
     /// How much of `share` a tenant holds now (paused sandboxes, volumes, snapshots and
     /// their bytes, templates), for its fair-share caps.
     fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
@@ -373,6 +378,10 @@ impl Backend for Runtime {
 
     fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
         runtime_held(self, tenant, share).map_err(api_error)
+    }
+
+    fn set_tenant_disk_cap(&self, tenant: &str, bytes: Option<u64>) -> Result<(), ApiError> {
+        Runtime::set_tenant_disk_cap(self, tenant, bytes).map_err(api_error)
     }
 
     fn effective_limits(
@@ -724,6 +733,7 @@ pub fn runtime_held(
         Share::Volumes => rt.tenant_volumes(tenant)?,
         Share::Snapshots => rt.tenant_snapshots(tenant)?.0,
         Share::SnapshotBytes => rt.tenant_snapshots(tenant)?.1,
+        Share::DiskBytes => rt.tenant_disk_bytes(tenant)?,
         Share::Templates => rt.tenant_templates(tenant)?,
         Share::McpSessions | Share::Jobs | Share::Webhooks | Share::EventStreams => 0,
     })

@@ -702,6 +702,7 @@ pub(crate) async fn create_tenant<B: Backend>(
         .keys
         .put_tenant(&name, req, true)
         .map_err(tenancy_error)?;
+    crate::shares::sync_disk_cap(&st.backend, &t);
     Ok((StatusCode::CREATED, Json(t)).into_response())
 }
 
@@ -752,6 +753,7 @@ pub(crate) async fn put_tenant<B: Backend>(
         .keys
         .put_tenant(&name, req, false)
         .map_err(tenancy_error)?;
+    crate::shares::sync_disk_cap(&st.backend, &t);
     released(&st, &name);
     Ok(Json(t))
 }

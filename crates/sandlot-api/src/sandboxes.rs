@@ -55,6 +55,7 @@ pub(crate) async fn create<B: Backend>(
         limits,
         needs_trusted,
     )?);
+    crate::shares::check_disk(&st, &caller.0).await?;
     // Held until the sandbox is in the live set (or the creation failed).
     let _admission = govern::admit(&st, &caller.0, limits, 1).await?;
     let sandbox = st.backend.create_sandbox(req).await?;

@@ -51,6 +51,10 @@ pub async fn claim(
     if share == Share::Snapshots {
         counted.push(Share::SnapshotBytes);
     }
+    // A snapshot's workspace copy and a volume take new disk.
+    if matches!(share, Share::Snapshots | Share::Volumes) {
+        counted.push(Share::DiskBytes);
+    }
     for share in counted {
         let n = held(&tenant.name, share)?;
         sandlot_tenancy::check_share(&tenant, share, n).map_err(quota_error)?;
@@ -75,6 +79,38 @@ pub fn open(
         .open(&tenant, share)
         .map(Some)
         .map_err(quota_error)
+}
+
+/// Refuses a creation that needs new disk (a sandbox, a fork) while `who`'s tenant is at its
+/// `max_disk_bytes` (429 `tenant_quota_exceeded`). A check, not a claim: the kernel's qgroup
+/// is what holds the line between concurrent creations' writes.
+pub(crate) async fn check_disk<B: Backend>(
+    st: &AppState<B>,
+    who: &Principal,
+) -> Result<(), HttpError> {
+    claim_held(st, who, Share::DiskBytes).await.map(drop)
+}
+
+/// The kernel cap on `tenant`'s disk bytes: its `max_disk_bytes` (or the server's default);
+/// none for the operator's tenant `default`, which is not capped.
+pub fn disk_cap(tenant: &Tenant) -> Option<u64> {
+    (tenant.name != DEFAULT_TENANT).then(|| Share::DiskBytes.limit(&tenant.quotas))
+}
+
+/// Puts `tenant`'s `max_disk_bytes` into force on the disk (at startup and whenever a
+/// tenant is made or changed). A failure is logged: admission still checks the setting.
+pub(crate) fn sync_disk_cap<B: Backend>(backend: &B, tenant: &Tenant) {
+    if let Err(e) = backend.set_tenant_disk_cap(&tenant.name, disk_cap(tenant)) {
+        tracing::warn!(tenant = %tenant.name, error = %e.message, "could not set the tenant's disk cap");
+    }
+}
+
+/// [`sync_disk_cap`] for every tenant, at startup: the qgroups survive a restart, but a
+/// setting changed while the server was down reaches them only here.
+pub fn sync_disk_caps(rt: &sandlot_runtime::Runtime, gov: &Governance) {
+    for t in gov.keys.tenants() {
+        sync_disk_cap(rt, &t);
+    }
 }
 
 /// [`claim`] with what the backend counts of `share` (paused sandboxes, volumes, snapshots,

@@ -37,6 +37,7 @@ pub(crate) async fn fork<B: Backend>(
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
     crate::gates::gate_existing(&st, &caller.0, &id).await?;
+    crate::shares::check_disk(&st, &caller.0).await?;
     let _admission = match st.backend.sandbox_limits(&id) {
         Some(limits) => {
             let count = req.count.clamp(1, 100);

@@ -27,6 +27,8 @@ pub const MAX_PENDING_CREATES: &str = "SANDLOT_MAX_PENDING_CREATES";
 pub const POOL_SIZE: &str = "SANDLOT_POOL_SIZE";
 /// Size in MiB the workspaces' Btrfs image is first allocated at (`--disk-image-mb`).
 pub const DISK_IMAGE_MB: &str = "SANDLOT_DISK_IMAGE_MB";
+/// Most files (inodes) one workspace may hold (`--max-files`); 0: no cap beyond its bytes.
+pub const MAX_FILES: &str = "SANDLOT_MAX_FILES";
 /// Days a paused sandbox is kept before it expires (`--paused-retention-days`); 0 keeps it
 /// until it is deleted.
 pub const PAUSED_RETENTION_DAYS: &str = "SANDLOT_PAUSED_RETENTION_DAYS";
@@ -111,6 +113,11 @@ pub const VARS: &[Var] = &[
         name: DISK_IMAGE_MB,
         default: "4096",
         help: "MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room",
+    },
+    Var {
+        name: MAX_FILES,
+        default: "1000000",
+        help: "most files (inodes) one workspace may hold; past it new files fail with EDQUOT (0: no cap)",
     },
     Var {
         name: PAUSED_RETENTION_DAYS,
@@ -211,6 +218,7 @@ pub const SERVE_VARS: &[&str] = &[
     MAX_PENDING_CREATES,
     POOL_SIZE,
     DISK_IMAGE_MB,
+    MAX_FILES,
     PAUSED_RETENTION_DAYS,
     LOG_FORMAT,
     AUDIT,
@@ -261,6 +269,8 @@ pub struct Capacity {
     pub max_pending_creates: Option<usize>,
     pub pool_size: Option<usize>,
     pub disk_image_mb: Option<u64>,
+    /// Most files per workspace; `Some(0)` turns the cap off.
+    pub max_files: Option<u64>,
     /// Days a paused sandbox is kept; `Some(0)` keeps it until deleted.
     pub paused_retention_days: Option<u64>,
 }
@@ -282,6 +292,11 @@ impl Capacity {
         }
         if let Some(v) = self.disk_image_mb {
             cfg.workspace_image_bytes = Some(v << 20);
+        }
+        match self.max_files {
+            Some(0) => cfg.max_files = None,
+            Some(n) => cfg.max_files = Some(n),
+            None => {}
         }
         match self.paused_retention_days {
             Some(0) => cfg.paused_retention_secs = None,
@@ -451,10 +466,12 @@ mod tests {
             max_pending_creates: Some(7),
             pool_size: None,
             disk_image_mb: None,
+            max_files: Some(0),
             paused_retention_days: Some(0),
         }
         .apply(&mut changed);
         assert_eq!(changed.paused_retention_secs, None);
+        assert_eq!(changed.max_files, None);
         assert_eq!(cfg.paused_retention_secs, Some(30 * 24 * 3600));
         assert_eq!(
             (

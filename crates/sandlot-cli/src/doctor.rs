@@ -136,9 +136,12 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
 /// The workspace backend a server would use here, and why, as one check.
 pub fn workspace_check(d: &Disk) -> Check {
     const NAME: &str = "disk workspaces";
-    let btrfs = "btrfs: a Btrfs subvolume per sandbox with a qgroup byte limit, on a loop-mounted \
-                 image in <data-dir>/disk";
-    let loop_image = "loop-image: one ext4 loop image per sandbox in <data-dir>/disk";
+    let btrfs = "btrfs: a Btrfs subvolume per sandbox with a qgroup byte limit, each tenant's \
+                 subvolumes under one level-1 qgroup capped at its max_disk_bytes, files per \
+                 workspace capped by count (--max-files), on a loop-mounted image in \
+                 <data-dir>/disk";
+    let loop_image = "loop-image: one ext4 loop image per sandbox in <data-dir>/disk (mkfs's \
+                      inode count caps files; no per-tenant disk cap)";
     let (ok, detail, fix) = match d.existing {
         Some("btrfs") if d.kernel_btrfs => (
             true,

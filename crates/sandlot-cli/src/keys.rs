@@ -129,17 +129,18 @@ pub struct TenantArgs {
     #[arg(long, value_name = "S", value_parser = parse_number)]
     wait_seconds: Option<Setting<f64>>,
     /// A cap on the tenant's share of what all tenants draw on, `QUOTA=N` or `QUOTA=default`
-    /// (max_paused_sandboxes, max_volumes, max_snapshots, max_snapshot_bytes, max_templates,
+    /// (max_paused_sandboxes, max_volumes, max_snapshots, max_snapshot_bytes, max_disk_bytes, max_templates,
     /// max_mcp_sessions, max_jobs, max_webhooks, max_event_streams); repeatable
     #[arg(long = "share", value_name = "QUOTA=N", value_parser = parse_share)]
     shares: Vec<(String, Option<u64>)>,
 }
 
-const SHARES: [&str; 9] = [
+const SHARES: [&str; 10] = [
     "max_paused_sandboxes",
     "max_volumes",
     "max_snapshots",
     "max_snapshot_bytes",
+    "max_disk_bytes",
     "max_templates",
     "max_mcp_sessions",
     "max_jobs",
@@ -175,6 +176,7 @@ fn share_slot<'a>(q: &'a mut TenantQuotas, name: &str) -> Option<&'a mut Option<
         "max_volumes" => &mut q.max_volumes,
         "max_snapshots" => &mut q.max_snapshots,
         "max_snapshot_bytes" => &mut q.max_snapshot_bytes,
+        "max_disk_bytes" => &mut q.max_disk_bytes,
         "max_templates" => &mut q.max_templates,
         "max_mcp_sessions" => &mut q.max_mcp_sessions,
         "max_jobs" => &mut q.max_jobs,
@@ -618,6 +620,23 @@ mod tests {
         assert_eq!(after.wait_seconds, Some(4.0));
         assert_eq!(after.max_volumes, Some(3));
         assert_eq!(after.max_webhooks, Some(2));
+    }
+
+    #[test]
+    fn every_share_the_server_knows_can_be_set() {
+        for share in sandlot_tenancy::Share::ALL {
+            let arg = format!("{}=7", share.quota());
+            let (name, value) = parse_share(&arg).unwrap();
+            let mut q = TenantQuotas::default();
+            *share_slot(&mut q, &name).unwrap() = value;
+            assert_eq!(share.limit(&q), 7, "{arg}");
+        }
+        assert!(parse_share("max_disk_bytes=-1").is_err());
+        assert!(parse_share("max_disk_bytes=1GiB").is_err());
+        assert_eq!(
+            parse_share("max_disk_bytes=314572800"),
+            Ok(("max_disk_bytes".into(), Some(314_572_800)))
+        );
     }
 
     #[test]

@@ -236,6 +236,9 @@ struct ServeArgs {
     /// MiB the workspaces' Btrfs image is first allocated at; it grows in steps while the host has room [default: 4096]
     #[arg(long, value_name = "MIB", env = config::DISK_IMAGE_MB)]
     disk_image_mb: Option<u64>,
+    /// Most files (inodes) one workspace may hold; past it new files fail with EDQUOT; 0: no cap [default: 1000000]
+    #[arg(long, value_name = "N", env = config::MAX_FILES)]
+    max_files: Option<u64>,
     /// Days a paused sandbox is kept before it expires; 0 keeps it until deleted [default: 30]
     #[arg(long, value_name = "DAYS", env = config::PAUSED_RETENTION_DAYS)]
     paused_retention_days: Option<u64>,
@@ -249,6 +252,7 @@ impl ServeArgs {
             max_pending_creates: self.max_pending_creates,
             pool_size: self.pool_size,
             disk_image_mb: self.disk_image_mb,
+            max_files: self.max_files,
             paused_retention_days: self.paused_retention_days,
         }
     }

@@ -312,6 +312,7 @@ fn governance(
         extra_roots,
     );
     rt.set_idle_pause_gate(sandlot_api::shares::idle_pause_gate(gov.clone()));
+    sandlot_api::shares::sync_disk_caps(rt, &gov);
     tracing::info!(
         version = %policy.version(),
         dir = %policy_dir.display(),

@@ -229,6 +229,8 @@ impl Scope {
         let Some(gov) = self.tenancy.gov.as_deref() else {
             return Ok(None);
         };
+        // A new sandbox needs disk: refused while the tenant is at its `max_disk_bytes`.
+        drop(self.claim(Share::DiskBytes).await?);
         let rt = self.tenancy.rt.clone();
         let usage = move |tenant: &str| {
             let u = rt.tenant_usage(tenant);

@@ -100,7 +100,8 @@ impl Runtime {
             .save_state(e, turn, &live, &state, saved::Durability::Transient)
             .await?;
         let base = new_id("forkbase_");
-        let snapped = self.snapshot_workspace(&e.id, &base).await;
+        let tenant = lock(&e.info).tenant.clone();
+        let snapped = self.snapshot_workspace(&e.id, &base, Some(tenant)).await;
         // The parent's state and files are captured: its next cell may run.
         drop(turn);
         let parent = lock(&e.info).clone();

@@ -96,6 +96,7 @@ impl Runtime {
         // Snapshots keep their workspace copies among the workspaces, volumes their files.
         restored.extend(self.snapshot_ids());
         restored.extend(self.recover_volumes());
+        self.repair_disk_groups();
         self.sweep_state_leftovers();
         for id in on_disk.difference(&restored) {
             if let Err(e) = workspaces.remove(id) {

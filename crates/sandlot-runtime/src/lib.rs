@@ -24,6 +24,7 @@ pub mod assets;
 mod background;
 mod contexts;
 mod diff;
+mod disk_caps;
 pub mod env_build;
 pub mod error;
 mod events;
@@ -135,6 +136,9 @@ pub struct RuntimeConfig {
     /// Size the Btrfs workspace image is first allocated at (it grows in steps while the host
     /// has room); `None` keeps the workspace crate's default (4 GiB).
     pub workspace_image_bytes: Option<u64>,
+    /// Most files (inodes) one workspace may hold (`sandlot_workspace::WorkspaceConfig::max_files`);
+    /// `None`: no cap beyond its bytes.
+    pub max_files: Option<u64>,
 }
 
 impl RuntimeConfig {
@@ -180,6 +184,7 @@ impl RuntimeConfig {
             artifact_retention_secs: 7 * 24 * 3600,
             workspace_backend: Default::default(),
             workspace_image_bytes: None,
+            max_files: Some(sandlot_workspace::DEFAULT_MAX_FILES),
             paused_retention_secs: Some(30 * 24 * 3600),
         }
     }
@@ -376,6 +381,7 @@ impl Runtime {
         // Before any zygote: a server restart finds every workspace a previous run left.
         let mut disk_cfg = sandlot_workspace::WorkspaceConfig {
             backend: config.workspace_backend,
+            max_files: config.max_files,
             ..sandlot_workspace::WorkspaceConfig::new(data_dir.join(workspace::DIR))
         };
         if let Some(bytes) = config.workspace_image_bytes {

@@ -40,7 +40,8 @@ impl Runtime {
         let (turn, saved) = self
             .save_state(&e, turn, &live, &path, saved::Durability::Durable)
             .await?;
-        let copied = self.snapshot_workspace(&e.id, &snap).await;
+        let tenant = lock(&e.info).tenant.clone();
+        let copied = self.snapshot_workspace(&e.id, &snap, Some(tenant)).await;
         drop(turn);
         if let Err(err) = copied {
             let _ = std::fs::remove_file(&path);

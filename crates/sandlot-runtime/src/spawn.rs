@@ -134,6 +134,19 @@ impl Runtime {
         live: Arc<Live>,
         info: Sandbox,
     ) -> Result<Sandbox, RuntimeError> {
+        if live.disk() {
+            // Before any of the tenant's code runs in it: its bytes count toward the tenant.
+            let (rt, id, tenant) = (self.clone(), info.id.clone(), info.tenant.clone());
+            let assigned = blocking("assigning a workspace", move || {
+                rt.assign_workspace(&id, &tenant)
+            })
+            .await
+            .and_then(|r| r);
+            if let Err(err) = assigned {
+                self.discard(live);
+                return Err(err);
+            }
+        }
         let recorded = self
             .inner
             .store

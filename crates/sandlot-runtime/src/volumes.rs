@@ -120,10 +120,10 @@ impl Runtime {
             .alloc(crate::uids::Kind::Volume)
             .ok_or(RuntimeError::NoFreeUid)?;
         let workspace = new_workspace_id(&tenant, &req.name);
-        let (rt, id) = (self.clone(), workspace.clone());
+        let (rt, id, owner) = (self.clone(), workspace.clone(), tenant.clone());
         let made = blocking("creating a volume", move || {
             rt.workspaces()?
-                .create(&id, uid, uid, size_mb << 20)
+                .create_for(&id, uid, uid, size_mb << 20, Some(&owner))
                 .map(|_| ())
                 .map_err(|e| crate::workspace::workspace_error("create", e))
         })

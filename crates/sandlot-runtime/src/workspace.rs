@@ -88,16 +88,17 @@ impl Runtime {
     }
 
     /// A copy-on-write snapshot of workspace `src` as the new workspace `dst` (a fork base, a
-    /// snapshot's files), with `src`'s owner and limit.
+    /// snapshot's files), with `src`'s owner and limit, counting toward `tenant`'s disk cap.
     pub(crate) async fn snapshot_workspace(
         &self,
         src: &str,
         dst: &str,
+        tenant: Option<String>,
     ) -> Result<(), RuntimeError> {
         let (rt, src, dst) = (self.clone(), src.to_string(), dst.to_string());
         blocking("snapshotting a workspace", move || {
             rt.workspaces()?
-                .snapshot(&src, &dst)
+                .snapshot_for(&src, &dst, tenant.as_deref())
                 .map(|_| ())
                 .map_err(|err| workspace_error("snapshot", err))
         })

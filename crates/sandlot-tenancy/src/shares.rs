@@ -25,6 +25,10 @@ pub enum Share {
     Volumes,
     Snapshots,
     SnapshotBytes,
+    /// Bytes on the workspace disk: its sandboxes' (paused ones included), its snapshots'
+    /// copies and its volumes together, enforced by the kernel (one Btrfs qgroup per tenant)
+    /// and checked before a creation that needs new disk.
+    DiskBytes,
     Templates,
     McpSessions,
     Jobs,
@@ -33,11 +37,12 @@ pub enum Share {
 }
 
 impl Share {
-    pub const ALL: [Share; 9] = [
+    pub const ALL: [Share; 10] = [
         Share::PausedSandboxes,
         Share::Volumes,
         Share::Snapshots,
         Share::SnapshotBytes,
+        Share::DiskBytes,
         Share::Templates,
         Share::McpSessions,
         Share::Jobs,
@@ -52,6 +57,7 @@ impl Share {
             Share::Volumes => "max_volumes",
             Share::Snapshots => "max_snapshots",
             Share::SnapshotBytes => "max_snapshot_bytes",
+            Share::DiskBytes => "max_disk_bytes",
             Share::Templates => "max_templates",
             Share::McpSessions => "max_mcp_sessions",
             Share::Jobs => "max_jobs",
@@ -63,13 +69,15 @@ impl Share {
     /// The cap of a tenant that sets none. Sized so that 16 tenants at every cap fit one
     /// server of 65,536 uids and one disk: paused sandboxes and volumes take 16 × (1,024 +
     /// 1,024) = 32,768 uids, half the pool, leaving the rest to running sandboxes; MCP
-    /// sessions are a sixteenth of the global 1,024.
+    /// sessions are a sixteenth of the global 1,024; 16 × 64 GiB of disk is the workspace
+    /// image's largest size (1 TiB).
     pub fn default_limit(self) -> u64 {
         match self {
             Share::PausedSandboxes => 1024,
             Share::Volumes => 1024,
             Share::Snapshots => 256,
             Share::SnapshotBytes => 16 << 30,
+            Share::DiskBytes => 64 << 30,
             Share::Templates => 32,
             Share::McpSessions => 64,
             Share::Jobs => 1000,
@@ -84,6 +92,7 @@ impl Share {
             Share::Volumes => q.max_volumes,
             Share::Snapshots => q.max_snapshots,
             Share::SnapshotBytes => q.max_snapshot_bytes,
+            Share::DiskBytes => q.max_disk_bytes,
             Share::Templates => q.max_templates,
             Share::McpSessions => q.max_mcp_sessions,
             Share::Jobs => q.max_jobs,
@@ -97,9 +106,19 @@ impl Share {
         self.setting(q).unwrap_or(self.default_limit())
     }
 
+    /// What one more of the share needs at least: a creation needing disk is refused when
+    /// less than this is left under the cap (a write that fails with `EDQUOT` may leave up to
+    /// a few hundred KiB of the cap unused, and a new subvolume needs its first tree blocks).
+    pub fn headroom(self) -> u64 {
+        match self {
+            Share::DiskBytes => 4 << 20,
+            _ => 0,
+        }
+    }
+
     fn unit(self) -> &'static str {
         match self {
-            Share::SnapshotBytes => " bytes",
+            Share::SnapshotBytes | Share::DiskBytes => " bytes",
             _ => "",
         }
     }
@@ -108,7 +127,7 @@ impl Share {
 /// Whether `tenant`, holding `held` of `share`, may take one more.
 pub fn check(tenant: &Tenant, share: Share, held: u64) -> Result<(), QuotaError> {
     let limit = share.limit(&tenant.quotas);
-    if held < limit {
+    if held.saturating_add(share.headroom()) < limit {
         return Ok(());
     }
     Err(QuotaError::Full {

@@ -1043,6 +1043,11 @@ pub struct TenantQuotas {
     /// Most bytes of saved state across its snapshots; a snapshot is refused once they hold this much. Absent: the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_snapshot_bytes: Option<u64>,
+    /// Most bytes on the workspace disk across its sandboxes (paused ones included), snapshot
+    /// copies and volumes; a write past it fails with EDQUOT, and a creation needing disk is
+    /// refused once they hold this much. Absent: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_disk_bytes: Option<u64>,
     /// Most templates it owns (each an environment and a zygote). Absent: the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_templates: Option<u64>,

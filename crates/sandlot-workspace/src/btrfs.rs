@@ -12,11 +12,12 @@
 //! <dir>/mnt/ws/.new-*  a workspace being made (renamed into place when complete)
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use nix::fcntl::{FallocateFlags, RenameFlags};
@@ -26,6 +27,7 @@ use nix::unistd::{Gid, Uid};
 use crate::btrfs_ioctl as ioc;
 use crate::error::{IoStep, Result, SysStep, WorkspaceError};
 use crate::space::{self, SpaceReport};
+use crate::tenants::{self, TenantGroups};
 use crate::{id, loopdev, mounts, tools};
 use crate::{ImageReport, QuotaMode, Workspace, WorkspaceConfig};
 
@@ -57,6 +59,23 @@ pub(crate) struct Btrfs {
     cfg: WorkspaceConfig,
     grow_lock: Mutex<()>,
     last_grow_problem: Mutex<Option<String>>,
+    /// The tenant groups and the file cap's state (boxed: kept out of `Backend`'s size).
+    caps: Box<Caps>,
+}
+
+struct Caps {
+    /// Each tenant's level-1 qgroup number (`tenants.rs`).
+    tenants: Mutex<TenantGroups>,
+    /// `<dir>/clamped`: a file per workspace whose limit the file cap clamped, holding the
+    /// limit to give back (`none` for no limit).
+    clamped: PathBuf,
+    /// A workspace was removed since the cleaner was last poked ([`Btrfs::poke_cleaner`]).
+    removed: AtomicBool,
+    /// The last file-cap error of each workspace, so one that keeps failing is logged once,
+    /// not four times a second.
+    file_cap_errors: Mutex<HashMap<String, String>>,
+    /// The tenant qgroups made (or found) in this run.
+    groups_made: Mutex<HashSet<u64>>,
 }
 
 fn open_dir(path: &Path) -> std::io::Result<File> {
@@ -137,6 +156,9 @@ impl Btrfs {
         private_dir(&ws)?;
         let ws_dir = open_dir(&ws).at("open", &ws)?;
         let backed = is_backed(&image, !cfg.image.sparse)?;
+        let tenants = Mutex::new(TenantGroups::load(&dir)?);
+        let clamped = dir.join("clamped");
+        private_dir(&clamped)?;
         let this = Btrfs {
             dir,
             image,
@@ -153,6 +175,13 @@ impl Btrfs {
             cfg,
             grow_lock: Mutex::new(()),
             last_grow_problem: Mutex::new(None),
+            caps: Box::new(Caps {
+                tenants,
+                clamped,
+                removed: AtomicBool::new(false),
+                file_cap_errors: Mutex::new(HashMap::new()),
+                groups_made: Mutex::new(HashSet::new()),
+            }),
         };
         this.reclaim_temporaries();
         this.sweep_qgroups();
@@ -175,14 +204,23 @@ impl Btrfs {
         self.quota
     }
 
-    /// Creates the workspace: subvolume, owner, mode, byte limit, then renames it into place.
-    pub(crate) fn create(&self, id: &str, uid: u32, gid: u32, limit: u64) -> Result<Workspace> {
+    /// Creates the workspace: subvolume (in `tenant`'s qgroup, if given), owner, mode, byte
+    /// limit, then renames it into place.
+    pub(crate) fn create(
+        &self,
+        id: &str,
+        uid: u32,
+        gid: u32,
+        limit: u64,
+        tenant: Option<&str>,
+    ) -> Result<Workspace> {
         self.check_space()?;
         if self.exists(id) {
             return Err(WorkspaceError::Exists { id: id.into() });
         }
+        let group = tenant.map(|t| self.tenant_group(t)).transpose()?;
         let tmp = id::temp_name(id);
-        ioc::subvol_create(&self.ws_dir, &self.ws, &tmp).map_err(|e| match e.errno() {
+        ioc::subvol_create(&self.ws_dir, &self.ws, &tmp, group).map_err(|e| match e.errno() {
             libc::EEXIST => WorkspaceError::Exists { id: id.into() },
             _ => e,
         })?;
@@ -208,18 +246,24 @@ impl Btrfs {
         Ok(self.workspace(id, limit))
     }
 
-    /// A writable copy-on-write snapshot of `src` named `dst`, with `src`'s owner and limit.
-    pub(crate) fn snapshot(&self, src: &str, dst: &str) -> Result<Workspace> {
+    /// A writable copy-on-write snapshot of `src` named `dst`, with `src`'s owner and limit
+    /// (the one it had before a file-cap clamp), in `tenant`'s qgroup if given.
+    pub(crate) fn snapshot(&self, src: &str, dst: &str, tenant: Option<&str>) -> Result<Workspace> {
         self.check_space()?;
         if self.exists(dst) {
             return Err(WorkspaceError::Exists { id: dst.into() });
         }
         let (src_fd, src_id) = self.open_workspace(src)?;
-        let limit = self.limit_of(src_id);
+        let limit = self
+            .clamped_from(src)
+            .unwrap_or_else(|| self.limit_of(src_id));
+        let group = tenant.map(|t| self.tenant_group(t)).transpose()?;
         let tmp = id::temp_name(dst);
-        ioc::snapshot(&src_fd, &self.ws_dir, &self.ws, &tmp).map_err(|e| match e.errno() {
-            libc::EEXIST => WorkspaceError::Exists { id: dst.into() },
-            _ => e,
+        ioc::snapshot(&src_fd, &self.ws_dir, &self.ws, &tmp, group).map_err(|e| {
+            match e.errno() {
+                libc::EEXIST => WorkspaceError::Exists { id: dst.into() },
+                _ => e,
+            }
         })?;
         let made = (|| {
             let path = self.ws.join(&tmp);
@@ -240,12 +284,30 @@ impl Btrfs {
         let (fd, subvolid) = self.open_workspace(id)?;
         drop(fd);
         self.destroy_tree(id, subvolid)?;
+        let _ = std::fs::remove_file(self.caps.clamped.join(id));
+        self.caps.removed.store(true, Ordering::SeqCst);
         self.sweep_qgroups();
         Ok(())
     }
 
+    /// After a remove, has the cleaner drop the deleted subvolumes now, so their bytes go back
+    /// to their tenant's cap within a maintenance interval instead of the 30 s commit interval
+    /// (called from the maintenance thread, off the delete's path: it commits the filesystem).
+    pub(crate) fn poke_cleaner(&self) {
+        if self.caps.removed.swap(false, Ordering::SeqCst) {
+            if let Err(e) = ioc::sync(&self.fs, &self.mnt) {
+                tracing::warn!("poking the Btrfs cleaner: {e}");
+            }
+        }
+    }
+
+    /// Sets the byte limit; while the file cap clamps the workspace, the new limit is what the
+    /// clamp gives back.
     pub(crate) fn set_limit(&self, id: &str, bytes: u64) -> Result<()> {
         let (_, subvolid) = self.open_workspace(id)?;
+        if self.clamped_from(id).is_some() {
+            return self.record_clamp(id, Some(bytes));
+        }
         ioc::qgroup_limit(&self.fs, &self.path(id), subvolid, Some(bytes))
     }
 
@@ -262,7 +324,157 @@ impl Btrfs {
 
     pub(crate) fn get(&self, id: &str) -> Result<Workspace> {
         let (_, subvolid) = self.open_workspace(id)?;
-        Ok(self.workspace(id, self.limit_of(subvolid).unwrap_or(u64::MAX)))
+        let limit = self
+            .clamped_from(id)
+            .unwrap_or_else(|| self.limit_of(subvolid));
+        Ok(self.workspace(id, limit.unwrap_or(u64::MAX)))
+    }
+
+    /// The level-1 qgroup of `tenant`, made (and its number recorded) the first time.
+    pub(crate) fn tenant_group(&self, tenant: &str) -> Result<u64> {
+        let n = self
+            .caps
+            .tenants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .number(tenant)?;
+        let group = tenants::level1(n);
+        // Making a qgroup joins a transaction even when it exists: once per group and run.
+        let mut made = self
+            .caps
+            .groups_made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !made.contains(&group) {
+            ioc::qgroup_create(&self.fs, &self.mnt, group)?;
+            made.insert(group);
+        }
+        Ok(group)
+    }
+
+    /// Sets (or with `None` lifts) the cap on the bytes of all of `tenant`'s workspaces.
+    pub(crate) fn set_tenant_limit(&self, tenant: &str, bytes: Option<u64>) -> Result<()> {
+        let group = self.tenant_group(tenant)?;
+        ioc::qgroup_limit(&self.fs, &self.mnt, group, bytes)
+    }
+
+    /// Makes workspace `id` count toward `tenant`'s cap (already counting is fine).
+    pub(crate) fn assign(&self, id: &str, tenant: &str) -> Result<()> {
+        let (_, subvolid) = self.open_workspace(id)?;
+        let group = self.tenant_group(tenant)?;
+        ioc::qgroup_assign(&self.fs, &self.path(id), subvolid, group)
+    }
+
+    /// Bytes charged to `tenant`'s qgroup and its limit; `(0, None)` for a tenant that never
+    /// had a workspace. The charge is what the kernel weighs a new write against: the bytes
+    /// accounted at the last transaction commit plus those reserved since (dirty data and
+    /// metadata not yet written), so a tenant whose writer just got `EDQUOT` reads as full at
+    /// once rather than after the next commit.
+    pub(crate) fn tenant_usage(&self, tenant: &str) -> Result<(u64, Option<u64>)> {
+        let n = self
+            .caps
+            .tenants
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(tenant);
+        let Some(n) = n else { return Ok((0, None)) };
+        let dir = self.sysfs(&format!("qgroups/1_{n}"));
+        let mut used = read_u64(&dir.join("referenced"))?;
+        for rsv in ["rsv_data", "rsv_meta_pertrans", "rsv_meta_prealloc"] {
+            used = used.saturating_add(read_u64(&dir.join(rsv)).unwrap_or(0));
+        }
+        Ok((used, limit_in(&dir)))
+    }
+
+    /// Every tenant with a qgroup, and its number.
+    pub(crate) fn tenants(&self) -> Vec<(String, u64)> {
+        let g = self.caps.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        g.all().map(|(t, n)| (t.to_owned(), n)).collect()
+    }
+
+    /// The limit a clamped workspace had before its clamp (`Some(None)`: it had none);
+    /// `None` if it is not clamped.
+    fn clamped_from(&self, id: &str) -> Option<Option<u64>> {
+        let text = std::fs::read_to_string(self.caps.clamped.join(id)).ok()?;
+        Some(text.trim().parse::<u64>().ok())
+    }
+
+    fn record_clamp(&self, id: &str, limit: Option<u64>) -> Result<()> {
+        let path = self.caps.clamped.join(id);
+        let text = limit.map_or_else(|| "none".to_owned(), |l| l.to_string());
+        let tmp = self.caps.clamped.join(format!(".{id}"));
+        std::fs::write(&tmp, text).at("write", &tmp)?;
+        std::fs::rename(&tmp, &path).at("rename", &path)
+    }
+
+    /// One pass of the file cap over every workspace (see the crate doc, "Files"): clamps the
+    /// byte limit of one holding more than `max_files` inodes to what it uses, and gives the
+    /// limit back once it holds fewer. Returns how many are clamped after the pass.
+    pub(crate) fn enforce_file_cap(&self, max_files: u64) -> Result<usize> {
+        let mut clamped = 0;
+        let mut errors = HashMap::new();
+        for id in self.list()? {
+            match self.enforce_file_cap_on(&id, max_files) {
+                Ok(true) => clamped += 1,
+                Ok(false) | Err(WorkspaceError::NotFound { .. }) => {}
+                Err(e) => {
+                    errors.insert(id, e.to_string());
+                }
+            }
+        }
+        let mut last = self
+            .caps
+            .file_cap_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (id, e) in &errors {
+            if last.get(id) != Some(e) {
+                tracing::warn!(workspace = %id, "file cap: {e}");
+            }
+        }
+        *last = errors;
+        Ok(clamped)
+    }
+
+    /// Whether `id` is clamped after this check.
+    fn enforce_file_cap_on(&self, id: &str, max_files: u64) -> Result<bool> {
+        let (_, subvolid) = self.open_workspace(id)?;
+        let path = self.path(id);
+        let was = self.clamped_from(id);
+        // Inode numbers only grow: none at `max_files + 256` or above means at most
+        // `max_files` inodes (the root directory is 256), with one ioctl.
+        let over_mark = max_files.saturating_add(ioc::BTRFS_FIRST_FREE_OBJECTID);
+        let maybe_over = ioc::has_inode_from(&self.fs, &path, subvolid, over_mark)?;
+        let count = if maybe_over {
+            ioc::count_inodes(&self.fs, &path, subvolid, max_files)?
+        } else {
+            0
+        };
+        match crate::file_cap::decide(was.is_some(), count, max_files) {
+            crate::file_cap::Decision::Keep => Ok(was.is_some()),
+            crate::file_cap::Decision::Clamp => {
+                let used = read_u64(&self.qgroup_sysfs(subvolid, "referenced"))?;
+                let (limit, first) = match was {
+                    Some(_) => (self.limit_of(subvolid).unwrap_or(u64::MAX), false),
+                    None => (u64::MAX, true),
+                };
+                if first {
+                    self.record_clamp(id, self.limit_of(subvolid))?;
+                    tracing::info!(workspace = %id, count, max_files, "file cap: clamping the workspace's bytes");
+                }
+                // Ratchets down only: bytes freed while clamped are not room for new files.
+                ioc::qgroup_limit(&self.fs, &path, subvolid, Some(used.min(limit)))?;
+                Ok(true)
+            }
+            crate::file_cap::Decision::Release => {
+                let back = was.flatten();
+                ioc::qgroup_limit(&self.fs, &path, subvolid, back)?;
+                std::fs::remove_file(self.caps.clamped.join(id))
+                    .at("unlink", self.caps.clamped.join(id))?;
+                tracing::info!(workspace = %id, count, max_files, "file cap: lifting the clamp");
+                Ok(false)
+            }
+        }
     }
 
     pub(crate) fn list(&self) -> Result<Vec<String>> {
@@ -580,7 +792,7 @@ impl Btrfs {
         Path::new("/sys/fs/btrfs").join(&self.uuid).join(rel)
     }
 
-    fn qgroup_sysfs(&self, subvolid: u64, file: &str) -> PathBuf {
+    pub(crate) fn qgroup_sysfs(&self, subvolid: u64, file: &str) -> PathBuf {
         self.sysfs(&format!("qgroups/0_{subvolid}/{file}"))
     }
 
@@ -672,6 +884,29 @@ impl Btrfs {
             }
         }
     }
+}
+
+fn read_u64(path: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path).at("read", path)?;
+    text.trim()
+        .parse()
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+        .at("parse", path)
+}
+
+/// The referenced-bytes limit in a qgroup's sysfs directory, `None` when it has none.
+fn limit_in(dir: &Path) -> Option<u64> {
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let flags = read("limit_flags")?;
+    (flags & ioc::BTRFS_QGROUP_LIMIT_MAX_RFER != 0)
+        .then(|| read("max_referenced"))
+        .flatten()
 }
 
 /// Makes the image under a temporary name and renames it into place only once formatted, so a

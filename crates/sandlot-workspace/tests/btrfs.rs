@@ -648,3 +648,150 @@ fn full_host(sparse: bool) {
         }));
     }
 }
+
+#[test]
+fn a_tenant_group_caps_its_workspaces_together() {
+    bounded(T, || tenant_group_caps(QuotaMode::Simple));
+}
+
+#[test]
+fn a_tenant_group_caps_under_full_qgroups_too() {
+    bounded(T, || tenant_group_caps(QuotaMode::Full));
+}
+
+/// A write at the tenant's cap: `EDQUOT`, at the first write or already when creating the file
+/// (which needs metadata bytes; `fill_as` reports a failed open as -2).
+#[track_caller]
+fn assert_capped(r: &FillResult) {
+    assert!(
+        r.errno == libc::EDQUOT || (r.errno == -2 && r.written == 0),
+        "{r:?}"
+    );
+    assert!(r.written < 2 * MIB, "{r:?}");
+}
+
+fn tenant_group_caps(mode: QuotaMode) {
+    const CAP: u64 = 64 * MIB;
+    let mut fx = btrfs();
+    fx.cfg.quota = mode;
+    {
+        let ws = fx.open();
+        ws.set_tenant_limit("acme", Some(CAP)).unwrap();
+        let a = ws
+            .create_for("a", OWNER, OWNER, 4 * CAP, Some("acme"))
+            .unwrap();
+        let b = ws
+            .create_for("b", OTHER, OTHER, 4 * CAP, Some("acme"))
+            .unwrap();
+        let c = ws
+            .create_for("c", OWNER, OWNER, 4 * CAP, Some("zeta"))
+            .unwrap();
+
+        let first = fill_as(OWNER, OWNER, &a.path.join("f"), 40 * MIB);
+        assert_eq!((first.errno, first.written), (0, 40 * MIB));
+        let second = fill_as(OTHER, OTHER, &b.path.join("f"), CAP);
+        assert_eq!(second.errno, libc::EDQUOT, "{second:?}");
+        let total = first.written + second.written;
+        assert!((CAP - 8 * MIB..=CAP).contains(&total), "{total}");
+        let (used, limit) = ws.tenant_usage("acme").unwrap();
+        assert_eq!(limit, Some(CAP));
+        assert!((CAP - 8 * MIB..=CAP + MIB).contains(&used), "{used}");
+
+        // Another tenant's workspace is not in the group.
+        let other = fill_as(OWNER, OWNER, &c.path.join("f"), CAP);
+        assert_eq!((other.errno, other.written), (0, CAP));
+
+        // A snapshot made in the group is capped with it.
+        ws.snapshot_for("a", "snap", Some("acme")).unwrap();
+        let snap = ws.path("snap").unwrap();
+        assert_capped(&fill_as(OWNER, OWNER, &snap.join("g"), 16 * MIB));
+
+        // Raising the cap lets the same workspaces write on.
+        ws.set_tenant_limit("acme", Some(2 * CAP)).unwrap();
+        let more = fill_as(OTHER, OTHER, &b.path.join("g"), 16 * MIB);
+        assert_eq!((more.errno, more.written), (0, 16 * MIB));
+        ws.set_tenant_limit("acme", Some(CAP)).unwrap();
+
+        // A workspace made for nobody joins with its bytes (simple quotas: exactly).
+        let p = ws.create("pooled", OWNER, OWNER, 4 * CAP).unwrap();
+        let w = fill_as(OWNER, OWNER, &p.path.join("f"), 4 * MIB);
+        assert_eq!(w.errno, 0);
+        syncfs(&p.path);
+        let before = ws.tenant_usage("zeta").unwrap().0;
+        ws.assign("pooled", "zeta").unwrap();
+        ws.assign("pooled", "zeta").unwrap();
+        syncfs(&p.path);
+        let after = ws.tenant_usage("zeta").unwrap().0;
+        assert!(after >= before + 4 * MIB, "{before} -> {after}");
+        let names: Vec<String> = ws.tenant_groups().into_iter().map(|(t, _)| t).collect();
+        assert_eq!(names, ["acme", "zeta"]);
+        assert!(ws.assign("pooled", "bad name").is_err());
+        assert!(
+            ws.health().unwrap().problems.is_empty(),
+            "{:?}",
+            ws.health()
+        );
+        drop(ws);
+    }
+    // The group, its members and its limit are on disk: a reopen keeps the cap.
+    let ws = fx.open();
+    assert_capped(&fill_as(
+        OTHER,
+        OTHER,
+        &ws.path("b").unwrap().join("h"),
+        16 * MIB,
+    ));
+    // Removing a member gives its bytes back to the tenant.
+    ws.remove("b").unwrap();
+    ws.remove("snap").unwrap();
+    // The maintenance pass pokes the cleaner: the bytes come back well before the 30 s commit
+    // interval would.
+    let back = wait_until(Duration::from_secs(5), || {
+        ws.maintain().unwrap();
+        ws.tenant_usage("acme").unwrap().0 < 48 * MIB
+    });
+    assert!(back, "{:?}", ws.tenant_usage("acme"));
+    let r = fill_as(OWNER, OWNER, &ws.path("a").unwrap().join("h"), 8 * MIB);
+    assert_eq!((r.errno, r.written), (0, 8 * MIB));
+    fx.finish(ws);
+}
+
+#[test]
+fn the_file_cap_clamps_past_the_count_and_releases_under_it() {
+    bounded(T, || {
+        let mut fx = btrfs();
+        fx.cfg.max_files = Some(1000);
+        let ws = fx.open();
+        assert_eq!(ws.max_files(), Some(1000));
+        let w = ws.create("w", OWNER, OWNER, LIMIT).unwrap();
+        let make = |from: usize, n: usize| -> std::io::Result<()> {
+            for i in from..from + n {
+                std::fs::File::create(w.path.join(i.to_string()))?;
+            }
+            Ok(())
+        };
+        make(0, 900).unwrap();
+        assert_eq!(ws.enforce_file_cap().unwrap(), 0);
+        make(900, 600).unwrap();
+        assert_eq!(ws.enforce_file_cap().unwrap(), 1);
+        let e = make(2000, 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+        // The limit it will get back is what it reports, and can change while clamped.
+        assert_eq!(ws.get("w").unwrap().limit_bytes, LIMIT);
+        ws.set_limit("w", 2 * LIMIT).unwrap();
+        assert_eq!(ws.get("w").unwrap().limit_bytes, 2 * LIMIT);
+        // Deleting works at the clamp; at or under the cap the limit comes back.
+        for i in 0..600 {
+            std::fs::remove_file(w.path.join(i.to_string())).unwrap();
+        }
+        assert_eq!(ws.enforce_file_cap().unwrap(), 0);
+        make(3000, 10).unwrap();
+        let r = fill_as(OWNER, OWNER, &w.path.join("big"), LIMIT + 8 * MIB);
+        assert_eq!(
+            (r.errno, r.written),
+            (0, LIMIT + 8 * MIB),
+            "the raised limit"
+        );
+        fx.finish(ws);
+    });
+}
