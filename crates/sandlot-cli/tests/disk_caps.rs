@@ -125,6 +125,27 @@ fn a_tenant_cap_bounds_all_its_workspaces_and_survives_a_restart() {
     refused_at_disk_cap(&a.post("/v1/volumes", &json!({"name": "alpha-v", "size_mb": 16})));
     refused_at_disk_cap(&a.post("/v1/sandboxes", &json!({})));
     refused_at_disk_cap(&a.post(&format!("/v1/sandboxes/{s1}/fork"), &json!({})));
+    // E2B's control plane (a sandlot key is an E2B API key) answers the same.
+    for path in ["/sandboxes".to_string(), format!("/sandboxes/{s1}/fork")] {
+        let r = server
+            .client()
+            .post(format!("{}{path}", server.url()))
+            .header("X-API-KEY", &key_a)
+            .json(&json!({"templateID": "base"}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 429, "E2B {path}");
+        let text = r.text().unwrap();
+        assert!(text.contains("max_disk_bytes"), "E2B {path}: {text}");
+    }
+    assert_eq!(
+        a.get("/v1/sandboxes").expect(200)["sandboxes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "nothing was made past the cap"
+    );
     assert_eq!(
         a.get("/v1/snapshots").expect(200)["snapshots"]
             .as_array()

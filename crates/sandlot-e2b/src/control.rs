@@ -227,6 +227,7 @@ async fn create(
             .map_err(|e| Failure::from_api(&e))?;
         create.tier = Some(tier);
     }
+    tenancy::check_disk(&ctx, &who).await?;
     // Held until the sandbox is in the runtime's live set (or the creation failed).
     let _admission = tenancy::admit(&ctx, &who, limits, 1).await?;
     let sb = ctx.rt.create_sandbox(create).await?;
@@ -462,6 +463,7 @@ async fn fork(
         count: f.count.unwrap_or(1),
         same_seed: false,
     };
+    tenancy::check_disk(&ctx, &who).await?;
     let admission = tenancy::admit_like(&ctx, &who, &id, req.count.clamp(1, 100)).await?;
     // Children are their parent's tenant's (the runtime copies it).
     let forked = ctx.rt.fork_sandbox(&id, req).await?;

@@ -65,6 +65,22 @@ pub(crate) async fn admit_like(
     }
 }
 
+/// Refuses a creation that needs new disk (a sandbox, a fork) while `who`'s tenant is at its
+/// `max_disk_bytes`, with `/v1`'s 429 `tenant_quota_exceeded` (a resume needs none: its
+/// workspace exists, and a tenant at its cap must be able to resume to delete files).
+pub(crate) async fn check_disk(ctx: &Ctx, who: &Principal) -> Result<(), Failure> {
+    let rt = &ctx.rt;
+    sandlot_api::shares::claim(
+        ctx.gov.as_deref(),
+        who,
+        sandlot_tenancy::Share::DiskBytes,
+        |t, s| sandlot_api::runtime_held(rt, t, s).map_err(sandlot_api::api_error),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| Failure::from_api(&e))
+}
+
 /// Wakes creations waiting for room in `tenant`'s quotas (one of its sandboxes ended or
 /// paused).
 pub(crate) fn released(ctx: &Ctx, tenant: &str) {
