@@ -80,6 +80,56 @@ print(json.dumps({{"written": written, "errno": err}}))
     )
 }
 
+/// Calls MCP tool `tool` with `args` as `key` over a fresh streamable-HTTP session; returns
+/// the `tools/call` result.
+fn mcp_call(server: &TestServer, key: &str, tool: &str, args: Value) -> Value {
+    const PROTOCOL: &str = "2025-06-18";
+    let http = server.client_with_key(Some(key));
+    let url = format!("{}/mcp", server.url());
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", PROTOCOL)
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send().expect("MCP request")
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": {"name": "disk-caps", "version": "0"}}}),
+    );
+    assert_eq!(init.status().as_u16(), 200);
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(init.text());
+    let note = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(note.status().as_u16(), 202);
+    let text = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": tool, "arguments": args}}),
+    )
+    .text()
+    .unwrap();
+    // A JSON body, or SSE `data:` lines of which one answers id 2.
+    std::iter::once(text.as_str())
+        .chain(text.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|m| serde_json::from_str::<Value>(m.trim()).ok())
+        .find(|m| m["id"] == json!(2))
+        .unwrap_or_else(|| panic!("no answer to tools/call: {text}"))["result"]
+        .clone()
+}
+
 /// What `a` is refused with at its disk cap: 429 naming `max_disk_bytes`.
 #[track_caller]
 fn refused_at_disk_cap(r: &common::Resp) {
@@ -138,6 +188,15 @@ fn a_tenant_cap_bounds_all_its_workspaces_and_survives_a_restart() {
         let text = r.text().unwrap();
         assert!(text.contains("max_disk_bytes"), "E2B {path}: {text}");
     }
+    // So does MCP, for a creation and a fork, as a tool error naming the quota.
+    for (tool, args) in [
+        ("create_sandbox", json!({})),
+        ("fork_sandbox", json!({"sandbox_id": s1})),
+    ] {
+        let r = mcp_call(&server, &key_a, tool, args);
+        assert_eq!(r["isError"], true, "MCP {tool}: {r}");
+        assert!(r.to_string().contains("max_disk_bytes"), "MCP {tool}: {r}");
+    }
     assert_eq!(
         a.get("/v1/sandboxes").expect(200)["sandboxes"]
             .as_array()
@@ -146,6 +205,18 @@ fn a_tenant_cap_bounds_all_its_workspaces_and_survives_a_restart() {
         2,
         "nothing was made past the cap"
     );
+    // A resume needs no new disk: a tenant at its cap resumes (REST and MCP) to delete files.
+    for via_mcp in [false, true] {
+        a.post(&format!("/v1/sandboxes/{s1}/pause"), &json!({}))
+            .expect(200);
+        if via_mcp {
+            let r = mcp_call(&server, &key_a, "resume_sandbox", json!({"sandbox_id": s1}));
+            assert_ne!(r["isError"], true, "MCP resume at the cap: {r}");
+        } else {
+            a.post(&format!("/v1/sandboxes/{s1}/resume"), &json!({}))
+                .expect(200);
+        }
+    }
     assert_eq!(
         a.get("/v1/snapshots").expect(200)["snapshots"]
             .as_array()

@@ -164,7 +164,15 @@ impl Scope {
         if let Some(gov) = self.tenancy.gov.as_deref() {
             req.tier = Some(gov.gate_creation(&self.who, req, limits, needs_trusted)?);
         }
+        self.check_disk().await?;
         self.admit(limits, 1).await
+    }
+
+    /// Refuses a creation that needs new disk (a sandbox, a fork) while the tenant is at its
+    /// `max_disk_bytes`, as `/v1` does; a resume needs none (its workspace exists, and a
+    /// tenant at its cap must be able to resume and delete files).
+    pub(crate) async fn check_disk(&self) -> Result<(), Error> {
+        self.claim(Share::DiskBytes).await.map(drop)
     }
 
     /// The `execute` gate of sandbox `id` (the tenant's: checked before) for `code_bytes` of
@@ -229,8 +237,6 @@ impl Scope {
         let Some(gov) = self.tenancy.gov.as_deref() else {
             return Ok(None);
         };
-        // A new sandbox needs disk: refused while the tenant is at its `max_disk_bytes`.
-        drop(self.claim(Share::DiskBytes).await?);
         let rt = self.tenancy.rt.clone();
         let usage = move |tenant: &str| {
             let u = rt.tenant_usage(tenant);

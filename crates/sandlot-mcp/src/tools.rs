@@ -723,7 +723,10 @@ impl<B: Backend> Call<'_, B> {
                     };
                     // Held until the children are created; they are the parent's tenant's.
                     let _admission = match &scope {
-                        Some(s) => s.admit_like(&id, count.clamp(1, 100)).await?,
+                        Some(s) => {
+                            s.check_disk().await?;
+                            s.admit_like(&id, count.clamp(1, 100)).await?
+                        }
                         None => None,
                     };
                     backend.fork_sandbox(&id, req).await
