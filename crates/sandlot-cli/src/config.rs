@@ -165,6 +165,11 @@ pub const VARS: &[Var] = &[
         help: "requests refused without a valid key are counted per source address and recorded once per this many seconds",
     },
     Var {
+        name: TRUSTED_PROXIES,
+        default: "unset: the TCP peer is a request's source",
+        help: "addresses and CIDR ranges of reverse proxies in front of sandlot (comma-separated); behind one, the audit tallies refused requests under the X-Forwarded-For hop it appended instead of under the proxy",
+    },
+    Var {
         name: METRICS_PUBLIC,
         default: "0: /metrics needs an operator key",
         help: "1: serve /metrics without a key",
@@ -201,6 +206,7 @@ pub const LOG_FORMAT: &str = "SANDLOT_LOG_FORMAT";
 pub const AUDIT: &str = "SANDLOT_AUDIT";
 pub const AUDIT_SEGMENT_BYTES: &str = "SANDLOT_AUDIT_SEGMENT_BYTES";
 pub const AUDIT_REFUSALS_SECONDS: &str = "SANDLOT_AUDIT_REFUSALS_SECONDS";
+pub const TRUSTED_PROXIES: &str = sandlot_api::record::audit::TRUSTED_PROXIES;
 pub const METRICS_PUBLIC: &str = "SANDLOT_METRICS_PUBLIC";
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
@@ -226,6 +232,7 @@ pub const SERVE_VARS: &[&str] = &[
     PORT_URL_TTL,
     ENVD_TOKEN_TTL,
     AUDIT_REFUSALS_SECONDS,
+    TRUSTED_PROXIES,
     METRICS_PUBLIC,
     OTLP_ENDPOINT,
     JOBS_CONCURRENCY,

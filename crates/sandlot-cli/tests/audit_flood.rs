@@ -10,6 +10,9 @@
 //!   moves the older ones out; `sandlot audit verify` proves what remains and, with
 //!   `--archive`, the archive; an edited record in either is named; the server restarts on
 //!   the archived log and keeps the chain.
+//! - Behind a reverse proxy named in `SANDLOT_TRUSTED_PROXIES`, refusals are tallied under
+//!   the `X-Forwarded-For` hop the proxy appended; without one, the header is ignored (the
+//!   flood above sends a forged one).
 
 mod common;
 
@@ -96,7 +99,10 @@ fn fifty_thousand_unauthenticated_requests_are_a_few_records() {
                 let http = common::client_builder().build().unwrap();
                 for i in 0..PER_CLIENT {
                     let r = match (c + i) % 4 {
-                        0 => http.get(format!("{url}/v1/sandboxes")),
+                        // No proxy is trusted: a forged header changes nothing.
+                        0 => http
+                            .get(format!("{url}/v1/sandboxes"))
+                            .header("X-Forwarded-For", "203.0.113.66"),
                         1 => http
                             .get(format!("{url}/v1/sandboxes/sb_nope"))
                             .bearer_auth("sl_not_a_key"),
@@ -177,6 +183,70 @@ fn fifty_thousand_unauthenticated_requests_are_a_few_records() {
 
     let (code, out, err) = cli(&["verify", "--dir", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn behind_a_trusted_proxy_refusals_are_tallied_per_client() {
+    let mut server = TestServer::start_with_env(&[
+        ("SANDLOT_AUDIT_REFUSALS_SECONDS", "60"),
+        ("SANDLOT_TRUSTED_PROXIES", "127.0.0.1, 10.0.0.0/8"),
+    ]);
+    let dir = audit_dir(&server);
+    let http = common::client_builder().build().unwrap();
+    let url = server.url().to_owned();
+    // (what the proxy chain sent, how many times): the client is the right-most hop that is
+    // not a trusted proxy, whatever the client itself wrote further left.
+    let sent = [
+        ("198.51.100.1", 3),
+        ("1.2.3.4, 198.51.100.2", 2),
+        ("198.51.100.3, 10.0.0.9", 4),
+        ("198.51.100.4, not-an-address", 1),
+    ];
+    for (forwarded, n) in sent {
+        for _ in 0..n {
+            let r = http
+                .get(format!("{url}/v1/sandboxes"))
+                .header("X-Forwarded-For", forwarded)
+                .send()
+                .unwrap();
+            assert_eq!(r.status(), 401);
+        }
+    }
+    assert!(server.stop().success());
+    let mut by_source = std::collections::BTreeMap::new();
+    for t in export(&dir)
+        .iter()
+        .filter(|r| r["action"] == "requests.refused")
+    {
+        *by_source
+            .entry(t["target"]["source"].as_str().unwrap().to_owned())
+            .or_insert(0) += t["target"]["count"].as_u64().unwrap();
+    }
+    let want: std::collections::BTreeMap<String, u64> = [
+        ("198.51.100.1", 3),
+        ("198.51.100.2", 2),
+        ("198.51.100.3", 4),
+        // A hop that is not an address: tallied under the proxy that passed it on.
+        ("127.0.0.1", 1),
+    ]
+    .into_iter()
+    .map(|(s, n)| (s.to_owned(), n))
+    .collect();
+    assert_eq!(by_source, want);
+
+    // A value that names no address stops the server before it serves anything.
+    let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(server.data_dir())
+        .env("SANDLOT_TRUSTED_PROXIES", "127.0.0.1, the-proxy")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SANDLOT_TRUSTED_PROXIES") && err.contains("the-proxy"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -44,6 +44,8 @@ pub enum RecordError {
     Store(#[from] sandlot_store::StoreError),
     #[error("telemetry: {0}")]
     Telemetry(String),
+    #[error("{name}: {why}")]
+    Setting { name: &'static str, why: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
