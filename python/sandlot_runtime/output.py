@@ -34,6 +34,7 @@ cell is over.
 
 from __future__ import annotations
 
+import _thread
 import codecs
 import fcntl
 import os
@@ -84,9 +85,9 @@ class _Relay:
         self._running = False
         self._hooked = False
         self.main_ident = 0
-        # ns_last_pid of the sandbox's pid namespace, and what it said when the live pipes
-        # were put in place (see end_execution).
-        self.last_pid_fd: int | None = None
+        # What ns_last_pid of the sandbox's pid namespace said when the live pipes were put
+        # in place (see end_execution); False once it proved unreadable.
+        self.last_pid_readable = True
         self.last_pid: bytes | None = None
 
     def start(self) -> None:
@@ -105,12 +106,9 @@ class _Relay:
         self.live_ids = {}
         self._live_poller = select.poll()
         self._epoll = select.epoll()  # close-on-exec
-        try:
-            self.last_pid_fd = os.open(_LAST_PID, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:  # no /proc: every execution gets new pipes
-            self.last_pid_fd = None
-        threading.Thread(target=self._run, args=(self._epoll,), name="sandlot-output",
-                         daemon=True).start()
+        # A bare thread, not a `threading.Thread`: user code's `threading.active_count()`
+        # and `enumerate()` see its own threads only (a `while active_count() > 1` wait ends).
+        _thread.start_new_thread(self._run, (self._epoll,))
 
     def running(self) -> bool:
         """Whether this is the process the relay runs in (not the zygote, not a child forked
@@ -123,12 +121,21 @@ class _Relay:
     def tasks_created(self) -> bytes | None:
         """The last pid handed out in the sandbox's pid namespace: it changes whenever a
         process or thread is created there. None when it cannot be read."""
-        if self.last_pid_fd is None:
+        # Opened for each read, not held: the driver's descriptors are what a cell sees of
+        # its process, and they stay the server's pipes, its socket and /dev/null.
+        if not self.last_pid_readable:
             return None
         try:
-            return os.pread(self.last_pid_fd, 32, 0)
+            fd = os.open(_LAST_PID, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc: every execution gets new pipes
+            self.last_pid_readable = False
+            return None
+        try:
+            return os.read(fd, 32)
         except OSError:
             return None
+        finally:
+            os.close(fd)
 
     def watch(self, fd: int, pipe: _Pipe) -> None:
         """Starts reading ``fd`` (under ``lock``)."""
