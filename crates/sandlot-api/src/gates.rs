@@ -163,23 +163,6 @@ pub(crate) fn gate_create<B>(
     }
 }
 
-/// Gates a fork or resume of sandbox `id` as a creation of its like (see
-/// [`Governance::gate_like`]); without governance, or for a sandbox that cannot be read (the
-/// runtime's own answer follows), nothing.
-pub(crate) async fn gate_existing<B: crate::backend::Backend>(
-    st: &AppState<B>,
-    who: &Principal,
-    id: &str,
-) -> Result<(), HttpError> {
-    let Some(g) = st.gov.as_deref() else {
-        return Ok(());
-    };
-    match st.backend.get_sandbox(id).await {
-        Ok(sb) => g.gate_like(who, &sb).map_err(HttpError),
-        Err(_) => Ok(()),
-    }
-}
-
 impl Governance {
     /// The creation gates, for every interface (REST, E2B, MCP): `create_sandbox` on its
     /// template, then `select_tier` for the least tier that gives what it asks for (`trusted`
