@@ -34,7 +34,7 @@ use crate::govern::{fill_template_limits, Governance};
 use sandlot_tenancy::{Admission, Share, Want};
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Limits, Principal, Role, Sandbox,
-    DEFAULT_TENANT, ISOLATED_TIER, TRUSTED_TIER,
+    DEFAULT_TENANT, TRUSTED_TIER,
 };
 use std::future::Future;
 
@@ -93,10 +93,13 @@ pub async fn admit_new<L: Lookups>(
     }
     with_template_limits(lookups, req).await;
     let (limits, needs_trusted) = creation_limits(gov, lookups, req)?;
-    req.tier = Some(match gov {
-        Some(g) => g.gate_creation(who, req, limits, needs_trusted)?,
-        None => req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into()),
-    });
+    req.tier = Some(crate::gates::gate_create(
+        gov,
+        who,
+        req,
+        limits,
+        needs_trusted,
+    )?);
     check_disk(gov, lookups, who).await?;
     admit(gov, lookups, who, limits, 1).await
 }

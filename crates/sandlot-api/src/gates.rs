@@ -147,18 +147,16 @@ pub(crate) fn denied(d: &Decision, id: &str) -> HttpError {
 }
 
 /// Gates a creation and picks its tier (see [`Governance::gate_creation`]); without
-/// governance, the tier asked for.
-pub(crate) fn gate_create<B>(
-    st: &AppState<B>,
+/// governance, the tier asked for (or `isolated`).
+pub(crate) fn gate_create(
+    gov: Option<&Governance>,
     who: &Principal,
     req: &sandlot_types::CreateSandbox,
     limits: sandlot_types::EffectiveLimits,
     needs_trusted: bool,
-) -> Result<String, HttpError> {
-    match st.gov.as_deref() {
-        Some(g) => g
-            .gate_creation(who, req, limits, needs_trusted)
-            .map_err(HttpError),
+) -> Result<String, sandlot_types::ApiError> {
+    match gov {
+        Some(g) => g.gate_creation(who, req, limits, needs_trusted),
         None => Ok(req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into())),
     }
 }

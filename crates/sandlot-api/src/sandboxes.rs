@@ -70,7 +70,7 @@ pub(crate) async fn set_network<B: Backend>(
     };
     asked.tenant = Some(caller.tenant().to_owned());
     let tier = crate::gates::gate_create(
-        &st,
+        st.gov.as_deref(),
         &caller.0,
         &asked,
         current.limits,
