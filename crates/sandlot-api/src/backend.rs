@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 /// The runtime operations the API serves, with the signatures of [`Runtime`]'s methods except
 /// that failures arrive as [`ApiError`]s: the runtime's errors are mapped to their stable codes
 /// on the way in (`crate::error::code_of`), so a scripted backend can fail with any code.
-pub(crate) trait Backend: Clone + Send + Sync + 'static {
+pub(crate) trait Backend: crate::admission::Lookups {
     fn create_sandbox(
         &self,
         req: CreateSandbox,
@@ -246,51 +246,16 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         id: &str,
         ctx: &str,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
-    /// The tenant a sandbox (live or ended) or a snapshot belongs to; `None` when
-    /// there is no such thing. Backends without tenants say `default`.
+    /// The tenant a sandbox (live or ended) belongs to; `None` when there is no such
+    /// sandbox. Backends without tenants say `default`.
     fn sandbox_tenant(&self, id: &str) -> Option<String> {
         let _ = id;
         Some(sandlot_types::DEFAULT_TENANT.to_owned())
-    }
-    fn snapshot_tenant(&self, id: &str) -> Option<String> {
-        let _ = id;
-        Some(sandlot_types::DEFAULT_TENANT.to_owned())
-    }
-    /// What a tenant's sandboxes hold now (for its quotas).
-    fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
-        let _ = tenant;
-        sandlot_tenancy::Want::default()
     }
     /// Sets (`None`: lifts) the kernel's cap on all of `tenant`'s workspace bytes.
     fn set_tenant_disk_cap(&self, tenant: &str, bytes: Option<u64>) -> Result<(), ApiError> {
         let _ = (tenant, bytes);
         Ok(())
-    }
-    /// How much of `share` a tenant holds now (paused sandboxes, volumes, snapshots and
-    /// their bytes, templates), for its fair-share caps.
-    fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
-        let _ = (tenant, share);
-        Ok(0)
-    }
-    /// The limits a creation asking for `limits` would get (for quotas).
-    fn effective_limits(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        let _ = limits;
-        Ok(sandlot_types::EffectiveLimits {
-            memory_mb: 0,
-            cpu_millis: 0,
-            pids: 0,
-            disk_mb: 0,
-        })
-    }
-    /// [`Backend::effective_limits`] against the `trusted` tier's maxima.
-    fn effective_limits_trusted(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        self.effective_limits(limits)
     }
     /// `PUT /v1/sandboxes/{id}/network`.
     fn set_network(
@@ -326,12 +291,6 @@ pub(crate) trait Backend: Clone + Send + Sync + 'static {
         let _ = (id, path);
         async { Some(bytes) }
     }
-    /// The limits of a live sandbox (what a fork of it or its resume asks for).
-    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
-        let _ = id;
-        None
-    }
-
     /// Forwards `req` to port `port` of sandbox `id` as `path_and_query` (`crate::ports`).
     fn proxy_port(
         &self,
@@ -358,13 +317,47 @@ fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
     r.map_err(api_error)
 }
 
-impl Backend for Runtime {
-    fn sandbox_tenant(&self, id: &str) -> Option<String> {
-        Runtime::sandbox_tenant(self, id)
+impl crate::admission::Lookups for Runtime {
+    fn has_template(&self, tenant: &str, name: &str) -> bool {
+        Runtime::has_template(self, tenant, name)
+    }
+
+    fn template_limits(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Option<sandlot_types::Limits>> + Send {
+        Runtime::get_template(self, tenant, name).map(|t| t.ok().map(|t| t.spec.limits))
     }
 
     fn snapshot_tenant(&self, id: &str) -> Option<String> {
         Runtime::snapshot_tenant(self, id)
+    }
+
+    fn snapshot_template(&self, id: &str) -> impl Future<Output = Option<String>> + Send {
+        Runtime::get_snapshot(self, id).map(|s| s.ok().map(|s| s.template))
+    }
+
+    fn effective_limits(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits(self, limits))
+    }
+
+    fn effective_limits_trusted(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits_trusted(self, limits))
+    }
+
+    fn sandbox(&self, id: &str) -> impl Future<Output = Option<Sandbox>> + Send {
+        Runtime::get_sandbox(self, id).map(|s| s.ok())
+    }
+
+    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        Runtime::sandbox_limits(self, id)
     }
 
     fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
@@ -379,27 +372,15 @@ impl Backend for Runtime {
     fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
         runtime_held(self, tenant, share).map_err(api_error)
     }
+}
+
+impl Backend for Runtime {
+    fn sandbox_tenant(&self, id: &str) -> Option<String> {
+        Runtime::sandbox_tenant(self, id)
+    }
 
     fn set_tenant_disk_cap(&self, tenant: &str, bytes: Option<u64>) -> Result<(), ApiError> {
         Runtime::set_tenant_disk_cap(self, tenant, bytes).map_err(api_error)
-    }
-
-    fn effective_limits(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        api(Runtime::effective_limits(self, limits))
-    }
-
-    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
-        Runtime::sandbox_limits(self, id)
-    }
-
-    fn effective_limits_trusted(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        api(Runtime::effective_limits_trusted(self, limits))
     }
 
     fn set_network(

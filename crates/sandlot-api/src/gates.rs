@@ -147,36 +147,17 @@ pub(crate) fn denied(d: &Decision, id: &str) -> HttpError {
 }
 
 /// Gates a creation and picks its tier (see [`Governance::gate_creation`]); without
-/// governance, the tier asked for.
-pub(crate) fn gate_create<B>(
-    st: &AppState<B>,
+/// governance, the tier asked for (or `isolated`).
+pub(crate) fn gate_create(
+    gov: Option<&Governance>,
     who: &Principal,
     req: &sandlot_types::CreateSandbox,
     limits: sandlot_types::EffectiveLimits,
     needs_trusted: bool,
-) -> Result<String, HttpError> {
-    match st.gov.as_deref() {
-        Some(g) => g
-            .gate_creation(who, req, limits, needs_trusted)
-            .map_err(HttpError),
+) -> Result<String, sandlot_types::ApiError> {
+    match gov {
+        Some(g) => g.gate_creation(who, req, limits, needs_trusted),
         None => Ok(req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into())),
-    }
-}
-
-/// Gates a fork or resume of sandbox `id` as a creation of its like (see
-/// [`Governance::gate_like`]); without governance, or for a sandbox that cannot be read (the
-/// runtime's own answer follows), nothing.
-pub(crate) async fn gate_existing<B: crate::backend::Backend>(
-    st: &AppState<B>,
-    who: &Principal,
-    id: &str,
-) -> Result<(), HttpError> {
-    let Some(g) = st.gov.as_deref() else {
-        return Ok(());
-    };
-    match st.backend.get_sandbox(id).await {
-        Ok(sb) => g.gate_like(who, &sb).map_err(HttpError),
-        Err(_) => Ok(()),
     }
 }
 

@@ -425,7 +425,7 @@ fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn short(id: &str) -> String {
+pub(crate) fn short(id: &str) -> String {
     id.chars().take(64).collect()
 }
 
@@ -481,48 +481,6 @@ impl<S: Send + Sync> FromRequestParts<S> for NameOwner {
     }
 }
 
-/// An allowlist entry inside an always-refused range (loopback, private networks, the metadata
-/// address, ...) opens the host's own neighbourhood to the sandbox: only the operator may list
-/// one (a tenant choosing its own allowlist must not reach the host's loopback services).
-pub(crate) fn check_special_egress(who: &Caller, allow: &[String]) -> Result<(), HttpError> {
-    if who.is_operator() {
-        return Ok(());
-    }
-    let Ok(rules) = sandlot_egress::NetworkRules::parse(allow) else {
-        return Ok(()); // the runtime says what is wrong with it
-    };
-    match rules.opens_special() {
-        Some((entry, what)) => Err(HttpError::new(
-            ErrorCode::Forbidden,
-            format!("listing {entry} ({what}) in an allowlist needs an operator key"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Checks that the snapshot a creation starts from belongs to the caller's tenant; another
-/// tenant's answers as a missing one. The template and volumes it names need no check here:
-/// the runtime looks them up within the creation's tenant (`CreateSandbox::tenant`), where
-/// another tenant's are as missing as names never used.
-pub(crate) fn check_references<B: Backend>(
-    st: &AppState<B>,
-    who: &Caller,
-    req: &sandlot_types::CreateSandbox,
-) -> Result<(), HttpError> {
-    if st.gov.is_none() {
-        return Ok(());
-    }
-    if let Some(snap) = &req.from_snapshot {
-        if st.backend.snapshot_tenant(snap).as_deref() != Some(who.tenant()) {
-            return Err(HttpError::new(
-                ErrorCode::SnapshotNotFound,
-                format!("no snapshot {}", short(snap)),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// `limits` with what it leaves out taken from `template`'s: the limits the runtime will
 /// give the sandbox (it fills a request's missing limits from its template). Quota admission
 /// and the policy's creation context must see these, not the request's alone: a template
@@ -534,55 +492,9 @@ pub fn fill_template_limits(limits: &mut sandlot_types::Limits, template: &sandl
     limits.disk_mb = limits.disk_mb.or(template.disk_mb);
 }
 
-/// [`fill_template_limits`] for a `/v1` creation: its template is the one it names, else the
-/// one its snapshot was taken of (then named in the request, so the creation gates see the
-/// template the runtime gives it, not `default`), else `default`. A template or snapshot that
-/// cannot be read is left to the runtime's own answer.
-pub(crate) async fn with_template_limits<B: Backend>(
-    backend: &B,
-    req: &mut sandlot_types::CreateSandbox,
-) {
-    let tenant = req
-        .tenant
-        .clone()
-        .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
-    let name = match (&req.template, &req.from_snapshot) {
-        (Some(t), _) => t.clone(),
-        (None, Some(snap)) => match backend.get_snapshot(snap, false).await {
-            Ok(s) => {
-                req.template = Some(s.template.clone());
-                s.template
-            }
-            Err(_) => return,
-        },
-        (None, None) => "default".to_owned(),
-    };
-    if let Ok(t) = backend.get_template(&tenant, &name).await {
-        fill_template_limits(&mut req.limits, &t.spec.limits);
-    }
-}
-
 /// An artifact is readable by the tenants whose executions produced it.
 fn artifact_visible(gov: &Governance, who: &Principal, sha: &str) -> bool {
     gov.store.artifact_owned(sha, &who.tenant).unwrap_or(false)
-}
-
-/// Admits a creation of `count` sandboxes of `limits` for the caller's tenant, waiting in line
-/// while its quotas are full. The reservation lasts as long as the returned admission.
-pub(crate) async fn admit<B: Backend>(
-    st: &AppState<B>,
-    who: &Principal,
-    limits: sandlot_types::EffectiveLimits,
-    count: u64,
-) -> Result<Option<sandlot_tenancy::Admission>, HttpError> {
-    let Some(gov) = st.gov.as_deref() else {
-        return Ok(None);
-    };
-    let backend = st.backend.clone();
-    gov.admit_for(move |t| backend.tenant_usage(t), who, limits, count)
-        .await
-        .map(Some)
-        .map_err(HttpError)
 }
 
 impl Governance {

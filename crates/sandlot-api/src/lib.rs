@@ -5,6 +5,7 @@
 //! [`router`] builds the whole application without a socket, so tests can call it directly;
 //! `sandlot serve` binds it to a listener.
 
+pub mod admission;
 mod archive;
 mod artifacts;
 mod backend;

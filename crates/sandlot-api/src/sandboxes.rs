@@ -30,34 +30,9 @@ pub(crate) async fn create<B: Backend>(
     caller: Caller,
     ApiJsonOrDefault(mut req): ApiJsonOrDefault<CreateSandbox>,
 ) -> Result<Response, HttpError> {
-    req.tenant = Some(caller.tenant().to_owned());
-    govern::check_references(&st, &caller, &req)?;
-    if st.gov.is_some() {
-        govern::check_special_egress(&caller, &req.network)?;
-    }
-    // The quota and the policy see the limits the sandbox will get, its template's included.
-    govern::with_template_limits(&st.backend, &mut req).await;
-    // Limits above the isolated tier's maxima need the trusted tier (if its maxima allow).
-    let (limits, needs_trusted) = match st.backend.effective_limits(&req.limits) {
-        Ok(l) => (l, false),
-        Err(e) if req.tier.as_deref() == Some(sandlot_types::TRUSTED_TIER) || st.gov.is_some() => {
-            match st.backend.effective_limits_trusted(&req.limits) {
-                Ok(l) => (l, true),
-                Err(_) => return Err(e.into()),
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    req.tier = Some(crate::gates::gate_create(
-        &st,
-        &caller.0,
-        &req,
-        limits,
-        needs_trusted,
-    )?);
-    crate::shares::check_disk(&st, &caller.0).await?;
     // Held until the sandbox is in the live set (or the creation failed).
-    let _admission = govern::admit(&st, &caller.0, limits, 1).await?;
+    let _admission =
+        crate::admission::admit_new(st.gov.as_deref(), &st.backend, &caller.0, &mut req).await?;
     let sandbox = st.backend.create_sandbox(req).await?;
     Ok((StatusCode::CREATED, Json(govern::tokened(&st, sandbox))).into_response())
 }
@@ -82,7 +57,7 @@ pub(crate) async fn set_network<B: Backend>(
     crate::extract::ApiJson(update): crate::extract::ApiJson<sandlot_types::NetworkUpdate>,
 ) -> Result<Json<Sandbox>, HttpError> {
     if st.gov.is_some() {
-        govern::check_special_egress(&caller, &update.allow)?;
+        crate::admission::check_special_egress(&caller.0, &update.allow)?;
     }
     let current = st.backend.get_sandbox(&id).await?;
     let mut asked = CreateSandbox {
@@ -95,7 +70,7 @@ pub(crate) async fn set_network<B: Backend>(
     };
     asked.tenant = Some(caller.tenant().to_owned());
     let tier = crate::gates::gate_create(
-        &st,
+        st.gov.as_deref(),
         &caller.0,
         &asked,
         current.limits,

@@ -81,16 +81,6 @@ pub fn open(
         .map_err(quota_error)
 }
 
-/// Refuses a creation that needs new disk (a sandbox, a fork) while `who`'s tenant is at its
-/// `max_disk_bytes` (429 `tenant_quota_exceeded`). A check, not a claim: the kernel's qgroup
-/// is what holds the line between concurrent creations' writes.
-pub(crate) async fn check_disk<B: Backend>(
-    st: &AppState<B>,
-    who: &Principal,
-) -> Result<(), HttpError> {
-    claim_held(st, who, Share::DiskBytes).await.map(drop)
-}
-
 /// The kernel cap on `tenant`'s disk bytes: its `max_disk_bytes` (or the server's default);
 /// none for the operator's tenant `default`, which is not capped.
 pub fn disk_cap(tenant: &Tenant) -> Option<u64> {

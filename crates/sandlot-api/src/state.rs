@@ -2,6 +2,7 @@
 //! `sandlot_runtime`'s `fork.rs`, `pause.rs`, `snapshots.rs` and `volumes.rs`). Volumes' file
 //! routes are in `files.rs`.
 
+use crate::admission::{self, Like};
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
@@ -36,15 +37,9 @@ pub(crate) async fn fork<B: Backend>(
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
-    crate::gates::gate_existing(&st, &caller.0, &id).await?;
-    crate::shares::check_disk(&st, &caller.0).await?;
-    let _admission = match st.backend.sandbox_limits(&id) {
-        Some(limits) => {
-            let count = req.count.clamp(1, 100);
-            govern::admit(&st, &caller.0, limits, count).await?
-        }
-        None => None,
-    };
+    let like = Like::Fork { count: req.count };
+    let _admission =
+        admission::admit_like(st.gov.as_deref(), &st.backend, &caller.0, &id, like).await?;
     let result = st.backend.fork_sandbox(&id, req).await?;
     Ok((StatusCode::CREATED, Json(result)).into_response())
 }
@@ -68,11 +63,8 @@ pub(crate) async fn resume<B: Backend>(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
-    crate::gates::gate_existing(&st, &caller.0, &id).await?;
-    let _admission = match st.backend.sandbox_limits(&id) {
-        Some(limits) => govern::admit(&st, &caller.0, limits, 1).await?,
-        None => None,
-    };
+    let _admission =
+        admission::admit_like(st.gov.as_deref(), &st.backend, &caller.0, &id, Like::Resume).await?;
     Ok(Json(st.backend.resume_sandbox(&id).await?))
 }
 

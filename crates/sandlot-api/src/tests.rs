@@ -272,6 +272,64 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
+/// What the creation pipeline reads, as a backend without tenants answers: everything is
+/// `default`'s, templates but `missing` exist, and nothing has limits of its own.
+impl crate::admission::Lookups for Fake {
+    fn has_template(&self, _tenant: &str, name: &str) -> bool {
+        name != "missing"
+    }
+
+    async fn template_limits(&self, tenant: &str, name: &str) -> Option<sandlot_types::Limits> {
+        Backend::get_template(self, tenant, name)
+            .await
+            .ok()
+            .map(|t| t.spec.limits)
+    }
+
+    fn snapshot_tenant(&self, _id: &str) -> Option<String> {
+        Some(sandlot_types::DEFAULT_TENANT.to_owned())
+    }
+
+    async fn snapshot_template(&self, _id: &str) -> Option<String> {
+        None
+    }
+
+    fn effective_limits(
+        &self,
+        _limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        Ok(sandlot_types::EffectiveLimits {
+            memory_mb: 0,
+            cpu_millis: 0,
+            pids: 0,
+            disk_mb: 0,
+        })
+    }
+
+    fn effective_limits_trusted(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        self.effective_limits(limits)
+    }
+
+    async fn sandbox(&self, id: &str) -> Option<Sandbox> {
+        Backend::get_sandbox(self, id).await.ok()
+    }
+
+    fn sandbox_limits(&self, _id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        None
+    }
+
+    fn tenant_usage(&self, _tenant: &str) -> sandlot_tenancy::Want {
+        sandlot_tenancy::Want::default()
+    }
+
+    fn tenant_held(&self, _tenant: &str, _share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
+        Ok(0)
+    }
+}
+
 impl Backend for Fake {
     async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, ApiError> {
         self.record(format!("create {}", req.template.as_deref().unwrap_or("-")));
@@ -1787,4 +1845,94 @@ mod erased {
             serde_json::to_value(self).unwrap()
         }
     }
+}
+
+/// The creation pipeline every protocol shares (`crate::admission::admit_new`) checks in one
+/// order: references (template, then snapshot), the special-egress rule, the creation gates,
+/// the disk cap, then the quota admission. Each request below fails every check from some
+/// point on; the first failing check is the answer.
+#[tokio::test]
+async fn the_creation_pipeline_checks_in_order() {
+    use crate::admission::admit_new;
+    let store = Arc::new(sandlot_store::Store::open_in_memory().unwrap());
+    let policies = concat!(
+        "@id(\"all\") permit (principal, action, resource);\n",
+        "@id(\"no-denied\") forbid (principal, action == Sandlot::Action::\"create_sandbox\", ",
+        "resource) when { principal.plan == \"denied\" };\n",
+    );
+    let engine = sandlot_policy::PolicyEngine::from_text(policies).unwrap();
+    let gov = crate::govern::Governance::new(store, engine, [7; 32]).unwrap();
+    let tenant = |name: &str, plan: &str, disk: u64| {
+        let quotas = sandlot_types::TenantQuotas {
+            max_disk_bytes: Some(disk),
+            ..Default::default()
+        };
+        let req = sandlot_types::CreateTenant {
+            name: name.into(),
+            plan: Some(plan.into()),
+            quotas: Some(quotas),
+        };
+        gov.keys.put_tenant(name, req, true).unwrap();
+    };
+    tenant("denied", "denied", 1 << 40);
+    tenant("full", "free", 1);
+    tenant("roomy", "free", 1 << 40);
+    let who = |t: &str| sandlot_types::Principal {
+        key_id: format!("key-{t}"),
+        key_prefix: "sl_test".into(),
+        tenant: t.into(),
+        role: sandlot_types::Role::Member,
+        plan: if t == "denied" { "denied" } else { "free" }.into(),
+    };
+    let fake = Fake::default();
+    let every = || CreateSandbox {
+        template: Some("missing".into()),
+        from_snapshot: Some("snap-of-default".into()),
+        network: vec!["127.0.0.1".into()],
+        ..Default::default()
+    };
+    let code = |r: Result<Option<sandlot_tenancy::Admission>, ApiError>| match r {
+        Ok(_) => "admitted".to_owned(),
+        Err(e) => e.code.as_str().to_owned(),
+    };
+    let mut req = every();
+    let r = admit_new(Some(&gov), &fake, &who("denied"), &mut req).await;
+    assert_eq!(code(r), "template_not_found");
+    assert_eq!(req.tenant.as_deref(), Some("denied"));
+    req = CreateSandbox {
+        template: None,
+        ..every()
+    };
+    let r = admit_new(Some(&gov), &fake, &who("denied"), &mut req).await;
+    assert_eq!(code(r), "snapshot_not_found");
+    req = CreateSandbox {
+        template: None,
+        from_snapshot: None,
+        ..every()
+    };
+    let r = admit_new(Some(&gov), &fake, &who("denied"), &mut req).await;
+    assert_eq!(code(r), "forbidden");
+    let clean = || CreateSandbox {
+        template: Some("sales".into()),
+        ..Default::default()
+    };
+    req = clean();
+    let r = admit_new(Some(&gov), &fake, &who("denied"), &mut req).await;
+    assert_eq!(code(r), "policy_denied");
+    req = clean();
+    let r = admit_new(Some(&gov), &fake, &who("full"), &mut req).await;
+    assert_eq!(code(r), "tenant_quota_exceeded");
+    assert!(req.tier.is_some(), "the gates ran before the disk cap");
+    req = clean();
+    let r = admit_new(Some(&gov), &fake, &who("roomy"), &mut req).await;
+    assert_eq!(code(r), "admitted");
+    assert_eq!(req.tier.as_deref(), Some(sandlot_types::ISOLATED_TIER));
+    // Without governance: no tenant-scoped checks, the tier asked for (or isolated).
+    req = CreateSandbox {
+        template: None,
+        ..every()
+    };
+    let r = admit_new(None, &fake, &who("roomy"), &mut req).await;
+    assert_eq!(code(r), "admitted");
+    assert_eq!(req.tier.as_deref(), Some(sandlot_types::ISOLATED_TIER));
 }

@@ -32,6 +32,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use sandlot_api::admission::Like;
 use sandlot_runtime::RuntimeError;
 use sandlot_types::{CreateSandbox, ForkRequest, IdleAction, Principal, Sandbox, SandboxState};
 use serde::Deserialize;
@@ -196,13 +197,6 @@ async fn create(
         (NO_IDLE_TIMEOUT, timeout, IdleAction::Delete)
     };
     let template = template_of(&req.template_id);
-    if let Some(t) = template.as_deref() {
-        if !tenancy::template_visible(&ctx, &who, t) {
-            return Err(Failure::runtime(RuntimeError::TemplateNotFound {
-                name: t.into(),
-            }));
-        }
-    }
     let metadata = req.metadata.unwrap_or_default();
     let tier = metadata.get(TIER_METADATA).cloned();
     let mut create = CreateSandbox {
@@ -217,19 +211,10 @@ async fn create(
         tier,
         ..Default::default()
     };
-    tenancy::with_template_limits(&ctx, &mut create).await;
-    let (limits, needs_trusted) = tenancy::creation_limits(&ctx, &create)?;
-    // The creation gates (`create_sandbox`, then `select_tier`), as `/v1` applies them: the
-    // tier the sandbox runs in is the policy's answer.
-    if let Some(gov) = ctx.gov.as_deref() {
-        let tier = gov
-            .gate_creation(&who, &create, limits, needs_trusted)
-            .map_err(|e| Failure::from_api(&e))?;
-        create.tier = Some(tier);
-    }
-    tenancy::check_disk(&ctx, &who).await?;
-    // Held until the sandbox is in the runtime's live set (or the creation failed).
-    let _admission = tenancy::admit(&ctx, &who, limits, 1).await?;
+    // The creation pipeline every protocol shares (`sandlot_api::admission`): references,
+    // template limits, the creation gates (whose answer is the tier), the disk cap and the
+    // quota admission, held until the sandbox is in the runtime's live set.
+    let _admission = tenancy::admit_new(&ctx, &who, &mut create).await?;
     let sb = ctx.rt.create_sandbox(create).await?;
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
@@ -364,7 +349,7 @@ async fn connect(
     };
     let sb = ctx.rt.get_sandbox(&id).await?;
     let status = if sb.state == SandboxState::Paused {
-        let _admission = tenancy::admit_like(&ctx, &who, &id, 1).await?;
+        let _admission = tenancy::admit_like(&ctx, &who, &id, Like::Resume).await?;
         ctx.rt.resume_sandbox(&id).await?;
         StatusCode::CREATED
     } else {
@@ -429,7 +414,7 @@ async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
-    let admission = tenancy::admit_like(&ctx, &who, &id, 1).await?;
+    let admission = tenancy::admit_like(&ctx, &who, &id, Like::Resume).await?;
     let mut sb = ctx.rt.resume_sandbox(&id).await?;
     drop(admission);
     if let Some(t) = timeout.filter(|t| *t > 0) {
@@ -463,8 +448,8 @@ async fn fork(
         count: f.count.unwrap_or(1),
         same_seed: false,
     };
-    tenancy::check_disk(&ctx, &who).await?;
-    let admission = tenancy::admit_like(&ctx, &who, &id, req.count.clamp(1, 100)).await?;
+    let like = Like::Fork { count: req.count };
+    let admission = tenancy::admit_like(&ctx, &who, &id, like).await?;
     // Children are their parent's tenant's (the runtime copies it).
     let forked = ctx.rt.fork_sandbox(&id, req).await?;
     drop(admission);

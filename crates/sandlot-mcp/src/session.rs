@@ -120,8 +120,7 @@ impl<B: Backend> Session<B> {
         };
         let mut admission = None;
         if let Some(scope) = scope {
-            scope.prepare(&mut req)?;
-            admission = scope.admit_create(&mut req).await?;
+            admission = scope.admit_new(&mut req).await?;
         }
         let sb = self.backend.create_sandbox(req).await?;
         drop(admission);

@@ -4,8 +4,9 @@
 //! rmcp hands the request's parts to the tool call, where [`Scope::of`] finds it. `http`
 //! makes sure every request of a session carries the key that opened it, so a tool call's
 //! principal is its session's. With a scope:
-//! - sandboxes the tools create (the session's own, `create_sandbox`) are the tenant's, and
-//!   wait for room in its quotas as `/v1`'s creations do (resumes and forks too);
+//! - sandboxes the tools create (the session's own, `create_sandbox`), fork and resume pass
+//!   `sandlot_api::admission`, the creation pipeline `/v1` and E2B use too: they are the
+//!   tenant's, pass the same gates and wait for room in its quotas on the same line;
 //! - a `sandbox_id` (or a snapshot, or a template) of another tenant is answered exactly as
 //!   one that does not exist;
 //! - `list_sandboxes` lists the tenant's only;
@@ -17,12 +18,11 @@
 //! scopes every call there.
 
 use crate::error::Error;
+use sandlot_api::admission::{self, Like};
 use sandlot_api::govern::Governance;
 use sandlot_runtime::{Runtime, RuntimeError};
-use sandlot_tenancy::{Admission, Claim, Share, Want};
-use sandlot_types::{
-    ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Language, Principal, TRUSTED_TIER,
-};
+use sandlot_tenancy::{Admission, Claim, Share};
+use sandlot_types::{ApiError, CreateSandbox, ErrorCode, Language, Principal};
 use std::sync::Arc;
 
 /// What the in-process `/mcp` knows of tenants: who owns what (the runtime) and the quotas
@@ -99,80 +99,16 @@ impl Scope {
         }
     }
 
-    /// Makes `req` a creation for the tenant, after checking that what it names (template,
-    /// snapshot, volumes) is the tenant's.
-    pub(crate) fn prepare(&self, req: &mut CreateSandbox) -> Result<(), Error> {
-        req.tenant = Some(self.tenant().to_owned());
-        let rt = &self.tenancy.rt;
-        if let Some(t) = &req.template {
-            if !self.template_visible(t) {
-                return Err(runtime(RuntimeError::TemplateNotFound { name: t.clone() }));
-            }
-        }
-        if let Some(s) = &req.from_snapshot {
-            if rt.snapshot_tenant(s).as_deref() != Some(self.tenant()) {
-                return Err(runtime(RuntimeError::SnapshotNotFound { id: s.clone() }));
-            }
-        }
-        // Volumes are looked up within the tenant by the runtime (`req.tenant`): another
-        // tenant's are as missing as absent ones.
-        Ok(())
-    }
-
-    /// Whether the tenant may start from template `name`, as `/v1` decides: its own (names
-    /// are per tenant) or the built-in `default`.
-    fn template_visible(&self, name: &str) -> bool {
-        self.tenancy.rt.has_template(self.tenant(), name)
-    }
-
-    /// Governs the creation `req` as `/v1` does: its limits (above the isolated maxima they
-    /// need the trusted tier), the policy's creation gates (`create_sandbox`, then
-    /// `select_tier`, whose answer becomes `req.tier`), then the tenant's quotas, waiting in
-    /// its line while they are full. Hold the admission until the sandbox is created.
-    pub(crate) async fn admit_create(
+    /// Admits the creation `req` for the tenant through the pipeline every protocol shares
+    /// (`sandlot_api::admission::admit_new`: references, template limits, the creation gates
+    /// whose answer becomes `req.tier`, the disk cap, the quota admission). Hold the
+    /// admission until the sandbox is created.
+    pub(crate) async fn admit_new(
         &self,
         req: &mut CreateSandbox,
     ) -> Result<Option<Admission>, Error> {
-        let rt = &self.tenancy.rt;
-        // The limits the sandbox will get: what the request leaves out comes from its
-        // template (the one it names, else its snapshot's), as the runtime fills them.
-        let template = match (&req.template, &req.from_snapshot) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(snap)) => rt.get_snapshot(snap).await.ok().map(|s| s.template),
-            (None, None) => Some("default".to_owned()),
-        };
-        // A creation from a snapshot is gated as one of the snapshot's template (which the
-        // runtime gives it), not of `default`.
-        if req.template.is_none() && req.from_snapshot.is_some() {
-            req.template = template.clone();
-        }
-        if let Some(t) = template {
-            if let Ok(t) = rt.get_template(self.tenant(), &t).await {
-                sandlot_api::govern::fill_template_limits(&mut req.limits, &t.spec.limits);
-            }
-        }
-        let (limits, needs_trusted) = match rt.effective_limits(&req.limits) {
-            Ok(l) => (l, false),
-            Err(e) if req.tier.as_deref() == Some(TRUSTED_TIER) || self.tenancy.gov.is_some() => {
-                match rt.effective_limits_trusted(&req.limits) {
-                    Ok(l) => (l, true),
-                    Err(_) => return Err(runtime(e)),
-                }
-            }
-            Err(e) => return Err(runtime(e)),
-        };
-        if let Some(gov) = self.tenancy.gov.as_deref() {
-            req.tier = Some(gov.gate_creation(&self.who, req, limits, needs_trusted)?);
-        }
-        self.check_disk().await?;
-        self.admit(limits, 1).await
-    }
-
-    /// Refuses a creation that needs new disk (a sandbox, a fork) while the tenant is at its
-    /// `max_disk_bytes`, as `/v1` does; a resume needs none (its workspace exists, and a
-    /// tenant at its cap must be able to resume and delete files).
-    pub(crate) async fn check_disk(&self) -> Result<(), Error> {
-        self.claim(Share::DiskBytes).await.map(drop)
+        let t = &self.tenancy;
+        Ok(admission::admit_new(t.gov.as_deref(), &t.rt, &self.who, req).await?)
     }
 
     /// The `execute` gate of sandbox `id` (the tenant's: checked before) for `code_bytes` of
@@ -214,42 +150,15 @@ impl Scope {
         self.tenancy.rt.guard_file(id, path, bytes).await
     }
 
-    /// Admits `count` more running sandboxes like `id` (a resume, a fork), through the same
-    /// creation gates as a new one (`Governance::gate_like`).
+    /// Admits a fork of sandbox `id` or its resume (`sandlot_api::admission::admit_like`).
+    /// Hold the admission until the sandboxes are live.
     pub(crate) async fn admit_like(
         &self,
         id: &str,
-        count: u64,
+        like: Like,
     ) -> Result<Option<Admission>, Error> {
-        if let Some(gov) = self.tenancy.gov.as_deref() {
-            if let Ok(sb) = self.tenancy.rt.get_sandbox(id).await {
-                gov.gate_like(&self.who, &sb)?;
-            }
-        }
-        match self.tenancy.rt.sandbox_limits(id) {
-            Some(limits) => self.admit(limits, count).await,
-            // Not live: the runtime's own answer follows.
-            None => Ok(None),
-        }
-    }
-
-    async fn admit(&self, limits: EffectiveLimits, count: u64) -> Result<Option<Admission>, Error> {
-        let Some(gov) = self.tenancy.gov.as_deref() else {
-            return Ok(None);
-        };
-        let rt = self.tenancy.rt.clone();
-        let usage = move |tenant: &str| {
-            let u = rt.tenant_usage(tenant);
-            Want {
-                sandboxes: u.sandboxes,
-                cpu_millis: u.cpu_millis,
-                memory_mb: u.memory_mb,
-            }
-        };
-        gov.admit_for(usage, &self.who, limits, count)
-            .await
-            .map(Some)
-            .map_err(Error::Api)
+        let t = &self.tenancy;
+        Ok(admission::admit_like(t.gov.as_deref(), &t.rt, &self.who, id, like).await?)
     }
 
     /// Claims one more of `share` (a paused sandbox, a snapshot) for the tenant, as `/v1`

@@ -17,6 +17,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool, Too
 use rmcp::schemars::JsonSchema;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
+use sandlot_api::admission::Like;
 use sandlot_tenancy::Share;
 use sandlot_types::{
     CreateSandbox, CreateSnapshot, EndState, ExecuteRequest, ExecutionResult, FileEntry,
@@ -652,11 +653,7 @@ impl<B: Backend> Call<'_, B> {
         // Held until the sandbox is created.
         let mut _admission = None;
         if let Some(scope) = &self.scope {
-            let admitted = match scope.prepare(&mut req) {
-                Ok(()) => scope.admit_create(&mut req).await,
-                Err(e) => Err(e),
-            };
-            match admitted {
+            match scope.admit_new(&mut req).await {
                 Ok(a) => _admission = a,
                 Err(e) => return self.failed(&e),
             }
@@ -723,10 +720,7 @@ impl<B: Backend> Call<'_, B> {
                     };
                     // Held until the children are created; they are the parent's tenant's.
                     let _admission = match &scope {
-                        Some(s) => {
-                            s.check_disk().await?;
-                            s.admit_like(&id, count.clamp(1, 100)).await?
-                        }
+                        Some(s) => s.admit_like(&id, Like::Fork { count }).await?,
                         None => None,
                     };
                     backend.fork_sandbox(&id, req).await
@@ -763,7 +757,7 @@ impl<B: Backend> Call<'_, B> {
                         paused
                     } else {
                         let _admission = match &scope {
-                            Some(s) => s.admit_like(&id, 1).await?,
+                            Some(s) => s.admit_like(&id, Like::Resume).await?,
                             None => None,
                         };
                         backend.resume_sandbox(&id).await
