@@ -599,3 +599,25 @@ fn gov<B>(st: &AppState<B>) -> Result<&Governance, HttpError> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::policy_path;
+
+    #[test]
+    fn policy_paths_name_the_file_the_runtime_opens() {
+        assert_eq!(policy_path("secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("./secret.txt"), "/workspace/secret.txt");
+        assert_eq!(policy_path("a//./b"), "/workspace/a/b");
+        assert_eq!(policy_path("/workspace/./secret"), "/workspace/secret");
+        assert_eq!(policy_path("/workspace//./secret"), "/workspace/secret");
+        assert_eq!(policy_path(""), "/workspace/");
+        assert_eq!(policy_path("/workspacex/a"), "/workspace/workspacex/a");
+        // `..` is kept: the runtime refuses it anyway.
+        assert_eq!(policy_path("a/../b"), "/workspace/a/../b");
+        // Every protocol's path goes through it once; twice changes nothing.
+        for p in ["secret.txt", "./a//b", "/workspacex/a", "", "a/../b"] {
+            assert_eq!(policy_path(&policy_path(p)), policy_path(p), "{p}");
+        }
+    }
+}

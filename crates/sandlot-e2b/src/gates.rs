@@ -90,8 +90,8 @@ impl Gate {
                 if write.is_some() {
                     g.not_contained()?;
                 }
-                g.gov
-                    .gate_file(&g.who, &g.sandbox, &policy_path(rel), write)
+                // The governance puts `rel` in the policy's form (`gates::policy_path`).
+                g.gov.gate_file(&g.who, &g.sandbox, rel, write)
             }
             None => Ok(()),
         }
@@ -114,34 +114,5 @@ impl Governed {
             })),
             None => Ok(()),
         }
-    }
-}
-
-/// A workspace path as the policy sees it: absolute under `/workspace`, without `.` or empty
-/// components (`..` is kept: the runtime refuses it anyway).
-pub(crate) fn policy_path(rel: &str) -> String {
-    let rel = rel
-        .strip_prefix("/workspace")
-        .filter(|r| r.is_empty() || r.starts_with('/'))
-        .unwrap_or(rel);
-    let parts: Vec<&str> = rel
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    format!("/workspace/{}", parts.join("/"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policy_paths_name_the_file_the_runtime_opens() {
-        assert_eq!(policy_path("secret.txt"), "/workspace/secret.txt");
-        assert_eq!(policy_path("./secret.txt"), "/workspace/secret.txt");
-        assert_eq!(policy_path("a//./b"), "/workspace/a/b");
-        assert_eq!(policy_path("/workspace/./secret"), "/workspace/secret");
-        assert_eq!(policy_path(""), "/workspace/");
-        assert_eq!(policy_path("a/../b"), "/workspace/a/../b");
     }
 }

@@ -138,7 +138,8 @@ impl Scope {
             return Ok(());
         };
         let sb = self.tenancy.rt.get_sandbox(id).await.map_err(runtime)?;
-        Ok(gov.gate_file(&self.who, &sb, &policy_path(path), write)?)
+        // The governance puts `path` in the policy's form (`gates::policy_path`).
+        Ok(gov.gate_file(&self.who, &sb, path, write)?)
     }
 
     /// A file's bytes as they may leave the sandbox: scanned by the output guardrails and
@@ -180,35 +181,6 @@ impl Scope {
     }
 }
 
-/// A workspace path as the policy sees it: absolute under `/workspace`, without `.` or empty
-/// components (the runtime ignores them: `./secret` is decided as `secret`); `..` is kept,
-/// the runtime refuses it anyway.
-pub(crate) fn policy_path(path: &str) -> String {
-    let rel = path
-        .strip_prefix("/workspace")
-        .filter(|r| r.is_empty() || r.starts_with('/'))
-        .unwrap_or(path);
-    let parts: Vec<&str> = rel
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    format!("/workspace/{}", parts.join("/"))
-}
-
 fn runtime(e: RuntimeError) -> Error {
     Error::Api(sandlot_api::api_error(e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::policy_path;
-
-    #[test]
-    fn policy_paths_name_the_file_the_runtime_opens() {
-        assert_eq!(policy_path("secret.txt"), "/workspace/secret.txt");
-        assert_eq!(policy_path("./secret.txt"), "/workspace/secret.txt");
-        assert_eq!(policy_path("/workspace//./secret"), "/workspace/secret");
-        assert_eq!(policy_path(""), "/workspace/");
-        assert_eq!(policy_path("/workspacex/a"), "/workspace/workspacex/a");
-    }
 }
