@@ -20,10 +20,41 @@ pub const OTHER: u32 = 60_002;
 pub struct Fixture {
     pub tmp: tempfile::TempDir,
     pub cfg: WorkspaceConfig,
+    /// Last: released after the store is torn down and its files are gone.
+    _serial: Serial,
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    static SERIAL_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// One fixture's stores at a time per test binary (a thread that opens a second one, as the
+/// benches do, already holds it). Two stores side by side made the Btrfs cleaner and the
+/// image shrink race each other's I/O: `deleted_data_returns_to_the_host` waited 30 s for a
+/// dropped subvolume in one run of three under `--test-threads 2`, never alone.
+struct Serial(Option<std::sync::MutexGuard<'static, ()>>);
+
+impl Serial {
+    fn take() -> Serial {
+        let depth = SERIAL_DEPTH.with(|d| d.replace(d.get() + 1));
+        if depth > 0 {
+            return Serial(None);
+        }
+        Serial(Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        SERIAL_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
 }
 
 impl Fixture {
     pub fn new(backend: BackendChoice) -> Fixture {
+        let serial = Serial::take();
         let tmp = tempfile::Builder::new()
             .prefix("sandlot-ws-test-")
             .tempdir()
@@ -46,7 +77,11 @@ impl Fixture {
             bytes: 16 * MIB,
             percent: 0,
         };
-        Fixture { tmp, cfg }
+        Fixture {
+            tmp,
+            cfg,
+            _serial: serial,
+        }
     }
 
     pub fn open(&self) -> Workspaces {
