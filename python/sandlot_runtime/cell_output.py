@@ -20,12 +20,11 @@ so no user process ever holds one.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
-import termios
 
 from . import output
+from .output import _read, _unread  # one copy, in the module below this one
 from .state import state
 
 # Most bytes one read takes from a cell's FIFO.
@@ -102,23 +101,6 @@ def _has_writers(fd: int) -> bool:
     for _fd, events in poller.poll(0):
         return not (events & select.POLLHUP and not events & select.POLLIN)
     return True
-
-
-def _unread(fd: int) -> int:
-    try:
-        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), "little")
-    except OSError:
-        return 0
-
-
-def _read(fd: int, size: int) -> bytes | None:
-    """Up to ``size`` bytes; b"" at end of file, None when nothing is there now."""
-    try:
-        return os.read(fd, size)
-    except BlockingIOError:
-        return None
-    except OSError:
-        return b""
 
 
 def _close(fd: int) -> None:
