@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 /// The runtime operations the API serves, with the signatures of [`Runtime`]'s methods except
 /// that failures arrive as [`ApiError`]s: the runtime's errors are mapped to their stable codes
 /// on the way in (`crate::error::code_of`), so a scripted backend can fail with any code.
-pub(crate) trait Backend: crate::admission::Lookups {
+pub(crate) trait Backend: sandlot_service::admission::Lookups {
     fn create_sandbox(
         &self,
         req: CreateSandbox,
@@ -317,63 +317,6 @@ fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
     r.map_err(api_error)
 }
 
-impl crate::admission::Lookups for Runtime {
-    fn has_template(&self, tenant: &str, name: &str) -> bool {
-        Runtime::has_template(self, tenant, name)
-    }
-
-    fn template_limits(
-        &self,
-        tenant: &str,
-        name: &str,
-    ) -> impl Future<Output = Option<sandlot_types::Limits>> + Send {
-        Runtime::get_template(self, tenant, name).map(|t| t.ok().map(|t| t.spec.limits))
-    }
-
-    fn snapshot_tenant(&self, id: &str) -> Option<String> {
-        Runtime::snapshot_tenant(self, id)
-    }
-
-    fn snapshot_template(&self, id: &str) -> impl Future<Output = Option<String>> + Send {
-        Runtime::get_snapshot(self, id).map(|s| s.ok().map(|s| s.template))
-    }
-
-    fn effective_limits(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        api(Runtime::effective_limits(self, limits))
-    }
-
-    fn effective_limits_trusted(
-        &self,
-        limits: &sandlot_types::Limits,
-    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
-        api(Runtime::effective_limits_trusted(self, limits))
-    }
-
-    fn sandbox(&self, id: &str) -> impl Future<Output = Option<Sandbox>> + Send {
-        Runtime::get_sandbox(self, id).map(|s| s.ok())
-    }
-
-    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
-        Runtime::sandbox_limits(self, id)
-    }
-
-    fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
-        let u = Runtime::tenant_usage(self, tenant);
-        sandlot_tenancy::Want {
-            sandboxes: u.sandboxes,
-            cpu_millis: u.cpu_millis,
-            memory_mb: u.memory_mb,
-        }
-    }
-
-    fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
-        runtime_held(self, tenant, share).map_err(api_error)
-    }
-}
-
 impl Backend for Runtime {
     fn sandbox_tenant(&self, id: &str) -> Option<String> {
         Runtime::sandbox_tenant(self, id)
@@ -422,7 +365,7 @@ impl Backend for Runtime {
         req: axum::extract::Request,
         path_and_query: String,
     ) -> Result<axum::response::Response, ApiError> {
-        crate::ports::proxy(self, id, port, req, &path_and_query).await
+        sandlot_ports::proxy(self, id, port, req, &path_and_query).await
     }
 
     fn create_sandbox(
@@ -699,23 +642,4 @@ impl Backend for Runtime {
     ) -> impl Future<Output = Result<(), ApiError>> + Send {
         Runtime::delete_context(self, id, ctx).map(api)
     }
-}
-
-/// What the runtime counts of a tenant's `share` (see [`Backend::tenant_held`]); the shares
-/// it does not keep (jobs, webhooks, streams, sessions) are counted where they live.
-pub fn runtime_held(
-    rt: &Runtime,
-    tenant: &str,
-    share: sandlot_tenancy::Share,
-) -> Result<u64, sandlot_runtime::RuntimeError> {
-    use sandlot_tenancy::Share;
-    Ok(match share {
-        Share::PausedSandboxes => rt.tenant_paused(tenant),
-        Share::Volumes => rt.tenant_volumes(tenant)?,
-        Share::Snapshots => rt.tenant_snapshots(tenant)?.0,
-        Share::SnapshotBytes => rt.tenant_snapshots(tenant)?.1,
-        Share::DiskBytes => rt.tenant_disk_bytes(tenant)?,
-        Share::Templates => rt.tenant_templates(tenant)?,
-        Share::McpSessions | Share::Jobs | Share::Webhooks | Share::EventStreams => 0,
-    })
 }

@@ -66,7 +66,7 @@ pub(crate) async fn execute<B: Backend>(
         g.gate(
             &caller.0,
             sandlot_policy::GateRequest::Execute {
-                sandbox: crate::gates::sandbox_ref(&sandbox),
+                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
                 code_bytes: req.code.len() as u64,
                 language: match req.language {
                     sandlot_types::Language::Python => "python".into(),
@@ -81,7 +81,7 @@ pub(crate) async fn execute<B: Backend>(
     }
     let backend = st.backend;
     // The request's note goes with it: the execution's lineage names the decisions taken here.
-    let note = crate::record::Note::current().unwrap_or_default();
+    let note = sandlot_service::Note::current().unwrap_or_default();
     let run = tokio::spawn(
         note.scope(async move { backend.execute(&id, req, None).await })
             .in_current_span(),
@@ -123,7 +123,7 @@ async fn execute_streaming<B: Backend>(
     req: ExecuteRequest,
 ) -> Result<Response, HttpError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let note = crate::record::Note::current().unwrap_or_default();
+    let note = sandlot_service::Note::current().unwrap_or_default();
     let mut run: RunHandle = tokio::spawn(
         note.scope(async move { backend.execute(&id, req, Some(tx)).await })
             .in_current_span(),

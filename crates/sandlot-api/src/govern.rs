@@ -27,161 +27,13 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandlot_store::{Journal, Store};
-use sandlot_tenancy::{Keys, QuotaError, Quotas, TenancyError, Want};
+use sandlot_service::governance::{sandbox_not_found, short, tenancy_error};
+use sandlot_service::{local_principal, Governance};
+use sandlot_tenancy::TenancyError;
 use sandlot_types::{
     ApiKeyInfo, CreateKey, CreateTenant, ErrorCode, Principal, Role, Tenant, DEFAULT_TENANT,
 };
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
-
-/// Everything the edge needs to decide who may do what.
-pub struct Governance {
-    pub keys: Keys,
-    pub quotas: Quotas,
-    pub store: Arc<Store>,
-    pub journal: Journal,
-    /// The policy set in force, decided at every gate (`gates.rs`).
-    pub policy: sandlot_policy::PolicyEngine,
-    /// Keys port tokens (see [`Governance::port_token`]).
-    port_secret: [u8; 32],
-    /// How long a port URL handed out stays valid (none: until rotated).
-    port_url_ttl: Option<std::time::Duration>,
-    /// Sandboxes' credential epochs (port URLs and E2B's tokens), as the store has them.
-    epochs: Arc<crate::epochs::Epochs>,
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-impl Governance {
-    /// Loads tenants and keys from `store`; `port_secret` keys the sandboxes' port tokens
-    /// (kept in the data dir so they survive restarts).
-    pub fn new(
-        store: Arc<Store>,
-        policy: sandlot_policy::PolicyEngine,
-        port_secret: [u8; 32],
-    ) -> Result<Self, TenancyError> {
-        Ok(Self {
-            keys: Keys::load(store.clone())?,
-            quotas: Quotas::default(),
-            journal: Journal::start(store.clone()),
-            epochs: Arc::new(crate::epochs::Epochs::new(store.clone())),
-            store,
-            policy,
-            port_secret,
-            port_url_ttl: None,
-        })
-    }
-
-    /// The capability URL token of sandbox `id`'s exposed ports, for whoever holds it (a
-    /// browser given the URL): an HMAC, so nothing stored, and code inside the sandbox that
-    /// learns its own token gains nothing it did not have.
-    ///
-    /// `<id>.<epoch>-<expiry>.<mac>`, the MAC covering the id, the sandbox's epoch (moved on by
-    /// [`Governance::rotate_port_token`], which ends every earlier token) and the expiry (unix
-    /// seconds, `now + port_url_ttl`; 0 without a TTL). A sandbox never rotated on a server
-    /// without a TTL keeps the older `<id>.<mac>` form, so URLs handed out before stay valid.
-    pub fn port_token(&self, id: &str) -> String {
-        let epoch = self.port_epoch(id);
-        let expiry = self
-            .port_url_ttl
-            .map(|ttl| unix_now().saturating_add(ttl.as_secs()))
-            .unwrap_or(0);
-        if epoch == 0 && expiry == 0 {
-            return format!("{id}.{}", self.port_mac(id, None));
-        }
-        format!(
-            "{id}.{epoch}-{expiry}.{}",
-            self.port_mac(id, Some((epoch, expiry)))
-        )
-    }
-
-    /// When a token made now expires (RFC 3339), if port URLs expire.
-    pub fn port_token_expiry(&self) -> Option<String> {
-        let ttl = self.port_url_ttl?;
-        let at = time::OffsetDateTime::now_utc() + ttl;
-        at.format(&time::format_description::well_known::Rfc3339)
-            .ok()
-    }
-
-    fn port_mac(&self, id: &str, epoch_expiry: Option<(u64, u64)>) -> String {
-        use hmac::Mac;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.port_secret)
-            .expect("HMAC takes keys of any length");
-        mac.update(b"ports:");
-        mac.update(id.as_bytes());
-        if let Some((epoch, expiry)) = epoch_expiry {
-            mac.update(format!("\0{epoch}\0{expiry}").as_bytes());
-        }
-        hex::encode(&mac.finalize().into_bytes()[..16])
-    }
-
-    /// The sandbox a port token opens, if it is genuine, of the sandbox's current epoch and
-    /// not expired (a token without an expiry is refused once port URLs expire).
-    pub fn sandbox_of_port_token(&self, token: &str) -> Option<String> {
-        use subtle::ConstantTimeEq;
-        let (rest, mac) = token.rsplit_once('.')?;
-        let parsed = rest.rsplit_once('.').and_then(|(id, middle)| {
-            let (epoch, expiry) = middle.split_once('-')?;
-            Some((id, epoch.parse::<u64>().ok()?, expiry.parse::<u64>().ok()?))
-        });
-        let (id, want, epoch_expiry) = match parsed {
-            Some((id, epoch, expiry)) => (
-                id,
-                self.port_mac(id, Some((epoch, expiry))),
-                Some((epoch, expiry)),
-            ),
-            None => (rest, self.port_mac(rest, None), None),
-        };
-        if !bool::from(want.as_bytes().ct_eq(mac.as_bytes())) {
-            return None;
-        }
-        let (epoch, expiry) = epoch_expiry.unwrap_or((0, 0));
-        let expired = match (self.port_url_ttl, expiry) {
-            (Some(_), 0) => true,
-            (_, 0) => false,
-            (_, at) => unix_now() > at,
-        };
-        // `u64::MAX` is the answer of a store that cannot say: it matches nothing.
-        (!expired && epoch != u64::MAX && epoch == self.port_epoch(id)).then(|| id.to_owned())
-    }
-
-    /// Ends every port URL of sandbox `id` handed out so far, and every E2B token (the
-    /// epoch is the sandbox's, see [`crate::epochs`]); returns the new port token.
-    pub fn rotate_port_token(&self, id: &str) -> Result<String, sandlot_store::StoreError> {
-        self.epochs.rotate(id)?;
-        Ok(self.port_token(id))
-    }
-
-    /// Sandbox `id`'s epoch (a store that cannot answer opens nothing rotated).
-    fn port_epoch(&self, id: &str) -> u64 {
-        self.epochs.get(id)
-    }
-
-    /// The sandboxes' credential epochs, for the other protocols' capabilities (E2B's tokens).
-    pub fn epochs(&self) -> &Arc<crate::epochs::Epochs> {
-        &self.epochs
-    }
-
-    /// Port URLs expire this long after they are handed out (`SANDLOT_PORT_URL_TTL`).
-    pub fn with_port_url_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
-        self.port_url_ttl = ttl.filter(|t| !t.is_zero());
-        self
-    }
-
-    /// `s` with its port token, for its tenant's eyes.
-    pub(crate) fn with_port_token(&self, mut s: sandlot_types::Sandbox) -> sandlot_types::Sandbox {
-        if !s.ports.is_empty() || s.all_ports {
-            s.port_token = Some(self.port_token(&s.id));
-        }
-        s
-    }
-}
 
 /// The sandbox with its port token when the server has governance.
 pub(crate) fn tokened<B>(st: &AppState<B>, s: sandlot_types::Sandbox) -> sandlot_types::Sandbox {
@@ -227,17 +79,6 @@ impl Caller {
                 "this operation needs an operator key (an admin key of tenant default)",
             ))
         }
-    }
-}
-
-/// Who requests act as when the server runs without keys.
-pub fn local_principal() -> Principal {
-    Principal {
-        key_id: "local".into(),
-        key_prefix: "local".into(),
-        tenant: DEFAULT_TENANT.into(),
-        role: Role::Admin,
-        plan: "local".into(),
     }
 }
 
@@ -319,14 +160,14 @@ pub(crate) async fn authenticate<B: Backend>(
     };
     // Noted before the scope check, so a refusal of another tenant's object is recorded with
     // the key that asked.
-    crate::record::Note::set_principal(&principal);
+    sandlot_service::Note::set_principal(&principal);
     if is_v1 {
         if let Err(e) = scope(&st.backend, gov, &principal, path) {
             drain(req).await;
             return e.into_response();
         }
     }
-    let watch = crate::revoke::KeyWatch::new(gov.keys.clone(), &principal.key_id);
+    let watch = sandlot_service::KeyWatch::new(gov.keys.clone(), &principal.key_id);
     req.extensions_mut().insert(principal);
     req.extensions_mut().insert(watch.clone());
     crate::revoke::until_revoked(next.run(req).await, &watch)
@@ -386,7 +227,7 @@ fn scope<B: Backend>(
     match kind {
         "sandboxes" => {
             if !mine(backend.sandbox_tenant(id)) {
-                return Err(sandbox_not_found(id));
+                return Err(HttpError(sandbox_not_found(id)));
             }
             // `/v1/sandboxes/{id}/diff/{other}` names two.
             if let (Some("diff"), Some(other)) = (parts.next(), parts.next()) {
@@ -394,7 +235,7 @@ fn scope<B: Backend>(
                     .decode_utf8()
                     .map_err(|_| HttpError::invalid_request("a path segment is not UTF-8"))?;
                 if !other.is_empty() && !mine(backend.sandbox_tenant(&other)) {
-                    return Err(sandbox_not_found(&other));
+                    return Err(HttpError(sandbox_not_found(&other)));
                 }
             }
         }
@@ -423,17 +264,6 @@ fn scope<B: Backend>(
 
 fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-pub(crate) fn short(id: &str) -> String {
-    id.chars().take(64).collect()
-}
-
-pub(crate) fn sandbox_not_found(id: &str) -> HttpError {
-    HttpError::new(
-        ErrorCode::SandboxNotFound,
-        format!("no sandbox {}", short(id)),
-    )
 }
 
 /// The tenant whose volume or template a request names: the caller's own, or, for the
@@ -481,59 +311,9 @@ impl<S: Send + Sync> FromRequestParts<S> for NameOwner {
     }
 }
 
-/// `limits` with what it leaves out taken from `template`'s: the limits the runtime will
-/// give the sandbox (it fills a request's missing limits from its template). Quota admission
-/// and the policy's creation context must see these, not the request's alone: a template
-/// with `memory_mb: 8192` once ran sandboxes admitted (and decided) as the server's default.
-pub fn fill_template_limits(limits: &mut sandlot_types::Limits, template: &sandlot_types::Limits) {
-    limits.memory_mb = limits.memory_mb.or(template.memory_mb);
-    limits.cpu_millis = limits.cpu_millis.or(template.cpu_millis);
-    limits.pids = limits.pids.or(template.pids);
-    limits.disk_mb = limits.disk_mb.or(template.disk_mb);
-}
-
 /// An artifact is readable by the tenants whose executions produced it.
 fn artifact_visible(gov: &Governance, who: &Principal, sha: &str) -> bool {
     gov.store.artifact_owned(sha, &who.tenant).unwrap_or(false)
-}
-
-impl Governance {
-    /// Admits a creation of `count` sandboxes of `limits` for `who`'s tenant (for every
-    /// interface), waiting in its line while its quotas are full; `usage` reads what a
-    /// tenant's sandboxes hold now (`Runtime::tenant_usage`). Hold the admission until the
-    /// sandboxes exist (or the creation failed).
-    pub async fn admit_for(
-        &self,
-        usage: impl Fn(&str) -> Want + Send + Sync + 'static,
-        who: &Principal,
-        limits: sandlot_types::EffectiveLimits,
-        count: u64,
-    ) -> Result<sandlot_tenancy::Admission, sandlot_types::ApiError> {
-        let Some(tenant) = self.keys.tenant(&who.tenant) else {
-            return Err(sandlot_types::ApiError::new(
-                ErrorCode::TenantNotFound,
-                format!("no tenant {}", who.tenant),
-            ));
-        };
-        let want = Want {
-            sandboxes: count,
-            cpu_millis: limits.cpu_millis * count,
-            memory_mb: limits.memory_mb * count,
-        };
-        let name = tenant.name.clone();
-        self.quotas
-            .admit(&tenant, want, move || usage(&name))
-            .await
-            .map_err(|e| match e {
-                // Waiting cannot help: not a 429 a client would retry.
-                QuotaError::TooLarge { .. } => {
-                    sandlot_types::ApiError::new(ErrorCode::InvalidArgument, e.to_string())
-                }
-                QuotaError::Exceeded { .. } | QuotaError::Full { .. } => {
-                    sandlot_types::ApiError::new(ErrorCode::TenantQuotaExceeded, e.to_string())
-                }
-            })
-    }
 }
 
 /// Wakes creations waiting for room in `tenant`'s quotas (a sandbox of it ended).
@@ -541,33 +321,6 @@ pub(crate) fn released<B>(st: &AppState<B>, tenant: &str) {
     if let Some(gov) = st.gov.as_deref() {
         sandlot_tenancy::Admission::nudge(&gov.quotas, tenant);
     }
-}
-
-fn tenancy_error(e: TenancyError) -> HttpError {
-    let code = match &e {
-        TenancyError::MissingKey
-        | TenancyError::MalformedKey
-        | TenancyError::UnknownKey
-        | TenancyError::RevokedKey { .. } => ErrorCode::Unauthenticated,
-        TenancyError::TenantNotFound { .. } => ErrorCode::TenantNotFound,
-        TenancyError::KeyNotFound { .. } => ErrorCode::KeyNotFound,
-        TenancyError::TenantExists { .. } => ErrorCode::NameTaken,
-        TenancyError::Invalid { .. } => ErrorCode::InvalidArgument,
-        TenancyError::Store(_) | TenancyError::KeyFile { .. } => {
-            return HttpError::internal(format!("{e}: {}", source_chain(&e)))
-        }
-    };
-    HttpError::new(code, e.to_string())
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut out = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push(s.to_string());
-        cur = s.source();
-    }
-    out.join(": ")
 }
 
 fn gov<B>(st: &AppState<B>) -> Result<&Governance, HttpError> {
@@ -613,7 +366,7 @@ pub(crate) async fn create_tenant<B: Backend>(
     let t = gov(&st)?
         .keys
         .put_tenant(&name, req, true)
-        .map_err(tenancy_error)?;
+        .map_err(|e| HttpError(tenancy_error(e)))?;
     crate::shares::sync_disk_cap(&st.backend, &t);
     Ok((StatusCode::CREATED, Json(t)).into_response())
 }
@@ -664,7 +417,7 @@ pub(crate) async fn put_tenant<B: Backend>(
     let t = gov(&st)?
         .keys
         .put_tenant(&name, req, false)
-        .map_err(tenancy_error)?;
+        .map_err(|e| HttpError(tenancy_error(e)))?;
     crate::shares::sync_disk_cap(&st.backend, &t);
     released(&st, &name);
     Ok(Json(t))
@@ -684,7 +437,10 @@ pub(crate) async fn create_key<B: Backend>(
             format!("no tenant {}", short(&req.tenant)),
         ));
     }
-    let k = gov(&st)?.keys.create_key(req).map_err(tenancy_error)?;
+    let k = gov(&st)?
+        .keys
+        .create_key(req)
+        .map_err(|e| HttpError(tenancy_error(e)))?;
     Ok((StatusCode::CREATED, Json(k)).into_response())
 }
 
@@ -722,7 +478,10 @@ pub(crate) async fn revoke_key<B: Backend>(
             return Err(not_found());
         }
     }
-    g.keys.revoke_key(&id).map(Json).map_err(tenancy_error)
+    g.keys
+        .revoke_key(&id)
+        .map(Json)
+        .map_err(|e| HttpError(tenancy_error(e)))
 }
 
 /// One egress attempt of a sandbox, as recorded.

@@ -5,20 +5,18 @@
 //! [`router`] builds the whole application without a socket, so tests can call it directly;
 //! `sandlot serve` binds it to a listener.
 
-pub mod admission;
 mod archive;
 mod artifacts;
 mod backend;
 mod background;
 mod contexts;
 mod diff;
-pub mod epochs;
 mod error;
 mod execute;
 mod extract;
 mod files;
-pub mod gates;
 pub mod govern;
+mod policies;
 pub mod ports;
 pub mod record;
 mod revoke;
@@ -29,7 +27,6 @@ mod templates;
 #[cfg(test)]
 mod tests;
 
-pub use backend::runtime_held;
 pub use contexts::ContextList;
 pub use error::{api_error, code_of, status_of, HttpError, METHOD_NOT_ALLOWED, ROUTE_NOT_FOUND};
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
@@ -103,7 +100,7 @@ pub struct Extensions {
     /// Serves requests that carry `E2b-Sandbox-Id`.
     pub sandbox_header: Option<Router>,
     /// API keys, tenants and quotas; `None` serves every request as the local admin.
-    pub governance: Option<Arc<govern::Governance>>,
+    pub governance: Option<Arc<sandlot_service::Governance>>,
     /// The audit log, metrics and traces, events, jobs, lineage (`record/`); `None` serves
     /// without them.
     pub recording: Option<Arc<record::Recording>>,
@@ -121,7 +118,7 @@ pub fn router_extended(rt: Runtime, cfg: ApiConfig, ext: Extensions) -> Router {
 pub(crate) struct AppState<B> {
     pub(crate) backend: B,
     pub(crate) cfg: Arc<ApiConfig>,
-    pub(crate) gov: Option<Arc<govern::Governance>>,
+    pub(crate) gov: Option<Arc<sandlot_service::Governance>>,
     /// Requests carrying [`SANDBOX_ID_HEADER`] go to E2B's envd router (which checks its own
     /// tokens); without that router they are `/v1` requests like any other.
     pub(crate) by_header: bool,
@@ -221,9 +218,9 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Post, "/v1/keys", govern::create_key::<B>),
         route(Get, "/v1/keys", govern::list_keys::<B>),
         route(Delete, "/v1/keys/{id}", govern::revoke_key::<B>),
-        route(Get, "/v1/policies", gates::get_policies::<B>),
-        route(Put, "/v1/policies", gates::put_policies::<B>),
-        route(Get, "/v1/decisions", gates::list_decisions::<B>),
+        route(Get, "/v1/policies", policies::get_policies::<B>),
+        route(Put, "/v1/policies", policies::put_policies::<B>),
+        route(Get, "/v1/decisions", policies::list_decisions::<B>),
         route(
             Put,
             "/v1/sandboxes/{id}/network",

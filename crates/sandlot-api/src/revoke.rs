@@ -10,31 +10,10 @@
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use http_body::{Body as _, Frame, SizeHint};
-use sandlot_tenancy::Keys;
+use sandlot_service::KeyWatch;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
-/// The key a request was authenticated with, to learn of its revocation.
-#[derive(Clone)]
-pub struct KeyWatch {
-    keys: Keys,
-    key_id: String,
-}
-
-impl KeyWatch {
-    pub fn new(keys: Keys, key_id: &str) -> Self {
-        Self {
-            keys,
-            key_id: key_id.to_owned(),
-        }
-    }
-
-    /// Resolves once the key is revoked.
-    pub fn revoked(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.keys.revoked(&self.key_id)
-    }
-}
 
 /// `resp`, ending at the key's revocation if it is a stream.
 pub fn until_revoked(resp: Response, watch: &KeyWatch) -> Response {

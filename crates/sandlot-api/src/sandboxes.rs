@@ -32,7 +32,8 @@ pub(crate) async fn create<B: Backend>(
 ) -> Result<Response, HttpError> {
     // Held until the sandbox is in the live set (or the creation failed).
     let _admission =
-        crate::admission::admit_new(st.gov.as_deref(), &st.backend, &caller.0, &mut req).await?;
+        sandlot_service::admission::admit_new(st.gov.as_deref(), &st.backend, &caller.0, &mut req)
+            .await?;
     let sandbox = st.backend.create_sandbox(req).await?;
     Ok((StatusCode::CREATED, Json(govern::tokened(&st, sandbox))).into_response())
 }
@@ -57,7 +58,7 @@ pub(crate) async fn set_network<B: Backend>(
     crate::extract::ApiJson(update): crate::extract::ApiJson<sandlot_types::NetworkUpdate>,
 ) -> Result<Json<Sandbox>, HttpError> {
     if st.gov.is_some() {
-        crate::admission::check_special_egress(&caller.0, &update.allow)?;
+        sandlot_service::admission::check_special_egress(&caller.0, &update.allow)?;
     }
     let current = st.backend.get_sandbox(&id).await?;
     let mut asked = CreateSandbox {
@@ -69,7 +70,7 @@ pub(crate) async fn set_network<B: Backend>(
         ..Default::default()
     };
     asked.tenant = Some(caller.tenant().to_owned());
-    let tier = crate::gates::gate_create(
+    let tier = sandlot_service::gates::gate_create(
         st.gov.as_deref(),
         &caller.0,
         &asked,

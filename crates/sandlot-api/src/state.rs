@@ -2,7 +2,6 @@
 //! `sandlot_runtime`'s `fork.rs`, `pause.rs`, `snapshots.rs` and `volumes.rs`). Volumes' file
 //! routes are in `files.rs`.
 
-use crate::admission::{self, Like};
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
@@ -13,6 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use sandlot_service::admission::{self, Like};
 use sandlot_tenancy::Share;
 use sandlot_types::{CreateSnapshot, CreateVolume, ForkRequest, Sandbox, Snapshot, Volume};
 use serde::{Deserialize, Serialize};

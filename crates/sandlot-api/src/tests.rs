@@ -274,7 +274,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 /// What the creation pipeline reads, as a backend without tenants answers: everything is
 /// `default`'s, templates but `missing` exist, and nothing has limits of its own.
-impl crate::admission::Lookups for Fake {
+impl sandlot_service::admission::Lookups for Fake {
     fn has_template(&self, _tenant: &str, name: &str) -> bool {
         name != "missing"
     }
@@ -1828,7 +1828,7 @@ async fn a_request_without_a_principal_is_never_the_operator() {
         .await
         .expect_err("no principal, no caller");
     assert_eq!(refused.0.code, ErrorCode::Internal);
-    parts.extensions.insert(crate::govern::local_principal());
+    parts.extensions.insert(sandlot_service::local_principal());
     let caller = crate::govern::Caller::from_request_parts(&mut parts, &())
         .await
         .expect("the principal authentication put there");
@@ -1847,13 +1847,13 @@ mod erased {
     }
 }
 
-/// The creation pipeline every protocol shares (`crate::admission::admit_new`) checks in one
+/// The creation pipeline every protocol shares (`sandlot_service::admission::admit_new`) checks in one
 /// order: references (template, then snapshot), the special-egress rule, the creation gates,
 /// the disk cap, then the quota admission. Each request below fails every check from some
 /// point on; the first failing check is the answer.
 #[tokio::test]
 async fn the_creation_pipeline_checks_in_order() {
-    use crate::admission::admit_new;
+    use sandlot_service::admission::admit_new;
     let store = Arc::new(sandlot_store::Store::open_in_memory().unwrap());
     let policies = concat!(
         "@id(\"all\") permit (principal, action, resource);\n",
@@ -1861,7 +1861,7 @@ async fn the_creation_pipeline_checks_in_order() {
         "resource) when { principal.plan == \"denied\" };\n",
     );
     let engine = sandlot_policy::PolicyEngine::from_text(policies).unwrap();
-    let gov = crate::govern::Governance::new(store, engine, [7; 32]).unwrap();
+    let gov = sandlot_service::Governance::new(store, engine, [7; 32]).unwrap();
     let tenant = |name: &str, plan: &str, disk: u64| {
         let quotas = sandlot_types::TenantQuotas {
             max_disk_bytes: Some(disk),

@@ -97,7 +97,7 @@ async fn run_embedded(
         let sandbox = rt
             .create_sandbox(CreateSandbox::default())
             .await
-            .map_err(sandlot_api::api_error)?;
+            .map_err(sandlot_service::api_error)?;
         let outcome = unless_cancelled(execute_embedded(&rt, &sandbox.id, req, printer)).await;
         if let Err(e) = rt.delete_sandbox(&sandbox.id).await {
             tracing::warn!(error = %e, "could not delete the sandbox");
@@ -126,7 +126,7 @@ async fn execute_embedded(
                 while let Ok(ev) = rx.try_recv() {
                     printer.event(&ev)?;
                 }
-                return Ok(result.map_err(sandlot_api::api_error)?);
+                return Ok(result.map_err(sandlot_service::api_error)?);
             }
         }
     }

@@ -268,7 +268,7 @@ fn governance(
     rt: &sandlot_runtime::Runtime,
     dirs: &Dirs,
     addr: SocketAddr,
-) -> anyhow::Result<(Option<Arc<sandlot_api::govern::Governance>>, Option<String>)> {
+) -> anyhow::Result<(Option<Arc<sandlot_service::Governance>>, Option<String>)> {
     if std::env::var("SANDLOT_AUTH").is_ok_and(|v| v == "off") {
         anyhow::ensure!(
             addr.ip().is_loopback(),
@@ -302,17 +302,17 @@ fn governance(
         _ => Default::default(),
     };
     let gov = Arc::new(
-        sandlot_api::govern::Governance::new(rt.store(), policy.clone(), secret)
+        sandlot_service::Governance::new(rt.store(), policy.clone(), secret)
             .context("could not load tenants and API keys")?
             .with_port_url_ttl(port_url_ttl),
     );
     rt.install_governor(
-        Arc::new(sandlot_api::gates::ServerGovernor::new(gov.clone())),
+        Arc::new(sandlot_service::gates::ServerGovernor::new(gov.clone())),
         hosts,
         extra_roots,
     );
-    rt.set_idle_pause_gate(sandlot_api::shares::idle_pause_gate(gov.clone()));
-    sandlot_api::shares::sync_disk_caps(rt, &gov);
+    rt.set_idle_pause_gate(sandlot_service::shares::idle_pause_gate(gov.clone()));
+    sandlot_service::shares::sync_disk_caps(rt, &gov);
     tracing::info!(
         version = %policy.version(),
         dir = %policy_dir.display(),

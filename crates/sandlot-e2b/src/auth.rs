@@ -12,7 +12,7 @@
 //! (`<data_dir>/e2b-token-secret`, not the E2B key, which clients hold): nothing to store, they
 //! survive a server restart, and one sandbox's token opens no other sandbox. They are handed
 //! out only by the control plane's answers about that sandbox, which only its tenant gets.
-//! The MAC also covers the sandbox's credential epoch (`sandlot_api::epochs`, moved on by
+//! The MAC also covers the sandbox's credential epoch (`sandlot_service::epochs`, moved on by
 //! `POST /v1/sandboxes/{id}/ports/rotate`: every earlier token is refused at once, across
 //! restarts) and an expiry (`SANDLOT_ENVD_TOKEN_TTL` after the answer that handed it out; 0:
 //! none): `<epoch>-<expiry>.<32 hex>`. A sandbox never rotated, on a server without a TTL,
@@ -29,7 +29,7 @@
 use crate::{Ctx, E2bError};
 use axum::http::{HeaderMap, StatusCode};
 use hmac::{Hmac, Mac};
-use sandlot_api::epochs::Epochs;
+use sandlot_service::epochs::Epochs;
 use sandlot_types::{Principal, DEFAULT_TENANT};
 use sha2::Sha256;
 use std::io::{Read, Write};
@@ -160,7 +160,7 @@ impl Denied {
     /// record (whose body the code interpreter's plain text and Connect's errors do not
     /// carry it in).
     pub(crate) fn token(verdict: Verdict) -> Self {
-        sandlot_api::record::Note::set_refusal(verdict.code());
+        sandlot_service::Note::set_refusal(verdict.code());
         Self {
             status: StatusCode::UNAUTHORIZED,
             message: verdict.message().to_owned(),
@@ -352,7 +352,7 @@ fn unix_now() -> u64 {
 /// the key is typed into clients and environments, and a policy that gives the operator more
 /// (templates with packages, special egress) must not give it to whoever holds the E2B key.
 fn e2b_key_principal(ctx: &Ctx) -> Principal {
-    let mut p = sandlot_api::govern::local_principal();
+    let mut p = sandlot_service::local_principal();
     p.key_id = "e2b".into();
     p.key_prefix = "e2b".into();
     p.role = sandlot_types::Role::Member;
@@ -392,6 +392,12 @@ pub(crate) fn principal(ctx: &Ctx, headers: &HeaderMap) -> Result<Principal, Den
         .map_err(|e| denied(&format!("invalid API key ({e})")))
 }
 
+/// Whether sandbox `id` (live, or recorded after it ended) belongs to `who`'s tenant. An id
+/// never seen belongs to nobody.
+pub(crate) fn owns(ctx: &Ctx, who: &Principal, id: &str) -> bool {
+    ctx.rt.sandbox_tenant(id).as_deref() == Some(who.tenant.as_str())
+}
+
 /// Whether `headers` carry an API key whose tenant owns sandbox `id`; `None` when they carry
 /// no valid API key at all.
 fn key_owns(ctx: &Ctx, id: &str, headers: &HeaderMap) -> Option<bool> {
@@ -401,8 +407,8 @@ fn key_owns(ctx: &Ctx, id: &str, headers: &HeaderMap) -> Option<bool> {
     let who = principal(ctx, headers).ok()?;
     // The audit record names the key (not a sandbox token), whether it opens this sandbox
     // or is refused.
-    sandlot_api::record::Note::set_principal(&who);
-    Some(crate::tenancy::owns(ctx, &who, id))
+    sandlot_service::Note::set_principal(&who);
+    Some(owns(ctx, &who, id))
 }
 
 /// Whether `headers` carry what opens everything in sandbox `id`: its envd token, or an API

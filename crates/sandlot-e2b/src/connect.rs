@@ -191,7 +191,9 @@ impl From<ApiError> for RpcError {
             }
             // Codes this layer does not name (added later): by their HTTP status.
             #[allow(unreachable_patterns)]
-            other => match sandlot_api::status_of(other) {
+            other => match StatusCode::from_u16(other.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            {
                 StatusCode::BAD_REQUEST => Code::InvalidArgument,
                 StatusCode::NOT_FOUND => Code::NotFound,
                 StatusCode::FORBIDDEN => Code::PermissionDenied,
@@ -213,7 +215,7 @@ impl From<sandlot_runtime::RuntimeError> for RpcError {
             R::SandboxNotFound { id } | R::SandboxGone { id, .. } => {
                 Self::new(Code::Unavailable, format!("The sandbox {id} was not found"))
             }
-            _ => sandlot_api::api_error(e).into(),
+            _ => sandlot_service::api_error(e).into(),
         }
     }
 }

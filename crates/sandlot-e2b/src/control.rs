@@ -21,7 +21,7 @@
 //!   authenticated) and no internet access: an explicit `allow_internet_access: true`, MCP
 //!   servers and volume mounts are refused with 400 rather than silently not honoured.
 
-use crate::auth::Auth;
+use crate::auth::{self, Auth};
 use crate::error::{bad_json, Failure};
 use crate::tenancy;
 use crate::Ctx;
@@ -32,8 +32,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use sandlot_api::admission::Like;
 use sandlot_runtime::RuntimeError;
+use sandlot_service::admission::Like;
 use sandlot_types::{CreateSandbox, ForkRequest, IdleAction, Principal, Sandbox, SandboxState};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -90,7 +90,7 @@ async fn require_key(
         Ok(who) => who,
         Err(denied) => return Failure::from(denied).into_response(),
     };
-    sandlot_api::record::Note::set_principal(&who);
+    sandlot_service::Note::set_principal(&who);
     let id = match &params {
         Ok(p) => p
             .iter()
@@ -100,7 +100,7 @@ async fn require_key(
         Err(e) => return Failure::bad_request(e.body_text()).into_response(),
     };
     if let Some(id) = id {
-        if !tenancy::owns(&ctx, &who, &id) {
+        if !auth::owns(&ctx, &who, &id) {
             return not_found(id).into_response();
         }
     }
@@ -211,7 +211,7 @@ async fn create(
         tier,
         ..Default::default()
     };
-    // The creation pipeline every protocol shares (`sandlot_api::admission`): references,
+    // The creation pipeline every protocol shares (`sandlot_service::admission`): references,
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
     // quota admission, held until the sandbox is in the runtime's live set.
     let _admission = tenancy::admit_new(&ctx, &who, &mut create).await?;
@@ -377,11 +377,11 @@ async fn pause(
     }
     // The tenant's `max_paused_sandboxes`, as on `/v1` (each keeps a uid while paused).
     let rt = &ctx.rt;
-    let _claim = sandlot_api::shares::claim(
+    let _claim = sandlot_service::shares::claim(
         ctx.gov.as_deref(),
         &who,
         sandlot_tenancy::Share::PausedSandboxes,
-        |t, s| sandlot_api::runtime_held(rt, t, s).map_err(sandlot_api::api_error),
+        |t, s| sandlot_service::shares::runtime_held(rt, t, s).map_err(sandlot_service::api_error),
     )
     .await
     .map_err(|e| Failure::from_api(&e))?;

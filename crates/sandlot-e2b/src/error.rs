@@ -43,7 +43,7 @@ impl Failure {
 
     /// A runtime failure, with sandlot's code and the status E2B's SDKs expect for it.
     pub(crate) fn runtime(e: RuntimeError) -> Self {
-        Self::from_api(&sandlot_api::api_error(e))
+        Self::from_api(&sandlot_service::api_error(e))
     }
 
     pub(crate) fn from_api(e: &ApiError) -> Self {
@@ -51,7 +51,8 @@ impl Failure {
             // E2B has no 410: an ended sandbox is one that does not exist any more, and the
             // SDKs turn 404 into their "not found" exceptions (kill() answers False).
             ErrorCode::SandboxGone => StatusCode::NOT_FOUND,
-            code => sandlot_api::status_of(code),
+            code => StatusCode::from_u16(code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         };
         let message = if status.is_server_error() && e.code == ErrorCode::Internal {
             "internal server error".to_owned()

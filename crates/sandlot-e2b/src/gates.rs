@@ -14,8 +14,8 @@
 
 use crate::Ctx;
 use axum::http::HeaderMap;
-use sandlot_api::govern::Governance;
 use sandlot_runtime::RuntimeError;
+use sandlot_service::Governance;
 use sandlot_types::{ApiError, Language, Principal, Sandbox};
 use std::sync::Arc;
 
@@ -109,7 +109,7 @@ impl Governed {
     /// (they once went through), so every E2B write and execution is refused here too.
     fn not_contained(&self) -> Result<(), ApiError> {
         match self.sandbox.contained {
-            Some(_) => Err(sandlot_api::api_error(RuntimeError::Contained {
+            Some(_) => Err(sandlot_service::api_error(RuntimeError::Contained {
                 id: self.sandbox.id.clone(),
             })),
             None => Ok(()),

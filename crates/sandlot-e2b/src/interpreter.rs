@@ -212,7 +212,7 @@ async fn execute(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let running = Arc::new(AtomicBool::new(false));
     // The request's note and span go with it (the audit record and the execute span name it).
-    let note = sandlot_api::record::Note::current().unwrap_or_default();
+    let note = sandlot_service::Note::current().unwrap_or_default();
     let mut run = tokio::spawn(
         note.scope(run_with_env(
             ctx.rt.clone(),

@@ -31,8 +31,8 @@ mod tenancy;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use sandlot_api::govern::Governance;
 use sandlot_runtime::Runtime;
+use sandlot_service::Governance;
 use std::path::Path;
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -95,7 +95,7 @@ impl E2b {
         // Without governance nothing rotates, but epochs stored by an earlier run still count.
         let epochs = match gov.as_deref() {
             Some(g) => g.epochs().clone(),
-            None => Arc::new(sandlot_api::epochs::Epochs::new(rt.store())),
+            None => Arc::new(sandlot_service::epochs::Epochs::new(rt.store())),
         };
         let auth = Arc::new(auth::Auth::load(data_dir, epochs, token_ttl)?);
         Ok(Self {
@@ -173,7 +173,7 @@ async fn other_port(ctx: &Ctx, port: u16, req: Request) -> Response {
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".into());
-    match sandlot_api::ports::proxy(&ctx.rt, &id, port, req, &path_and_query).await {
+    match sandlot_ports::proxy(&ctx.rt, &id, port, req, &path_and_query).await {
         Ok(resp) => resp,
         Err(e) => error::Failure::from_api(&e).into_response(),
     }

@@ -439,7 +439,7 @@ async fn start_call(
         .clone()
         .try_lock_owned()
         .map_err(|_| RpcError::new(Code::Internal, "a new command's stdin is taken"))?;
-    let note = sandlot_api::record::Note::current().unwrap_or_default();
+    let note = sandlot_service::Note::current().unwrap_or_default();
     tokio::spawn(
         note.scope(run(
             ctx.rt.clone(),

@@ -1,5 +1,5 @@
 //! Tenants in the E2B layer: which sandboxes a caller may name, and the admission of the
-//! sandboxes it creates, resumes or forks: `sandlot_api::admission`, the one creation
+//! sandboxes it creates, resumes or forks: `sandlot_service::admission`, the one creation
 //! pipeline `/v1` and MCP use too (the same gates and the same per-tenant quota line, so a
 //! tenant cannot get round them by switching protocols), answered in E2B's error shape.
 //!
@@ -9,18 +9,12 @@
 
 use crate::error::Failure;
 use crate::Ctx;
-use sandlot_api::admission::{self, Like};
+use sandlot_service::admission::{self, Like};
 use sandlot_tenancy::Admission;
 use sandlot_types::{CreateSandbox, Principal};
 
-/// Whether sandbox `id` (live, or recorded after it ended) belongs to `who`'s tenant. An id
-/// never seen belongs to nobody.
-pub(crate) fn owns(ctx: &Ctx, who: &Principal, id: &str) -> bool {
-    ctx.rt.sandbox_tenant(id).as_deref() == Some(who.tenant.as_str())
-}
-
 /// Admits the creation `req` for `who` through the pipeline every protocol shares
-/// (`sandlot_api::admission::admit_new`), in E2B's error shape. Hold the admission until the
+/// (`sandlot_service::admission::admit_new`), in E2B's error shape. Hold the admission until the
 /// sandbox is in the runtime's live set.
 pub(crate) async fn admit_new(
     ctx: &Ctx,
@@ -32,7 +26,7 @@ pub(crate) async fn admit_new(
         .map_err(|e| Failure::from_api(&e))
 }
 
-/// Admits a fork of sandbox `id` or its resume (`sandlot_api::admission::admit_like`), in
+/// Admits a fork of sandbox `id` or its resume (`sandlot_service::admission::admit_like`), in
 /// E2B's error shape.
 pub(crate) async fn admit_like(
     ctx: &Ctx,

@@ -69,7 +69,7 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 fn api(e: sandlot_runtime::RuntimeError) -> Error {
-    Error::Api(sandlot_api::api_error(e))
+    Error::Api(sandlot_service::api_error(e))
 }
 
 impl Backend for Runtime {

@@ -14,7 +14,7 @@
 //! sandbox, its streams or the power to end it. Tool calls then act as that key (`tenancy`).
 
 use crate::backend::Backend;
-use crate::server::{McpServer, Transport};
+use crate::server::{ClientGone, McpServer, Transport};
 use crate::tenancy::Tenancy;
 use crate::{MAX_BODY_BYTES, MAX_SESSIONS, SESSION_IDLE};
 use axum::body::Body;
@@ -46,11 +46,6 @@ use tokio_util::sync::CancellationToken;
 /// client that went away (with half-closed HTTP/1 allowed, a write is the only sign), so it
 /// bounds how long a disconnected client's execution keeps running.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(1);
-
-/// Cancelled when the HTTP response of the request that carries it is dropped before its end:
-/// the client went away. rmcp hands the request's parts (with this) to the tool call.
-#[derive(Clone)]
-pub(crate) struct ClientGone(pub(crate) CancellationToken);
 
 /// Host names every request may carry (any port): loopback.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -345,7 +340,7 @@ impl Bounded {
         let Some(gov) = self.tenancy.gov() else {
             return Ok(None);
         };
-        let Some(tenant) = sandlot_api::shares::capped(gov, who).map_err(refused)? else {
+        let Some(tenant) = sandlot_service::shares::capped(gov, who).map_err(refused)? else {
             return Ok(None);
         };
         let claim = gov.quotas.line(&tenant.name, Share::McpSessions).await;
@@ -359,7 +354,7 @@ impl Bounded {
             .count();
         drop(live);
         sandlot_tenancy::check_share(&tenant, Share::McpSessions, held as u64)
-            .map_err(|e| refused(sandlot_api::shares::quota_error(e)))?;
+            .map_err(|e| refused(sandlot_service::shares::quota_error(e)))?;
         Ok(Some(claim))
     }
 

@@ -13,6 +13,7 @@
 
 mod backend;
 mod error;
+mod handler;
 mod http;
 mod remote;
 mod server;
@@ -28,8 +29,8 @@ pub use stdio::serve_stdio;
 pub use tools::READ_LIMIT;
 
 use axum::Router;
-use sandlot_api::govern::Governance;
 use sandlot_runtime::Runtime;
+use sandlot_service::Governance;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! makes sure every request of a session carries the key that opened it, so a tool call's
 //! principal is its session's. With a scope:
 //! - sandboxes the tools create (the session's own, `create_sandbox`), fork and resume pass
-//!   `sandlot_api::admission`, the creation pipeline `/v1` and E2B use too: they are the
+//!   `sandlot_service::admission`, the creation pipeline `/v1` and E2B use too: they are the
 //!   tenant's, pass the same gates and wait for room in its quotas on the same line;
 //! - a `sandbox_id` (or a snapshot, or a template) of another tenant is answered exactly as
 //!   one that does not exist;
@@ -18,9 +18,9 @@
 //! scopes every call there.
 
 use crate::error::Error;
-use sandlot_api::admission::{self, Like};
-use sandlot_api::govern::Governance;
 use sandlot_runtime::{Runtime, RuntimeError};
+use sandlot_service::admission::{self, Like};
+use sandlot_service::Governance;
 use sandlot_tenancy::{Admission, Claim, Share};
 use sandlot_types::{ApiError, CreateSandbox, ErrorCode, Language, Principal};
 use std::sync::Arc;
@@ -57,7 +57,7 @@ pub(crate) struct Scope {
 
 /// A missing sandbox, in the runtime's own words (another tenant's reads the same).
 pub(crate) fn sandbox_not_found(id: &str) -> Error {
-    Error::Api(sandlot_api::api_error(RuntimeError::SandboxNotFound {
+    Error::Api(sandlot_service::api_error(RuntimeError::SandboxNotFound {
         id: id.to_owned(),
     }))
 }
@@ -100,7 +100,7 @@ impl Scope {
     }
 
     /// Admits the creation `req` for the tenant through the pipeline every protocol shares
-    /// (`sandlot_api::admission::admit_new`: references, template limits, the creation gates
+    /// (`sandlot_service::admission::admit_new`: references, template limits, the creation gates
     /// whose answer becomes `req.tier`, the disk cap, the quota admission). Hold the
     /// admission until the sandbox is created.
     pub(crate) async fn admit_new(
@@ -151,7 +151,7 @@ impl Scope {
         self.tenancy.rt.guard_file(id, path, bytes).await
     }
 
-    /// Admits a fork of sandbox `id` or its resume (`sandlot_api::admission::admit_like`).
+    /// Admits a fork of sandbox `id` or its resume (`sandlot_service::admission::admit_like`).
     /// Hold the admission until the sandboxes are live.
     pub(crate) async fn admit_like(
         &self,
@@ -166,8 +166,8 @@ impl Scope {
     /// does; hold the claim until the thing exists.
     pub(crate) async fn claim(&self, share: Share) -> Result<Option<Claim>, Error> {
         let rt = &self.tenancy.rt;
-        sandlot_api::shares::claim(self.tenancy.gov.as_deref(), &self.who, share, |t, s| {
-            sandlot_api::runtime_held(rt, t, s).map_err(sandlot_api::api_error)
+        sandlot_service::shares::claim(self.tenancy.gov.as_deref(), &self.who, share, |t, s| {
+            sandlot_service::shares::runtime_held(rt, t, s).map_err(sandlot_service::api_error)
         })
         .await
         .map_err(Error::Api)
@@ -182,5 +182,5 @@ impl Scope {
 }
 
 fn runtime(e: RuntimeError) -> Error {
-    Error::Api(sandlot_api::api_error(e))
+    Error::Api(sandlot_service::api_error(e))
 }

@@ -17,7 +17,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool, Too
 use rmcp::schemars::JsonSchema;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
-use sandlot_api::admission::Like;
+use sandlot_service::admission::Like;
 use sandlot_tenancy::Share;
 use sandlot_types::{
     CreateSandbox, CreateSnapshot, EndState, ExecuteRequest, ExecutionResult, FileEntry,
@@ -403,7 +403,7 @@ async fn caller_gone<B: Backend>(ctx: &RequestContext<RoleServer>, session: &Ses
     let http = ctx
         .extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|p| p.extensions.get::<crate::http::ClientGone>())
+        .and_then(|p| p.extensions.get::<crate::server::ClientGone>())
         .map(|g| g.0.clone());
     let http = async move {
         match http {
@@ -813,7 +813,7 @@ async fn execute_interruptible<B: Backend>(
 ) -> Result<Option<ExecutionResult>, Error> {
     let mut task = {
         let (backend, id) = (backend.clone(), id.clone());
-        let note = sandlot_api::record::Note::current().unwrap_or_default();
+        let note = sandlot_service::Note::current().unwrap_or_default();
         tokio::spawn(
             note.scope(async move { backend.execute(&id, req).await })
                 .in_current_span(),

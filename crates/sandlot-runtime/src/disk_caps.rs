@@ -3,7 +3,7 @@
 //! the tenant's (`sandlot_workspace::Workspaces::set_tenant_limit`), whose limit is the
 //! tenant's `max_disk_bytes`. A write past it fails with `EDQUOT` in whichever of them makes
 //! it; the API refuses creations that need new disk while the tenant is at its cap (429
-//! `tenant_quota_exceeded`, `sandlot-api/src/shares.rs`).
+//! `tenant_quota_exceeded`, `sandlot-service/src/shares.rs`).
 //!
 //! Membership is set where the owner becomes known: a volume and a snapshot copy are made in
 //! the group (`create_for`, `snapshot_for`: the kernel's qgroup inherit, in the same

@@ -742,6 +742,56 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The HTTP status this code stands for, on every protocol that speaks HTTP (REST, E2B,
+    /// MCP's transport): part of the code's contract, like its name.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidRequest => 400,
+            Self::InvalidArgument => 400,
+            Self::PayloadTooLarge => 413,
+            Self::SandboxNotFound => 404,
+            Self::SandboxGone => 410,
+            Self::ExecutionNotFound => 404,
+            Self::TemplateNotFound => 404,
+            Self::TemplateNotReady => 409,
+            Self::InvalidPath => 400,
+            Self::FileNotFound => 404,
+            Self::NotARegularFile => 400,
+            Self::FileTooLarge => 413,
+            Self::WorkspaceFull => 507,
+            Self::SandboxBusy => 409,
+            Self::CapacityExhausted => 503,
+            Self::SandboxFailed => 409,
+            Self::QuotaExceeded => 507,
+            Self::InsufficientStorage => 507,
+            Self::InvalidArchive => 400,
+            Self::SnapshotNotFound => 404,
+            Self::StateCorrupt => 422,
+            Self::CaptureFailed => 409,
+            Self::VolumeNotFound => 404,
+            Self::VolumeInUse => 409,
+            Self::PortNotExposed => 403,
+            Self::PortUnreachable => 502,
+            Self::Unauthenticated => 401,
+            Self::Forbidden => 403,
+            Self::PolicyDenied => 403,
+            Self::TenantQuotaExceeded => 429,
+            Self::TenantNotFound => 404,
+            Self::KeyNotFound => 404,
+            Self::NameTaken => 409,
+            Self::TemplateInUse => 409,
+            Self::InvalidPolicy => 422,
+            Self::SandboxContained => 409,
+            Self::AuditUnavailable => 503,
+            Self::JobNotFound => 404,
+            Self::JobQueueFull => 429,
+            Self::JobEnded => 409,
+            Self::WebhookNotFound => 404,
+            Self::UnsupportedBundle => 400,
+            Self::Internal => 500,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest => "invalid_request",

@@ -22,7 +22,7 @@
 //! (on/off, itself recorded) and `POST /v1/audit/seal` (the answer to a corrupt log) are the
 //! operator's.
 
-use super::{Note, RecordContext, RecordError, Recording};
+use super::{RecordContext, RecordError, Recording};
 use crate::error::HttpError;
 use crate::extract::ApiQuery;
 use crate::govern::Caller;
@@ -34,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sandlot_audit::{AuditLog, Config, Entry, Refusals};
+use sandlot_service::Note;
 use sandlot_types::ErrorCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -684,7 +685,7 @@ impl Pending {
                 Some(p.tenant.clone()),
             ),
             None if self.local => {
-                let p = crate::govern::local_principal();
+                let p = sandlot_service::local_principal();
                 (
                     serde_json::json!({"key_id": p.key_id, "key_prefix": p.key_prefix}),
                     Some(p.tenant),

@@ -142,14 +142,21 @@ impl Hub {
     /// server without keys, are bounded by the hub's own `per_tenant`.
     pub(crate) fn admit(
         &self,
-        gov: Option<&crate::govern::Governance>,
+        gov: Option<&sandlot_service::Governance>,
         who: &sandlot_types::Principal,
     ) -> Result<StreamSlot, HttpError> {
         if let Some(g) = gov {
-            if crate::shares::capped(g, who).map_err(HttpError)?.is_some() {
-                return crate::shares::open(gov, who, sandlot_tenancy::Share::EventStreams)
-                    .map(StreamSlot::Share)
-                    .map_err(HttpError);
+            if sandlot_service::shares::capped(g, who)
+                .map_err(HttpError)?
+                .is_some()
+            {
+                return sandlot_service::shares::open(
+                    gov,
+                    who,
+                    sandlot_tenancy::Share::EventStreams,
+                )
+                .map(StreamSlot::Share)
+                .map_err(HttpError);
             }
         }
         // The operator (and everyone on a server without keys): the hub's own bound.

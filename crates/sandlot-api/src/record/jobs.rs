@@ -84,7 +84,7 @@ struct Limits {
 
 struct Inner {
     /// Keys and policy: a job's key and the execute gate are checked again when it runs.
-    gov: Option<Arc<crate::govern::Governance>>,
+    gov: Option<Arc<sandlot_service::Governance>>,
     rt: Runtime,
     store: Arc<Store>,
     limits: Limits,
@@ -515,7 +515,7 @@ impl Inner {
         g.gate(
             &who,
             sandlot_policy::GateRequest::Execute {
-                sandbox: crate::gates::sandbox_ref(&sandbox),
+                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
                 code_bytes: job.request.code.len() as u64,
                 language: match job.request.language {
                     Language::Python => "python".into(),
@@ -524,7 +524,7 @@ impl Inner {
             },
             format!("Sandbox::{sb:?}"),
         )
-        .map_err(|e| format!("the policy no longer allows it: {}", e.0.message))
+        .map_err(|e| format!("the policy no longer allows it: {}", e.message))
     }
 
     /// Fails every queued job of sandbox `sb`.
@@ -654,7 +654,7 @@ async fn submit(
         g.gate(
             &caller.0,
             sandlot_policy::GateRequest::Execute {
-                sandbox: crate::gates::sandbox_ref(&sandbox),
+                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
                 code_bytes: body.code.len() as u64,
                 language: match body.language {
                     Language::Python => "python".into(),
@@ -701,7 +701,9 @@ async fn submit(
         // The tenant's share of the server's job slots: its queued and running jobs, counted
         // under the same lock the insertion below takes.
         if let Some(gov) = ctx.gov.as_deref() {
-            if let Some(tenant) = crate::shares::capped(gov, &caller.0).map_err(HttpError)? {
+            if let Some(tenant) =
+                sandlot_service::shares::capped(gov, &caller.0).map_err(HttpError)?
+            {
                 let running = s
                     .running
                     .values()
@@ -712,7 +714,7 @@ async fn submit(
                     sandlot_tenancy::Share::Jobs,
                     (of_tenant + running) as u64,
                 )
-                .map_err(|e| HttpError(crate::shares::quota_error(e)))?;
+                .map_err(|e| HttpError(sandlot_service::shares::quota_error(e)))?;
             }
         }
         let full = [
@@ -795,7 +797,9 @@ async fn list(
     // The sandbox's tenant was checked by the path's scoping; an unknown one has no jobs but
     // still answers 404, as for any other sandbox route.
     if st.rec.ctx.rt.sandbox_tenant(&id).is_none() {
-        return Err(crate::govern::sandbox_not_found(&id));
+        return Err(HttpError(sandlot_service::governance::sandbox_not_found(
+            &id,
+        )));
     }
     let jobs = st
         .rec

@@ -25,7 +25,7 @@
 //! execution ran in the request's task, else the last `execute` decision about the sandbox
 //! before the execution started).
 
-use super::{Note, Recording};
+use super::Recording;
 use crate::error::HttpError;
 use crate::govern::Caller;
 use axum::extract::{Path, State};
@@ -33,6 +33,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use sandlot_service::Note;
 use sandlot_types::{ErrorCode, ExecutionRecord, LifecycleKind, Sandbox, SandboxState};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -116,7 +117,7 @@ fn install_listener(rec: &Arc<Recording>) {
 }
 
 fn not_found_sandbox(id: &str) -> HttpError {
-    crate::govern::sandbox_not_found(id)
+    HttpError(sandlot_service::governance::sandbox_not_found(id))
 }
 
 fn not_found_execution(id: &str) -> HttpError {

@@ -16,7 +16,7 @@
 //! Everything here is cheap when traces are off: a few atomic counters, no span, no lock held
 //! across the request.
 
-use super::{Note, RecordContext, RecordError, Recording};
+use super::{RecordContext, RecordError, Recording};
 use crate::govern::{principal_of, Caller};
 use crate::{HttpError, SANDBOX_ID_HEADER};
 use axum::body::Body;
@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use http_body::Body as HttpBody;
+use sandlot_service::Note;
 use sandlot_telemetry::trace::{self, KeyValue, PastSpan};
 use sandlot_telemetry::{metrics, Interface, Interner, Operation};
 use sandlot_types::{ErrorCode, LifecycleEvent, LifecycleKind};

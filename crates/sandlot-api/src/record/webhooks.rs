@@ -702,9 +702,10 @@ async fn create(
     let gov = st.rec.ctx.gov.as_deref();
     // With keys, the tenant's `max_webhooks` (held until the hook is in the map the next
     // claim counts); without, the server's own bound.
-    let _claim = crate::shares::claim(gov, &caller.0, Share::Webhooks, |t, _| Ok(mine(t) as u64))
-        .await
-        .map_err(HttpError)?;
+    let _claim =
+        sandlot_service::shares::claim(gov, &caller.0, Share::Webhooks, |t, _| Ok(mine(t) as u64))
+            .await
+            .map_err(HttpError)?;
     if gov.is_none() && mine(&tenant) >= MAX_PER_TENANT {
         return Err(HttpError::new(
             ErrorCode::InvalidArgument,

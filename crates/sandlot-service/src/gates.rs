@@ -1,11 +1,11 @@
-//! The policy engine at every gate: the requests the HTTP edge sees (create and its tier,
+//! The policy engine at every gate: the requests every protocol's edge sees (create and its tier,
 //! execute, read and write a file, build a template) and what the runtime asks while a
 //! sandbox runs ([`ServerGovernor`]: egress, output findings, containment).
 //!
 //! Every decision is recorded (the journal writes it behind the request) with the ids of the
 //! policies that decided, the policy set's version and the latency; a denial answers 403
-//! `policy_denied` naming them and why. Routes for the policy set itself
-//! (`GET`/`PUT /v1/policies`) and the record (`GET /v1/decisions`) are here too.
+//! `policy_denied` naming them and why. The routes of the policy set and of the decision record
+//! are the REST adapter's.
 //!
 //! Tiers: `isolated` (the full jail, default) and `trusted` (limits up to the server's trusted
 //! maxima). Tiers are ordered from least privileged upward; a creation gets the least one
@@ -13,27 +13,20 @@
 //! `select_tier`. A request that needs `trusted` where it is not permitted is denied, never
 //! quietly run with less; an `isolated` request denied its tier is not tried higher.
 
-use crate::error::HttpError;
-use crate::extract::ApiQuery;
-use crate::govern::{Caller, Governance};
-use crate::AppState;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::Json;
+use crate::governance::Governance;
+use crate::note::Note;
 use sandlot_policy::{
-    Decision, Finding, GateRequest, PolicyInfo, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
+    Decision, Finding, GateRequest, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
 use sandlot_runtime::govern::{Governor, Outcome, OutputFinding};
 use sandlot_store::{DecisionRecord, EgressRecord, FindingRecord};
-use sandlot_types::{ErrorCode, Principal, Sandbox, ISOLATED_TIER, TRUSTED_TIER};
-use serde::{Deserialize, Serialize};
+use sandlot_types::{ApiError, ErrorCode, Principal, Sandbox, ISOLATED_TIER, TRUSTED_TIER};
 use std::sync::Arc;
 
 /// The tiers, least privileged first.
 pub const TIERS: [&str; 2] = [ISOLATED_TIER, TRUSTED_TIER];
 
-pub(crate) fn policy_principal(p: &Principal) -> PolicyPrincipal {
+pub fn policy_principal(p: &Principal) -> PolicyPrincipal {
     PolicyPrincipal {
         key_id: p.key_id.clone(),
         key_prefix: p.key_prefix.clone(),
@@ -64,7 +57,7 @@ fn decision_id() -> String {
 
 impl Governance {
     /// Decides `request` for `who`, records the decision, and returns its id with it.
-    pub(crate) fn decide(
+    pub fn decide(
         &self,
         who: &PolicyPrincipal,
         request: GateRequest,
@@ -76,7 +69,7 @@ impl Governance {
         (id, d)
     }
 
-    pub(crate) fn record(
+    pub fn record(
         &self,
         who: &PolicyPrincipal,
         resource: String,
@@ -85,7 +78,7 @@ impl Governance {
     ) -> String {
         let id = decision_id();
         sandlot_telemetry::metrics().policy_decision(d.gate.as_str(), d.allowed);
-        crate::record::Note::add_decision(&id);
+        Note::add_decision(&id);
         if !d.errors.is_empty() {
             let errors = serde_json::json!(d.errors);
             match detail.as_mut().and_then(|v| v.as_object_mut()) {
@@ -113,12 +106,12 @@ impl Governance {
     }
 
     /// A gate the request must pass: `Ok` when allowed, else 403 `policy_denied`.
-    pub(crate) fn gate(
+    pub fn gate(
         &self,
         who: &Principal,
         request: GateRequest,
         resource: String,
-    ) -> Result<(), HttpError> {
+    ) -> Result<(), ApiError> {
         let (id, d) = self.decide(&policy_principal(who), request, resource, None);
         if d.allowed {
             Ok(())
@@ -129,13 +122,13 @@ impl Governance {
 }
 
 /// The 403 of a denial: which policies, why, which set, and the decision's id.
-pub(crate) fn denied(d: &Decision, id: &str) -> HttpError {
+pub fn denied(d: &Decision, id: &str) -> ApiError {
     let by = if d.policies.is_empty() {
         String::new()
     } else {
         format!(" by policy {}", d.policies.join(", "))
     };
-    HttpError::new(
+    ApiError::new(
         ErrorCode::PolicyDenied,
         format!(
             "{} denied{by}: {} (policy set {}, decision {id})",
@@ -148,7 +141,7 @@ pub(crate) fn denied(d: &Decision, id: &str) -> HttpError {
 
 /// Gates a creation and picks its tier (see [`Governance::gate_creation`]); without
 /// governance, the tier asked for (or `isolated`).
-pub(crate) fn gate_create(
+pub fn gate_create(
     gov: Option<&Governance>,
     who: &Principal,
     req: &sandlot_types::CreateSandbox,
@@ -202,8 +195,7 @@ impl Governance {
                 request: request.clone(),
             },
             format!("Template::{template:?}"),
-        )
-        .map_err(|e| e.0)?;
+        )?;
         // Tiers above the least sufficient one are never tried: a denial there is the
         // answer, not a reason to run with more.
         let tier = if asked == TRUSTED_TIER || needs_trusted {
@@ -226,7 +218,7 @@ impl Governance {
         if d.allowed {
             Ok(tier.to_owned())
         } else {
-            Err(denied(&d, &id).0)
+            Err(denied(&d, &id))
         }
     }
 
@@ -274,7 +266,6 @@ impl Governance {
             },
             format!("Sandbox::{:?}", sandbox.id),
         )
-        .map_err(|e| e.0)
     }
 
     /// The `read_file` (`write: None`) or `write_file` (`write: Some(bytes)`) gate of a file
@@ -300,7 +291,6 @@ impl Governance {
             },
         };
         self.gate(who, request, format!("Sandbox::{:?}", sandbox.id))
-            .map_err(|e| e.0)
     }
 
     /// Who acts on a sandbox through a per-sandbox token rather than a key (E2B's envd
@@ -456,148 +446,6 @@ impl Governor for ServerGovernor {
     fn contained(&self, sandbox: &Sandbox, why: &str) {
         tracing::warn!(sandbox = %sandbox.id, tenant = %sandbox.tenant, why, "contained");
     }
-}
-
-/// `GET /v1/policies`: the whole set for the operator; for anyone else the policies that
-/// could apply to them (`PolicyEngine::info_for`).
-pub(crate) async fn get_policies<B>(
-    State(st): State<AppState<B>>,
-    caller: Caller,
-) -> Result<Json<PolicyInfo>, HttpError> {
-    let policy = &gov(&st)?.policy;
-    Ok(Json(if caller.is_operator() {
-        policy.info()
-    } else {
-        policy.info_for(caller.tenant(), &caller.0.key_id)
-    }))
-}
-
-/// `PUT /v1/policies` (admin): the whole set as Cedar text (`text/plain`, or JSON
-/// `{"policies": "..."}`). Validated against the schema before it replaces the set in force;
-/// a refused set leaves it as it was.
-pub(crate) async fn put_policies<B>(
-    State(st): State<AppState<B>>,
-    caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Json<PolicyInfo>, HttpError> {
-    caller.require_operator()?;
-    let g = gov(&st)?;
-    if body.len() > sandlot_policy::MAX_POLICY_BYTES {
-        return Err(HttpError::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "the policy text is {} bytes; at most {} are accepted",
-                body.len(),
-                sandlot_policy::MAX_POLICY_BYTES
-            ),
-        ));
-    }
-    let is_json = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let text = if is_json {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Body {
-            policies: String,
-        }
-        serde_json::from_slice::<Body>(&body)
-            .map_err(|e| {
-                HttpError::invalid_request(format!("expected {{\"policies\": \"...\"}}: {e}"))
-            })?
-            .policies
-    } else {
-        String::from_utf8(body.to_vec())
-            .map_err(|_| HttpError::invalid_request("the policy text is not UTF-8"))?
-    };
-    let info = g.policy.replace(&text).map_err(|e| match e {
-        sandlot_policy::PolicyError::Io { .. } => HttpError::internal(e.to_string()),
-        other => HttpError::new(ErrorCode::InvalidPolicy, other.to_string()),
-    })?;
-    tracing::info!(version = %info.version, by = %caller.0.key_prefix, "policy set replaced");
-    Ok(Json(info))
-}
-
-/// `GET /v1/decisions` response.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DecisionList {
-    pub decisions: Vec<DecisionView>,
-}
-
-/// One recorded decision.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DecisionView {
-    pub id: String,
-    pub at: String,
-    pub gate: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    pub resource: String,
-    pub allowed: bool,
-    pub policies: Vec<String>,
-    pub reason: String,
-    pub version: String,
-    pub latency_us: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct DecisionQuery {
-    #[serde(default)]
-    gate: Option<String>,
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
-/// `GET /v1/decisions[?gate=&limit=]`: the caller's tenant's decisions, newest first.
-pub(crate) async fn list_decisions<B>(
-    State(st): State<AppState<B>>,
-    caller: Caller,
-    ApiQuery(q): ApiQuery<DecisionQuery>,
-) -> Result<Json<DecisionList>, HttpError> {
-    let g = gov(&st)?;
-    let g2 = g.journal.clone();
-    tokio::task::spawn_blocking(move || g2.flush())
-        .await
-        .map_err(|e| HttpError::internal(e.to_string()))?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let rows = g
-        .store
-        .list_decisions(Some(caller.tenant()), q.gate.as_deref(), limit)
-        .map_err(|e| HttpError::internal(e.to_string()))?;
-    Ok(Json(DecisionList {
-        decisions: rows
-            .into_iter()
-            .map(|d| DecisionView {
-                id: d.id,
-                at: d.at,
-                gate: d.gate,
-                key_id: d.key_id,
-                tenant: d.tenant,
-                resource: d.resource,
-                allowed: d.allowed,
-                policies: d.policies,
-                reason: d.reason,
-                version: d.version,
-                latency_us: d.latency_us,
-                detail: d.detail,
-            })
-            .collect(),
-    }))
-}
-
-fn gov<B>(st: &AppState<B>) -> Result<&Governance, HttpError> {
-    st.gov.as_deref().ok_or_else(|| {
-        HttpError::new(
-            ErrorCode::Forbidden,
-            "this server runs without governance (SANDLOT_AUTH=off): no policies",
-        )
-    })
 }
 
 #[cfg(test)]

@@ -30,7 +30,10 @@
 //! [`sandlot_runtime::Runtime`] (which E2B and MCP hold) and required of the REST router's
 //! backend, so the router's own tests drive it with their scripted backend.
 
-use crate::govern::{fill_template_limits, Governance};
+use crate::error::api_error;
+use crate::governance::{fill_template_limits, Governance};
+use futures::FutureExt;
+use sandlot_runtime::{Runtime, RuntimeError};
 use sandlot_tenancy::{Admission, Share, Want};
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, ErrorCode, Limits, Principal, Role, Sandbox,
@@ -162,9 +165,9 @@ fn check_references<L: Lookups>(
 ) -> Result<(), ApiError> {
     if let Some(t) = &req.template {
         if !lookups.has_template(&who.tenant, t) {
-            return Err(crate::api_error(
-                sandlot_runtime::RuntimeError::TemplateNotFound { name: t.clone() },
-            ));
+            return Err(api_error(sandlot_runtime::RuntimeError::TemplateNotFound {
+                name: t.clone(),
+            }));
         }
     }
     if gov.is_none() {
@@ -174,7 +177,7 @@ fn check_references<L: Lookups>(
         if lookups.snapshot_tenant(snap).as_deref() != Some(who.tenant.as_str()) {
             return Err(ApiError::new(
                 ErrorCode::SnapshotNotFound,
-                format!("no snapshot {}", crate::govern::short(snap)),
+                format!("no snapshot {}", crate::governance::short(snap)),
             ));
         }
     }
@@ -255,4 +258,67 @@ async fn admit<L: Lookups>(
     gov.admit_for(move |t| lookups.tenant_usage(t), who, limits, count)
         .await
         .map(Some)
+}
+
+/// A runtime result with its failure mapped to the service's error.
+fn api<T>(r: Result<T, RuntimeError>) -> Result<T, ApiError> {
+    r.map_err(api_error)
+}
+
+/// The runtime is what E2B and MCP hold, and the REST router's backend in production.
+impl Lookups for Runtime {
+    fn has_template(&self, tenant: &str, name: &str) -> bool {
+        Runtime::has_template(self, tenant, name)
+    }
+
+    fn template_limits(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> impl Future<Output = Option<sandlot_types::Limits>> + Send {
+        Runtime::get_template(self, tenant, name).map(|t| t.ok().map(|t| t.spec.limits))
+    }
+
+    fn snapshot_tenant(&self, id: &str) -> Option<String> {
+        Runtime::snapshot_tenant(self, id)
+    }
+
+    fn snapshot_template(&self, id: &str) -> impl Future<Output = Option<String>> + Send {
+        Runtime::get_snapshot(self, id).map(|s| s.ok().map(|s| s.template))
+    }
+
+    fn effective_limits(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits(self, limits))
+    }
+
+    fn effective_limits_trusted(
+        &self,
+        limits: &sandlot_types::Limits,
+    ) -> Result<sandlot_types::EffectiveLimits, ApiError> {
+        api(Runtime::effective_limits_trusted(self, limits))
+    }
+
+    fn sandbox(&self, id: &str) -> impl Future<Output = Option<Sandbox>> + Send {
+        Runtime::get_sandbox(self, id).map(|s| s.ok())
+    }
+
+    fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
+        Runtime::sandbox_limits(self, id)
+    }
+
+    fn tenant_usage(&self, tenant: &str) -> sandlot_tenancy::Want {
+        let u = Runtime::tenant_usage(self, tenant);
+        sandlot_tenancy::Want {
+            sandboxes: u.sandboxes,
+            cpu_millis: u.cpu_millis,
+            memory_mb: u.memory_mb,
+        }
+    }
+
+    fn tenant_held(&self, tenant: &str, share: sandlot_tenancy::Share) -> Result<u64, ApiError> {
+        crate::shares::runtime_held(self, tenant, share).map_err(api_error)
+    }
 }

@@ -1,0 +1,23 @@
+//! The one service under every protocol (DESIGN §8). The REST API, E2B's control plane and
+//! envd, MCP and the durable jobs runner each authenticate a request their own way, then ask
+//! this crate the same questions in the same order: who the caller is and what tenant it acts
+//! for ([`Governance`]), what the policy says at each gate ([`gates`]), whether a new sandbox
+//! may be made and how ([`admission`]), whether the tenant's fair share has room ([`shares`]),
+//! and what the request learned for the record ([`Note`]). Every answer's failure is one
+//! [`sandlot_types::ApiError`] (a stable code and a message, [`error`]) that each adapter puts
+//! in its own shape. Nothing here knows HTTP.
+
+pub mod admission;
+pub mod epochs;
+pub mod error;
+pub mod gates;
+pub mod governance;
+pub mod note;
+pub mod revoke;
+pub mod shares;
+
+pub use admission::{admit_like, admit_new, Like, Lookups};
+pub use error::api_error;
+pub use governance::{local_principal, Governance};
+pub use note::{Note, NoteData};
+pub use revoke::KeyWatch;
