@@ -15,14 +15,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
+use sandlot_service::execution::{self, Dropped, ExecutionHandle, Step};
 use sandlot_types::{
     ApiError, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult, OutputEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
-use tokio::sync::mpsc;
-use tokio::task::{JoinError, JoinHandle};
-use tracing::Instrument;
 
 /// SSE event that ends a stream: its data is the [`ExecutionResult`].
 pub const DONE_EVENT: &str = "done";
@@ -41,8 +39,6 @@ pub struct InterruptResponse {
 pub struct ExecutionList {
     pub executions: Vec<ExecutionRecord>,
 }
-
-type RunHandle = JoinHandle<Result<ExecutionResult, ApiError>>;
 
 pub(crate) async fn execute<B: Backend>(
     State(st): State<AppState<B>>,
@@ -63,30 +59,17 @@ pub(crate) async fn execute<B: Backend>(
     }
     if let Some(g) = st.gov.as_deref() {
         let sandbox = st.backend.get_sandbox(&id).await?;
-        g.gate(
-            &caller.0,
-            sandlot_policy::GateRequest::Execute {
-                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
-                code_bytes: req.code.len() as u64,
-                language: match req.language {
-                    sandlot_types::Language::Python => "python".into(),
-                    sandlot_types::Language::Bash => "bash".into(),
-                },
-            },
-            format!("Sandbox::{id:?}"),
-        )?;
+        g.gate_execute(&caller.0, &sandbox, req.code.len(), req.language)?;
     }
     if req.stream || accepts_event_stream(&headers) {
         return execute_streaming(st.backend, id, req).await;
     }
     let backend = st.backend;
-    // The request's note goes with it: the execution's lineage names the decisions taken here.
-    let note = sandlot_service::Note::current().unwrap_or_default();
-    let run = tokio::spawn(
-        note.scope(async move { backend.execute(&id, req, None).await })
-            .in_current_span(),
+    let mut run = execution::start(
+        move |_| async move { backend.execute(&id, req, None).await },
+        Dropped::RunOn,
     );
-    Ok(Json(joined(run.await)?).into_response())
+    Ok(Json(run.wait().await?).into_response())
 }
 
 fn accepts_event_stream(headers: &HeaderMap) -> bool {
@@ -99,21 +82,6 @@ fn accepts_event_stream(headers: &HeaderMap) -> bool {
 
 type Outcome = Result<ExecutionResult, HttpError>;
 
-fn joined(r: Result<Result<ExecutionResult, ApiError>, JoinError>) -> Outcome {
-    match r {
-        Ok(result) => Ok(result?),
-        Err(e) => Err(HttpError::internal(format!(
-            "the execution task failed: {e}"
-        ))),
-    }
-}
-
-/// What happened first after the execution was started.
-enum Start {
-    Event(OutputEvent),
-    Finished(Box<Outcome>),
-}
-
 /// Starts the execution and answers with an SSE stream of its events. The response is held
 /// back until the execution has produced its first event or finished, so that an error raised
 /// before it runs (unknown sandbox, busy, too large) is a normal JSON error response.
@@ -122,24 +90,18 @@ async fn execute_streaming<B: Backend>(
     id: String,
     req: ExecuteRequest,
 ) -> Result<Response, HttpError> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let note = sandlot_service::Note::current().unwrap_or_default();
-    let mut run: RunHandle = tokio::spawn(
-        note.scope(async move { backend.execute(&id, req, Some(tx)).await })
-            .in_current_span(),
+    // A client that leaves an SSE stream does not stop the execution: it is recorded whole.
+    let mut run = execution::start(
+        move |tx| async move { backend.execute(&id, req, Some(tx)).await },
+        Dropped::RunOn,
     );
-    let start = tokio::select! {
-        biased;
-        Some(ev) = rx.recv() => Start::Event(ev),
-        done = &mut run => Start::Finished(Box::new(joined(done))),
-    };
-    let stream = match start {
-        Start::Event(ev) => event_stream(vec![ev], rx, Execution::Running(run)),
-        Start::Finished(result) => {
-            let early: Vec<OutputEvent> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
-            match *result {
-                Err(e) if early.is_empty() => return Err(e),
-                result => event_stream(early, rx, Execution::Finished(Box::new(result))),
+    let stream = match run.next().await {
+        Step::Event(ev) => event_stream(vec![ev], run, None),
+        Step::Done(result) => {
+            let early = run.drain();
+            match result {
+                Err(e) if early.is_empty() => return Err(e.into()),
+                result => event_stream(early, run, Some(result.map_err(HttpError))),
             }
         }
     };
@@ -148,38 +110,27 @@ async fn execute_streaming<B: Backend>(
         .into_response())
 }
 
-/// The execution behind a stream: still running in its task, or already done.
-enum Execution {
-    Running(RunHandle),
-    Finished(Box<Outcome>),
-}
-
 /// Sends `initial`, then forwards events as they come; ends with `done` (or `api_error`) once
 /// the execution has finished and every event it sent has been forwarded.
 fn event_stream(
     initial: Vec<OutputEvent>,
-    mut rx: mpsc::UnboundedReceiver<OutputEvent>,
-    execution: Execution,
+    mut run: ExecutionHandle<ApiError>,
+    finished: Option<Outcome>,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     async_stream::stream! {
         for ev in initial {
             yield Ok(output_event(&ev));
         }
-        let result = match execution {
-            Execution::Finished(result) => *result,
-            Execution::Running(mut run) => loop {
-                let step = tokio::select! {
-                    biased;
-                    Some(ev) = rx.recv() => Start::Event(ev),
-                    done = &mut run => Start::Finished(Box::new(joined(done))),
-                };
-                match step {
-                    Start::Event(ev) => yield Ok(output_event(&ev)),
-                    Start::Finished(result) => break *result,
+        let result = match finished {
+            Some(result) => result,
+            None => loop {
+                match run.next().await {
+                    Step::Event(ev) => yield Ok(output_event(&ev)),
+                    Step::Done(result) => break result.map_err(HttpError),
                 }
             },
         };
-        while let Ok(ev) = rx.try_recv() {
+        for ev in run.drain() {
             yield Ok(output_event(&ev));
         }
         yield Ok(final_event(result));

@@ -33,15 +33,13 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use sandlot_runtime::{Runtime, RuntimeError};
+use sandlot_service::execution::{self, Dropped, Events, ExecutionHandle, Step};
 use sandlot_types::{ExecuteRequest, ExecutionResult, Language, OutputEvent};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tracing::Instrument;
 
 /// The suffix of a Bash context's E2B id.
 const BASH_SUFFIX: &str = ".bash";
@@ -209,106 +207,48 @@ async fn execute(
         stream: false,
         context: Some(context.clone()),
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
     let running = Arc::new(AtomicBool::new(false));
-    // The request's note and span go with it (the audit record and the execute span name it).
-    let note = sandlot_service::Note::current().unwrap_or_default();
-    let mut run = tokio::spawn(
-        note.scope(run_with_env(
-            ctx.rt.clone(),
-            id.clone(),
-            session.clone(),
-            req,
-            env,
-            tx,
-            running.clone(),
-        ))
-        .in_current_span(),
-    );
-    // From here a client that goes away interrupts the execution.
-    let guard = Interrupter {
-        rt: ctx.rt.clone(),
-        id: id.clone(),
-        running,
-        done: false,
+    // A client that goes away interrupts the execution (once the user's code runs: not the
+    // env_vars set before it).
+    let interrupt = {
+        let (rt, id, running) = (ctx.rt.clone(), id.clone(), running.clone());
+        Dropped::Interrupt(Box::new(move || {
+            if running.load(Ordering::SeqCst) {
+                tracing::debug!(sandbox = %id, "E2B client went away: interrupting its execution");
+                tokio::spawn(async move {
+                    let _ = rt.interrupt(&id).await;
+                });
+            }
+        }))
+    };
+    let mut run = {
+        let (rt, id, session) = (ctx.rt.clone(), id.clone(), session.clone());
+        execution::start(
+            move |tx| run_with_env(rt, id, session, req, env, tx, running),
+            interrupt,
+        )
     };
     // Held back until the first event or the end (for at most KEEPALIVE, after which the
     // stream starts and its keepalives notice a client that left), so a failure before the
     // code runs (unknown sandbox or context, too large) is an HTTP error the SDK raises as such.
-    let first = tokio::select! {
-        biased;
-        Some(ev) = rx.recv() => Some(Step::Event(ev)),
-        done = &mut run => Some(Step::Done(Box::new(joined(done)))),
-        _ = tokio::time::sleep(KEEPALIVE) => None,
-    };
-    let (initial, finished) = match first {
-        None => (vec![], None),
-        Some(Step::Event(ev)) => (vec![ev], None),
-        Some(Step::Done(result)) => {
-            let result = *result;
-            let early: Vec<OutputEvent> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    let (initial, finished) = match tokio::time::timeout(KEEPALIVE, run.next()).await {
+        Err(_) => (vec![], None),
+        Ok(Step::Event(ev)) => (vec![ev], None),
+        Ok(Step::Done(result)) => {
+            let early = run.drain();
             match result {
-                Err(e) if early.is_empty() => {
-                    let mut guard = guard;
-                    guard.finish();
-                    return Err(failure(&id, e));
-                }
+                Err(e) if early.is_empty() => return Err(failure(&id, e)),
                 r => (early, Some(r)),
             }
         }
     };
     let count_key = format!("{context}/{}", language_name(language));
-    let stream = ndjson(initial, rx, run, finished, guard, session, count_key);
+    let stream = ndjson(initial, run, finished, session, count_key);
     Ok((
         [(CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),
     )
         .into_response())
-}
-
-enum Step {
-    Event(OutputEvent),
-    Done(Box<Result<ExecutionResult, RuntimeError>>),
-}
-
-type Run = JoinHandle<Result<ExecutionResult, RuntimeError>>;
-
-fn joined(
-    r: Result<Result<ExecutionResult, RuntimeError>, tokio::task::JoinError>,
-) -> Result<ExecutionResult, RuntimeError> {
-    r.unwrap_or_else(|source| {
-        Err(RuntimeError::Task {
-            task: "the execution",
-            source,
-        })
-    })
-}
-
-/// Interrupts the execution when dropped before it finished: the client went away.
-struct Interrupter {
-    rt: Runtime,
-    id: String,
-    running: Arc<AtomicBool>,
-    done: bool,
-}
-
-impl Interrupter {
-    /// The execution finished: nothing to interrupt any more.
-    fn finish(&mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Interrupter {
-    fn drop(&mut self) {
-        if !self.done && self.running.load(Ordering::SeqCst) {
-            let (rt, id) = (self.rt.clone(), self.id.clone());
-            tracing::debug!(sandbox = %id, "E2B client went away: interrupting its execution");
-            tokio::spawn(async move {
-                let _ = rt.interrupt(&id).await;
-            });
-        }
-    }
 }
 
 /// The execution, with `env` set before and restored after; one E2B execution per sandbox at
@@ -319,7 +259,7 @@ async fn run_with_env(
     session: Arc<Session>,
     req: ExecuteRequest,
     env: BTreeMap<String, String>,
-    tx: mpsc::UnboundedSender<OutputEvent>,
+    tx: Events,
     running: Arc<AtomicBool>,
 ) -> Result<ExecutionResult, RuntimeError> {
     let _turn = session.turn.clone().lock_owned().await;
@@ -409,10 +349,8 @@ fn sh_quote(v: &str) -> String {
 /// and `end_of_execution`.
 fn ndjson(
     initial: Vec<OutputEvent>,
-    mut rx: mpsc::UnboundedReceiver<OutputEvent>,
-    mut run: Run,
+    mut run: ExecutionHandle<RuntimeError>,
     finished: Option<Result<ExecutionResult, RuntimeError>>,
-    mut guard: Interrupter,
     session: Arc<Session>,
     count_key: String,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
@@ -425,24 +363,17 @@ fn ndjson(
         let result = match finished {
             Some(r) => r,
             None => loop {
-                let step = tokio::select! {
-                    biased;
-                    Some(ev) = rx.recv() => Some(Step::Event(ev)),
-                    done = &mut run => Some(Step::Done(Box::new(joined(done)))),
-                    _ = tokio::time::sleep(KEEPALIVE) => None,
-                };
-                match step {
-                    Some(Step::Event(ev)) => {
+                match tokio::time::timeout(KEEPALIVE, run.next()).await {
+                    Ok(Step::Event(ev)) => {
                         saw_error |= matches!(ev, OutputEvent::Error(_));
                         yield Ok(line(&event_json(&ev)));
                     }
-                    Some(Step::Done(r)) => break *r,
-                    None => yield Ok(Bytes::from_static(b"{\"type\":\"keepalive\"}\n")),
+                    Ok(Step::Done(r)) => break r,
+                    Err(_) => yield Ok(Bytes::from_static(b"{\"type\":\"keepalive\"}\n")),
                 }
             },
         };
-        guard.finish();
-        while let Ok(ev) = rx.try_recv() {
+        for ev in run.drain() {
             saw_error |= matches!(ev, OutputEvent::Error(_));
             yield Ok(line(&event_json(&ev)));
         }

@@ -58,3 +58,9 @@ impl Error {
         }
     }
 }
+
+impl From<sandlot_service::execution::TaskFailed> for Error {
+    fn from(e: sandlot_service::execution::TaskFailed) -> Self {
+        Error::Api(e.into())
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::backend::Backend;
 use crate::server::{McpServer, Transport, INSTRUCTIONS};
-use crate::tools;
+use crate::{declarations, tools};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
@@ -39,12 +39,12 @@ impl<B: Backend> ServerHandler for McpServer<B> {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(
-            tools::declarations().to_vec(),
+            declarations::declarations().to_vec(),
         ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::find(name).cloned()
+        declarations::find(name).cloned()
     }
 
     async fn call_tool(

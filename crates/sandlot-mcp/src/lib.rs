@@ -12,10 +12,12 @@
 //! scopes every call by the key `sandlot mcp` sends.
 
 mod backend;
+mod declarations;
 mod error;
 mod handler;
 mod http;
 mod remote;
+mod render;
 mod server;
 mod session;
 mod stdio;
@@ -23,10 +25,10 @@ mod tenancy;
 mod tools;
 
 pub use backend::{Backend, ReadFile};
+pub use declarations::READ_LIMIT;
 pub use error::Error;
 pub use remote::Remote;
 pub use stdio::serve_stdio;
-pub use tools::READ_LIMIT;
 
 use axum::Router;
 use sandlot_runtime::Runtime;

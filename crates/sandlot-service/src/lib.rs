@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod epochs;
 pub mod error;
+pub mod execution;
 pub mod gates;
 pub mod governance;
 pub mod note;
@@ -18,6 +19,7 @@ pub mod shares;
 
 pub use admission::{admit_like, admit_new, Like, Lookups};
 pub use error::api_error;
+pub use execution::{Dropped, ExecutionHandle, Step};
 pub use governance::{local_principal, Governance};
 pub use note::{Note, NoteData};
 pub use revoke::KeyWatch;

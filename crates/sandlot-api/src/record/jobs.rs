@@ -31,6 +31,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sandlot_runtime::{now_rfc3339, Runtime};
+use sandlot_service::api_error;
+use sandlot_service::execution::{self, Dropped, ExecutionHandle, Step};
 use sandlot_store::Store;
 use sandlot_types::{
     ApiError, EndState, ErrorCode, ExecuteRequest, Language, LifecycleKind, OutputEvent,
@@ -454,20 +456,23 @@ impl Inner {
     ) -> Result<sandlot_types::ExecutionResult, ApiError> {
         let deadline = tokio::time::Instant::now() + BUSY_RETRY_FOR;
         loop {
-            let (tx, mut rx) = mpsc::unbounded_channel();
             let (rt, id, req) = (self.rt.clone(), sb.to_owned(), job.request.clone());
-            let run = tokio::spawn(async move { rt.execute(&id, req, Some(tx)).await });
+            let mut run: ExecutionHandle<ApiError> = execution::start(
+                move |tx| async move { rt.execute(&id, req, Some(tx)).await.map_err(api_error) },
+                Dropped::RunOn,
+            );
             let key: Arc<str> = Arc::from(job.id.as_str());
-            while let Some(ev) = rx.recv().await {
+            let outcome = loop {
+                match run.next().await {
+                    Step::Event(ev) => {
+                        let _ = self.told.send((key.clone(), Told::Output(ev)));
+                    }
+                    Step::Done(r) => break r,
+                }
+            };
+            for ev in run.drain() {
                 let _ = self.told.send((key.clone(), Told::Output(ev)));
             }
-            let outcome = match run.await {
-                Ok(r) => r.map_err(crate::error::api_error),
-                Err(e) => Err(ApiError::new(
-                    ErrorCode::Internal,
-                    format!("the execution task failed: {e}"),
-                )),
-            };
             match outcome {
                 // The runtime's own queue on the sandbox is full of direct executions: wait
                 // for room rather than fail a job that was accepted.
@@ -512,19 +517,8 @@ impl Inner {
             role: key.role,
             plan: tenant.plan,
         };
-        g.gate(
-            &who,
-            sandlot_policy::GateRequest::Execute {
-                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
-                code_bytes: job.request.code.len() as u64,
-                language: match job.request.language {
-                    Language::Python => "python".into(),
-                    Language::Bash => "bash".into(),
-                },
-            },
-            format!("Sandbox::{sb:?}"),
-        )
-        .map_err(|e| format!("the policy no longer allows it: {}", e.message))
+        g.gate_execute(&who, &sandbox, job.request.code.len(), job.request.language)
+            .map_err(|e| format!("the policy no longer allows it: {}", e.message))
     }
 
     /// Fails every queued job of sandbox `sb`.
@@ -651,18 +645,7 @@ async fn submit(
     // Unknown (or another tenant's, refused by the path's scoping already) sandbox: 404.
     let sandbox = ctx.rt.get_sandbox(&id).await?;
     if let Some(g) = ctx.gov.as_deref() {
-        g.gate(
-            &caller.0,
-            sandlot_policy::GateRequest::Execute {
-                sandbox: sandlot_service::gates::sandbox_ref(&sandbox),
-                code_bytes: body.code.len() as u64,
-                language: match body.language {
-                    Language::Python => "python".into(),
-                    Language::Bash => "bash".into(),
-                },
-            },
-            format!("Sandbox::{id:?}"),
-        )?;
+        g.gate_execute(&caller.0, &sandbox, body.code.len(), body.language)?;
     }
     if jobs.stopping.load(Ordering::SeqCst) {
         return Err(HttpError::new(

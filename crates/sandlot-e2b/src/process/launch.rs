@@ -1,0 +1,461 @@
+//! Running one command: the launch cell, the FIFOs' tail, and how a command's end reads.
+
+use super::*;
+use base64::Engine as _;
+
+/// Standard base64 with padding, as proto3 JSON writes `bytes`.
+pub(super) fn base64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Decodes standard (or URL-safe) base64, padded or not (proto3 JSON readers accept both);
+/// `None` for anything else.
+pub(super) fn unbase64(s: &str) -> Option<Vec<u8>> {
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::engine::DecodePaddingMode;
+    const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true);
+    const STANDARD: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::STANDARD, LENIENT);
+    const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&base64::alphabet::URL_SAFE, LENIENT);
+    STANDARD.decode(s).or_else(|_| URL_SAFE.decode(s)).ok()
+}
+
+/// Single-quotes a word for Bash.
+pub(super) fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Refuses what cannot be a command: nothing to run, NUL bytes, bad variable names, too much.
+pub(super) fn check_config(c: &ProcessConfig) -> Result<(), RpcError> {
+    if c.cmd.is_empty() {
+        return Err(RpcError::invalid("ProcessConfig.cmd is empty"));
+    }
+    if c.args.len() > MAX_ARGS || c.envs.len() > MAX_ENVS {
+        return Err(RpcError::invalid(format!(
+            "at most {MAX_ARGS} arguments and {MAX_ENVS} environment variables"
+        )));
+    }
+    let all = std::iter::once(&c.cmd)
+        .chain(&c.args)
+        .chain(c.envs.keys())
+        .chain(c.envs.values());
+    if all.clone().any(|w| w.contains('\0')) || c.cwd.as_deref().is_some_and(|d| d.contains('\0')) {
+        return Err(RpcError::invalid("the command contains a NUL byte"));
+    }
+    for k in c.envs.keys() {
+        let ok = !k.is_empty()
+            && !k.as_bytes()[0].is_ascii_digit()
+            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ok {
+            return Err(RpcError::invalid(format!(
+                "{k:?} is not a valid environment variable name"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the wrapper runs (its `$0` is `sandlot-command`, `$1` the cwd, the rest the command):
+/// its pid on fd 3, the program with fd 3 closed, its exit status on fd 3.
+pub(super) const WRAPPER: &str = r#"echo "p $$" >&3; cd -- "$1" || { echo "x 1" >&3; exit 1; }; shift; "$@" 3>&-; echo "x $?" >&3"#;
+
+/// The launch cell (see the module's doc). The subshell opens the pipes itself (`exec`
+/// redirections) before it forks the wrapper, so they are open by the time the cell ends and
+/// the host lets go of its keeper ends. Setsid and bash by absolute path: the command's own
+/// `PATH` (an env of the request) applies to the command, not to the launch.
+pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
+    let cwd = crate::filesystem::command_dir(c.cwd.as_deref());
+    let stdin = paths.stdin.as_deref().unwrap_or("/dev/null");
+    let mut cell = format!(
+        "(\nexec 4<{} >{} 2>{} 3>{} || exit 1\n",
+        quote(stdin),
+        quote(&paths.stdout),
+        quote(&paths.stderr),
+        quote(&paths.status)
+    );
+    for (k, v) in &c.envs {
+        cell.push_str(&format!("export {}\n", quote(&format!("{k}={v}"))));
+    }
+    cell.push_str(&format!(
+        "/usr/bin/setsid /bin/bash -c {} sandlot-command {}",
+        quote(WRAPPER),
+        quote(&cwd)
+    ));
+    for w in std::iter::once(&c.cmd).chain(&c.args) {
+        cell.push(' ');
+        cell.push_str(&quote(w));
+    }
+    // Stdin through fd 4: without job control an asynchronous command's stdin is /dev/null
+    // unless redirected on the command itself.
+    cell.push_str(" <&4 4<&- &\n)\n");
+    cell
+}
+
+pub(super) type StdinGuard = tokio::sync::OwnedMutexGuard<Option<pipe::Sender>>;
+
+/// Runs a registered command to its end (see the module's doc), feeding its streams.
+pub(super) async fn run(
+    rt: Runtime,
+    sandbox: String,
+    proc: Arc<Proc>,
+    deadline: Option<tokio::time::Instant>,
+    stdin: StdinGuard,
+) {
+    let end = match launch_and_tail(&rt, &sandbox, &proc, deadline, stdin).await {
+        Ok(end) => end,
+        Err(e) => End {
+            exit_code: -1,
+            exited: false,
+            status: "error".into(),
+            error: Some(e.message),
+        },
+    };
+    unregister(&sandbox, proc.pid);
+    proc.stdin.lock().await.take();
+    proc.finish(end);
+}
+
+pub(super) async fn launch_and_tail(
+    rt: &Runtime,
+    sandbox: &str,
+    proc: &Arc<Proc>,
+    deadline: Option<tokio::time::Instant>,
+    mut stdin_guard: StdinGuard,
+) -> Result<End, RpcError> {
+    // Unique per command and server run, so names a sandbox made earlier are not in the way.
+    let name = format!("{}-{}", proc.pid, nonce());
+    let CommandPipes {
+        stdout,
+        stderr,
+        status,
+        stdin,
+        paths,
+        control,
+    } = rt.command_pipes(sandbox, &name, proc.wants_stdin).await?;
+    let control = Arc::new(control);
+    let _ = proc.control.set(control.clone());
+    *stdin_guard = stdin;
+    let launch = launch(rt, sandbox, command_cell(&proc.config, &paths)).await;
+    control.launched();
+    drop(stdin_guard);
+    let failed = match launch {
+        Ok(r) if r.exit_code == Some(0) => None,
+        Ok(r) => Some(format!(
+            "the command could not be started ({:?}, exit code {:?}): {}{}",
+            r.end_state,
+            r.exit_code,
+            r.stderr.trim(),
+            r.error
+                .map(|e| format!(" {}: {}", e.name, e.value))
+                .unwrap_or_default()
+        )),
+        Err(e) => Some(format!(
+            "the command could not be started: {}",
+            RpcError::from(e).message
+        )),
+    };
+    let end = tail(proc, &control, [stdout, stderr], status, deadline, failed).await;
+    control.remove_names().await;
+    Ok(end)
+}
+
+/// Runs the launch cell as a Bash execution.
+pub(super) async fn launch(
+    rt: &Runtime,
+    sandbox: &str,
+    code: String,
+) -> Result<sandlot_types::ExecutionResult, RuntimeError> {
+    let mut timeout = LAUNCH_TIMEOUT;
+    loop {
+        let req = ExecuteRequest {
+            code: code.clone(),
+            language: Language::Bash,
+            timeout: Some(timeout),
+            stream: false,
+            context: None,
+        };
+        match rt.execute(sandbox, req, None).await {
+            Err(RuntimeError::BadTimeout { max, .. }) if timeout > max && max > 0.0 => {
+                timeout = max;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A few random hex digits.
+pub(super) fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{:012x}", h.finish() & 0xffff_ffff_ffff)
+}
+
+/// What the wrapper said on the status channel: its pid, then its exit status.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Status {
+    leader: Option<i32>,
+    exit: Option<i32>,
+}
+
+pub(super) fn parse_status(text: &[u8]) -> Status {
+    let mut st = Status::default();
+    // Only complete lines count: a number cut short is not the number.
+    let complete = match text.iter().rposition(|&b| b == b'\n') {
+        Some(at) => &text[..at],
+        None => return st,
+    };
+    for line in String::from_utf8_lossy(complete).lines() {
+        match line.split_once(' ') {
+            Some(("p", n)) if st.leader.is_none() => {
+                st.leader = n.parse().ok().filter(|&p: &i32| p > 1);
+            }
+            Some(("x", n)) if st.exit.is_none() => st.exit = n.parse().ok(),
+            _ => {}
+        }
+    }
+    st
+}
+
+/// Reads the command's output into its streams until its wrapper has exited, then builds its
+/// end. `failed` says why the launch failed, if it did.
+pub(super) async fn tail(
+    proc: &Proc,
+    control: &CommandControl,
+    [mut out, mut err]: [pipe::Receiver; 2],
+    mut status: pipe::Receiver,
+    deadline: Option<tokio::time::Instant>,
+    failed: Option<String>,
+) -> End {
+    let mut obuf = vec![0u8; CHUNK];
+    let mut ebuf = vec![0u8; CHUNK];
+    let mut sbuf = [0u8; 64];
+    let mut said: Vec<u8> = Vec::new();
+    let (mut out_open, mut err_open) = (true, true);
+    let mut timed_out = false;
+    let far = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
+    let sleep = tokio::time::sleep_until(deadline.unwrap_or(far));
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            r = out.read(&mut obuf), if out_open => match r {
+                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                _ => out_open = false,
+            },
+            r = err.read(&mut ebuf), if err_open => match r {
+                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                _ => err_open = false,
+            },
+            r = status.read(&mut sbuf) => match r {
+                Ok(n) if n > 0 => {
+                    let room = MAX_STATUS.saturating_sub(said.len()).min(n);
+                    said.extend_from_slice(&sbuf[..room]);
+                    let leader = parse_status(&said).leader;
+                    let kill = {
+                        let mut st = proc.state();
+                        let new = st.leader.is_none() && leader.is_some();
+                        st.leader = leader;
+                        new.then_some(st.killed).flatten()
+                    };
+                    if let (Some(sig), Some(leader)) = (kill, leader) {
+                        control.signal_group(leader, sig).await;
+                    }
+                }
+                _ => break,
+            },
+            _ = &mut sleep, if !timed_out => {
+                timed_out = true;
+                proc.signal(SIGKILL).await;
+            }
+        }
+    }
+    // The wrapper has exited: what the command wrote is in the pipes; take it, waiting a
+    // moment for writes in flight, but not for processes it left behind.
+    let grace = tokio::time::sleep(DRAIN_GRACE);
+    tokio::pin!(grace);
+    while out_open || err_open {
+        tokio::select! {
+            r = out.read(&mut obuf), if out_open => match r {
+                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                _ => out_open = false,
+            },
+            r = err.read(&mut ebuf), if err_open => match r {
+                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                _ => err_open = false,
+            },
+            _ = &mut grace => break,
+        }
+    }
+    let said = parse_status(&said);
+    let killed = proc.state().killed;
+    end_of(said, killed, timed_out, failed, control.processes_gone())
+}
+
+/// The end event of a finished command, in envd's terms (Go's `ProcessState` wording).
+pub(super) fn end_of(
+    said: Status,
+    killed: Option<i32>,
+    timed_out: bool,
+    failed: Option<String>,
+    processes_gone: bool,
+) -> End {
+    let signalled = |status: &str, error: Option<String>| End {
+        exit_code: -1,
+        exited: false,
+        status: status.into(),
+        error,
+    };
+    if timed_out {
+        return signalled(
+            "signal: killed",
+            Some("the command ran past its timeout and was stopped".into()),
+        );
+    }
+    match (killed, said.exit) {
+        (Some(SIGTERM), _) => return signalled("signal: terminated", None),
+        (Some(_), _) => return signalled("signal: killed", None),
+        (None, Some(code)) => {
+            return End {
+                exit_code: code,
+                exited: true,
+                status: format!("exit status {code}"),
+                error: None,
+            }
+        }
+        (None, None) => {}
+    }
+    if said.leader.is_none() {
+        return End {
+            exit_code: -1,
+            exited: false,
+            status: "error".into(),
+            error: Some(failed.unwrap_or_else(|| "the command could not be started".into())),
+        };
+    }
+    if processes_gone {
+        return signalled(
+            "signal: killed",
+            Some("the sandbox's processes ended (restarted, paused or stopped)".into()),
+        );
+    }
+    signalled("signal: killed", None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (raw, enc) in cases {
+            assert_eq!(base64(raw.as_bytes()), enc);
+            assert_eq!(unbase64(enc).unwrap(), raw.as_bytes());
+            assert_eq!(unbase64(enc.trim_end_matches('=')).unwrap(), raw.as_bytes());
+        }
+        assert_eq!(unbase64("Z"), None);
+        assert_eq!(unbase64("Zm9v!"), None);
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote(""), "''");
+    }
+
+    #[test]
+    fn the_cell_launches_the_program_detached() {
+        let c = ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), "echo 'hi'; cd /".into()],
+            envs: BTreeMap::from([("FOO".into(), "a b".into())]),
+            cwd: None,
+        };
+        let paths = CommandPaths {
+            stdout: "/tmp/.e2b-proc/1.out".into(),
+            stderr: "/tmp/.e2b-proc/1.err".into(),
+            status: "/tmp/.e2b-proc/1.st".into(),
+            stdin: None,
+        };
+        let cell = command_cell(&c, &paths);
+        assert_eq!(
+            cell,
+            format!(
+                "(\nexec 4<'/dev/null' >'/tmp/.e2b-proc/1.out' 2>'/tmp/.e2b-proc/1.err' 3>'/tmp/.e2b-proc/1.st' || exit 1\nexport 'FOO=a b'\n/usr/bin/setsid /bin/bash -c {} sandlot-command '/workspace' '/bin/bash' '-l' '-c' 'echo '\\''hi'\\''; cd /' <&4 4<&- &\n)\n",
+                quote(WRAPPER)
+            )
+        );
+    }
+
+    #[test]
+    fn bad_commands_are_refused() {
+        let mut c = ProcessConfig {
+            cmd: "ls".into(),
+            ..Default::default()
+        };
+        c.envs.insert("A=B".into(), "x".into());
+        assert!(check_config(&c).is_err());
+        c.envs.clear();
+        c.args.push("a\0b".into());
+        assert!(check_config(&c).is_err());
+        c.args.clear();
+        c.cmd.clear();
+        assert!(check_config(&c).is_err());
+    }
+
+    #[test]
+    fn the_status_channel_is_read_warily() {
+        assert_eq!(parse_status(b""), Status::default());
+        assert_eq!(parse_status(b"p 12"), Status::default(), "no complete line");
+        assert_eq!(
+            parse_status(b"p 12\nx 3\n"),
+            Status {
+                leader: Some(12),
+                exit: Some(3)
+            }
+        );
+        assert_eq!(
+            parse_status(b"p 1\n").leader,
+            None,
+            "never the sandbox's init"
+        );
+        assert_eq!(parse_status(b"p -5\nx 99999999999\n"), Status::default());
+        assert_eq!(
+            parse_status(b"p 7\np 8\n").leader,
+            Some(7),
+            "the first says"
+        );
+    }
+
+    #[test]
+    fn ends_read_like_envd_s() {
+        let exited = Status {
+            leader: Some(5),
+            exit: Some(2),
+        };
+        let e = end_of(exited, None, false, None, false);
+        assert_eq!((e.exit_code, e.status.as_str()), (2, "exit status 2"));
+        let e = end_of(Status::default(), None, false, Some("no".into()), false);
+        assert_eq!(e.error.as_deref(), Some("no"));
+        let gone = Status {
+            leader: Some(5),
+            exit: None,
+        };
+        let e = end_of(gone, Some(SIGKILL), false, None, false);
+        assert_eq!(e.status, "signal: killed");
+    }
+}
