@@ -183,10 +183,10 @@ mod tests {
     #[test]
     fn routes_lists_what_the_routers_serve() {
         let sources = [
-            include_str!("audit.rs"),
+            include_str!("audit/routes.rs"),
             include_str!("bundle.rs"),
             include_str!("events.rs"),
-            include_str!("jobs.rs"),
+            include_str!("jobs/routes.rs"),
             include_str!("lineage.rs"),
             include_str!("observe.rs"),
             include_str!("webhooks.rs"),

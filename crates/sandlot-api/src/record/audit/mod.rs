@@ -38,13 +38,18 @@ use sandlot_service::Note;
 use sandlot_types::ErrorCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+mod routes;
+mod source;
+pub(crate) use routes::routes;
+use source::request_source;
+pub use source::{parse_trusted_proxies, TRUSTED_PROXIES};
 
 /// The file whose presence keeps audit off across restarts (`PUT /v1/audit`).
 const DISABLED_MARKER: &str = "disabled";
@@ -62,66 +67,6 @@ pub struct Audit {
     /// The reverse proxies whose `X-Forwarded-For` names the client
     /// (`SANDLOT_TRUSTED_PROXIES`); empty: the TCP peer is the source.
     trusted_proxies: Arc<[ipnet::IpNet]>,
-}
-
-/// The variable that names the trusted reverse proxies.
-pub const TRUSTED_PROXIES: &str = "SANDLOT_TRUSTED_PROXIES";
-
-/// Parses `SANDLOT_TRUSTED_PROXIES`: addresses and CIDR ranges, separated by commas or
-/// spaces.
-pub fn parse_trusted_proxies(value: &str) -> Result<Vec<ipnet::IpNet>, String> {
-    value
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<ipnet::IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| format!("{s:?} is neither an address nor a CIDR range"))
-        })
-        .collect()
-}
-
-/// How many `X-Forwarded-For` hops are read, from the right, before the search stops.
-const MAX_FORWARDED_HOPS: usize = 32;
-
-/// The source a request's refusals are tallied under: the TCP peer, unless the peer is one of
-/// the `trusted` proxies; then the right-most `X-Forwarded-For` hop that is not a trusted proxy
-/// (what a proxy appended, not what the client wrote: a client can put anything on the left).
-/// A hop that is not an address ends the search at the last trusted hop, so a forged header
-/// never tallies under a name its sender chose beyond what it could already send from.
-fn request_source(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> String {
-    let Some(peer) = peer else {
-        return "unknown".to_owned();
-    };
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
-    if !is_trusted(&peer) {
-        return peer.to_string();
-    }
-    let hops: Vec<&str> = headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
-    let mut source = peer;
-    for hop in hops.iter().rev().take(MAX_FORWARDED_HOPS) {
-        let Some(ip) = forwarded_ip(hop) else {
-            break;
-        };
-        source = ip;
-        if !is_trusted(&ip) {
-            break;
-        }
-    }
-    source.to_string()
-}
-
-/// One `X-Forwarded-For` hop as an address: bare, or with a port (`[v6]:p`, `v4:p`).
-fn forwarded_ip(hop: &str) -> Option<IpAddr> {
-    hop.parse::<IpAddr>()
-        .ok()
-        .or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -756,254 +701,9 @@ fn sandlot_telemetry_refused() {
     tracing::warn!("a request was refused: the audit log cannot record");
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListParams {
-    from: Option<u64>,
-    to: Option<u64>,
-    after: Option<u64>,
-    limit: Option<usize>,
-    actor: Option<String>,
-    tenant: Option<String>,
-    action: Option<String>,
-    target: Option<String>,
-    outcome: Option<String>,
-}
-
-/// Most records one page returns.
-const MAX_LIMIT: usize = 1000;
-/// Most stored lines one request reads (the rest is the next page's).
-const SCAN_CAP: usize = 200_000;
-
-#[derive(Serialize)]
-struct RecordPage {
-    records: Vec<sandlot_audit::Record>,
-    /// Pass as `after` for the next page; null at the end.
-    next: Option<u64>,
-}
-
-async fn list(
-    State(rec): State<Arc<Recording>>,
-    caller: Caller,
-    ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<RecordPage>, HttpError> {
-    caller.require_operator()?;
-    let limit = p.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(HttpError::invalid_request(format!(
-            "limit must be 1..={MAX_LIMIT}"
-        )));
-    }
-    if let (Some(f), Some(t)) = (p.from, p.to) {
-        if f > t {
-            return Err(HttpError::invalid_request("from is after to"));
-        }
-    }
-    for s in [&p.actor, &p.tenant, &p.action, &p.target, &p.outcome]
-        .into_iter()
-        .flatten()
-    {
-        if s.len() > 256 {
-            return Err(HttpError::invalid_request(
-                "a filter is longer than 256 bytes",
-            ));
-        }
-    }
-    let q = sandlot_audit::Query {
-        from: p.from,
-        to: p.to,
-        actor: p.actor,
-        tenant: p.tenant,
-        action: p.action,
-        target: p.target,
-        outcome: p.outcome,
-    };
-    let dir = rec.audit.dir.clone();
-    let after = p.after.unwrap_or(0);
-    let (records, next) = tokio::task::spawn_blocking(move || {
-        sandlot_audit::read_records(&dir, &q, after, limit, SCAN_CAP)
-    })
-    .await
-    .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?
-    .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?;
-    Ok(Json(RecordPage { records, next }))
-}
-
-#[derive(Serialize)]
-struct CheckpointView {
-    /// The latest signed checkpoint (C2SP tlog-checkpoint signed note), if one was signed.
-    checkpoint: Option<String>,
-    size: Option<u64>,
-    /// The verifier key: `sandlot audit verify --key` pins it.
-    verifier_key: String,
-    origin: String,
-    enabled: bool,
-    status: sandlot_audit::Status,
-}
-
-async fn checkpoint(
-    State(rec): State<Arc<Recording>>,
-    caller: Caller,
-) -> Result<Json<CheckpointView>, HttpError> {
-    caller.require_operator()?;
-    let log = &rec.audit.log;
-    let latest = log.latest_checkpoint();
-    Ok(Json(CheckpointView {
-        size: latest.as_ref().map(|c| c.0),
-        checkpoint: latest.map(|c| c.1),
-        verifier_key: log.verifier_key(),
-        origin: log.origin().to_owned(),
-        enabled: rec.audit.enabled(),
-        status: log.status(),
-    }))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Toggle {
-    enabled: bool,
-}
-
-async fn put(
-    State(rec): State<Arc<Recording>>,
-    caller: Caller,
-    req: Request,
-) -> Result<Json<serde_json::Value>, HttpError> {
-    caller.require_operator()?;
-    let body = axum::body::to_bytes(req.into_body(), 4096)
-        .await
-        .map_err(|_| HttpError::invalid_request("the body must be a JSON object under 4 KiB"))?;
-    let t: Toggle = serde_json::from_slice(&body).map_err(|e| {
-        HttpError::invalid_request(format!("the body must be {{\"enabled\": true|false}}: {e}"))
-    })?;
-    let audit = &rec.audit;
-    let was = audit.enabled();
-    if was != t.enabled {
-        let marker = audit.dir.join(DISABLED_MARKER);
-        let action = if t.enabled {
-            "audit.enabled"
-        } else {
-            "audit.disabled"
-        };
-        let entry = Entry {
-            actor: serde_json::json!({"key_id": caller.0.key_id, "key_prefix": caller.0.key_prefix}),
-            tenant: Some(caller.0.tenant.clone()),
-            action: action.into(),
-            target: serde_json::json!({"was": was}),
-            outcome: "ok".into(),
-            ..Default::default()
-        };
-        // Turning it off must be on record, or it does not happen.
-        audit
-            .log
-            .append(entry)
-            .map_err(|e| HttpError::new(ErrorCode::AuditUnavailable, e.to_string()))?;
-        let r = if t.enabled {
-            std::fs::remove_file(&marker).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            })
-        } else {
-            std::fs::write(&marker, b"PUT /v1/audit\n")
-        };
-        r.map_err(|e| HttpError::new(ErrorCode::Internal, format!("saving the setting: {e}")))?;
-        audit.enabled.store(t.enabled, Ordering::Relaxed);
-    }
-    Ok(Json(serde_json::json!({"enabled": t.enabled, "was": was})))
-}
-
-async fn seal(
-    State(rec): State<Arc<Recording>>,
-    caller: Caller,
-) -> Result<Json<sandlot_audit::SealReport>, HttpError> {
-    caller.require_operator()?;
-    let log = rec.audit.log.clone();
-    let actor = serde_json::json!({"key_id": caller.0.key_id, "key_prefix": caller.0.key_prefix});
-    let tenant = Some(caller.0.tenant.clone());
-    let r = tokio::task::spawn_blocking(move || log.seal(actor, tenant))
-        .await
-        .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?;
-    match r {
-        Ok(report) => Ok(Json(report)),
-        Err(sandlot_audit::AuditError::Invalid(m)) => Err(HttpError::invalid_request(m)),
-        Err(e) => Err(HttpError::new(ErrorCode::AuditUnavailable, e.to_string())),
-    }
-}
-
-pub(crate) fn routes(rec: Arc<Recording>) -> Router {
-    Router::new()
-        .route("/v1/audit", get(list).put(put))
-        .route("/v1/audit/checkpoint", get(checkpoint))
-        .route("/v1/audit/seal", post(seal))
-        .with_state(rec)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{parse_trusted_proxies, request_source, route_of};
-    use axum::http::HeaderMap;
-
-    fn source(peer: &str, forwarded: &[&str], trusted: &str) -> String {
-        let mut headers = HeaderMap::new();
-        for f in forwarded {
-            headers.append("x-forwarded-for", f.parse().unwrap());
-        }
-        let trusted = parse_trusted_proxies(trusted).unwrap();
-        request_source(Some(peer.parse().unwrap()), &headers, &trusted)
-    }
-
-    #[test]
-    fn forwarded_for_counts_only_behind_a_trusted_proxy() {
-        // No proxy trusted: the header is the client's to write and is ignored.
-        assert_eq!(source("127.0.0.1", &["203.0.113.7"], ""), "127.0.0.1");
-        // An untrusted peer's header is ignored even when proxies are trusted.
-        assert_eq!(
-            source("192.0.2.1", &["203.0.113.7"], "127.0.0.1"),
-            "192.0.2.1"
-        );
-        // Behind a trusted proxy: the hop it appended, not what the client put on the left.
-        let t = "127.0.0.1, 10.0.0.0/8";
-        assert_eq!(source("127.0.0.1", &["203.0.113.7"], t), "203.0.113.7");
-        assert_eq!(
-            source("127.0.0.1", &["1.1.1.1, 203.0.113.7, 10.0.0.2"], t),
-            "203.0.113.7"
-        );
-        assert_eq!(
-            source("127.0.0.1", &["1.1.1.1", "203.0.113.7"], t),
-            "203.0.113.7"
-        );
-        assert_eq!(
-            source("127.0.0.1", &["[2001:db8::7]:443"], t),
-            "2001:db8::7"
-        );
-        assert_eq!(source("127.0.0.1", &["203.0.113.7:8080"], t), "203.0.113.7");
-        // A hop that is not an address stops at the last trusted one.
-        assert_eq!(source("127.0.0.1", &["203.0.113.7, junk"], t), "127.0.0.1");
-        assert_eq!(
-            source("127.0.0.1", &["203.0.113.7, junk, 10.0.0.2"], t),
-            "10.0.0.2"
-        );
-        // Only trusted hops (or none): the left-most trusted one, else the peer.
-        assert_eq!(source("127.0.0.1", &["10.0.0.3, 10.0.0.2"], t), "10.0.0.3");
-        assert_eq!(source("127.0.0.1", &[], t), "127.0.0.1");
-        // A long forged chain of trusted-looking hops is read only so far.
-        let chain = vec!["10.9.9.9"; 100].join(", ");
-        assert_eq!(source("127.0.0.1", &[&chain], t), "10.9.9.9");
-    }
-
-    #[test]
-    fn trusted_proxies_parse_addresses_and_ranges() {
-        assert_eq!(
-            parse_trusted_proxies(" 127.0.0.1, ::1 10.0.0.0/8,")
-                .unwrap()
-                .len(),
-            3
-        );
-        assert!(parse_trusted_proxies("").unwrap().is_empty());
-        for bad in ["localhost", "10.0.0.0/33", "1.2.3"] {
-            assert!(parse_trusted_proxies(bad).is_err(), "{bad}");
-        }
-    }
+    use super::route_of;
 
     #[test]
     fn routes_are_templated() {
