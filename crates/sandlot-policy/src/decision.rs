@@ -1,6 +1,6 @@
 //! What a decision answers, in a shape the server stores as JSON and returns in denials.
 
-use crate::query::Gate;
+use crate::gate::Gate;
 use serde::{Deserialize, Serialize};
 
 /// The answer of one gate.
