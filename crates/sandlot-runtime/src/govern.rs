@@ -281,7 +281,7 @@ impl Runtime {
             .map_err(|e| crate::RuntimeError::BadNetwork { why: e.to_string() })?;
         let l = live.clone();
         let listener =
-            crate::util::blocking("making the egress listener", move || proxy_listener(&l))
+            crate::task::blocking("making the egress listener", move || proxy_listener(&l))
                 .await?
                 .map_err(|source| crate::RuntimeError::EgressListener { source })?;
         g.egress.set_rules(&e.id, rules);
