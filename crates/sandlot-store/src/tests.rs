@@ -1,8 +1,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sandlot_types::{EffectiveLimits, OutputEvent};
+use sandlot_types::{Context, EffectiveLimits, IdleAction, Language, OutputEvent, Snapshot};
 
+use super::schema::MIGRATIONS;
 use super::*;
 
 fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
