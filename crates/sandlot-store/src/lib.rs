@@ -704,7 +704,7 @@ impl Store {
                 stmt.execute(params![
                     rec.id,
                     rec.sandbox_id,
-                    language_str(rec.language),
+                    rec.language.as_str(),
                     rec.code,
                     rec.started_at,
                 ])?;

@@ -214,13 +214,6 @@ pub(crate) fn state_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<Sand
     })
 }
 
-pub(crate) fn language_str(language: Language) -> &'static str {
-    match language {
-        Language::Python => "python",
-        Language::Bash => "bash",
-    }
-}
-
 pub(crate) fn language_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<Language> {
     enum_column(row, idx, "language", |s| {
         Some(match s {

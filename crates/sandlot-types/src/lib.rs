@@ -26,6 +26,17 @@ pub enum Language {
     Bash,
 }
 
+impl Language {
+    /// The wire name (`"python"`, `"bash"`): the serde name, also what the store keeps and the
+    /// policy's `execute` gate sees. The one place the mapping is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Bash => "bash",
+        }
+    }
+}
+
 /// Resource limits of one sandbox. Every field is optional in requests; the server fills in
 /// its defaults and clamps to its maxima, and responses always carry the effective values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
