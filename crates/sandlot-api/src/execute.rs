@@ -68,10 +68,7 @@ pub(crate) async fn execute<B: Backend>(
             sandlot_policy::GateRequest::Execute {
                 sandbox: crate::gates::sandbox_ref(&sandbox),
                 code_bytes: req.code.len() as u64,
-                language: match req.language {
-                    sandlot_types::Language::Python => "python".into(),
-                    sandlot_types::Language::Bash => "bash".into(),
-                },
+                language: req.language.as_str().into(),
             },
             format!("Sandbox::{id:?}"),
         )?;

@@ -267,10 +267,7 @@ impl Governance {
             GateRequest::Execute {
                 sandbox: sandbox_ref(sandbox),
                 code_bytes: code_bytes as u64,
-                language: match language {
-                    sandlot_types::Language::Python => "python".into(),
-                    sandlot_types::Language::Bash => "bash".into(),
-                },
+                language: language.as_str().into(),
             },
             format!("Sandbox::{:?}", sandbox.id),
         )

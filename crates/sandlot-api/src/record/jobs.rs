@@ -517,10 +517,7 @@ impl Inner {
             sandlot_policy::GateRequest::Execute {
                 sandbox: crate::gates::sandbox_ref(&sandbox),
                 code_bytes: job.request.code.len() as u64,
-                language: match job.request.language {
-                    Language::Python => "python".into(),
-                    Language::Bash => "bash".into(),
-                },
+                language: job.request.language.as_str().into(),
             },
             format!("Sandbox::{sb:?}"),
         )
@@ -656,10 +653,7 @@ async fn submit(
             sandlot_policy::GateRequest::Execute {
                 sandbox: crate::gates::sandbox_ref(&sandbox),
                 code_bytes: body.code.len() as u64,
-                language: match body.language {
-                    Language::Python => "python".into(),
-                    Language::Bash => "bash".into(),
-                },
+                language: body.language.as_str().into(),
             },
             format!("Sandbox::{id:?}"),
         )?;
