@@ -34,25 +34,8 @@ use tokio::sync::mpsc;
 
 mod guard;
 
-/// What to do with output that has a finding, most lenient first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
-    Pass,
-    Redact,
-    Withhold,
-    Contain,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Pass => "pass",
-            Outcome::Redact => "redact",
-            Outcome::Withhold => "withhold",
-            Outcome::Contain => "contain",
-        }
-    }
-}
+/// What to do with output that has a finding, most lenient first (the policy engine's type).
+pub use sandlot_types::Outcome;
 
 /// One finding in one stream of one sandbox, as the governor is asked about it.
 #[derive(Debug, Clone)]

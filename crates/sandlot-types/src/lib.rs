@@ -37,6 +37,32 @@ impl Language {
     }
 }
 
+/// What happens to an output in which the guardrails found something, most lenient first: the
+/// policy engine's answer (`sandlot-policy`) and what the runtime applies (`sandlot-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Release it as it is.
+    Pass,
+    /// Release it with the findings replaced.
+    Redact,
+    /// Do not release it.
+    Withhold,
+    /// Do not release it; freeze the sandbox, cut its egress, kill it.
+    Contain,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Redact => "redact",
+            Outcome::Withhold => "withhold",
+            Outcome::Contain => "contain",
+        }
+    }
+}
+
 /// Resource limits of one sandbox. Every field is optional in requests; the server fills in
 /// its defaults and clamps to its maxima, and responses always carry the effective values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
