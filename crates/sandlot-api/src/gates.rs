@@ -418,12 +418,6 @@ impl Governor for ServerGovernor {
             .gov
             .policy
             .output_outcome(&pp, &sandbox_ref(f.sandbox), &finding);
-        let outcome = match outcome {
-            sandlot_policy::Outcome::Pass => Outcome::Pass,
-            sandlot_policy::Outcome::Redact => Outcome::Redact,
-            sandlot_policy::Outcome::Withhold => Outcome::Withhold,
-            sandlot_policy::Outcome::Contain => Outcome::Contain,
-        };
         if f.record {
             sandlot_telemetry::metrics().guardrail_finding(outcome.as_str());
             let decision = self.gov.record(
