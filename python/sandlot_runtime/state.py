@@ -5,13 +5,6 @@ from __future__ import annotations
 
 import io
 from collections import deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: this module sits below every other one
-    from .bash_session import BashSession
-    from .contexts import Context
-    from .protocol import Channel
-    from .shell import Shell
 
 # The code context that exists from the start and that an execute without "context" runs in.
 DEFAULT_CONTEXT = "default"
@@ -22,8 +15,10 @@ class State:
     handler, IPython's hooks and the protocol loop all need to see the same values."""
 
     def __init__(self) -> None:
-        self.shell: Shell | None = None
-        self.channel: Channel | None = None
+        # The objects the modules above keep here are named in comments, not imported: this
+        # module sits below every other one, annotations included.
+        self.shell = None  # shell.Shell, once the driver made it
+        self.channel = None  # protocol.Channel, the control stream
         self.exec_id: str | None = None
         # SIGINT raises KeyboardInterrupt only while this is true (user Python code runs).
         self.python_running = False
@@ -44,9 +39,9 @@ class State:
         self.stdout: io.TextIOWrapper | None = None
         self.stderr: io.TextIOWrapper | None = None
         self.saved_fds: dict[int, int] = {}
-        self.bash: BashSession | None = None  # the active context's session
+        self.bash = None  # bash_session.BashSession: the active context's session
         # Code contexts by id (see contexts.Context); the active one's namespace is in the shell.
-        self.contexts: dict[str, Context] = {}
+        self.contexts: dict = {}  # id -> contexts.Context
         self.active_context = DEFAULT_CONTEXT
         # What every fresh namespace starts with: the names the template's setup code bound,
         # and the compiler flags after it.

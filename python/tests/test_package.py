@@ -26,8 +26,6 @@ FLOORS = [
     ["driver"],
     ["zygote"],
 ]
-# state.py names the objects it holds in annotations only (under TYPE_CHECKING).
-TYPE_ONLY = {"state"}
 # The zygote imports the driver inside _prepare on purpose: its time is part of the prepare
 # time it reports.
 LATE_IMPORTS = {"zygote"}
@@ -67,13 +65,13 @@ def test_modules_stand_in_floors():
     assert sorted(modules) == sorted(floor)
     problems = []
     for name, tree in modules.items():
-        for line, target, in_function, type_only in _imports(tree):
+        for line, target, in_function, _type_only in _imports(tree):
             where = f"{name}.py:{line} imports {target}"
             if target not in floor:
                 problems.append(f"{where}, not a module of the package")
             elif in_function and name not in LATE_IMPORTS:
                 problems.append(f"{where} inside a function")
-            elif floor[target] >= floor[name] and not (type_only and name in TYPE_ONLY):
+            elif floor[target] >= floor[name]:  # annotations (TYPE_CHECKING) included
                 problems.append(f"{where}, not on a lower floor")
     assert problems == []
 

@@ -24,78 +24,19 @@
 //! [`verify_archive`] proves an archive, that it ends exactly at the log's boundary, and that
 //! it starts at the record the log's `audit.archived` record names.
 
-use crate::merkle::{Frontier, Hash};
-use crate::note::NoteVerifier;
-use crate::verify::{
-    self, load_verifier, read, read_checkpoints, seg_name, segments, write_new, CheckpointLine,
-    Failure, VerifyReport, Walker, CHECKPOINTS, VERIFIER_KEY,
+pub use crate::chain::ARCHIVED_ACTION;
+use crate::chain::{load_verifier, read_boundary, read_checkpoints, CheckpointLine, Failure};
+use crate::files::{
+    read, seg_name, segments, sync_dir, write_new, BOUNDARY, CHECKPOINTS, VERIFIER_KEY,
 };
+use crate::merkle::Hash;
+use crate::note::NoteVerifier;
+use crate::read::{read_records, Query};
+use crate::verify::{verify_dir, VerifyReport};
 use crate::AuditError;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// The file that says where a directory's chain starts.
-pub const BOUNDARY: &str = "boundary.json";
-/// The action of the record that names an archive's boundary.
-pub const ARCHIVED_ACTION: &str = "audit.archived";
-
-/// Where a directory's records start, proven by the signature of its checkpoint.
-#[derive(Debug, Clone)]
-pub(crate) struct Start {
-    pub size: u64,
-    pub segment: u32,
-    pub root: Hash,
-    pub walker: Walker,
-}
-
-/// The boundary of `dir`, if its first records were archived; a failure when the file is
-/// there but does not prove itself.
-pub(crate) fn read_boundary(dir: &Path, verifier: &NoteVerifier) -> Result<Option<Start>, Failure> {
-    let path = dir.join(BOUNDARY);
-    let data = match std::fs::read(&path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Failure::Boundary {
-                reason: format!("reading {BOUNDARY}: {e}"),
-            })
-        }
-    };
-    let bad = |reason: String| Failure::Boundary { reason };
-    let line: CheckpointLine = serde_json::from_slice(data.trim_ascii_end())
-        .map_err(|e| bad(format!("not a checkpoint line: {e}")))?;
-    let body = verifier.open(&line.note).map_err(bad)?;
-    let (origin, size, root) = crate::note::parse_checkpoint_body(body).map_err(bad)?;
-    if origin != verifier.name() || size != line.size {
-        return Err(bad("its note is not this log's at its size".into()));
-    }
-    let decode = |h: &str| {
-        let mut o = [0u8; 32];
-        hex::decode_to_slice(h, &mut o).ok().map(|()| o)
-    };
-    let stack: Option<Vec<Hash>> = line.frontier.iter().map(|h| decode(h)).collect();
-    let frontier = stack
-        .and_then(|s| Frontier::from_parts(size, s))
-        .filter(|f| f.root() == root)
-        .ok_or_else(|| bad("its frontier does not hash to the signed root".into()))?;
-    let head = decode(&line.head).ok_or_else(|| bad("its head is not a hash".into()))?;
-    if line.offset != 0 || size == 0 {
-        return Err(bad("it is not at the start of a segment".into()));
-    }
-    Ok(Some(Start {
-        size,
-        segment: line.segment,
-        root,
-        walker: Walker {
-            next_seq: size + 1,
-            head,
-            frontier,
-            seals: Vec::new(),
-            archived: Vec::new(),
-        },
-    }))
-}
 
 /// What [`archive`] moved.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,7 +170,7 @@ pub(crate) fn write_archive(dir: &Path, plan: &Plan, to: &Path) -> Result<u64, A
     if dir.join(BOUNDARY).exists() {
         write_new(&to.join(BOUNDARY), &read(&dir.join(BOUNDARY))?)?;
     }
-    verify::sync_dir(to);
+    sync_dir(to);
     Ok(bytes)
 }
 
@@ -243,7 +184,7 @@ pub(crate) fn cut(dir: &Path, plan: &Plan) -> Result<(), AuditError> {
     write_new(&tmp, &line)?;
     std::fs::rename(&tmp, dir.join(BOUNDARY))
         .map_err(|e| AuditError::io("placing boundary.json", e))?;
-    verify::sync_dir(dir);
+    sync_dir(dir);
     for (_, path) in &plan.segments {
         std::fs::remove_file(path)
             .map_err(|e| AuditError::io(format!("removing {}", path.display()), e))?;
@@ -261,11 +202,11 @@ pub(crate) fn cut(dir: &Path, plan: &Plan) -> Result<(), AuditError> {
     let tmp = dir.join(format!("{CHECKPOINTS}.tmp"));
     write_new(&tmp, &kept)?;
     std::fs::rename(&tmp, &cps_path).map_err(|e| AuditError::io("replacing checkpoints", e))?;
-    verify::sync_dir(dir);
+    sync_dir(dir);
     Ok(())
 }
 
-/// Proves the archive in `archive` (as [`verify::verify`] proves a log) and that it ends
+/// Proves the archive in `archive` (as [`crate::verify::verify`] proves a log) and that it ends
 /// exactly at the boundary of the log in `log_dir`: its records reach the boundary's size,
 /// and their root is the boundary's signed root.
 pub fn verify_archive(
@@ -279,7 +220,7 @@ pub fn verify_archive(
         Ok(v) => v,
         Err(f) => return Err(AuditError::Key(f.to_string())),
     };
-    let mut report = verify::verify_dir(archive, Some(&verifier.to_text()), false)?;
+    let mut report = verify_dir(archive, Some(&verifier.to_text()), false)?;
     if report.failure.is_some() {
         return Ok(report);
     }
@@ -314,11 +255,11 @@ fn starts_as_named(
     boundary: u64,
     from: u64,
 ) -> Result<Option<Failure>, AuditError> {
-    let q = verify::Query {
+    let q = Query {
         action: Some(ARCHIVED_ACTION.into()),
         ..Default::default()
     };
-    let (records, _) = verify::read_records(log_dir, &q, 0, 10_000, usize::MAX)?;
+    let (records, _) = read_records(log_dir, &q, 0, 10_000, usize::MAX)?;
     let named = records
         .iter()
         .rev()
@@ -344,7 +285,7 @@ pub(crate) fn verify_archive_at(
     size: u64,
     root: &Hash,
 ) -> Result<Option<Failure>, AuditError> {
-    let report = verify::verify_dir(archive, Some(&verifier.to_text()), false)?;
+    let report = verify_dir(archive, Some(&verifier.to_text()), false)?;
     Ok(report
         .failure
         .clone()

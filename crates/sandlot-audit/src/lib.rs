@@ -17,26 +17,31 @@
 //! Every record carries the hash of the one before (`prev`) and its own (`hash`); the records'
 //! lines are the leaves of an RFC 6962 Merkle tree whose root is signed every N records or T
 //! seconds and at close ([`log::AuditLog`]). [`verify::verify`] proves the chain and every
-//! checkpoint and names the first bad record; [`verify::seal`] is the operator's answer to a
+//! checkpoint and names the first bad record (walking the [`chain`]); [`seal::seal`] is the operator's answer to a
 //! corrupt log: the bad part is moved to `quarantine/` and an `audit.sealed` record links the
 //! chain over it. [`archive`] moves sealed segments out with the chain provable across the
 //! cut; [`refusals`] counts unauthenticated refusals so that no one can flood the log.
 
 pub mod archive;
+pub mod chain;
+mod files;
 pub mod log;
 pub mod merkle;
 pub mod note;
+pub mod read;
 pub mod record;
 pub mod refusals;
+pub mod seal;
 pub mod verify;
 
 pub use archive::{verify_archive, ArchiveReport};
+pub use chain::{Bad, Failure};
 pub use log::{Admission, AuditLog, Config, Status};
+pub use read::{export, read_records, Query};
 pub use record::{Entry, Record};
 pub use refusals::Refusals;
-pub use verify::{
-    export, read_records, seal, verify, Bad, Failure, Query, SealReport, VerifyReport,
-};
+pub use seal::{seal, SealReport};
+pub use verify::{verify, VerifyReport};
 
 /// Every way the audit log fails.
 #[derive(Debug, thiserror::Error)]

@@ -18,14 +18,19 @@
 //! corrupt: nothing is appended until an operator seals it ([`AuditLog::seal`]).
 
 use crate::archive;
+use crate::chain::{
+    read_checkpoints, walk_segments, Bad, CheckpointLine, Failure, Walker, SEALED_ACTION,
+};
+use crate::files::{
+    fallocate_keep, open_append, release, seg_name, segments, sync_dir, write_new, CHECKPOINTS,
+    LOCK, SIGNING_KEY, VERIFIER_KEY,
+};
 use crate::merkle::{leaf_hash, Frontier, Hash};
 use crate::note::{checkpoint_body, NoteSigner};
 use crate::record::{build_line, Entry};
-use crate::verify::{
-    self, read_checkpoints, seg_name, segments, walk_segments, Bad, CheckpointLine, Failure,
-    SealReport, Walker, CHECKPOINTS, LOCK, SIGNING_KEY, VERIFIER_KEY,
-};
+use crate::seal::SealReport;
 use crate::{now_rfc3339, AuditError};
+use crate::{seal, verify};
 use base64::Engine;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
@@ -142,59 +147,6 @@ impl Admission {
     pub fn log(&self) -> &Arc<AuditLog> {
         &self.log
     }
-}
-
-fn errno_of(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(0)
-}
-
-/// Allocates `[from, to)` of `f` without changing its size; `Ok(false)` when the filesystem
-/// cannot.
-fn fallocate_keep(f: &File, from: u64, to: u64) -> std::io::Result<bool> {
-    if to <= from {
-        return Ok(true);
-    }
-    // SAFETY: fallocate on a descriptor we own, with a valid range; no memory is passed.
-    let r = unsafe {
-        libc::fallocate(
-            f.as_raw_fd(),
-            libc::FALLOC_FL_KEEP_SIZE,
-            from as libc::off_t,
-            (to - from) as libc::off_t,
-        )
-    };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match errno_of(&e) {
-        libc::EOPNOTSUPP | libc::ENOSYS => Ok(false),
-        _ => Err(e),
-    }
-}
-
-/// Frees what was reserved past `len` (best effort).
-fn release(f: &File, len: u64, reserved_to: u64) {
-    if reserved_to > len {
-        // SAFETY: as in `fallocate_keep`.
-        unsafe {
-            libc::fallocate(
-                f.as_raw_fd(),
-                libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE,
-                len as libc::off_t,
-                (reserved_to - len) as libc::off_t,
-            )
-        };
-    }
-}
-
-fn open_append(path: &Path) -> Result<File, AuditError> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| AuditError::io(format!("opening {}", path.display()), e))
 }
 
 fn lock_of<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -439,7 +391,7 @@ impl AuditLog {
                 inner.reserved_to = self.cfg.reserve_bytes;
             }
         }
-        verify::sync_dir(&self.dir);
+        sync_dir(&self.dir);
         self.force_checkpoint(inner)
     }
 
@@ -523,7 +475,7 @@ impl AuditLog {
     }
 
     /// The operator's action on a corrupt log: moves the bad part to `quarantine/` (see
-    /// [`verify::seal`]), continues the chain after the last good record with an
+    /// [`seal::seal`]), continues the chain after the last good record with an
     /// `audit.sealed` record by `actor` naming what was cut, and signs a checkpoint.
     pub fn seal(
         &self,
@@ -536,7 +488,7 @@ impl AuditLog {
                 "the audit log is not corrupt: nothing to seal".into(),
             ));
         }
-        let report = verify::seal(&self.dir)?.ok_or_else(|| {
+        let report = seal::seal(&self.dir)?.ok_or_else(|| {
             AuditError::Invalid("verification finds nothing wrong: nothing to seal".into())
         })?;
         let (fresh, _) = load_inner(&self.dir, &self.signer, &self.cfg)?;
@@ -547,7 +499,7 @@ impl AuditLog {
         let entry = Entry {
             actor,
             tenant,
-            action: verify::SEALED_ACTION.into(),
+            action: SEALED_ACTION.into(),
             target: serde_json::to_value(&report).unwrap_or_default(),
             outcome: "ok".into(),
             ..Default::default()
@@ -706,10 +658,10 @@ fn load_or_create_key(dir: &Path, origin: Option<&str>) -> Result<NoteSigner, Au
     let vpath = dir.join(VERIFIER_KEY);
     let want = format!("{}\n", signer.verifier().to_text());
     if std::fs::read_to_string(&vpath).ok().as_deref() != Some(want.as_str()) {
-        verify::write_new(&vpath, want.as_bytes())?;
+        write_new(&vpath, want.as_bytes())?;
         let _ = std::fs::set_permissions(&vpath, std::fs::Permissions::from_mode(0o644));
     }
-    verify::sync_dir(dir);
+    sync_dir(dir);
     Ok(signer)
 }
 
@@ -908,55 +860,4 @@ fn load_inner(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A record of a new UTC day opens a new segment (the clock is the caller's `at` here).
-    #[test]
-    fn a_new_day_opens_a_new_segment_at_a_checkpoint() {
-        let d = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            origin: Some("test.example/audit".into()),
-            checkpoint_interval: Duration::from_secs(3600),
-            ..Default::default()
-        };
-        let log = AuditLog::open(d.path(), cfg.clone()).unwrap();
-        let middle = Entry {
-            actor: "system".into(),
-            action: "test".into(),
-            outcome: "ok".into(),
-            ..Default::default()
-        }
-        .middle();
-        let mut inner = lock_of(&log.inner);
-        for at in [
-            "2026-01-01T23:59:59.000000Z",
-            "2026-01-01T23:59:59.500000Z",
-            "2026-01-02T00:00:00.000000Z",
-            "2026-01-02T12:00:00.000000Z",
-            "2026-01-03T00:00:00.000001Z",
-        ] {
-            log.append_locked(&mut inner, &middle, at).unwrap();
-        }
-        assert_eq!(inner.seg, 3);
-        drop(inner);
-        log.close().unwrap();
-        drop(log);
-        let lines = |n: u32| {
-            std::fs::read_to_string(d.path().join(seg_name(n)))
-                .unwrap()
-                .lines()
-                .count()
-        };
-        assert_eq!((lines(1), lines(2), lines(3)), (2, 2, 1));
-        let r = verify::verify(d.path(), None).unwrap();
-        assert!(r.failure.is_none(), "{:?}", r.failure);
-        // The day is read back at open: a record of another day still rolls.
-        let log = AuditLog::open(d.path(), cfg).unwrap();
-        let mut inner = lock_of(&log.inner);
-        assert_eq!(inner.seg_day.as_deref(), Some("2026-01-03"));
-        log.append_locked(&mut inner, &middle, "2026-01-04T00:00:00.000000Z")
-            .unwrap();
-        assert_eq!(inner.seg, 4);
-    }
-}
+mod tests;

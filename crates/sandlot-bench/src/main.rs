@@ -27,6 +27,7 @@ mod egress;
 mod governance;
 mod http;
 mod machine;
+mod paused_start;
 mod peers;
 mod policy;
 mod record;
@@ -564,7 +565,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     // On a second server of its own, which it stops and starts again.
     if want(Bench::PausedStart) {
-        match state::paused_start(&mut ctx) {
+        match paused_start::paused_start(&mut ctx) {
             Ok(r) => run.paused_start = Some(r),
             Err(e) => failed("paused-start", e),
         }

@@ -133,10 +133,7 @@ fn language_of(name: Option<&str>) -> Result<Language, Failure> {
 }
 
 fn language_name(l: Language) -> &'static str {
-    match l {
-        Language::Python => "python",
-        Language::Bash => "bash",
-    }
+    l.as_str()
 }
 
 /// An E2B context id as the sandlot context and its language.

@@ -151,24 +151,11 @@ fn move_workspace(tree: OwnedFd) -> Result<(), JailError> {
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: mount_setattr(2) on a NUL-terminated path with a `struct mount_attr` of the size
-    // we pass; the kernel only reads it. Setting flags only ever restricts the mount.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c"/workspace".as_ptr(),
-            0,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(JailError::Sys {
-            step: "make /workspace nosuid and nodev",
-            source: nix::Error::last(),
-        });
-    }
+    // Setting flags only ever restricts the mount.
+    mount_setattr(libc::AT_FDCWD, c"/workspace", 0, &attr).map_err(|source| JailError::Sys {
+        step: "make /workspace nosuid and nodev",
+        source,
+    })?;
     drop(tree);
     Ok(())
 }
@@ -263,15 +250,26 @@ pub fn restrict_mount(tree: &OwnedFd, read_only: bool) -> Result<(), nix::Error>
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: mount_setattr(2) on the tree's fd (AT_EMPTY_PATH) with a `struct mount_attr` of
-    // the size we pass; the kernel only reads it.
+    mount_setattr(tree.as_raw_fd(), c"", libc::AT_EMPTY_PATH, &attr)
+}
+
+/// `mount_setattr(2)`: applies `attr` to the mount at `path` relative to `dirfd` (the fd
+/// itself with `AT_EMPTY_PATH` and an empty path). The one call of it in this crate.
+fn mount_setattr(
+    dirfd: RawFd,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+    attr: &MountAttr,
+) -> Result<(), nix::Error> {
+    // SAFETY: mount_setattr(2) with a NUL-terminated path and a `struct mount_attr` of the
+    // size we pass; the kernel only reads both.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
+            dirfd,
+            path.as_ptr(),
+            flags,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };

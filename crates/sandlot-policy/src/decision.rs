@@ -1,6 +1,6 @@
 //! What a decision answers, in a shape the server stores as JSON and returns in denials.
 
-use crate::query::Gate;
+use crate::gate::Gate;
 use serde::{Deserialize, Serialize};
 
 /// The answer of one gate.
@@ -24,27 +24,6 @@ pub struct Decision {
     pub latency_us: f64,
 }
 
-/// What happens to an output in which the guardrails found something.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Release it as it is.
-    Pass,
-    /// Release it with the findings replaced.
-    Redact,
-    /// Do not release it.
-    Withhold,
-    /// Do not release it; freeze the sandbox, cut its egress, kill it.
-    Contain,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Pass => "pass",
-            Outcome::Redact => "redact",
-            Outcome::Withhold => "withhold",
-            Outcome::Contain => "contain",
-        }
-    }
-}
+/// What happens to an output in which the guardrails found something (the one type, in
+/// `sandlot-types`, that the runtime applies too).
+pub use sandlot_types::Outcome;

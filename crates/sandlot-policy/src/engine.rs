@@ -3,9 +3,10 @@
 
 use crate::decision::{Decision, Outcome};
 use crate::error::PolicyError;
+use crate::gate::Gate;
 use crate::index::GateIndex;
 use crate::query::{
-    Finding, Gate, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
+    Finding, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
 use crate::schema::{DEFAULT_POLICIES, SCHEMA};
 use crate::set::{compile, describe_all, Compiled, PolicyInfo};

@@ -17,6 +17,7 @@
 mod decision;
 mod engine;
 mod error;
+mod gate;
 mod index;
 mod query;
 mod schema;
@@ -25,8 +26,9 @@ mod set;
 pub use decision::{Decision, Outcome};
 pub use engine::{PolicyEngine, POLICIES_FILE, SCHEMA_FILE};
 pub use error::PolicyError;
+pub use gate::Gate;
 pub use query::{
-    Finding, Gate, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
+    Finding, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
 pub use schema::{DEFAULT_POLICIES, SCHEMA};
 pub use set::{

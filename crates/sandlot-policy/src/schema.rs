@@ -1,7 +1,7 @@
 //! The shipped `Sandlot` Cedar schema and default policy set, and the entity type names and
 //! action ids the engine builds requests from (parsed once, reused by every decision).
 
-use crate::query::Gate;
+use crate::gate::Gate;
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use std::str::FromStr;
 use std::sync::LazyLock;

@@ -8,8 +8,8 @@
 //! membership test on the listed actions.
 
 use crate::error::PolicyError;
+use crate::gate::Gate;
 use crate::index::GateIndex;
-use crate::query::Gate;
 use crate::schema::NAMES;
 use cedar_policy::{
     ActionConstraint, Effect, Policy, PolicyId, PolicySet, Schema, ValidationMode, Validator,

@@ -11,7 +11,8 @@
 
 use crate::error::RuntimeError;
 use crate::files;
-use crate::util::{blocking, lock};
+use crate::task::blocking;
+use crate::util::lock;
 use crate::Runtime;
 use sandlot_types::Artifact;
 use serde_json::Value;

@@ -4,6 +4,7 @@
 //! variant in its one mapping (`crates/sandlot-api/src/error.rs`), except that `internal`
 //! messages go to the log only.
 
+use crate::archive::limits::Refusal;
 use crate::assets::AssetError;
 use crate::zygote::ZygoteError;
 use sandlot_env::EnvError;
@@ -254,10 +255,7 @@ pub enum RuntimeError {
     UploadRead { source: io::Error },
     /// A tar entry refused before anything was written outside the staging directory.
     #[error("invalid archive: entry {entry:?}: {why}")]
-    InvalidArchive {
-        entry: String,
-        why: crate::archive::Refusal,
-    },
+    InvalidArchive { entry: String, why: Refusal },
     #[error("an artifact is named by its SHA-256: 64 lowercase hex digits")]
     BadArtifactName,
     #[error("no artifact {sha} (never stored, or past its retention)")]

@@ -10,14 +10,15 @@
 
 use crate::error::{FileError, RuntimeError};
 use crate::sandbox::Live;
-use crate::util::{blocking, lock};
+use crate::task::blocking;
+use crate::util::lock;
 use crate::Runtime;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sandlot_types::FileEntry;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -87,39 +88,6 @@ fn write_error(e: std::io::Error) -> FileError {
         Some(libc::EFBIG) => FileError::WriteTooLarge,
         _ => FileError::Write(e),
     }
-}
-
-/// The workspace of the sandbox whose driver has host pid `pid`, as a directory fd.
-pub fn workspace_fd(pid: i32) -> Result<OwnedFd, FileError> {
-    let root = CString::new(format!("/proc/{pid}/root")).map_err(|_| FileError::PathHasNul)?;
-    // SAFETY: opening a path we built; O_PATH gives no access by itself.
-    let fd = unsafe {
-        libc::open(
-            root.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(FileError::ProcessesGone);
-    }
-    // SAFETY: a fresh fd we own.
-    let root = unsafe { OwnedFd::from_raw_fd(fd) };
-    // `workspace` sits on the sandbox's read-only, locked base root, so it cannot be swapped;
-    // resolve it with the same rules anyway (it is a mount point, so allow crossing into it).
-    let c = CString::new("workspace").unwrap_or_default();
-    // SAFETY: openat relative to an fd we own, with a static name, not following symlinks.
-    let ws = unsafe {
-        libc::openat(
-            root.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if ws < 0 {
-        return Err(FileError::NoWorkspace);
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ws) })
 }
 
 pub(crate) fn kind_of(mode: u32) -> &'static str {

@@ -17,8 +17,9 @@
 use crate::error::RuntimeError;
 use crate::sandbox::Live;
 use crate::saved::{self, Saved, StateFailure};
+use crate::task::blocking;
 use crate::templates::Tmpl;
-use crate::util::{self, blocking, lock, new_id, now_rfc3339};
+use crate::util::{self, lock, new_id, now_rfc3339};
 use crate::Runtime;
 use futures::StreamExt;
 use sandlot_jail::cgroup::Cgroup;

@@ -7,7 +7,7 @@
 
 use crate::error::{FileError, RuntimeError};
 use crate::files::{as_sandbox, entry_of, fstat, kind_of, map_errno, normalize, openat2};
-use crate::util::blocking;
+use crate::task::blocking;
 use crate::Runtime;
 use sandlot_types::FileEntry;
 use std::ffi::CString;

@@ -35,6 +35,7 @@ mod fsops;
 pub mod govern;
 mod housekeeping;
 mod inputs;
+mod kill;
 mod lifetime;
 mod pause;
 mod pool;
@@ -48,6 +49,7 @@ mod sandboxes;
 mod saved;
 mod snapshots;
 mod spawn;
+mod task;
 mod teardown;
 pub mod templates;
 pub mod uids;
@@ -392,7 +394,7 @@ impl Runtime {
             image.grow_step_bytes = image.grow_step_bytes.min(bytes.max(256 << 20));
             image.headroom_bytes = image.headroom_bytes.min((bytes / 2).max(128 << 20));
         }
-        let workspaces = util::blocking("opening the workspaces", move || {
+        let workspaces = crate::task::blocking("opening the workspaces", move || {
             sandlot_workspace::Workspaces::open(disk_cfg)
         })
         .await?

@@ -22,7 +22,7 @@
 use crate::error::{FileError, RuntimeError};
 use crate::files::{as_sandbox, fstat, map_errno, openat2};
 use crate::sandbox::{pidfd_open, pidfd_signal, Live};
-use crate::util::blocking;
+use crate::task::blocking;
 use crate::Runtime;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -15,7 +15,8 @@
 
 use crate::error::RuntimeError;
 use crate::sandbox::Live;
-use crate::util::{blocking, lock, now_rfc3339};
+use crate::task::blocking;
+use crate::util::{lock, now_rfc3339};
 use crate::{Entry, Runtime};
 use sandlot_types::{LastRestart, Restarted, SandboxState, TemplateStatus};
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 use crate::background::{self, Background};
 use crate::error::{CreateFailure, FileError};
 use crate::util::{lock, Utf8Stream};
+use crate::workspace::{self, workspace_fd};
 use sandlot_jail::cgroup::Cgroup;
 use sandlot_jail::frame::{self, FrameError};
 use sandlot_types::StreamName;
@@ -174,9 +175,9 @@ impl Live {
     /// pidfd afterwards, so a recycled pid cannot redirect it.
     pub fn workspace(&self) -> Result<OwnedFd, FileError> {
         if let Some(dir) = &self.workspace_dir {
-            return crate::workspace::open_dir(dir);
+            return workspace::open_dir(dir);
         }
-        let ws = crate::files::workspace_fd(self.driver_pid)?;
+        let ws = workspace_fd(self.driver_pid)?;
         if !self.driver_alive() {
             return Err(FileError::ProcessesGone);
         }

@@ -19,7 +19,8 @@
 use crate::error::RuntimeError;
 use crate::request::{ask, Failure};
 use crate::sandbox::Live;
-use crate::util::{blocking, new_id};
+use crate::task::blocking;
+use crate::util::new_id;
 use crate::Runtime;
 use sandlot_types::{Context, NotCaptured};
 use serde::{Deserialize, Serialize};

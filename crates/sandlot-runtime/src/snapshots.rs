@@ -13,7 +13,8 @@
 
 use crate::error::{store, RuntimeError};
 use crate::saved::{self, FORMAT_VERSION};
-use crate::util::{blocking, lock, new_id, now_rfc3339};
+use crate::task::blocking;
+use crate::util::{lock, new_id, now_rfc3339};
 use crate::Runtime;
 use sandlot_store::SnapshotRecord;
 use sandlot_types::{CreateSandbox, CreateSnapshot, Sandbox, Snapshot};

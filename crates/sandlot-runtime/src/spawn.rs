@@ -35,8 +35,9 @@
 use crate::admission::{cgroup_limits, Admitted};
 use crate::error::{at, encoding, store, CreateFailure, RuntimeError};
 use crate::sandbox::{self, Live};
+use crate::task::blocking;
 use crate::templates::Tmpl;
-use crate::util::{self, blocking, lock};
+use crate::util::{self, lock};
 use crate::zygote::{Zygote, ZygoteError};
 use crate::zygote_config::sandbox_env;
 use crate::{contexts, Entry, Runtime};

@@ -19,6 +19,7 @@
 //! subreaper), and any that died without being reaped (a boot that failed after the fork) are
 //! reaped there, so no zombie of a sandbox outlives it.
 
+use crate::kill::{empty_cgroup, KILL_WAIT};
 use crate::sandbox::{pidfd_signal, reap_within, Live};
 use crate::templates::Tmpl;
 use crate::util::{lock, now_rfc3339};
@@ -29,9 +30,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a kill waits for the sandbox's processes to be gone before it leaves the rest to
-/// housekeeping.
-pub(crate) const KILL_WAIT: Duration = Duration::from_millis(1500);
 /// How long a kill waits for the init to be reapable once the cgroup is empty.
 const REAP_WAIT: Duration = Duration::from_millis(200);
 
@@ -68,20 +66,6 @@ impl Live {
             tracing::debug!(sandbox = %self.id, init = self.init_pid, "init not reaped yet");
         }
         emptied
-    }
-}
-
-/// Kills what is in `cg` until it is empty or `wait` has passed; true when empty.
-pub(crate) fn empty_cgroup(cg: &Cgroup, wait: Duration) -> bool {
-    let deadline = Instant::now() + wait;
-    loop {
-        if cg.pids().is_empty() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        let _ = cg.kill_all(Duration::from_millis(20));
     }
 }
 

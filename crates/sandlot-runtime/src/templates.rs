@@ -15,7 +15,9 @@
 //! whose tenant the store's owner row says (`flat`), else `default`.
 
 use crate::error::{encoding, store, RuntimeError, TemplateSpecError, ZygoteStartError};
-use crate::util::{self, blocking, lock, now_rfc3339};
+use crate::kill::{empty_cgroup, KILL_WAIT};
+use crate::task::blocking;
+use crate::util::{self, lock, now_rfc3339};
 use crate::zygote::{Zygote, ZygoteSpec};
 use crate::zygote_config::zygote_config;
 use crate::{assets, Runtime};
@@ -279,10 +281,7 @@ impl Runtime {
         let res = blocking("starting a zygote", move || {
             // A restart after the zygote died: what its setup left running goes first, so the
             // new zygote's uid is shared with nothing of the old one.
-            crate::teardown::empty_cgroup(
-                &Cgroup::open(&hierarchy, &cg_rel),
-                crate::teardown::KILL_WAIT,
-            );
+            empty_cgroup(&Cgroup::open(&hierarchy, &cg_rel), KILL_WAIT);
             // The zygote's own limits: its memory is what every sandbox shares.
             let limits = CgroupLimits {
                 memory_bytes: 8 << 30,

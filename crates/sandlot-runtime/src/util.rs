@@ -1,7 +1,6 @@
-//! Small helpers: a poison-tolerant `lock`, blocking work off the async threads, timestamps,
+//! Small helpers that need nothing else of the runtime: a poison-tolerant `lock`, timestamps,
 //! ids, UTF-8 stream decoding, short content hashes.
 
-use crate::error::RuntimeError;
 use std::sync::{Mutex, MutexGuard};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -11,17 +10,6 @@ use time::OffsetDateTime;
 /// insert or read), so a panic elsewhere must not take the server down with it.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs blocking work (syscalls, file I/O, waits) on tokio's blocking pool; `task` names it in
-/// the error if it panics.
-pub(crate) async fn blocking<T: Send + 'static>(
-    task: &'static str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, RuntimeError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|source| RuntimeError::Task { task, source })
 }
 
 /// The monotonic instant of an RFC 3339 time (now when it does not parse).

@@ -21,7 +21,8 @@
 
 use crate::error::{store, RuntimeError};
 use crate::files::{delete_file_in, list_files_in, read_file_in, WorkspaceRoot};
-use crate::util::{blocking, lock, now_rfc3339};
+use crate::task::blocking;
+use crate::util::{lock, now_rfc3339};
 use crate::{ByteStream, Runtime};
 use sandlot_store::VolumeRecord;
 use sandlot_types::{CreateVolume, FileEntry, Volume, VolumeMount, VolumeUse};

@@ -20,11 +20,12 @@
 //! processes.
 
 use crate::error::{FileError, RuntimeError};
-use crate::util::{blocking, lock};
+use crate::task::blocking;
+use crate::util::lock;
 use crate::Runtime;
 use sandlot_workspace::{WorkspaceError, Workspaces};
 use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -172,4 +173,37 @@ pub(crate) fn workspace_error(op: &'static str, e: WorkspaceError) -> RuntimeErr
     } else {
         RuntimeError::Workspace { op, source: e }
     }
+}
+
+/// The workspace of the sandbox whose driver has host pid `pid`, as a directory fd.
+pub fn workspace_fd(pid: i32) -> Result<OwnedFd, FileError> {
+    let root = CString::new(format!("/proc/{pid}/root")).map_err(|_| FileError::PathHasNul)?;
+    // SAFETY: opening a path we built; O_PATH gives no access by itself.
+    let fd = unsafe {
+        libc::open(
+            root.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(FileError::ProcessesGone);
+    }
+    // SAFETY: a fresh fd we own.
+    let root = unsafe { OwnedFd::from_raw_fd(fd) };
+    // `workspace` sits on the sandbox's read-only, locked base root, so it cannot be swapped;
+    // resolve it with the same rules anyway (it is a mount point, so allow crossing into it).
+    let c = CString::new("workspace").unwrap_or_default();
+    // SAFETY: openat relative to an fd we own, with a static name, not following symlinks.
+    let ws = unsafe {
+        libc::openat(
+            root.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if ws < 0 {
+        return Err(FileError::NoWorkspace);
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ws) })
 }

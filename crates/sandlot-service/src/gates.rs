@@ -259,10 +259,7 @@ impl Governance {
             GateRequest::Execute {
                 sandbox: sandbox_ref(sandbox),
                 code_bytes: code_bytes as u64,
-                language: match language {
-                    sandlot_types::Language::Python => "python".into(),
-                    sandlot_types::Language::Bash => "bash".into(),
-                },
+                language: language.as_str().into(),
             },
             format!("Sandbox::{:?}", sandbox.id),
         )
@@ -411,12 +408,6 @@ impl Governor for ServerGovernor {
             .gov
             .policy
             .output_outcome(&pp, &sandbox_ref(f.sandbox), &finding);
-        let outcome = match outcome {
-            sandlot_policy::Outcome::Pass => Outcome::Pass,
-            sandlot_policy::Outcome::Redact => Outcome::Redact,
-            sandlot_policy::Outcome::Withhold => Outcome::Withhold,
-            sandlot_policy::Outcome::Contain => Outcome::Contain,
-        };
         if f.record {
             sandlot_telemetry::metrics().guardrail_finding(outcome.as_str());
             let decision = self.gov.record(

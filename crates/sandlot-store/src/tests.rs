@@ -1,8 +1,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sandlot_types::{EffectiveLimits, OutputEvent};
+use sandlot_types::{Context, EffectiveLimits, IdleAction, Language, OutputEvent, Snapshot};
 
+use super::schema::MIGRATIONS;
 use super::*;
 
 fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
@@ -145,7 +146,7 @@ fn enum_columns_match_the_wire_names() {
         assert_eq!(state_str(s), json(serde_json::to_value(s).unwrap()));
     }
     for l in [Language::Python, Language::Bash] {
-        assert_eq!(language_str(l), json(serde_json::to_value(l).unwrap()));
+        assert_eq!(l.as_str(), json(serde_json::to_value(l).unwrap()));
     }
     for e in [
         EndState::Ok,

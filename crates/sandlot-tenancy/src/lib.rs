@@ -14,12 +14,14 @@
 //! `<data-dir>/api-key` (mode 0600) so local clients (`sandlot run`, the SDK on loopback) find
 //! it without configuration.
 
+mod error;
 mod keys;
 mod quotas;
 mod shares;
 
+pub use error::QuotaError;
 pub use keys::{valid_tenant_name, Keys, BOOTSTRAP_KEY_FILE, KEY_PREFIX};
-pub use quotas::{Admission, QuotaError, Quotas, Want};
+pub use quotas::{Admission, Quotas, Want};
 pub use shares::{check as check_share, Claim, Share, Slot};
 
 /// Every way a tenancy operation fails.

@@ -12,7 +12,8 @@
 //! line is bounded ([`MAX_WAITING`]) and so is the wait (the tenant's `wait_seconds`, default
 //! 10 s); past either the creation fails with which quota was full and when to retry.
 
-use crate::shares::Share;
+use crate::error::QuotaError;
+use crate::shares::{Claim, Share, Shares, Slot};
 use sandlot_types::{Tenant, TenantQuotas};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,49 +45,13 @@ impl std::ops::Add for Want {
     }
 }
 
-/// Why a creation was not admitted.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum QuotaError {
-    /// The quota stayed full for the whole wait (or the line was full).
-    #[error("{quota} quota of tenant {tenant} is full ({detail}); retry in {retry_after_secs} s")]
-    Exceeded {
-        tenant: String,
-        quota: &'static str,
-        detail: String,
-        retry_after_secs: u64,
-    },
-    /// The request alone is larger than the quota: waiting cannot help.
-    #[error("the request needs more than tenant {tenant}'s whole {quota} quota ({detail})")]
-    TooLarge {
-        tenant: String,
-        quota: &'static str,
-        detail: String,
-    },
-    /// A share (`shares.rs`) is at its cap: another one needs one of these deleted first.
-    #[error(
-        "the {quota} quota of tenant {tenant} is full: it holds {held}{unit} of {limit}{unit}"
-    )]
-    Full {
-        tenant: String,
-        quota: &'static str,
-        limit: u64,
-        held: u64,
-        unit: &'static str,
-    },
-}
-
 /// Every tenant's line.
 #[derive(Default, Clone)]
 pub struct Quotas {
     lanes: Arc<Mutex<HashMap<String, Arc<Lane>>>>,
-    /// Each tenant's line per share (`shares.rs`).
-    share_lines: ShareLines,
-    /// Open streams per tenant and share (`shares.rs`).
-    streams: OpenStreams,
+    /// The fair shares' lines and open streams (`shares.rs`).
+    shares: Shares,
 }
-
-pub(crate) type OpenStreams = Arc<Mutex<HashMap<(String, Share), u64>>>;
-type ShareLines = Arc<Mutex<HashMap<(String, Share), Arc<tokio::sync::Mutex<()>>>>>;
 
 #[derive(Default)]
 struct Lane {
@@ -135,19 +100,6 @@ impl Admission {
 impl Quotas {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Lane>>> {
         self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn share_line(&self, tenant: &str, share: Share) -> Arc<tokio::sync::Mutex<()>> {
-        self.share_lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry((tenant.to_owned(), share))
-            .or_default()
-            .clone()
-    }
-
-    pub(crate) fn streams(&self) -> OpenStreams {
-        self.streams.clone()
     }
 
     /// Admits a creation of `want` for `tenant`, waiting in line while its quotas are full.
@@ -243,6 +195,30 @@ impl Quotas {
             let nap = RECHECK.min(deadline - now);
             let _ = tokio::time::timeout(nap, released).await;
         }
+    }
+}
+
+impl Quotas {
+    /// Takes `tenant`'s line for `share` (creations of it wait for one another, never for
+    /// other tenants), then checks what `held` counts now against the cap (`shares.rs`).
+    pub async fn claim(
+        &self,
+        tenant: &Tenant,
+        share: Share,
+        held: impl FnOnce() -> u64,
+    ) -> Result<Claim, QuotaError> {
+        self.shares.claim(tenant, share, held).await
+    }
+
+    /// Takes `tenant`'s line for `share` without checking (the caller counts, perhaps
+    /// asynchronously, and checks with [`crate::check_share`] while it holds the claim).
+    pub async fn line(&self, tenant: &str, share: Share) -> Claim {
+        self.shares.line(tenant, share).await
+    }
+
+    /// A slot for one more open stream of `share` (`EventStreams`, `McpSessions`), or why not.
+    pub fn open(&self, tenant: &Tenant, share: Share) -> Result<Slot, QuotaError> {
+        self.shares.open(tenant, share)
     }
 }
 
@@ -342,6 +318,7 @@ fn take_token(lane: &Lane, q: &TenantQuotas) -> Result<(), Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shares::check;
     use std::sync::atomic::AtomicU64;
 
     fn tenant(q: TenantQuotas) -> Tenant {
@@ -470,5 +447,48 @@ mod tests {
         assert!(q.admit(&t, ONE, Want::default).await.is_err());
         drop(a);
         q.admit(&t, ONE, Want::default).await.unwrap();
+    }
+
+    // The fair shares, through the handle the server holds (`shares.rs`).
+    #[tokio::test]
+    async fn claims_are_one_at_a_time_and_capped() {
+        let t = tenant(TenantQuotas {
+            max_volumes: Some(2),
+            ..Default::default()
+        });
+        let q = Quotas::default();
+        let c = q.claim(&t, Share::Volumes, || 1).await.unwrap();
+        // The same tenant and share waits for the first claim; another share does not.
+        let other = q.claim(&t, Share::Snapshots, || 0).await.unwrap();
+        drop(other);
+        let q2 = q.clone();
+        let t2 = t.clone();
+        let second = tokio::spawn(async move { q2.claim(&t2, Share::Volumes, || 2).await });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!second.is_finished());
+        drop(c);
+        let err = second.await.unwrap().err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "the max_volumes quota of tenant t is full: it holds 2 of 2"
+        );
+        // Unset: the default.
+        let t = tenant(TenantQuotas::default());
+        assert!(check(&t, Share::Templates, 31).is_ok());
+        assert!(check(&t, Share::Templates, 32).is_err());
+    }
+
+    #[test]
+    fn slots_count_open_streams() {
+        let t = tenant(TenantQuotas {
+            max_event_streams: Some(1),
+            ..Default::default()
+        });
+        let q = Quotas::default();
+        let a = q.open(&t, Share::EventStreams).unwrap();
+        assert!(q.open(&t, Share::EventStreams).is_err());
+        let _m = q.open(&t, Share::McpSessions).unwrap();
+        drop(a);
+        let _b = q.open(&t, Share::EventStreams).unwrap();
     }
 }

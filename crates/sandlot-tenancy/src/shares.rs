@@ -8,15 +8,16 @@
 //! counted by the [`Slot`]s their connections hold: a slot is given back when it is dropped,
 //! however the connection ends.
 //!
-//! Check and create are one step per tenant and share: [`Quotas::claim`] takes the tenant's
-//! lock for that share, counts, and the returned [`Claim`] keeps the lock until the creation
-//! is done (and visible to the next count), so concurrent creations cannot pass a cap.
+//! Check and create are one step per tenant and share: [`crate::Quotas::claim`] takes the
+//! tenant's lock for that share, counts, and the returned [`Claim`] keeps the lock until the
+//! creation is done (and visible to the next count), so concurrent creations cannot pass a cap.
 //!
 //! The operator (an admin of the tenant `default`) is never capped: callers skip the claim.
 
-use crate::quotas::{QuotaError, Quotas};
+use crate::error::QuotaError;
 use sandlot_types::{Tenant, TenantQuotas};
-use std::sync::PoisonError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A shared resource a tenant holds a share of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -147,7 +148,7 @@ pub struct Claim {
 
 /// One open stream counted against its tenant until dropped.
 pub struct Slot {
-    open: crate::quotas::OpenStreams,
+    open: OpenStreams,
     key: (String, Share),
 }
 
@@ -163,7 +164,29 @@ impl Drop for Slot {
     }
 }
 
-impl Quotas {
+/// Each tenant's line per share and its open streams; one per server, held by [`Quotas`]
+/// (whose `claim`, `line` and `open` are these).
+///
+/// [`Quotas`]: crate::Quotas
+#[derive(Default, Clone)]
+pub(crate) struct Shares {
+    lines: ShareLines,
+    streams: OpenStreams,
+}
+
+type OpenStreams = Arc<Mutex<HashMap<(String, Share), u64>>>;
+type ShareLines = Arc<Mutex<HashMap<(String, Share), Arc<tokio::sync::Mutex<()>>>>>;
+
+impl Shares {
+    fn share_line(&self, tenant: &str, share: Share) -> Arc<tokio::sync::Mutex<()>> {
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((tenant.to_owned(), share))
+            .or_default()
+            .clone()
+    }
+
     /// Takes `tenant`'s line for `share` (creations of it wait for one another, never for
     /// other tenants), then checks what `held` counts now against the cap.
     pub async fn claim(
@@ -187,7 +210,7 @@ impl Quotas {
 
     /// A slot for one more open stream of `share` (`EventStreams`, `McpSessions`), or why not.
     pub fn open(&self, tenant: &Tenant, share: Share) -> Result<Slot, QuotaError> {
-        let open = self.streams();
+        let open = self.streams.clone();
         let key = (tenant.name.clone(), share);
         let mut map = open.lock().unwrap_or_else(PoisonError::into_inner);
         let n = map.entry(key.clone()).or_default();
@@ -195,61 +218,5 @@ impl Quotas {
         *n += 1;
         drop(map);
         Ok(Slot { open, key })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tenant(q: TenantQuotas) -> Tenant {
-        Tenant {
-            name: "t".into(),
-            plan: "free".into(),
-            quotas: q,
-            created_at: String::new(),
-        }
-    }
-
-    #[tokio::test]
-    async fn claims_are_one_at_a_time_and_capped() {
-        let t = tenant(TenantQuotas {
-            max_volumes: Some(2),
-            ..Default::default()
-        });
-        let q = Quotas::default();
-        let c = q.claim(&t, Share::Volumes, || 1).await.unwrap();
-        // The same tenant and share waits for the first claim; another share does not.
-        let other = q.claim(&t, Share::Snapshots, || 0).await.unwrap();
-        drop(other);
-        let q2 = q.clone();
-        let t2 = t.clone();
-        let second = tokio::spawn(async move { q2.claim(&t2, Share::Volumes, || 2).await });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(!second.is_finished());
-        drop(c);
-        let err = second.await.unwrap().err().unwrap();
-        assert_eq!(
-            err.to_string(),
-            "the max_volumes quota of tenant t is full: it holds 2 of 2"
-        );
-        // Unset: the default.
-        let t = tenant(TenantQuotas::default());
-        assert!(check(&t, Share::Templates, 31).is_ok());
-        assert!(check(&t, Share::Templates, 32).is_err());
-    }
-
-    #[test]
-    fn slots_count_open_streams() {
-        let t = tenant(TenantQuotas {
-            max_event_streams: Some(1),
-            ..Default::default()
-        });
-        let q = Quotas::default();
-        let a = q.open(&t, Share::EventStreams).unwrap();
-        assert!(q.open(&t, Share::EventStreams).is_err());
-        let _m = q.open(&t, Share::McpSessions).unwrap();
-        drop(a);
-        let _b = q.open(&t, Share::EventStreams).unwrap();
     }
 }

@@ -5,6 +5,18 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod diff;
+mod error;
+mod events;
+mod template;
+mod tenancy;
+
+pub use diff::*;
+pub use error::*;
+pub use events::*;
+pub use template::*;
+pub use tenancy::*;
+
 /// Languages an execution can run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -12,6 +24,43 @@ pub enum Language {
     #[default]
     Python,
     Bash,
+}
+
+impl Language {
+    /// The wire name (`"python"`, `"bash"`): the serde name, also what the store keeps and the
+    /// policy's `execute` gate sees. The one place the mapping is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Bash => "bash",
+        }
+    }
+}
+
+/// What happens to an output in which the guardrails found something, most lenient first: the
+/// policy engine's answer (`sandlot-policy`) and what the runtime applies (`sandlot-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Release it as it is.
+    Pass,
+    /// Release it with the findings replaced.
+    Redact,
+    /// Do not release it.
+    Withhold,
+    /// Do not release it; freeze the sandbox, cut its egress, kill it.
+    Contain,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Redact => "redact",
+            Outcome::Withhold => "withhold",
+            Outcome::Contain => "contain",
+        }
+    }
 }
 
 /// Resource limits of one sandbox. Every field is optional in requests; the server fills in
@@ -643,591 +692,4 @@ pub struct FileEntry {
     /// Seconds since the epoch.
     pub modified: i64,
     pub mode: u32,
-}
-
-/// Stable error codes of the API. Each maps to one HTTP status in `sandlot-api`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    /// The body is not valid JSON, has unknown fields or wrong types (400).
-    InvalidRequest,
-    /// A value is out of range or not allowed (400/422).
-    InvalidArgument,
-    /// The body or the code is larger than the server accepts (413).
-    PayloadTooLarge,
-    /// No sandbox with that id (404).
-    SandboxNotFound,
-    /// The sandbox existed but ended: deleted, expired or lost (410).
-    SandboxGone,
-    /// No execution with that id (404).
-    ExecutionNotFound,
-    /// No template with that name (404).
-    TemplateNotFound,
-    /// The template is still building, or its build failed (409).
-    TemplateNotReady,
-    /// The path is absolute, escapes the workspace, or contains forbidden parts (400).
-    InvalidPath,
-    /// No such file or directory in the workspace (404).
-    FileNotFound,
-    /// The path is not a regular file (a directory, a symlink, a device) (400).
-    NotARegularFile,
-    /// The file is larger than the server accepts (413).
-    FileTooLarge,
-    /// The sandbox's workspace is full (507).
-    WorkspaceFull,
-    /// Another execution is running in this sandbox and the queue is full (409).
-    SandboxBusy,
-    /// The server cannot take more sandboxes right now (503).
-    CapacityExhausted,
-    /// The sandbox died while starting, or is in the `failed` state (409).
-    SandboxFailed,
-    /// The sandbox's disk quota (`disk_mb`) was hit while writing (507).
-    QuotaExceeded,
-    /// The host's disk is too full to create a workspace (507).
-    InsufficientStorage,
-    /// An archive entry is hostile or malformed (400).
-    InvalidArchive,
-    /// No snapshot with that id (404).
-    SnapshotNotFound,
-    /// A saved state on disk is truncated or corrupted (422).
-    StateCorrupt,
-    /// The sandbox's state could not be saved; the sandbox is unchanged (409).
-    CaptureFailed,
-    /// No volume with that name (404).
-    VolumeNotFound,
-    /// The volume exists already, or is mounted where that is not allowed (409).
-    VolumeInUse,
-    /// The sandbox was not created to expose that port (403).
-    PortNotExposed,
-    /// Nothing inside the sandbox accepts connections on that port (502).
-    PortUnreachable,
-    /// No API key, or a key that is malformed, unknown or revoked (401).
-    Unauthenticated,
-    /// The key may not do this (an admin-only operation) (403).
-    Forbidden,
-    /// A policy denied the request; the message names the deciding policies and why (403).
-    PolicyDenied,
-    /// A tenant quota (sandboxes, CPU, memory, creation rate) stayed full for the whole wait
-    /// bound; the message says which and `Retry-After` when to retry (429).
-    TenantQuotaExceeded,
-    /// No tenant with that name (404).
-    TenantNotFound,
-    /// No API key with that id (404).
-    KeyNotFound,
-    /// The name is taken (a tenant's name; volume and template names are per tenant) (409).
-    NameTaken,
-    /// The template is still needed: a sandbox that has not ended or a snapshot names it
-    /// (409).
-    TemplateInUse,
-    /// The policy set does not parse or does not validate against the schema (422).
-    InvalidPolicy,
-    /// The sandbox was contained after a guardrail finding; it takes no more work (409).
-    SandboxContained,
-    /// The audit log cannot record (its disk is full, or a corrupted segment stops it until an
-    /// operator acts); actions are refused rather than run unrecorded (503).
-    AuditUnavailable,
-    /// No job with that id (404).
-    JobNotFound,
-    /// The job queue (the sandbox's or the server's) is full; `Retry-After` says when to retry
-    /// (429).
-    JobQueueFull,
-    /// The job has ended and cannot be cancelled (409).
-    JobEnded,
-    /// No webhook with that id (404).
-    WebhookNotFound,
-    /// A bundle written by a newer sandlot, or not a bundle at all (400).
-    UnsupportedBundle,
-    /// Something went wrong on the server (500).
-    Internal,
-}
-
-impl ErrorCode {
-    /// The HTTP status this code stands for, on every protocol that speaks HTTP (REST, E2B,
-    /// MCP's transport): part of the code's contract, like its name.
-    pub fn http_status(self) -> u16 {
-        match self {
-            Self::InvalidRequest => 400,
-            Self::InvalidArgument => 400,
-            Self::PayloadTooLarge => 413,
-            Self::SandboxNotFound => 404,
-            Self::SandboxGone => 410,
-            Self::ExecutionNotFound => 404,
-            Self::TemplateNotFound => 404,
-            Self::TemplateNotReady => 409,
-            Self::InvalidPath => 400,
-            Self::FileNotFound => 404,
-            Self::NotARegularFile => 400,
-            Self::FileTooLarge => 413,
-            Self::WorkspaceFull => 507,
-            Self::SandboxBusy => 409,
-            Self::CapacityExhausted => 503,
-            Self::SandboxFailed => 409,
-            Self::QuotaExceeded => 507,
-            Self::InsufficientStorage => 507,
-            Self::InvalidArchive => 400,
-            Self::SnapshotNotFound => 404,
-            Self::StateCorrupt => 422,
-            Self::CaptureFailed => 409,
-            Self::VolumeNotFound => 404,
-            Self::VolumeInUse => 409,
-            Self::PortNotExposed => 403,
-            Self::PortUnreachable => 502,
-            Self::Unauthenticated => 401,
-            Self::Forbidden => 403,
-            Self::PolicyDenied => 403,
-            Self::TenantQuotaExceeded => 429,
-            Self::TenantNotFound => 404,
-            Self::KeyNotFound => 404,
-            Self::NameTaken => 409,
-            Self::TemplateInUse => 409,
-            Self::InvalidPolicy => 422,
-            Self::SandboxContained => 409,
-            Self::AuditUnavailable => 503,
-            Self::JobNotFound => 404,
-            Self::JobQueueFull => 429,
-            Self::JobEnded => 409,
-            Self::WebhookNotFound => 404,
-            Self::UnsupportedBundle => 400,
-            Self::Internal => 500,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "invalid_request",
-            ErrorCode::InvalidArgument => "invalid_argument",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::SandboxNotFound => "sandbox_not_found",
-            ErrorCode::SandboxGone => "sandbox_gone",
-            ErrorCode::ExecutionNotFound => "execution_not_found",
-            ErrorCode::TemplateNotFound => "template_not_found",
-            ErrorCode::TemplateNotReady => "template_not_ready",
-            ErrorCode::InvalidPath => "invalid_path",
-            ErrorCode::FileNotFound => "file_not_found",
-            ErrorCode::NotARegularFile => "not_a_regular_file",
-            ErrorCode::FileTooLarge => "file_too_large",
-            ErrorCode::WorkspaceFull => "workspace_full",
-            ErrorCode::SandboxBusy => "sandbox_busy",
-            ErrorCode::CapacityExhausted => "capacity_exhausted",
-            ErrorCode::SandboxFailed => "sandbox_failed",
-            ErrorCode::QuotaExceeded => "quota_exceeded",
-            ErrorCode::InsufficientStorage => "insufficient_storage",
-            ErrorCode::InvalidArchive => "invalid_archive",
-            ErrorCode::SnapshotNotFound => "snapshot_not_found",
-            ErrorCode::StateCorrupt => "state_corrupt",
-            ErrorCode::CaptureFailed => "capture_failed",
-            ErrorCode::VolumeNotFound => "volume_not_found",
-            ErrorCode::VolumeInUse => "volume_in_use",
-            ErrorCode::PortNotExposed => "port_not_exposed",
-            ErrorCode::PortUnreachable => "port_unreachable",
-            ErrorCode::Unauthenticated => "unauthenticated",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::PolicyDenied => "policy_denied",
-            ErrorCode::TenantQuotaExceeded => "tenant_quota_exceeded",
-            ErrorCode::TenantNotFound => "tenant_not_found",
-            ErrorCode::KeyNotFound => "key_not_found",
-            ErrorCode::NameTaken => "name_taken",
-            ErrorCode::TemplateInUse => "template_in_use",
-            ErrorCode::InvalidPolicy => "invalid_policy",
-            ErrorCode::SandboxContained => "sandbox_contained",
-            ErrorCode::AuditUnavailable => "audit_unavailable",
-            ErrorCode::JobNotFound => "job_not_found",
-            ErrorCode::JobQueueFull => "job_queue_full",
-            ErrorCode::JobEnded => "job_ended",
-            ErrorCode::WebhookNotFound => "webhook_not_found",
-            ErrorCode::UnsupportedBundle => "unsupported_bundle",
-            ErrorCode::Internal => "internal",
-        }
-    }
-}
-
-/// An error with a stable code and a client-safe message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code.as_str(), self.message)
-    }
-}
-
-impl std::error::Error for ApiError {}
-
-/// JSON body of every error response: `{"error": {"code": "...", "message": "..."}}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ErrorDetail {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl From<&ApiError> for ErrorBody {
-    fn from(e: &ApiError) -> Self {
-        ErrorBody {
-            error: ErrorDetail {
-                code: e.code,
-                message: e.message.clone(),
-            },
-        }
-    }
-}
-
-/// A template: a named environment sandboxes are forked from. Body of `POST /v1/templates`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct TemplateSpec {
-    /// `[a-z0-9][a-z0-9_-]{0,62}`; `default` is the built-in template and cannot be replaced.
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Extra Python packages, each pinned as `name==version`, installed on top of the default
-    /// stack (ipython, numpy, pandas, matplotlib, cloudpickle).
-    #[serde(default)]
-    pub packages: Vec<String>,
-    /// Modules imported once in the template's zygote, so every sandbox starts with them loaded.
-    #[serde(default)]
-    pub imports: Vec<String>,
-    /// Python run once in the zygote; the variables it leaves are in every sandbox, shared
-    /// copy-on-write.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<String>,
-    /// Default limits of the template's sandboxes (a create request may override them).
-    #[serde(default)]
-    pub limits: Limits,
-}
-
-/// Where a template's build is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TemplateStatus {
-    Building,
-    Ready,
-    Failed,
-}
-
-/// A template as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Template {
-    pub name: String,
-    /// Content hash of the spec and the environment it resolved to.
-    pub version: String,
-    pub status: TemplateStatus,
-    /// Why the build failed (an unknown package, a setup script that raised, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub spec: TemplateSpec,
-    pub created_at: String,
-    /// The tenant whose template it is (names are per tenant; the built-in `default` is the
-    /// tenant `default`'s and every tenant's to use).
-    #[serde(default)]
-    pub tenant: String,
-    /// Seconds the zygote took to import the modules and run the setup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepare_seconds: Option<f64>,
-}
-
-/// `GET /v1/sandboxes/{id}/diff/{other}` response: which variables and which workspace
-/// entries differ between two sandboxes of one family. `a` is `{id}`, `b` is `{other}`;
-/// `added` means only in `b`, `removed` only in `a`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxDiff {
-    pub a: String,
-    pub b: String,
-    /// Variables that differ, `default` context first, then by context and name.
-    pub variables: Vec<VariableDiff>,
-    /// Workspace entries that differ, by path.
-    pub files: Vec<FileDiff>,
-    /// Whether the file comparison stopped short: a workspace with more entries than a diff
-    /// walks (only paths up to where both walks stopped are compared), or more differing
-    /// entries than a diff lists.
-    pub truncated: bool,
-    /// What could not be compared, and why.
-    pub not_compared: Vec<NotCompared>,
-}
-
-/// How an entry differs between `a` and `b`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DiffChange {
-    /// Only in `b`.
-    Added,
-    /// Only in `a`.
-    Removed,
-    /// In both, different.
-    Changed,
-}
-
-/// A variable that differs: `a` and `b` are what each side holds (null where it has none).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VariableDiff {
-    pub context: String,
-    pub name: String,
-    pub change: DiffChange,
-    pub a: Option<VariableSummary>,
-    pub b: Option<VariableSummary>,
-}
-
-/// One side of a differing variable: its type's name and the size of its pickle in bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VariableSummary {
-    #[serde(rename = "type")]
-    pub type_name: String,
-    pub size: u64,
-}
-
-/// A workspace entry (path relative to `/workspace`) that differs. Kinds are `file`, `dir`,
-/// `symlink` or `other`; sizes are a file's length, a symlink's target length, 0 for the rest;
-/// null on the side that does not have it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileDiff {
-    pub path: String,
-    pub change: DiffChange,
-    pub a_kind: Option<String>,
-    pub b_kind: Option<String>,
-    pub a_size: Option<u64>,
-    pub b_size: Option<u64>,
-}
-
-/// What a diff compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DiffItemKind {
-    Variable,
-    File,
-}
-
-/// Something a diff could not compare: a variable one side could not digest (as a save
-/// could not capture it), or a workspace entry it could not read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NotCompared {
-    /// The sandbox it concerns; null when it concerns both.
-    pub sandbox: Option<String>,
-    pub kind: DiffItemKind,
-    /// The code context of a variable; null for a file.
-    pub context: Option<String>,
-    /// The variable's name, or the entry's path.
-    pub name: String,
-    pub reason: String,
-}
-
-/// Who is calling: the key a request authenticated with and what it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Principal {
-    /// The key's id (`key_...`), what records and audit name.
-    pub key_id: String,
-    /// The key's public prefix (`sl_abcd2345`), safe to show.
-    pub key_prefix: String,
-    pub tenant: String,
-    pub role: Role,
-    /// The tenant's plan (`local`, `free`, `team`, ...), what policies usually test.
-    pub plan: String,
-}
-
-/// What a key may manage beyond its tenant's own resources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Manages tenants, keys and policies.
-    Admin,
-    #[default]
-    Member,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Member => "member",
-        }
-    }
-}
-
-/// Per-tenant quotas. An absent running-sandbox quota (`max_sandboxes` to `wait_seconds`) is
-/// unlimited; an absent share (`max_paused_sandboxes` on) is the server's default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct TenantQuotas {
-    /// Most sandboxes running at once (paused ones do not count).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_sandboxes: Option<u64>,
-    /// Most CPU across its running sandboxes, in thousandths of a core (their `cpu_millis`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_cpu_millis: Option<u64>,
-    /// Most memory across its running sandboxes, in MiB (their `memory_mb`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_memory_mb: Option<u64>,
-    /// Sandbox creations per second (a token bucket with a burst of one second's worth).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub creates_per_second: Option<f64>,
-    /// How long a creation over quota waits in line before it fails (seconds; default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_seconds: Option<f64>,
-    // Shares of what every tenant draws on. Unlike the quotas above, an absent value is the
-    // server's default (`sandlot_tenancy::Share::default_limit`), never unlimited: a tenant
-    // without settings must not be able to starve the others.
-    /// Most paused sandboxes (each holds a uid of the server's shared pool). Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_paused_sandboxes: Option<u64>,
-    /// Most volumes (each holds a uid of the shared pool and disk). Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_volumes: Option<u64>,
-    /// Most snapshots. Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_snapshots: Option<u64>,
-    /// Most bytes of saved state across its snapshots; a snapshot is refused once they hold this much. Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_snapshot_bytes: Option<u64>,
-    /// Most bytes on the workspace disk across its sandboxes (paused ones included), snapshot
-    /// copies and volumes; a write past it fails with EDQUOT, and a creation needing disk is
-    /// refused once they hold this much. Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_disk_bytes: Option<u64>,
-    /// Most templates it owns (each an environment and a zygote). Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_templates: Option<u64>,
-    /// Most MCP sessions open at once (of the server's global pool). Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_mcp_sessions: Option<u64>,
-    /// Most jobs queued or running at once. Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_jobs: Option<u64>,
-    /// Most webhooks. Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_webhooks: Option<u64>,
-    /// Most event streams open at once (`GET /v1/events`, `GET /v1/jobs/{id}/events`). Absent: the server's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_event_streams: Option<u64>,
-}
-
-/// A tenant: who owns sandboxes, snapshots, volumes and templates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tenant {
-    pub name: String,
-    pub plan: String,
-    pub quotas: TenantQuotas,
-    pub created_at: String,
-}
-
-/// `POST /v1/tenants` body; `PUT /v1/tenants/{name}` takes the same without `name`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTenant {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quotas: Option<TenantQuotas>,
-}
-
-/// `POST /v1/keys` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKey {
-    /// The tenant the key acts for; it must exist.
-    pub tenant: String,
-    #[serde(default)]
-    pub role: Role,
-    /// A label to recognise it by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-}
-
-/// An API key as listed: never its secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApiKeyInfo {
-    pub id: String,
-    pub prefix: String,
-    pub tenant: String,
-    pub role: Role,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    pub created_at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revoked_at: Option<String>,
-}
-
-/// `POST /v1/keys` response: the only time the key itself is shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CreatedKey {
-    pub key: String,
-    #[serde(flatten)]
-    pub info: ApiKeyInfo,
-}
-
-/// What happened to a sandbox, as the runtime tells it to whoever listens (the event stream,
-/// webhooks, metrics, the audit log), whichever interface asked for it (REST, E2B, MCP, a job,
-/// the server itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LifecycleKind {
-    /// Created and running (from a template, a fork or a snapshot; `detail.source` says which).
-    Created,
-    /// An execution finished (`execution_id`; `detail`: end state, duration, CPU, memory).
-    Executed,
-    Paused,
-    Resumed,
-    /// Forked into children (`detail.children`); each child also has its `created`.
-    Forked,
-    /// Its processes restarted in place (`detail.reason`).
-    Restarted,
-    /// Its processes stopped (the server shut down, or a restart could not boot).
-    Stopped,
-    /// Deleted by a request.
-    Killed,
-    /// Ended by its idle timeout or maximum lifetime (`detail.reason`).
-    Expired,
-    /// Contained after a guardrail finding (`detail.rule`).
-    Contained,
-    /// Failed while starting or restarting, or lost with the server.
-    Failed,
-}
-
-impl LifecycleKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LifecycleKind::Created => "created",
-            LifecycleKind::Executed => "executed",
-            LifecycleKind::Paused => "paused",
-            LifecycleKind::Resumed => "resumed",
-            LifecycleKind::Forked => "forked",
-            LifecycleKind::Restarted => "restarted",
-            LifecycleKind::Stopped => "stopped",
-            LifecycleKind::Killed => "killed",
-            LifecycleKind::Expired => "expired",
-            LifecycleKind::Contained => "contained",
-            LifecycleKind::Failed => "failed",
-        }
-    }
-}
-
-/// One lifecycle event. `seq` counts from 1 for each server run (so a consumer can tell what it
-/// missed); `at` is RFC 3339 UTC.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LifecycleEvent {
-    pub seq: u64,
-    pub kind: LifecycleKind,
-    pub sandbox_id: String,
-    pub tenant: String,
-    pub at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_id: Option<String>,
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    pub detail: serde_json::Value,
 }

@@ -28,14 +28,19 @@ use crate::btrfs_ioctl as ioc;
 use crate::error::{IoStep, Result, SysStep, WorkspaceError};
 use crate::space::{self, SpaceReport};
 use crate::tenants::{self, TenantGroups};
-use crate::{id, loopdev, mounts, tools};
+use crate::{id, loopdev, mounts};
 use crate::{ImageReport, QuotaMode, Workspace, WorkspaceConfig};
 
-pub(crate) const IMAGE_NAME: &str = "workspaces.btrfs";
-const MIB: u64 = 1 << 20;
+mod grow;
+mod image;
+
+pub(crate) use image::IMAGE_NAME;
+use image::{
+    enable_quota, ensure_mounted, is_backed, make_image, round_down_mib, round_up_mib, MIB,
+    MIN_IMAGE,
+};
+
 const TIB: u64 = 1 << 40;
-/// mkfs.btrfs refuses smaller devices (with DUP metadata).
-const MIN_IMAGE: u64 = 128 * MIB;
 /// Do not bother growing by less than this.
 const MIN_GROW: u64 = 64 * MIB;
 
@@ -83,14 +88,6 @@ fn open_dir(path: &Path) -> std::io::Result<File> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-}
-
-fn round_down_mib(bytes: u64) -> u64 {
-    bytes / MIB * MIB
-}
-
-fn round_up_mib(bytes: u64) -> u64 {
-    bytes.div_ceil(MIB) * MIB
 }
 
 /// Creates `path` (and parents) if missing and makes it root-only. The mode is only written
@@ -571,120 +568,6 @@ impl Btrfs {
         Ok((fs, image))
     }
 
-    /// Grows the image (allocated on the host) when the filesystem's free space is below the
-    /// headroom, by one step, within the maximum and the host's reserve. Returns whether it grew.
-    pub(crate) fn grow_if_needed(&self) -> Result<bool> {
-        if !self.backed {
-            return Ok(false);
-        }
-        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.try_grow().inspect_err(|e| {
-            self.set_grow_problem(Some(format!("growing the workspace image failed: {e}")))
-        })
-    }
-
-    fn set_grow_problem(&self, problem: Option<String>) {
-        *self
-            .last_grow_problem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = problem;
-    }
-
-    fn try_grow(&self) -> Result<bool> {
-        let (_, fs_free) = space::statvfs(&self.mnt)?;
-        if fs_free >= self.cfg.image.headroom_bytes {
-            self.set_grow_problem(None);
-            return Ok(false);
-        }
-        let size = self.image_size()?;
-        let host = self.host_space()?;
-        let host_room = host.free_bytes.saturating_sub(host.reserve_bytes);
-        let step = round_down_mib(
-            self.cfg
-                .image
-                .grow_step_bytes
-                .min(self.max_bytes.saturating_sub(size))
-                .min(host_room),
-        );
-        if step < MIN_GROW {
-            // At the maximum size is not a problem in itself (health reports a full filesystem);
-            // a host too full to back the next step is.
-            let why = (size < self.max_bytes).then(|| {
-                format!(
-                    "the workspace image cannot grow: the host has {} bytes free, reserve {}",
-                    host.free_bytes, host.reserve_bytes
-                )
-            });
-            self.set_grow_problem(why);
-            return Ok(false);
-        }
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&self.image)
-            .at("open", &self.image)?;
-        nix::fcntl::fallocate(
-            file.as_fd(),
-            FallocateFlags::empty(),
-            size as i64,
-            step as i64,
-        )
-        .sys("fallocate (grow)", &self.image)?;
-        loopdev::set_capacity(&self.loop_device)?;
-        ioc::resize_max(&self.fs, &self.mnt)?;
-        self.set_grow_problem(None);
-        tracing::info!(
-            image = %self.image.display(),
-            from = size,
-            to = size + step,
-            "workspace image grown"
-        );
-        Ok(true)
-    }
-
-    /// Gives space back to the host: when the filesystem holds so little that the image could
-    /// lose a whole grow step and still keep its headroom plus one more step free, Btrfs moves
-    /// its chunks below the new end (`BTRFS_IOC_RESIZE`), the image is truncated there (its
-    /// blocks beyond return to the host) and the loop device told. The image stays fully
-    /// allocated, so a full host disk still cannot reach the workspaces; never below the
-    /// initial size. Returns whether it shrank. Sparse images give space back through
-    /// `discard=async` instead.
-    pub(crate) fn shrink_if_idle(&self) -> Result<bool> {
-        if !self.backed {
-            return Ok(false);
-        }
-        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let size = self.image_size()?;
-        let (total, free) = space::statvfs(&self.mnt)?;
-        let held = total.saturating_sub(free);
-        let image = &self.cfg.image;
-        let floor = round_down_mib(image.initial_bytes.min(self.max_bytes)).max(MIN_IMAGE);
-        let target = round_up_mib(held + image.headroom_bytes + image.grow_step_bytes).max(floor);
-        if size < target.saturating_add(image.grow_step_bytes.max(MIN_GROW)) {
-            return Ok(false);
-        }
-        if let Err(e) = ioc::resize_to(&self.fs, &self.mnt, target) {
-            // Chunks that do not fit below the new end (ENOSPC), a balance running: next time.
-            tracing::debug!(error = %e, "shrinking the workspace image: not now");
-            return Ok(false);
-        }
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&self.image)
-            .at("open", &self.image)?;
-        file.set_len(target).at("truncate (shrink)", &self.image)?;
-        loopdev::set_capacity(&self.loop_device)?;
-        tracing::info!(
-            image = %self.image.display(),
-            from = size,
-            to = target,
-            held,
-            "workspace image shrunk: space returned to the host"
-        );
-        Ok(true)
-    }
-
     /// Releases our descriptors and unmounts the filesystem; the loop device detaches itself.
     pub(crate) fn unmount(self) -> Result<()> {
         let mnt = self.mnt.clone();
@@ -907,150 +790,4 @@ fn limit_in(dir: &Path) -> Option<u64> {
     (flags & ioc::BTRFS_QGROUP_LIMIT_MAX_RFER != 0)
         .then(|| read("max_referenced"))
         .flatten()
-}
-
-/// Makes the image under a temporary name and renames it into place only once formatted, so a
-/// crash mid-way never leaves a half-made image under the real name (and an image under the real
-/// name is never formatted again).
-fn make_image(
-    dir: &Path,
-    image: &Path,
-    cfg: &WorkspaceConfig,
-    max_bytes: u64,
-    host_room: u64,
-) -> Result<()> {
-    tools::MKFS_BTRFS.require()?;
-    let tmp = dir.join(format!("{IMAGE_NAME}.new"));
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).at("remove", &tmp),
-    }
-    let size = if cfg.image.sparse {
-        max_bytes
-    } else {
-        round_down_mib(cfg.image.initial_bytes.min(max_bytes).min(host_room)).max(MIN_IMAGE)
-    };
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(&tmp)
-        .at("create", &tmp)?;
-    let allocated = !cfg.image.sparse
-        && match nix::fcntl::fallocate(file.as_fd(), FallocateFlags::empty(), 0, size as i64) {
-            Ok(()) => true,
-            // The data dir's filesystem cannot allocate ahead (health says the image is sparse).
-            Err(nix::Error::EOPNOTSUPP) => false,
-            Err(e) => return Err(e).sys("fallocate", &tmp),
-        };
-    if !allocated {
-        file.set_len(size).at("truncate", &tmp)?;
-    }
-    // -K: no discard of the image (it would punch out the allocation we just made).
-    tools::MKFS_BTRFS.run(&["-q", "-f", "-K", "-L", "sandlot-workspaces"], &tmp)?;
-    file.sync_all().at("fsync", &tmp)?;
-    drop(file);
-    std::fs::rename(&tmp, image).at("rename", image)?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .at("fsync", dir)?;
-    tracing::info!(image = %image.display(), size, "workspace image created");
-    Ok(())
-}
-
-/// Mounts the image at `mnt`, reusing what is there: an existing mount of this image, or a loop
-/// device still bound to it. Returns the loop device and whether it does direct I/O.
-fn ensure_mounted(image: &Path, mnt: &Path, backed: bool, fresh: bool) -> Result<(PathBuf, bool)> {
-    // A fully allocated image must not be discarded by the filesystem (the loop driver would
-    // punch holes in it); a sparse one returns freed space to the host.
-    let data = if backed { "nodiscard" } else { "discard=async" };
-    if let Some(m) = mounts::mount_at(mnt)? {
-        let device = PathBuf::from(&m.source);
-        if m.fstype == "btrfs" {
-            if let Some(state) = loopdev::bound_to(&device, image)? {
-                tracing::info!(mnt = %mnt.display(), "reusing the mounted workspace filesystem");
-                return Ok((device, state.direct_io));
-            }
-        }
-        return Err(WorkspaceError::MountConflict {
-            path: mnt.to_path_buf(),
-            found: format!("{} from {}", m.fstype, m.source),
-        });
-    }
-    let mount_err = |source| {
-        if fresh {
-            WorkspaceError::Sys {
-                step: "mount",
-                path: mnt.to_path_buf(),
-                source,
-            }
-        } else {
-            WorkspaceError::MountExisting {
-                image: image.to_path_buf(),
-                source,
-            }
-        }
-    };
-    if let Some(state) = loopdev::find_bound(image)? {
-        tracing::info!(
-            device = %state.device.display(),
-            "reusing the loop device still bound to the image"
-        );
-        mounts::mount_device(&state.device, mnt, "btrfs", data).map_err(mount_err)?;
-        return Ok((state.device, state.direct_io));
-    }
-    let attached = loopdev::attach(image)?;
-    mounts::mount_device(&attached.path, mnt, "btrfs", data).map_err(mount_err)?;
-    // The mount now holds the device; closing ours lets autoclear detach it at unmount.
-    Ok((attached.path, attached.direct_io))
-}
-
-/// Turns quotas on if they are off, in the configured mode; an existing mode is kept (switching
-/// would need a full rescan and is the operator's call).
-fn enable_quota(fs: &File, mnt: &Path, uuid: &str, want: QuotaMode) -> Result<QuotaMode> {
-    let mode_file = Path::new("/sys/fs/btrfs").join(uuid).join("qgroups/mode");
-    if !mode_file.exists() {
-        let simple = want == QuotaMode::Simple;
-        if let Err(e) = ioc::quota_enable(fs, mnt, simple) {
-            if !simple {
-                return Err(e);
-            }
-            // Kernels before 6.7 have no simple quotas.
-            tracing::warn!("simple quotas unavailable ({e}); using full qgroups");
-            ioc::quota_enable(fs, mnt, false)?;
-        }
-    }
-    let mode = std::fs::read_to_string(&mode_file).at("read", &mode_file)?;
-    Ok(if mode.trim() == "squota" {
-        QuotaMode::Simple
-    } else {
-        QuotaMode::Full
-    })
-}
-
-/// Makes a configured-as-backed image fully allocated (an image made sparse by an older
-/// configuration, or one whose filesystem cannot allocate ahead stays sparse).
-fn is_backed(image: &Path, want_backed: bool) -> Result<bool> {
-    let meta = std::fs::metadata(image).at("stat", image)?;
-    if !want_backed {
-        return Ok(false);
-    }
-    if meta.blocks() * 512 >= meta.len() {
-        return Ok(true);
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(image)
-        .at("open", image)?;
-    // Mode 0 only fills holes: data already in the image is not touched.
-    match nix::fcntl::fallocate(file.as_fd(), FallocateFlags::empty(), 0, meta.len() as i64) {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            tracing::warn!(image = %image.display(), "image stays sparse: fallocate: {e}");
-            Ok(false)
-        }
-    }
 }

@@ -16,10 +16,11 @@ use crate::disk::DiskResult;
 use crate::egress::EgressResult;
 use crate::governance::GovernanceResult;
 use crate::machine::Machine;
+use crate::paused_start::PausedStartResult;
 use crate::policy::PolicyBenchResult;
 use crate::record::RecordResult;
 use crate::restart::RestartResult;
-use crate::state::{ForkResult, PauseResult, PausedStartResult, SnapshotResult};
+use crate::state::{ForkResult, PauseResult, SnapshotResult};
 use crate::stats::{fmt_bytes, fmt_ms, Summary};
 use std::fmt::Write as _;
 

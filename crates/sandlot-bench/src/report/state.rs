@@ -3,9 +3,9 @@
 //! published figures quoted beside them (quoted from the issue, not measured here).
 
 use super::*;
+use crate::paused_start::PausedStartResult;
 use crate::state::{
-    ForkCase, ForkResult, Kind, PauseResult, PausedStartResult, SnapshotResult, BIG_CHECK,
-    SMALL_CHECK,
+    ForkCase, ForkResult, Kind, PauseResult, SnapshotResult, BIG_CHECK, SMALL_CHECK,
 };
 
 pub(super) const FORK_HEADING: &str =
@@ -488,7 +488,8 @@ pub(super) fn state_history_cell(run: &Run) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{ForkCase, PauseCase, PausedLevel, SnapshotCase};
+    use crate::paused_start::PausedLevel;
+    use crate::state::{ForkCase, PauseCase, SnapshotCase};
 
     fn ms(p50: f64) -> Summary {
         Summary {
