@@ -59,6 +59,7 @@ mod intercept;
 mod io;
 mod netns;
 mod proxy;
+pub use proxy::HOP_BY_HOP;
 mod rules;
 mod secrets;
 pub mod tls;

@@ -41,6 +41,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 mod forward;
+pub use forward::HOP_BY_HOP;
 mod intercept;
 mod request;
 

@@ -27,6 +27,7 @@ use axum::http::{StatusCode, Uri, Version};
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
 use sandlot_runtime::Runtime;
+use sandlot_egress::HOP_BY_HOP;
 use sandlot_service::api_error;
 use sandlot_types::{ApiError, ErrorCode};
 use std::time::Duration;
@@ -41,20 +42,6 @@ pub const MAX_RESPONSE_HEADERS: usize = 128;
 const RELAY_DRAIN: Duration = Duration::from_secs(10);
 /// How often an open connection to an app counts as activity for the sandbox's idle timeout.
 const ACTIVITY_EVERY: Duration = Duration::from_secs(30);
-
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the legacy
-/// `Proxy-Connection`; never forwarded as they are.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// Request headers that carry the server's credentials or its routing, not the app's.
 const SERVER_ONLY: [&str; 5] = [

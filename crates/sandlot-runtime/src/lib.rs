@@ -78,7 +78,7 @@ pub use files::ByteStream;
 pub use pause::IdlePauseGate;
 pub use sandboxes::TenantUsage;
 pub use usage::{RuntimeGauges, SandboxUsage};
-pub use util::now_rfc3339;
+pub use util::{new_id, now_rfc3339};
 pub use zygote_config::zygote_launch_main;
 
 /// Configuration of the runtime; `sandlot serve` builds it from flags and environment.

@@ -50,9 +50,7 @@ fn now() -> String {
 }
 
 fn decision_id() -> String {
-    let mut b = [0u8; 12];
-    getrandom::fill(&mut b).expect("the kernel's random source works");
-    format!("dec_{}", hex::encode(b))
+    sandlot_runtime::new_id("dec_")
 }
 
 impl Governance {

@@ -172,12 +172,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    getrandom::fill(&mut b).expect("the kernel's random source works");
-    hex::encode(b)
-}
-
 /// Reads the data dir's key, creating it (0600) the first time.
 fn load_key(data_dir: &Path) -> Result<[u8; 32], RecordError> {
     use std::io::{Read, Write};
@@ -458,7 +452,7 @@ async fn dispatch(inner: Arc<Inner>, rt: Runtime) {
                     lock(&h.stats).dropped += 1;
                 }
                 q.push_back(Pending {
-                    delivery_id: format!("dlv_{}", random_hex(12)),
+                    delivery_id: sandlot_runtime::new_id("dlv_"),
                     event: ev.clone(),
                 });
             }
@@ -712,7 +706,7 @@ async fn create(
             format!("a tenant may have at most {MAX_PER_TENANT} webhooks; delete one first"),
         ));
     }
-    let id = format!("wh_{}", random_hex(12));
+    let id = sandlot_runtime::new_id("wh_");
     let record = json!({
         "id": id,
         "tenant": tenant,

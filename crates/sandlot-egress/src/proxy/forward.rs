@@ -18,8 +18,9 @@ use std::time::Duration;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the legacy
 /// `Proxy-Connection`: never forwarded either way. `Proxy-Authorization` is among them, so
-/// nothing the sandbox meant for a proxy reaches a server.
-pub(super) const HOP_BY_HOP: [&str; 9] = [
+/// nothing the sandbox meant for a proxy reaches a server. The ports proxy
+/// (`sandlot-ports`) drops the same ones on its way into a sandbox.
+pub const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
     "proxy-connection",

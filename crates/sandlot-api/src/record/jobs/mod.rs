@@ -149,9 +149,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn new_job_id() -> String {
-    let mut b = [0u8; 12];
-    getrandom::fill(&mut b).expect("the kernel's random source works");
-    format!("job_{}", hex::encode(b))
+    sandlot_runtime::new_id("job_")
 }
 
 fn store_err(e: sandlot_store::StoreError) -> HttpError {
