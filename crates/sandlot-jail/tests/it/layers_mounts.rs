@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 use common::sandbox::{in_sandbox, in_sandbox_with_workspace, test_config, HOST_UID};
 use common::{is_root, skip};

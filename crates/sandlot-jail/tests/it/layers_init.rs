@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::sandbox::{read_frame, start, test_config, Linger};
 use common::{in_child_value, is_root, skip};

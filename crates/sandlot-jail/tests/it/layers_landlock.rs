@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 use common::{errno, errno_of, in_child, skip, wait_code, SETUP_FAILED};
 use sandlot_jail::landlock::{self, LandlockOptions, LandlockStatus};

@@ -13,7 +13,7 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-mod common;
+use crate::common;
 
 use common::{errno, errno_of, skip, wait_code, SETUP_FAILED};
 use sandlot_jail::seccomp::{self, ArgCondition};

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use std::io::Write;
 
-mod common;
+use crate::common;
 
 use common::sandbox::{in_sandbox, test_config};
 use common::{in_child, in_child_value, is_root, skip, SETUP_FAILED};

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 
-mod common;
+use crate::common;
 
 use common::sandbox::{in_sandbox, test_config};
 use common::{in_child_value, is_root, skip};

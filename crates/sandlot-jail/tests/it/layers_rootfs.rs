@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 use common::sandbox::{in_base_root, in_base_root_with, in_sandbox, test_config, OVERFLOW_UID};
 use common::{errno_of, is_root, skip};

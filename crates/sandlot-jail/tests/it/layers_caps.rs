@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
-mod common;
+use crate::common;
 
 use common::{errno, in_child, is_root, skip, SETUP_FAILED};
 use sandlot_jail::caps;

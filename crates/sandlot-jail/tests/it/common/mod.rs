@@ -3,7 +3,7 @@
 //! [`skip`], the one way a layer test may decline to run, and [`sandbox`], a real sandbox for
 //! the layers that only exist inside one.
 
-#![allow(dead_code)] // each test binary uses its own subset
+#![allow(dead_code)] // each suite uses its own subset
 
 pub mod sandbox;
 
