@@ -1,6 +1,6 @@
 //! Canaries are found verbatim and in the encodings exfiltration uses, and beat the AWS rules.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::*;

@@ -1,7 +1,7 @@
 //! Every built-in rule: at least one positive (the exact value is found, under that rule id) and
 //! negatives that look close (placeholders, short or low-entropy values, publishable keys).
 
-mod common;
+use crate::common;
 
 use common::*;
 use sandlot_guard::{redact, Kind, Scanner};

@@ -1,7 +1,7 @@
 //! Ordinary notebook output must not trip any rule: images, digests, ids, arrays, frames,
 //! tracebacks, installer logs. Each corpus mimics what Python actually prints.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::*;

@@ -1,7 +1,7 @@
 //! Throughput on plain text (prose and logs with the odd keyword, no secrets): the target is
 //! ≥ 100 MB/s in a release build. Debug builds only print the figure.
 
-mod common;
+use crate::common;
 
 use common::*;
 use sandlot_guard::{Scanner, StreamScanner};

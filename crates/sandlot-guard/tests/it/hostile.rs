@@ -1,7 +1,7 @@
 //! Hostile output: inputs built to make a scanner slow or confused. Every scan must stay linear
 //! (bounded time per byte) and the stream scanner's memory bounded.
 
-mod common;
+use crate::common;
 
 use common::*;
 use sandlot_guard::{Scanner, StreamScanner, HARD_CAP};

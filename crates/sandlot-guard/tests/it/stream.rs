@@ -1,7 +1,7 @@
 //! Streaming: secrets split across writes are found and redacted before any part is released,
 //! offsets are absolute, and chunking never changes the result.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::*;
