@@ -30,7 +30,8 @@ thread_local! {
     static SERIAL_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// One fixture's stores at a time per test binary (a thread that opens a second one, as the
+/// One fixture's stores at a time in the test binary, whichever suite (file) it belongs to: all
+/// of them share the one process and this lock (a thread that opens a second one, as the
 /// benches do, already holds it). Two stores side by side made the Btrfs cleaner and the
 /// image shrink race each other's I/O: `deleted_data_returns_to_the_host` waited 30 s for a
 /// dropped subvolume in one run of three under `--test-threads 2`, never alone.

@@ -1,7 +1,7 @@
 //! The LoopImage fallback on real (small) ext4 images: the same core cases as the Btrfs
 //! backend, with ENOSPC at the image size and an inode cap.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;

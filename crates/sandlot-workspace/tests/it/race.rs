@@ -6,7 +6,7 @@
 //! symlink (not the owner's lack of permission) keeps it intact: after every round its names,
 //! contents, modes and owners are exactly what they were.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;

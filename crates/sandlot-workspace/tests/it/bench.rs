@@ -1,9 +1,9 @@
 //! Micro-benchmark (ignored by default): create, remove, snapshot and open_tree times for each
 //! backend and quota mode, and 1 GiB write/read throughput in a workspace against the host disk.
 //!
-//! `cargo test -p sandlot-workspace --release --test bench -- --ignored --nocapture --test-threads 1`
+//! `cargo test -p sandlot-workspace --release --test it -- bench:: --ignored --nocapture --test-threads 1`
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;

@@ -2,7 +2,7 @@
 //! stopping the owner with EDQUOT and nobody else; crash recovery without data loss; refusals
 //! when the disk is low; the detached mount the sandbox attaches.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
