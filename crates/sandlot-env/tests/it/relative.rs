@@ -1,7 +1,10 @@
-//! A relative envs dir: its own test binary, since it changes the process's current directory.
+//! A relative envs dir. The test changes the current directory, which is per process unless a
+//! thread takes its own copy: it runs in such a thread ([`with_own_fs`]), so the tests beside it
+//! in this process keep theirs.
 
 use std::path::Path;
 
+use crate::common::with_own_fs;
 use sandlot_env::{ensure, find_base_python, EnvSpec, Progress};
 
 fn tiny_spec() -> EnvSpec {
@@ -13,6 +16,10 @@ fn tiny_spec() -> EnvSpec {
 
 #[test]
 fn relative_envs_dir_gives_absolute_paths() {
+    with_own_fs(relative_envs_dir);
+}
+
+fn relative_envs_dir() {
     let dir = tempfile::tempdir().unwrap();
     std::env::set_current_dir(dir.path()).unwrap();
     let env = ensure(

@@ -1,10 +1,12 @@
 //! Sandboxes run as other uids: a build under a strict umask must still be world-readable.
-//! Its own test binary, since the umask is per process.
+//! The umask is per process unless a thread takes its own copy: the test runs in such a thread
+//! ([`with_own_fs`]), so the tests beside it in this process keep theirs.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use crate::common::with_own_fs;
 use sandlot_env::{ensure, find_base_python, EnvSpec, Progress};
 
 fn check_tree(path: &Path, bad: &mut Vec<String>) {
@@ -26,7 +28,12 @@ fn check_tree(path: &Path, bad: &mut Vec<String>) {
 
 #[test]
 fn env_is_world_readable_under_a_strict_umask() {
-    // SAFETY: umask(2) only sets this process's file mode mask; it cannot fail.
+    with_own_fs(under_a_strict_umask);
+}
+
+fn under_a_strict_umask() {
+    // SAFETY: umask(2) only sets the file mode mask (this thread's own, see `with_own_fs`); it
+    // cannot fail.
     unsafe { libc::umask(0o077) };
     let dir = tempfile::tempdir().unwrap();
     let envs = dir.path().join("envs");
