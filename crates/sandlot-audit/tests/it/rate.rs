@@ -1,6 +1,6 @@
 //! The targets, measured on this machine: 1 million appends (≥ 20 000 records/s) and
 //! `verify` of them (≤ 10 s). Ignored by default (it writes ~600 MiB); run with
-//! `cargo test --release -p sandlot-audit --test rate -- --ignored --nocapture`.
+//! `cargo test --release -p sandlot-audit --test it -- rate:: --ignored --nocapture`.
 
 use sandlot_audit::{verify, AuditLog, Config, Entry};
 use std::time::Instant;
