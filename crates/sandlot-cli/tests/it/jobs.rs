@@ -648,10 +648,19 @@ fn a_tenant_cannot_fill_the_queue_and_a_revoked_key_stops_its_waiting_jobs() {
     assert_eq!(s, 201, "{sb}");
     let sb = sb["id"].as_str().unwrap().to_owned();
     // The operator's own sandbox holds the only permit, so beta's jobs wait, until the test
-    // writes `go` (after the revocation). A fixed sleep (3 s) here was once over before the
-    // fourth submission under the whole suite's load, and a beta job then took the permit.
+    // writes `go` (after the revocation). Under the whole suite's load a beta job twice took
+    // the permit first (the fourth submission was then accepted): the blocker is running
+    // before beta submits, and holds the permit for as long as the test needs, not 3 s.
     let a = server.create_sandbox();
     let blocker = submit(&server, &a, json!({"code": BLOCKER}));
+    let blocker_id = blocker["id"].as_str().unwrap().to_owned();
+    assert!(
+        common::wait_until(Duration::from_secs(60), || job(&server, &blocker_id)
+            ["state"]
+            == "running"),
+        "{}",
+        job(&server, &blocker_id)
+    );
     let mut waiting = Vec::new();
     for _ in 0..3 {
         let (s, j, _) = post(
