@@ -1,6 +1,6 @@
 """Nothing of the driver's reaches the processes user code starts: each sees fds 0, 1 and 2 and
 nothing else, whether Python, IPython's ``!cmd``, a Bash command or a background job started it.
-The real-server counterpart, inside a jail, is crates/sandlot-cli/tests/hygiene.rs."""
+The real-server counterpart, inside a jail, is crates/sandlot-cli/tests/it/hygiene.rs."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 interrupt is replaced on the next cell (which says so); a cell that cannot be handed to bash
 because a limit is reached ends with that errno, never with a driver error; Python cells that
 hit a limit name it. The real-server counterparts (pids, memory) are in
-crates/sandlot-cli/tests/hygiene.rs."""
+crates/sandlot-cli/tests/it/hygiene.rs."""
 
 from __future__ import annotations
 

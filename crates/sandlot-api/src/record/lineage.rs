@@ -12,7 +12,7 @@
 //!   object per line: the sandbox is the parent run, each execution a child run (`parent`
 //!   facet), inputs and artifacts are datasets named by their sha256, and the custom facets
 //!   `sandlot_execution`, `sandlot_policy` and `sandlot_guardrails` (schemas in
-//!   `crates/sandlot-cli/tests/fixtures/openlineage/SandlotFacets.json`) say how it ran.
+//!   `crates/sandlot-cli/tests/it/fixtures/openlineage/SandlotFacets.json`) say how it ran.
 //!
 //! These paths are not under `/v1/sandboxes/{id}`, so the authentication layer does not scope
 //! them: every handler checks that what it names belongs to the caller's tenant and answers
