@@ -37,6 +37,7 @@ mod names;
 mod observe;
 mod paths;
 mod ports;
+mod protocols;
 mod redteam7;
 mod redteam8;
 mod soak;

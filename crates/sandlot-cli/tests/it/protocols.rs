@@ -23,7 +23,7 @@
 //! Helpers copied from the other suites (common has no such ones): the MCP session client (from
 //! mcp.rs), `tenant_key` (governance.rs), the Connect envelope (e2b_rpc.rs).
 
-mod common;
+use crate::common;
 
 use common::{As, TestServer};
 use reqwest::blocking::{Client, RequestBuilder};
@@ -774,15 +774,6 @@ fn mcp_text(reply: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// Creates tenant `name` and a member key of it; returns the key.
-#[track_caller]
-fn tenant_key(server: &TestServer, name: &str) -> String {
-    let a = As::key(server, server.key());
-    a.post("/v1/tenants", &json!({ "name": name })).expect(201);
-    let k = a.post("/v1/keys", &json!({ "tenant": name, "role": "member" }));
-    k.expect(201)["key"].as_str().unwrap().to_owned()
-}
-
 /// A server with API keys (the test server's default) and one warm sandbox.
 fn server() -> TestServer {
     TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "1")])
@@ -828,7 +819,7 @@ fn deny_t1() -> String {
 fn a_policy_denies_an_operation_on_every_protocol() {
     let server = server();
     let admin = As::key(&server, server.key());
-    let key = tenant_key(&server, "t1");
+    let key = server.tenant("t1").role("member").key();
     let t1 = Caller::new(&server, "t1", &key);
     // The sandbox every row acts on, with the file the reads read.
     let target = create_through_rest(&t1);
@@ -978,8 +969,8 @@ fn create_through_rest(who: &Caller) -> String {
 #[test]
 fn another_tenants_sandbox_is_missing_on_every_protocol() {
     let server = server();
-    let ta = Caller::new(&server, "ta", &tenant_key(&server, "ta"));
-    let tb = Caller::new(&server, "tb", &tenant_key(&server, "tb"));
+    let ta = Caller::new(&server, "ta", &server.tenant("ta").role("member").key());
+    let tb = Caller::new(&server, "tb", &server.tenant("tb").role("member").key());
     let target = create_through_rest(&ta);
 
     let mut failures = Vec::new();
