@@ -30,14 +30,7 @@ pub(crate) async fn create<B: Backend>(
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Response, HttpError> {
     if let Some(g) = st.gov.as_deref() {
-        g.gate(
-            &caller.0,
-            sandlot_policy::GateRequest::BuildTemplate {
-                template: spec.name.clone(),
-                packages: spec.packages.len() as u64,
-            },
-            format!("Template::{:?}", spec.name),
-        )?;
+        g.gate_build_template(&caller.0, &spec.name, spec.packages.len())?;
     }
     // A template is an environment and a zygote on the server's one disk. Building one the
     // tenant already owns again adds none.
@@ -91,14 +84,7 @@ pub(crate) async fn delete<B: Backend>(
     NameOwner(owner): NameOwner,
 ) -> Result<StatusCode, HttpError> {
     if let Some(g) = st.gov.as_deref() {
-        g.gate(
-            &caller.0,
-            sandlot_policy::GateRequest::BuildTemplate {
-                template: name.clone(),
-                packages: 0,
-            },
-            format!("Template::{name:?}"),
-        )?;
+        g.gate_build_template(&caller.0, &name, 0)?;
     }
     st.backend.delete_template(&owner, &name).await?;
     Ok(StatusCode::NO_CONTENT)

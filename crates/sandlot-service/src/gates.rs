@@ -263,6 +263,24 @@ impl Governance {
         )
     }
 
+    /// The `build_template` gate: building template `name` with `packages` packages, or
+    /// deleting it (`packages: 0`).
+    pub fn gate_build_template(
+        &self,
+        who: &Principal,
+        name: &str,
+        packages: usize,
+    ) -> Result<(), ApiError> {
+        self.gate(
+            who,
+            GateRequest::BuildTemplate {
+                template: name.to_owned(),
+                packages: packages as u64,
+            },
+            format!("Template::{name:?}"),
+        )
+    }
+
     /// The `read_file` (`write: None`) or `write_file` (`write: Some(bytes)`) gate of a file
     /// of a sandbox's workspace (`path` relative to it, or absolute under `/workspace`).
     pub fn gate_file(

@@ -79,7 +79,8 @@ impl Answer {
     }
 }
 
-fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
+/// A Connect envelope: its flags, then one message (also `protocols.rs`'s).
+pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
     let mut b = vec![flags];
     b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     b.extend_from_slice(payload);

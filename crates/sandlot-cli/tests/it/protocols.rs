@@ -284,7 +284,7 @@ fn perform(who: &Caller, p: Protocol, op: Op, id: &str) -> Result<Got, &'static 
                 Shape::Connect,
                 who.envd(p, Method::POST, id, ENVD, "/process.Process/Start")
                     .header("content-type", "application/connect+json")
-                    .body(envelope(&start)),
+                    .body(crate::e2b_rpc::envelope(0, start.to_string().as_bytes())),
             )
         }
         (Protocol::E2b | Protocol::E2bToken, Op::WriteFile) => who.read(
@@ -642,15 +642,6 @@ impl<'a> Caller<'a> {
             .map(|s| s["id"].as_str().unwrap().to_owned())
             .collect()
     }
-}
-
-/// A Connect envelope holding one JSON message.
-fn envelope(msg: &Value) -> Vec<u8> {
-    let payload = msg.to_string().into_bytes();
-    let mut b = vec![0u8];
-    b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    b.extend_from_slice(&payload);
-    b
 }
 
 /// A Connect stream's messages as JSON text, one a line (the envelopes' lengths left out, so
