@@ -15,7 +15,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
-use sandlot_service::execution::{self, Dropped, ExecutionHandle, Step};
+use sandlot_service::execution::{ExecutionHandle, Step};
+use sandlot_service::OnDrop;
 use sandlot_types::{
     ApiError, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult, OutputEvent,
 };
@@ -57,18 +58,16 @@ pub(crate) async fn execute<B: Backend>(
             ),
         ));
     }
-    if let Some(g) = st.gov.as_deref() {
-        let sandbox = st.backend.get_sandbox(&id).await?;
-        g.gate_execute(&caller.0, &sandbox, req.code.len(), req.language)?;
+    let stream = req.stream || accepts_event_stream(&headers);
+    // A client that leaves (a dropped request, a closed stream) does not stop the execution:
+    // it is recorded whole.
+    let mut run = st
+        .svc()
+        .start_execution(&caller.0, &id, req, stream, OnDrop::RunOn)
+        .await?;
+    if stream {
+        return execute_streaming(run).await;
     }
-    if req.stream || accepts_event_stream(&headers) {
-        return execute_streaming(st.backend, id, req).await;
-    }
-    let backend = st.backend;
-    let mut run = execution::start(
-        move |_| async move { backend.execute(&id, req, None).await },
-        Dropped::RunOn,
-    );
     Ok(Json(run.wait().await?).into_response())
 }
 
@@ -85,16 +84,7 @@ type Outcome = Result<ExecutionResult, HttpError>;
 /// Starts the execution and answers with an SSE stream of its events. The response is held
 /// back until the execution has produced its first event or finished, so that an error raised
 /// before it runs (unknown sandbox, busy, too large) is a normal JSON error response.
-async fn execute_streaming<B: Backend>(
-    backend: B,
-    id: String,
-    req: ExecuteRequest,
-) -> Result<Response, HttpError> {
-    // A client that leaves an SSE stream does not stop the execution: it is recorded whole.
-    let mut run = execution::start(
-        move |tx| async move { backend.execute(&id, req, Some(tx)).await },
-        Dropped::RunOn,
-    );
+async fn execute_streaming(mut run: ExecutionHandle<ApiError>) -> Result<Response, HttpError> {
     let stream = match run.next().await {
         Step::Event(ev) => event_stream(vec![ev], run, None),
         Step::Done(result) => {

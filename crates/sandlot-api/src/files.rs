@@ -207,11 +207,9 @@ pub(crate) async fn file_gate<B: Backend>(
     path: &str,
     bytes: Option<u64>,
 ) -> Result<(), HttpError> {
-    let Some(g) = st.gov.as_deref() else {
-        return Ok(());
-    };
-    let sandbox = st.backend.get_sandbox(id).await?;
-    g.gate_file(&caller.0, &sandbox, path, bytes)
+    st.svc()
+        .gate_file(&caller.0, id, path, bytes)
+        .await
         .map_err(HttpError)
 }
 

@@ -35,14 +35,6 @@ use sandlot_types::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The sandbox with its port token when the server has governance.
-pub(crate) fn tokened<B>(st: &AppState<B>, s: sandlot_types::Sandbox) -> sandlot_types::Sandbox {
-    match st.gov.as_deref() {
-        Some(g) => g.with_port_token(s),
-        None => s,
-    }
-}
-
 /// The principal of a request (see the module docs for requests without governance).
 #[derive(Debug, Clone)]
 pub struct Caller(pub Principal);
@@ -316,13 +308,6 @@ fn artifact_visible(gov: &Governance, who: &Principal, sha: &str) -> bool {
     gov.store.artifact_owned(sha, &who.tenant).unwrap_or(false)
 }
 
-/// Wakes creations waiting for room in `tenant`'s quotas (a sandbox of it ended).
-pub(crate) fn released<B>(st: &AppState<B>, tenant: &str) {
-    if let Some(gov) = st.gov.as_deref() {
-        sandlot_tenancy::Admission::nudge(&gov.quotas, tenant);
-    }
-}
-
 fn gov<B>(st: &AppState<B>) -> Result<&Governance, HttpError> {
     st.gov.as_deref().ok_or_else(|| {
         HttpError::new(
@@ -419,7 +404,7 @@ pub(crate) async fn put_tenant<B: Backend>(
         .put_tenant(&name, req, false)
         .map_err(|e| HttpError(tenancy_error(e)))?;
     crate::shares::sync_disk_cap(&st.backend, &t);
-    released(&st, &name);
+    st.svc().released(&name);
     Ok(Json(t))
 }
 

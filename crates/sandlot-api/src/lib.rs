@@ -124,6 +124,13 @@ pub(crate) struct AppState<B> {
     pub(crate) by_header: bool,
 }
 
+impl<B: Backend> AppState<B> {
+    /// The one service, over this router's backend and governance.
+    pub(crate) fn svc(&self) -> sandlot_service::Service<'_, B> {
+        sandlot_service::Service::new(&self.backend, self.gov.as_deref())
+    }
+}
+
 impl<B: Clone> Clone for AppState<B> {
     fn clone(&self) -> Self {
         Self {

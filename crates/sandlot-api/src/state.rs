@@ -5,15 +5,12 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
-use crate::govern::{self, Caller, NameOwner};
-use crate::shares;
+use crate::govern::{Caller, NameOwner};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandlot_service::admission::{self, Like};
-use sandlot_tenancy::Share;
 use sandlot_types::{CreateSnapshot, CreateVolume, ForkRequest, Sandbox, Snapshot, Volume};
 use serde::{Deserialize, Serialize};
 
@@ -37,10 +34,7 @@ pub(crate) async fn fork<B: Backend>(
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
-    let like = Like::Fork { count: req.count };
-    let _admission =
-        admission::admit_like(st.gov.as_deref(), &st.backend, &caller.0, &id, like).await?;
-    let result = st.backend.fork_sandbox(&id, req).await?;
+    let result = st.svc().fork(&caller.0, &id, req).await?;
     Ok((StatusCode::CREATED, Json(result)).into_response())
 }
 
@@ -50,11 +44,7 @@ pub(crate) async fn pause<B: Backend>(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
-    // Each paused sandbox keeps its uid of the server's one pool.
-    let _claim = shares::claim_held(&st, &caller.0, Share::PausedSandboxes).await?;
-    let paused = st.backend.pause_sandbox(&id).await?;
-    govern::released(&st, caller.tenant());
-    Ok(Json(paused))
+    Ok(Json(st.svc().pause(&caller.0, &id).await?))
 }
 
 /// `POST /v1/sandboxes/{id}/resume`.
@@ -63,9 +53,7 @@ pub(crate) async fn resume<B: Backend>(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
-    let _admission =
-        admission::admit_like(st.gov.as_deref(), &st.backend, &caller.0, &id, Like::Resume).await?;
-    Ok(Json(st.backend.resume_sandbox(&id).await?))
+    Ok(Json(st.svc().resume(&caller.0, &id).await?))
 }
 
 /// `POST /v1/sandboxes/{id}/snapshots`.
@@ -75,8 +63,7 @@ pub(crate) async fn create_snapshot<B: Backend>(
     ApiPath(id): ApiPath<String>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<CreateSnapshot>,
 ) -> Result<Response, HttpError> {
-    let _claim = shares::claim_held(&st, &caller.0, Share::Snapshots).await?;
-    let snapshot = st.backend.create_snapshot(&id, req).await?;
+    let snapshot = st.svc().snapshot(&caller.0, &id, req).await?;
     Ok((StatusCode::CREATED, Json(snapshot)).into_response())
 }
 
@@ -118,13 +105,11 @@ pub struct VolumeList {
 pub(crate) async fn create_volume<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
-    ApiJson(mut req): ApiJson<CreateVolume>,
+    ApiJson(req): ApiJson<CreateVolume>,
 ) -> Result<Response, HttpError> {
     // Volume names are per tenant: the volume is the caller's tenant's, whatever other
     // tenants have.
-    req.tenant = Some(caller.tenant().to_owned());
-    let _claim = shares::claim_held(&st, &caller.0, Share::Volumes).await?;
-    let volume = st.backend.create_volume(req).await?;
+    let volume = st.svc().create_volume(&caller.0, req).await?;
     Ok((StatusCode::CREATED, Json(volume)).into_response())
 }
 

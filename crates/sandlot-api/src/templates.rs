@@ -5,13 +5,11 @@ use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::govern::{Caller, NameOwner};
-use crate::shares;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sandlot_tenancy::Share;
 use sandlot_types::{Template, TemplateSpec};
 use serde::{Deserialize, Serialize};
 
@@ -29,23 +27,7 @@ pub(crate) async fn create<B: Backend>(
     caller: Caller,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Response, HttpError> {
-    if let Some(g) = st.gov.as_deref() {
-        g.gate_build_template(&caller.0, &spec.name, spec.packages.len())?;
-    }
-    // A template is an environment and a zygote on the server's one disk. Building one the
-    // tenant already owns again adds none.
-    let owned = spec.name != "default"
-        && st
-            .backend
-            .get_template(caller.tenant(), &spec.name)
-            .await
-            .is_ok();
-    let _claim = if owned {
-        None
-    } else {
-        shares::claim_held(&st, &caller.0, Share::Templates).await?
-    };
-    let template = st.backend.create_template(caller.tenant(), spec).await?;
+    let template = st.svc().create_template(&caller.0, spec).await?;
     Ok((StatusCode::ACCEPTED, Json(template)).into_response())
 }
 
@@ -83,9 +65,6 @@ pub(crate) async fn delete<B: Backend>(
     ApiPath(name): ApiPath<String>,
     NameOwner(owner): NameOwner,
 ) -> Result<StatusCode, HttpError> {
-    if let Some(g) = st.gov.as_deref() {
-        g.gate_build_template(&caller.0, &name, 0)?;
-    }
-    st.backend.delete_template(&owner, &name).await?;
+    st.svc().delete_template(&caller.0, &owner, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

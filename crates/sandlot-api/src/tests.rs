@@ -1,7 +1,6 @@
 //! Router tests with a scripted backend: every route, every error path, SSE framing and timing,
 //! streaming uploads and downloads, and the OpenAPI document against the routes and the types.
 
-use crate::backend::Backend;
 use crate::{router_with, routes, ApiConfig, OPENAPI_JSON};
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
@@ -11,6 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use sandlot_runtime::ByteStream;
+use sandlot_service::Backend;
 use sandlot_types::{
     ApiError, CreateSandbox, EffectiveLimits, EndState, ErrorBody, ErrorCode, ExecError,
     ExecuteRequest, ExecutionRecord, ExecutionResult, FileEntry, Language, Limits, OutputEvent,
@@ -330,7 +330,9 @@ impl sandlot_service::admission::Lookups for Fake {
     }
 }
 
-impl Backend for Fake {
+impl crate::backend::Backend for Fake {}
+
+impl sandlot_service::Backend for Fake {
     async fn create_sandbox(&self, req: CreateSandbox) -> Result<Sandbox, ApiError> {
         self.record(format!("create {}", req.template.as_deref().unwrap_or("-")));
         Ok(sample_sandbox("sb"))

@@ -21,9 +21,8 @@
 //!   authenticated) and no internet access: an explicit `allow_internet_access: true`, MCP
 //!   servers and volume mounts are refused with 400 rather than silently not honoured.
 
-use crate::auth::{self, Auth};
+use crate::auth::Auth;
 use crate::error::{bad_json, Failure};
-use crate::tenancy;
 use crate::Ctx;
 use axum::extract::rejection::{JsonRejection, RawPathParamsRejection};
 use axum::extract::{Extension, Path, Query, RawPathParams, Request, State};
@@ -33,7 +32,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sandlot_runtime::RuntimeError;
-use sandlot_service::admission::Like;
 use sandlot_types::{CreateSandbox, ForkRequest, IdleAction, Principal, Sandbox, SandboxState};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -100,7 +98,7 @@ async fn require_key(
         Err(e) => return Failure::bad_request(e.body_text()).into_response(),
     };
     if let Some(id) = id {
-        if !auth::owns(&ctx, &who, &id) {
+        if ctx.svc().scope_sandbox(&who, &id).is_err() {
             return not_found(id).into_response();
         }
     }
@@ -199,7 +197,7 @@ async fn create(
     let template = template_of(&req.template_id);
     let metadata = req.metadata.unwrap_or_default();
     let tier = metadata.get(TIER_METADATA).cloned();
-    let mut create = CreateSandbox {
+    let create = CreateSandbox {
         template,
         env: req.env_vars.unwrap_or_default(),
         metadata,
@@ -213,9 +211,8 @@ async fn create(
     };
     // The creation pipeline every protocol shares (`sandlot_service::admission`): references,
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
-    // quota admission, held until the sandbox is in the runtime's live set.
-    let _admission = tenancy::admit_new(&ctx, &who, &mut create).await?;
-    let sb = ctx.rt.create_sandbox(create).await?;
+    // quota admission.
+    let sb = ctx.svc().create(&who, create).await?;
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
 
@@ -285,9 +282,8 @@ async fn kill(
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Reply {
-    ctx.rt.delete_sandbox(&id).await?;
+    ctx.svc().delete(&who, &id).await?;
     ctx.forget(&id);
-    tenancy::released(&ctx, &who.tenant);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -349,8 +345,7 @@ async fn connect(
     };
     let sb = ctx.rt.get_sandbox(&id).await?;
     let status = if sb.state == SandboxState::Paused {
-        let _admission = tenancy::admit_like(&ctx, &who, &id, Like::Resume).await?;
-        ctx.rt.resume_sandbox(&id).await?;
+        ctx.svc().resume(&who, &id).await?;
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -376,17 +371,7 @@ async fn pause(
         ));
     }
     // The tenant's `max_paused_sandboxes`, as on `/v1` (each keeps a uid while paused).
-    let rt = &ctx.rt;
-    let _claim = sandlot_service::shares::claim(
-        ctx.gov.as_deref(),
-        &who,
-        sandlot_tenancy::Share::PausedSandboxes,
-        |t, s| sandlot_service::shares::runtime_held(rt, t, s).map_err(sandlot_service::api_error),
-    )
-    .await
-    .map_err(|e| Failure::from_api(&e))?;
-    ctx.rt.pause_sandbox(&id).await?;
-    tenancy::released(&ctx, &who.tenant);
+    ctx.svc().pause(&who, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -414,9 +399,7 @@ async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
-    let admission = tenancy::admit_like(&ctx, &who, &id, Like::Resume).await?;
-    let mut sb = ctx.rt.resume_sandbox(&id).await?;
-    drop(admission);
+    let mut sb = ctx.svc().resume(&who, &id).await?;
     if let Some(t) = timeout.filter(|t| *t > 0) {
         sb = ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
     }
@@ -448,11 +431,8 @@ async fn fork(
         count: f.count.unwrap_or(1),
         same_seed: false,
     };
-    let like = Like::Fork { count: req.count };
-    let admission = tenancy::admit_like(&ctx, &who, &id, like).await?;
     // Children are their parent's tenant's (the runtime copies it).
-    let forked = ctx.rt.fork_sandbox(&id, req).await?;
-    drop(admission);
+    let forked = ctx.svc().fork(&who, &id, req).await?;
     let timeout = Duration::from_secs(f.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT));
     let mut out = Vec::new();
     for child in forked.sandboxes {

@@ -87,6 +87,12 @@ impl From<Denied> for Failure {
     }
 }
 
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
+        Self::from_api(&e)
+    }
+}
+
 impl From<RuntimeError> for Failure {
     fn from(e: RuntimeError) -> Self {
         Self::runtime(e)

@@ -8,10 +8,11 @@
 //!
 //! - `auth`: who a request is (the server's E2B key, sandlot API keys), per-sandbox tokens,
 //!   the checks
-//! - `tenancy`: which sandboxes a caller may name, quota admission
 //! - `gates`: the policy's `execute`, `read_file` and `write_file` gates on sandboxes (the
 //!   creation gates are the control plane's)
-//! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume)
+//! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume),
+//!   each operation a call of the one service (`sandlot_service::Service`: tenant scoping,
+//!   the creation gates, quotas and fair shares, as on `/v1` and MCP)
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
 //! - `interpreter`: the code interpreter's `/execute` and `/contexts`
@@ -26,7 +27,6 @@ mod filesystem;
 mod gates;
 mod interpreter;
 mod process;
-mod tenancy;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -62,6 +62,12 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// The one service, over this server's runtime and governance: every operation that
+    /// changes a sandbox goes through it, as on `/v1` and MCP.
+    pub(crate) fn svc(&self) -> sandlot_service::Service<'_, Runtime> {
+        sandlot_service::Service::new(&self.rt, self.gov.as_deref())
+    }
+
     /// Drops what the E2B layer keeps about a sandbox that was killed.
     pub(crate) fn forget(&self, id: &str) {
         self.interp.forget(id);

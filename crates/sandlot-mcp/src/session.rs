@@ -111,19 +111,17 @@ impl<B: Backend> Session<B> {
             ("created_by".to_string(), "mcp".to_string()),
             ("mcp_session".to_string(), label.to_string()),
         ]);
-        let mut req = CreateSandbox {
+        let req = CreateSandbox {
             metadata,
             // Idle (the server's default idle timeout), it is paused rather than deleted:
             // it holds no memory, and the session's next call resumes it with its state.
             on_idle: Some(IdleAction::Pause),
             ..Default::default()
         };
-        let mut admission = None;
-        if let Some(scope) = scope {
-            admission = scope.admit_new(&mut req).await?;
-        }
-        let sb = self.backend.create_sandbox(req).await?;
-        drop(admission);
+        let sb = match scope {
+            Some(scope) => scope.create(req).await?,
+            None => self.backend.create_sandbox(req).await?,
+        };
         tracing::debug!(sandbox = %sb.id, session = %label, "created the MCP session's sandbox");
         Ok(sb.id)
     }

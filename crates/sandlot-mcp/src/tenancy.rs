@@ -3,10 +3,12 @@
 //! The server's authentication middleware puts the request's [`Principal`] in its extensions;
 //! rmcp hands the request's parts to the tool call, where [`Scope::of`] finds it. `http`
 //! makes sure every request of a session carries the key that opened it, so a tool call's
-//! principal is its session's. With a scope:
+//! principal is its session's. A scope is the one service (`sandlot_service::Service`) with
+//! that principal bound: each operation that changes a sandbox is a call of it, as on `/v1`
+//! and E2B. With a scope:
 //! - sandboxes the tools create (the session's own, `create_sandbox`), fork and resume pass
-//!   `sandlot_service::admission`, the creation pipeline `/v1` and E2B use too: they are the
-//!   tenant's, pass the same gates and wait for room in its quotas on the same line;
+//!   the one creation pipeline: they are the tenant's, pass the same gates and wait for room
+//!   in its quotas on the same line; pauses and snapshots claim the same fair shares;
 //! - a `sandbox_id` (or a snapshot, or a template) of another tenant is answered exactly as
 //!   one that does not exist;
 //! - `list_sandboxes` lists the tenant's only;
@@ -19,10 +21,11 @@
 
 use crate::error::Error;
 use sandlot_runtime::{Runtime, RuntimeError};
-use sandlot_service::admission::{self, Like};
-use sandlot_service::Governance;
-use sandlot_tenancy::{Admission, Claim, Share};
-use sandlot_types::{ApiError, CreateSandbox, ErrorCode, Language, Principal};
+use sandlot_service::{Governance, Service};
+use sandlot_types::{
+    ApiError, CreateSandbox, CreateSnapshot, ErrorCode, ForkRequest, ForkResult, Language,
+    Principal, Sandbox, Snapshot,
+};
 use std::sync::Arc;
 
 /// What the in-process `/mcp` knows of tenants: who owns what (the runtime) and the quotas
@@ -90,6 +93,11 @@ impl Scope {
         &self.who.tenant
     }
 
+    /// The one service, with this scope's runtime and governance.
+    fn svc(&self) -> Service<'_, Runtime> {
+        Service::new(&self.tenancy.rt, self.tenancy.gov.as_deref())
+    }
+
     /// `Ok` when sandbox `id` is the tenant's, else the not-found answer.
     pub(crate) fn check_sandbox(&self, id: &str) -> Result<(), Error> {
         if self.tenancy.rt.sandbox_tenant(id).as_deref() == Some(self.tenant()) {
@@ -99,31 +107,51 @@ impl Scope {
         }
     }
 
-    /// Admits the creation `req` for the tenant through the pipeline every protocol shares
-    /// (`sandlot_service::admission::admit_new`: references, template limits, the creation gates
-    /// whose answer becomes `req.tier`, the disk cap, the quota admission). Hold the
-    /// admission until the sandbox is created.
-    pub(crate) async fn admit_new(
-        &self,
-        req: &mut CreateSandbox,
-    ) -> Result<Option<Admission>, Error> {
-        let t = &self.tenancy;
-        Ok(admission::admit_new(t.gov.as_deref(), &t.rt, &self.who, req).await?)
+    /// Creates a sandbox for the tenant through the pipeline every protocol shares
+    /// (`Service::create`: references, template limits, the creation gates whose answer
+    /// becomes its tier, the disk cap, the quota admission).
+    pub(crate) async fn create(&self, req: CreateSandbox) -> Result<Sandbox, Error> {
+        Ok(self.svc().create(&self.who, req).await?)
     }
 
-    /// The `execute` gate of sandbox `id` (the tenant's: checked before) for `code_bytes` of
-    /// `language`.
+    /// Deletes one of the tenant's sandboxes (`Service::delete`).
+    pub(crate) async fn delete(&self, id: &str) -> Result<(), Error> {
+        Ok(self.svc().delete(&self.who, id).await?)
+    }
+
+    /// Forks one of the tenant's sandboxes (`Service::fork`: each child admitted as a
+    /// creation; they are the parent's tenant's).
+    pub(crate) async fn fork(&self, id: &str, req: ForkRequest) -> Result<ForkResult, Error> {
+        Ok(self.svc().fork(&self.who, id, req).await?)
+    }
+
+    /// Pauses one of the tenant's sandboxes within its paused share (`Service::pause`).
+    pub(crate) async fn pause(&self, id: &str) -> Result<Sandbox, Error> {
+        Ok(self.svc().pause(&self.who, id).await?)
+    }
+
+    /// Resumes one of the tenant's sandboxes, admitted as a creation (`Service::resume`).
+    pub(crate) async fn resume(&self, id: &str) -> Result<Sandbox, Error> {
+        Ok(self.svc().resume(&self.who, id).await?)
+    }
+
+    /// Snapshots one of the tenant's sandboxes within its snapshot shares
+    /// (`Service::snapshot`).
+    pub(crate) async fn snapshot(&self, id: &str, req: CreateSnapshot) -> Result<Snapshot, Error> {
+        Ok(self.svc().snapshot(&self.who, id, req).await?)
+    }
+
+    /// The `execute` gate of sandbox `id` for `code_bytes` of `language`.
     pub(crate) async fn gate_execute(
         &self,
         id: &str,
         code_bytes: usize,
         language: Language,
     ) -> Result<(), Error> {
-        let Some(gov) = self.tenancy.gov.as_deref() else {
-            return Ok(());
-        };
-        let sb = self.tenancy.rt.get_sandbox(id).await.map_err(runtime)?;
-        Ok(gov.gate_execute(&self.who, &sb, code_bytes, language)?)
+        Ok(self
+            .svc()
+            .gate_execute(&self.who, id, code_bytes, language)
+            .await?)
     }
 
     /// The `read_file` (`write: None`) or `write_file` (`Some(bytes)`) gate of `path` in
@@ -134,12 +162,7 @@ impl Scope {
         path: &str,
         write: Option<u64>,
     ) -> Result<(), Error> {
-        let Some(gov) = self.tenancy.gov.as_deref() else {
-            return Ok(());
-        };
-        let sb = self.tenancy.rt.get_sandbox(id).await.map_err(runtime)?;
-        // The governance puts `path` in the policy's form (`gates::policy_path`).
-        Ok(gov.gate_file(&self.who, &sb, path, write)?)
+        Ok(self.svc().gate_file(&self.who, id, path, write).await?)
     }
 
     /// A file's bytes as they may leave the sandbox: scanned by the output guardrails and
@@ -150,37 +173,4 @@ impl Scope {
         }
         self.tenancy.rt.guard_file(id, path, bytes).await
     }
-
-    /// Admits a fork of sandbox `id` or its resume (`sandlot_service::admission::admit_like`).
-    /// Hold the admission until the sandboxes are live.
-    pub(crate) async fn admit_like(
-        &self,
-        id: &str,
-        like: Like,
-    ) -> Result<Option<Admission>, Error> {
-        let t = &self.tenancy;
-        Ok(admission::admit_like(t.gov.as_deref(), &t.rt, &self.who, id, like).await?)
-    }
-
-    /// Claims one more of `share` (a paused sandbox, a snapshot) for the tenant, as `/v1`
-    /// does; hold the claim until the thing exists.
-    pub(crate) async fn claim(&self, share: Share) -> Result<Option<Claim>, Error> {
-        let rt = &self.tenancy.rt;
-        sandlot_service::shares::claim(self.tenancy.gov.as_deref(), &self.who, share, |t, s| {
-            sandlot_service::shares::runtime_held(rt, t, s).map_err(sandlot_service::api_error)
-        })
-        .await
-        .map_err(Error::Api)
-    }
-
-    /// Wakes creations waiting for room in the tenant's quotas (a sandbox ended or paused).
-    pub(crate) fn released(&self) {
-        if let Some(gov) = self.tenancy.gov.as_deref() {
-            Admission::nudge(&gov.quotas, self.tenant());
-        }
-    }
-}
-
-fn runtime(e: RuntimeError) -> Error {
-    Error::Api(sandlot_service::api_error(e))
 }

@@ -16,9 +16,7 @@ use base64::Engine as _;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
-use sandlot_service::admission::Like;
 use sandlot_service::execution::{self, Dropped, ExecutionHandle};
-use sandlot_tenancy::Share;
 use sandlot_types::{
     CreateSandbox, CreateSnapshot, ExecuteRequest, ExecutionResult, ForkRequest, Language,
 };
@@ -405,7 +403,7 @@ impl<B: Backend> Call<'_, B> {
     }
 
     async fn create_sandbox(self, a: CreateSandboxArgs) -> CallToolResult {
-        let mut req = CreateSandbox {
+        let req = CreateSandbox {
             template: a.template,
             from_snapshot: a.from_snapshot,
             env: a.env,
@@ -414,15 +412,11 @@ impl<B: Backend> Call<'_, B> {
             metadata: BTreeMap::from([("created_by".to_string(), "mcp".to_string())]),
             ..Default::default()
         };
-        // Held until the sandbox is created.
-        let mut _admission = None;
-        if let Some(scope) = &self.scope {
-            match scope.admit_new(&mut req).await {
-                Ok(a) => _admission = a,
-                Err(e) => return self.failed(&e),
-            }
-        }
-        match self.server.backend.create_sandbox(req).await {
+        let created = match &self.scope {
+            Some(scope) => scope.create(req).await,
+            None => self.server.backend.create_sandbox(req).await,
+        };
+        match created {
             Ok(sb) => self.json(sandbox_json(&sb, None)),
             Err(e) => self.failed(&e),
         }
@@ -459,12 +453,13 @@ impl<B: Backend> Call<'_, B> {
         if let Err(e) = self.check(&id) {
             return self.failed(&e);
         }
-        match self.server.backend.delete_sandbox(&id).await {
+        let deleted = match &self.scope {
+            Some(scope) => scope.delete(&id).await,
+            None => self.server.backend.delete_sandbox(&id).await,
+        };
+        match deleted {
             Ok(()) => {
                 session.forget(&id).await;
-                if let Some(scope) = &self.scope {
-                    scope.released();
-                }
                 self.json(json!({ "deleted": id }))
             }
             Err(e) => self.failed(&e),
@@ -482,12 +477,10 @@ impl<B: Backend> Call<'_, B> {
                         count,
                         same_seed: false,
                     };
-                    // Held until the children are created; they are the parent's tenant's.
-                    let _admission = match &scope {
-                        Some(s) => s.admit_like(&id, Like::Fork { count }).await?,
-                        None => None,
-                    };
-                    backend.fork_sandbox(&id, req).await
+                    match &scope {
+                        Some(s) => s.fork(&id, req).await,
+                        None => backend.fork_sandbox(&id, req).await,
+                    }
                 }
             })
             .await;
@@ -509,22 +502,11 @@ impl<B: Backend> Call<'_, B> {
                 let (backend, scope) = (backend.clone(), scope.clone());
                 let pause = matches!(what, Lifecycle::Pause);
                 async move {
-                    if pause {
-                        let _claim = match &scope {
-                            Some(s) => s.claim(Share::PausedSandboxes).await?,
-                            None => None,
-                        };
-                        let paused = backend.pause_sandbox(&id).await;
-                        if let Some(s) = &scope {
-                            s.released();
-                        }
-                        paused
-                    } else {
-                        let _admission = match &scope {
-                            Some(s) => s.admit_like(&id, Like::Resume).await?,
-                            None => None,
-                        };
-                        backend.resume_sandbox(&id).await
+                    match (&scope, pause) {
+                        (Some(s), true) => s.pause(&id).await,
+                        (Some(s), false) => s.resume(&id).await,
+                        (None, true) => backend.pause_sandbox(&id).await,
+                        (None, false) => backend.resume_sandbox(&id).await,
                     }
                 }
             })
@@ -543,11 +525,11 @@ impl<B: Backend> Call<'_, B> {
             .on_sandbox(explicit, |id| {
                 let (backend, name, scope) = (backend.clone(), name.clone(), scope.clone());
                 async move {
-                    let _claim = match &scope {
-                        Some(s) => s.claim(Share::Snapshots).await?,
-                        None => None,
-                    };
-                    backend.snapshot_sandbox(&id, CreateSnapshot { name }).await
+                    let req = CreateSnapshot { name };
+                    match &scope {
+                        Some(s) => s.snapshot(&id, req).await,
+                        None => backend.snapshot_sandbox(&id, req).await,
+                    }
                 }
             })
             .await;

@@ -1,0 +1,335 @@
+//! [`Service`]: the operations every protocol serves, each taking the caller. An adapter
+//! authenticates a request its own way, turns it into a [`Principal`] and a typed request, and
+//! calls one method here; the method runs tenant scoping → the Cedar gates → the tenant's
+//! quotas and fair shares → the runtime, in that order, whatever the protocol, and answers a
+//! domain type or one [`ApiError`]. The request's [`crate::Note`] is filled on the way (the
+//! gates record their decisions in it; the execution its id).
+//!
+//! Reads that only look (get, list, info) stay with the backend: an adapter scopes them with
+//! [`Service::scope_sandbox`] or filters by tenant. What this type adds is every step of an
+//! operation that changes something or reaches into a sandbox, written once.
+
+use crate::admission::{admit_like, admit_new, check_special_egress, Like};
+use crate::backend::Backend;
+use crate::execution::{self, Dropped, ExecutionHandle};
+use crate::gates::gate_create;
+use crate::governance::{sandbox_not_found, Governance};
+use sandlot_tenancy::{Admission, Claim, Share};
+use sandlot_types::{
+    ApiError, CreateSandbox, CreateSnapshot, CreateVolume, ErrorCode, ExecuteRequest, ForkRequest,
+    ForkResult, Language, NetworkUpdate, Principal, Sandbox, Snapshot, Template, TemplateSpec,
+    Volume, TRUSTED_TIER,
+};
+
+/// The service over `backend` (the runtime, or a scripted one in an adapter's tests), with the
+/// server's governance (`None`: the server runs without keys, every caller is the local
+/// admin and nothing is gated or capped). Cheap to make: it borrows both.
+pub struct Service<'a, B> {
+    backend: &'a B,
+    gov: Option<&'a Governance>,
+}
+
+impl<B> Clone for Service<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Service<'_, B> {}
+
+impl<'a, B: Backend> Service<'a, B> {
+    pub fn new(backend: &'a B, gov: Option<&'a Governance>) -> Self {
+        Self { backend, gov }
+    }
+
+    /// The backend, for the reads that only look.
+    pub fn backend(&self) -> &'a B {
+        self.backend
+    }
+
+    /// The governance, when the server runs with keys.
+    pub fn governance(&self) -> Option<&'a Governance> {
+        self.gov
+    }
+
+    /// `Ok` when sandbox `id` (live, or recorded after it ended) is `who`'s tenant's; another
+    /// tenant's, or one never seen, is the not-found answer, word for word.
+    pub fn scope_sandbox(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
+        if self.gov.is_none() {
+            return Ok(());
+        }
+        match self.backend.sandbox_tenant(id) {
+            Some(owner) if owner == who.tenant => Ok(()),
+            _ => Err(sandbox_not_found(id)),
+        }
+    }
+
+    /// A sandbox of `who`'s tenant, with its port token when the server gives them.
+    pub async fn sandbox(&self, who: &Principal, id: &str) -> Result<Sandbox, ApiError> {
+        self.scope_sandbox(who, id)?;
+        Ok(self.tokened(self.backend.get_sandbox(id).await?))
+    }
+
+    /// `s` with its port URL token, when the server gives them.
+    pub fn tokened(&self, s: Sandbox) -> Sandbox {
+        match self.gov {
+            Some(g) => g.with_port_token(s),
+            None => s,
+        }
+    }
+
+    /// Creates a sandbox for `who` through the one creation pipeline (references, template
+    /// limits, the creation gates, the disk cap, the quota admission).
+    pub async fn create(
+        &self,
+        who: &Principal,
+        mut req: CreateSandbox,
+    ) -> Result<Sandbox, ApiError> {
+        // Held until the sandbox is in the live set (or the creation failed).
+        let _admission = self.admit_new(who, &mut req).await?;
+        let sandbox = self.backend.create_sandbox(req).await?;
+        Ok(self.tokened(sandbox))
+    }
+
+    /// [`admit_new`] alone, for an adapter that creates in steps of its own (E2B's, which
+    /// sets timeouts after). Hold the admission until the sandbox exists.
+    pub async fn admit_new(
+        &self,
+        who: &Principal,
+        req: &mut CreateSandbox,
+    ) -> Result<Option<Admission>, ApiError> {
+        admit_new(self.gov, self.backend, who, req).await
+    }
+
+    /// Deletes one of `who`'s sandboxes, waking creations waiting for room.
+    pub async fn delete(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.delete_sandbox(id).await?;
+        self.released(&who.tenant);
+        Ok(())
+    }
+
+    /// Forks one of `who`'s sandboxes into `req.count` children, each admitted as a creation.
+    pub async fn fork(
+        &self,
+        who: &Principal,
+        id: &str,
+        req: ForkRequest,
+    ) -> Result<ForkResult, ApiError> {
+        self.scope_sandbox(who, id)?;
+        let like = Like::Fork { count: req.count };
+        let _admission = admit_like(self.gov, self.backend, who, id, like).await?;
+        self.backend.fork_sandbox(id, req).await
+    }
+
+    /// Pauses one of `who`'s sandboxes, within the tenant's paused share (each paused sandbox
+    /// keeps its uid of the server's one pool).
+    pub async fn pause(&self, who: &Principal, id: &str) -> Result<Sandbox, ApiError> {
+        self.scope_sandbox(who, id)?;
+        let _claim = self.claim(who, Share::PausedSandboxes).await?;
+        let paused = self.backend.pause_sandbox(id).await?;
+        self.released(&who.tenant);
+        Ok(paused)
+    }
+
+    /// Resumes one of `who`'s paused sandboxes, admitted as a creation.
+    pub async fn resume(&self, who: &Principal, id: &str) -> Result<Sandbox, ApiError> {
+        self.scope_sandbox(who, id)?;
+        let _admission = admit_like(self.gov, self.backend, who, id, Like::Resume).await?;
+        self.backend.resume_sandbox(id).await
+    }
+
+    /// Snapshots one of `who`'s sandboxes, within the tenant's snapshot shares.
+    pub async fn snapshot(
+        &self,
+        who: &Principal,
+        id: &str,
+        req: CreateSnapshot,
+    ) -> Result<Snapshot, ApiError> {
+        self.scope_sandbox(who, id)?;
+        let _claim = self.claim(who, Share::Snapshots).await?;
+        self.backend.create_snapshot(id, req).await
+    }
+
+    /// Creates a volume of `who`'s tenant (volume names are per tenant), within its share.
+    pub async fn create_volume(
+        &self,
+        who: &Principal,
+        mut req: CreateVolume,
+    ) -> Result<Volume, ApiError> {
+        req.tenant = Some(who.tenant.clone());
+        let _claim = self.claim(who, Share::Volumes).await?;
+        self.backend.create_volume(req).await
+    }
+
+    /// Replaces the egress allowlist (and secrets) of one of `who`'s sandboxes, live. It goes
+    /// through the creation gate again with the new allowlist, as if the sandbox were asked
+    /// for with it; an allowlist that would need another tier is refused.
+    pub async fn set_network(
+        &self,
+        who: &Principal,
+        id: &str,
+        update: NetworkUpdate,
+    ) -> Result<Sandbox, ApiError> {
+        self.scope_sandbox(who, id)?;
+        if self.gov.is_some() {
+            check_special_egress(who, &update.allow)?;
+        }
+        let current = self.backend.get_sandbox(id).await?;
+        let asked = CreateSandbox {
+            template: Some(current.template.clone()),
+            network: update.allow.clone(),
+            tier: Some(current.tier.clone()),
+            ports: current.ports.clone(),
+            all_ports: current.all_ports,
+            tenant: Some(who.tenant.clone()),
+            ..Default::default()
+        };
+        let trusted = current.tier == TRUSTED_TIER;
+        let tier = gate_create(self.gov, who, &asked, current.limits, trusted)?;
+        if tier != current.tier {
+            return Err(ApiError::new(
+                ErrorCode::PolicyDenied,
+                format!(
+                    "the new allowlist would need the {tier} tier; this sandbox is {}",
+                    current.tier
+                ),
+            ));
+        }
+        Ok(self.tokened(self.backend.set_network(id, update).await?))
+    }
+
+    /// The `execute` gate of one of `who`'s sandboxes for `code_bytes` of `language`.
+    pub async fn gate_execute(
+        &self,
+        who: &Principal,
+        id: &str,
+        code_bytes: usize,
+        language: Language,
+    ) -> Result<(), ApiError> {
+        self.scope_sandbox(who, id)?;
+        if let Some(g) = self.gov {
+            let sandbox = self.backend.get_sandbox(id).await?;
+            g.gate_execute(who, &sandbox, code_bytes, language)?;
+        }
+        Ok(())
+    }
+
+    /// The `read_file` (`write: None`) or `write_file` (`Some(bytes)`) gate of `path` in one
+    /// of `who`'s sandboxes.
+    pub async fn gate_file(
+        &self,
+        who: &Principal,
+        id: &str,
+        path: &str,
+        write: Option<u64>,
+    ) -> Result<(), ApiError> {
+        self.scope_sandbox(who, id)?;
+        if let Some(g) = self.gov {
+            let sandbox = self.backend.get_sandbox(id).await?;
+            g.gate_file(who, &sandbox, path, write)?;
+        }
+        Ok(())
+    }
+
+    /// Builds (in the background) template `spec.name` of `who`'s tenant, past the
+    /// `build_template` gate and within the tenant's template share. A template is an
+    /// environment and a zygote on the server's one disk; building one the tenant already
+    /// owns again takes no new share.
+    pub async fn create_template(
+        &self,
+        who: &Principal,
+        spec: TemplateSpec,
+    ) -> Result<Template, ApiError> {
+        if let Some(g) = self.gov {
+            g.gate_build_template(who, &spec.name, spec.packages.len())?;
+        }
+        let owned = spec.name != "default"
+            && self
+                .backend
+                .get_template(&who.tenant, &spec.name)
+                .await
+                .is_ok();
+        let _claim = match owned {
+            true => None,
+            false => self.claim(who, Share::Templates).await?,
+        };
+        self.backend.create_template(&who.tenant, spec).await
+    }
+
+    /// Deletes template `name` of tenant `owner` (the caller's own; the operator's choice of
+    /// tenant is the adapter's to resolve), gated as a build of it is (`build_template`, no
+    /// packages): who may make a template may unmake it.
+    pub async fn delete_template(
+        &self,
+        who: &Principal,
+        owner: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        if let Some(g) = self.gov {
+            g.gate_build_template(who, name, 0)?;
+        }
+        self.backend.delete_template(owner, name).await
+    }
+
+    /// Claims one more of `share` for `who`'s tenant (see `crate::shares::claim`); hold the
+    /// claim until the thing exists.
+    pub async fn claim(&self, who: &Principal, share: Share) -> Result<Option<Claim>, ApiError> {
+        let backend = self.backend;
+        crate::shares::claim(self.gov, who, share, |t, s| backend.tenant_held(t, s)).await
+    }
+
+    /// Wakes creations waiting for room in `tenant`'s quotas (one of its sandboxes ended or
+    /// paused, or its quotas grew).
+    pub fn released(&self, tenant: &str) {
+        if let Some(g) = self.gov {
+            sandlot_tenancy::Admission::nudge(&g.quotas, tenant);
+        }
+    }
+}
+
+impl<'a, B: Backend + Clone> Service<'a, B> {
+    /// Runs `req` in one of `who`'s sandboxes past its `execute` gate, in a task of its own
+    /// (`crate::execution`): the handle yields its events then its result. `dropped` says what
+    /// a handle dropped before the end does; [`Dropped::Interrupt`] interrupts this execution
+    /// only while it runs.
+    pub async fn start_execution(
+        &self,
+        who: &Principal,
+        id: &str,
+        req: ExecuteRequest,
+        stream: bool,
+        dropped: OnDrop,
+    ) -> Result<ExecutionHandle<ApiError>, ApiError> {
+        self.gate_execute(who, id, req.code.len(), req.language)
+            .await?;
+        let dropped = match dropped {
+            OnDrop::RunOn => Dropped::RunOn,
+            OnDrop::Interrupt => {
+                let (backend, id) = (self.backend.clone(), id.to_owned());
+                Dropped::Interrupt(Box::new(move || {
+                    tokio::spawn(async move {
+                        let _ = backend.interrupt(&id).await;
+                    });
+                }))
+            }
+        };
+        let (backend, id) = (self.backend.clone(), id.to_owned());
+        Ok(execution::start(
+            move |tx| async move {
+                let events = stream.then_some(tx);
+                backend.execute(&id, req, events).await
+            },
+            dropped,
+        ))
+    }
+}
+
+/// What a dropped [`ExecutionHandle`] from [`Service::start_execution`] does to an execution
+/// still running: let it finish and be recorded (a client that left a stream), or interrupt it
+/// (a protocol whose client cancels by going away).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDrop {
+    RunOn,
+    Interrupt,
+}
