@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
-from ._resources import NotCaptured, SandboxInfo, _not_captured
+from ._resources import NotCaptured, SandboxInfo, not_captured_list
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class ForkResult(List[T]):
         kids = d.get("sandboxes")
         infos = [SandboxInfo.from_json(x) for x in (kids if isinstance(kids, list) else []) if isinstance(x, Mapping)]
         took = d.get("took_ms")
-        return infos, _not_captured(d.get("not_captured")), float(took) if isinstance(took, (int, float)) else 0.0
+        return infos, not_captured_list(d.get("not_captured")), float(took) if isinstance(took, (int, float)) else 0.0
 
     def __repr__(self) -> str:
         return f"ForkResult({list.__repr__(self)}, not_captured={self.not_captured!r}, took_ms={self.took_ms!r})"

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from .errors import TemplateBuildFailed
 
+
 @dataclass
 class FileEntry:
     """One entry of a workspace listing, or the file a write created."""
@@ -242,7 +243,8 @@ class NotCaptured:
         return cls(name=str(d.get("name", "")), context=str(d.get("context", "")), reason=str(d.get("reason", "")))
 
 
-def _not_captured(value: Any) -> List[NotCaptured]:
+def not_captured_list(value: Any) -> List[NotCaptured]:
+    """The :class:`NotCaptured` entries of a JSON list (a fork's, a snapshot's, a restore's)."""
     return [NotCaptured.from_json(x) for x in (value if isinstance(value, list) else []) if isinstance(x, Mapping)]
 
 
@@ -263,7 +265,7 @@ class LastRestore:
             at=str(d.get("at", "")),
             source=str(d.get("source", "")),
             variables=int(d.get("variables") or 0),
-            not_restored=_not_captured(d.get("not_restored")),
+            not_restored=not_captured_list(d.get("not_restored")),
         )
 
 
@@ -304,7 +306,7 @@ class Snapshot:
             state_bytes=int(d.get("state_bytes") or 0),
             workspace=bool(d.get("workspace")),
             variables=int(d.get("variables") or 0),
-            not_captured=_not_captured(d.get("not_captured")),
+            not_captured=not_captured_list(d.get("not_captured")),
             version=int(d.get("version") or 1),
             raw=dict(d),
         )
