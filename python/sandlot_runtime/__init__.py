@@ -16,6 +16,9 @@ other module, lowest floor first:
 - ``bash_session``: running a Bash cell in a persistent bash per context
 - ``contexts``: code contexts, parked and installed in the one shell
 - ``changes``: which workspace files a cell created or modified
+- ``pickling``: what a saved state carries of a context and how each variable is pickled,
+  bounded in time (shared by ``digest`` and ``snapshot``)
+- ``digest``: digests of interpreter state, for the server's diff of two sandboxes
 - ``snapshot``: saving and loading interpreter state (pause, fork, snapshots)
 - ``serve``: the protocol loop that dispatches the server's messages
 - ``driver``: the entry points, ``prepare()`` in the zygote and ``main(ctrl_fd)`` in a sandbox

@@ -21,6 +21,8 @@ FLOORS = [
     ["display", "python_cells"],
     ["shell"],
     ["contexts"],
+    ["pickling"],
+    ["digest"],
     ["snapshot"],
     ["serve"],
     ["driver"],

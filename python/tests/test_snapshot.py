@@ -420,7 +420,7 @@ def test_a_variable_that_fails_half_written_leaves_no_trace(make_driver, tmp_pat
 
 DRIVER_WITH = """
 import resource, sys
-from sandlot_runtime import driver, snapshot
+from sandlot_runtime import digest, driver, snapshot
 {setup}
 driver.prepare()
 driver.main(int(sys.argv[1]))
@@ -651,7 +651,7 @@ def test_what_cannot_be_digested_is_reported_and_the_time_bounds_apply(make_driv
 
 
 def test_a_digest_over_its_count_reports_the_rest(make_driver):
-    capped = make_driver(script=DRIVER_WITH.format(setup="snapshot.MAX_DIGESTED = 5"))
+    capped = make_driver(script=DRIVER_WITH.format(setup="digest.MAX_DIGESTED = 5"))
     run_in(capped, None, "\n".join(f"v{i} = {i}" for i in range(8)))
     got = digest(capped)
     assert got["ok"] is True

@@ -70,6 +70,14 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/changes.py"),
     ),
     (
+        "python/sandlot_runtime/pickling.py",
+        include_str!("../../../python/sandlot_runtime/pickling.py"),
+    ),
+    (
+        "python/sandlot_runtime/digest.py",
+        include_str!("../../../python/sandlot_runtime/digest.py"),
+    ),
+    (
         "python/sandlot_runtime/snapshot.py",
         include_str!("../../../python/sandlot_runtime/snapshot.py"),
     ),

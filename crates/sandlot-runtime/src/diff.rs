@@ -5,8 +5,8 @@
 //! Family: each sandbox's ancestry is followed through the store (`forked_from`, and
 //! `from_snapshot` to the snapshot's sandbox) to its first ancestor; two sandboxes whose first
 //! ancestors differ are refused. Variables: each sandbox's driver answers a `state_digest`
-//! (`snapshot.py`): per code context, each variable a save would carry, with its type, the
-//! size of its pickle and a digest of it that equal values share however their parts are
+//! (the driver's `digest.py`): per code context, each variable a save would carry, with its
+//! type, the size of its pickle and a digest of it that equal values share however their parts are
 //! shared. The host compares digests and never sees a pickle. The two sandboxes are asked one
 //! after the other, each under its own execution lock (never both at once, so two diffs in
 //! opposite directions cannot deadlock); a paused sandbox is resumed for it like for any call

@@ -15,7 +15,10 @@ PACKAGE = Path(sandlot.__file__).resolve().parent
 # a floor here.
 FLOORS: List[List[str]] = [
     ["_version", "_sse", "errors"],
-    ["models"],  # artifacts read through models.ArtifactReader, which the HTTP layer implements
+    ["_artifacts"],  # artifacts read through ArtifactReader, which the HTTP layer implements
+    ["_execution", "_resources"],  # an execution's results; sandboxes, templates, snapshots, volumes
+    ["_family"],  # forks and diffs: lists of the sandboxes of _resources
+    ["models"],  # the objects the SDK returns, all importable from here
     ["_core"],  # configuration, request bodies, the streaming state machine
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
     ["jobs"],  # durable jobs, the event stream, a sandbox's record (the sandbox's methods call it)

@@ -1,7 +1,7 @@
 """HTTP plumbing: one httpx client per sandbox handle, typed errors, retries on connect
 failures only (a request that may have reached the server is never sent again), downloads to
 a local file, and upload bodies. ``SyncHTTP`` and ``AsyncHTTP`` are also what artifacts read
-through (``models.ArtifactReader``)."""
+through (``models.ArtifactReader``, defined in ``_artifacts``)."""
 
 from __future__ import annotations
 
