@@ -1938,3 +1938,126 @@ async fn the_creation_pipeline_checks_in_order() {
     assert_eq!(code(r), "admitted");
     assert_eq!(req.tier.as_deref(), Some(sandlot_types::ISOLATED_TIER));
 }
+
+/// Every operation of the one service (`sandlot_service::Service`) runs tenant scoping, then
+/// the gates, then the tenant's fair shares, and only then reaches the backend: a refusal at
+/// any step leaves the backend untouched. The fake's sandboxes are all the `default` tenant's.
+#[tokio::test]
+async fn the_service_scopes_gates_and_claims_before_the_runtime() {
+    use sandlot_service::{OnDrop, Service};
+    let store = Arc::new(sandlot_store::Store::open_in_memory().unwrap());
+    let policies = concat!(
+        "@id(\"all\") permit (principal, action, resource);\n",
+        "@id(\"no-code\") forbid (principal, action == Sandlot::Action::\"execute\", ",
+        "resource) when { principal.plan == \"no-code\" };\n",
+        "@id(\"no-build\") forbid (principal, action == Sandlot::Action::\"build_template\", ",
+        "resource) when { principal.plan == \"no-code\" };\n",
+    );
+    let engine = sandlot_policy::PolicyEngine::from_text(policies).unwrap();
+    let gov = sandlot_service::Governance::new(store, engine, [7; 32]).unwrap();
+    // The sandboxes' own tenant, with no room for anything it would keep.
+    let none = sandlot_types::TenantQuotas {
+        max_paused_sandboxes: Some(0),
+        max_snapshots: Some(0),
+        max_volumes: Some(0),
+        max_templates: Some(0),
+        ..Default::default()
+    };
+    let req = sandlot_types::CreateTenant {
+        name: "default".into(),
+        plan: Some("free".into()),
+        quotas: Some(none),
+    };
+    gov.keys.put_tenant("default", req, true).unwrap();
+    let who = |tenant: &str, plan: &str| sandlot_types::Principal {
+        key_id: format!("key-{tenant}-{plan}"),
+        key_prefix: "sl_test".into(),
+        tenant: tenant.into(),
+        role: sandlot_types::Role::Member,
+        plan: plan.into(),
+    };
+    let fake = Fake::default();
+    let svc = Service::new(&fake, Some(&gov));
+    let code = |e: ApiError| e.code.as_str().to_owned();
+    let exec = || ExecuteRequest {
+        code: "1+1".into(),
+        language: Language::Python,
+        timeout: None,
+        stream: false,
+        context: None,
+    };
+
+    // Another tenant's sandbox is a missing one, for every operation.
+    let other = who("other", "free");
+    let missing = "sandbox_not_found";
+    assert_eq!(code(svc.pause(&other, "sb").await.unwrap_err()), missing);
+    assert_eq!(code(svc.resume(&other, "sb").await.unwrap_err()), missing);
+    assert_eq!(code(svc.delete(&other, "sb").await.unwrap_err()), missing);
+    let fork = sandlot_types::ForkRequest {
+        count: 2,
+        same_seed: false,
+    };
+    assert_eq!(
+        code(svc.fork(&other, "sb", fork).await.unwrap_err()),
+        missing
+    );
+    let snap = sandlot_types::CreateSnapshot { name: None };
+    assert_eq!(
+        code(svc.snapshot(&other, "sb", snap).await.unwrap_err()),
+        missing
+    );
+    let started = svc.start_execution(&other, "sb", exec(), false, OnDrop::RunOn);
+    assert_eq!(code(started.await.err().unwrap()), missing);
+    let gate = svc.gate_file(&other, "sb", "a.txt", Some(1)).await;
+    assert_eq!(code(gate.unwrap_err()), missing);
+    assert_eq!(code(svc.sandbox(&other, "sb").await.unwrap_err()), missing);
+
+    // The gates: the policy forbids this plan's code and builds.
+    let gated = who("default", "no-code");
+    let started = svc.start_execution(&gated, "sb", exec(), false, OnDrop::RunOn);
+    assert_eq!(code(started.await.err().unwrap()), "policy_denied");
+    let built = svc.create_template(&gated, sample_spec("sales")).await;
+    assert_eq!(code(built.unwrap_err()), "policy_denied");
+    let deleted = svc.delete_template(&gated, "default", "sales").await;
+    assert_eq!(code(deleted.unwrap_err()), "policy_denied");
+
+    // The fair shares: the tenant may keep no paused sandbox, snapshot, volume or template.
+    let member = who("default", "free");
+    let quota = "tenant_quota_exceeded";
+    assert_eq!(code(svc.pause(&member, "sb").await.unwrap_err()), quota);
+    let snap = sandlot_types::CreateSnapshot { name: None };
+    assert_eq!(
+        code(svc.snapshot(&member, "sb", snap).await.unwrap_err()),
+        quota
+    );
+    let vol = sandlot_types::CreateVolume {
+        name: "data".into(),
+        size_mb: None,
+        tenant: None,
+    };
+    assert_eq!(
+        code(svc.create_volume(&member, vol).await.unwrap_err()),
+        quota
+    );
+    // (A template the tenant has already takes no new share: the fake has all but `missing`.)
+    let built = svc.create_template(&member, sample_spec("missing")).await;
+    assert_eq!(code(built.unwrap_err()), quota);
+    assert_eq!(
+        fake.calls(),
+        Vec::<String>::new(),
+        "nothing refused reached the backend"
+    );
+
+    // Past every step, the backend is reached, once per operation.
+    let mut run = svc
+        .start_execution(&member, "sb", exec(), false, OnDrop::RunOn)
+        .await
+        .unwrap();
+    run.wait().await.unwrap();
+    svc.delete(&member, "sb").await.unwrap();
+    assert_eq!(fake.calls(), ["execute sb Python 1+1", "delete sb"]);
+    // Without governance every caller is the local admin: nothing is scoped, gated or capped.
+    let open = Service::new(&fake, None);
+    open.delete(&other, "sb").await.unwrap();
+    assert_eq!(fake.calls().last().map(String::as_str), Some("delete sb"));
+}
