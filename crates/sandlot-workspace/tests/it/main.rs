@@ -5,7 +5,6 @@
 
 mod common;
 
-mod bench;
 mod btrfs;
 mod loop_image;
 mod race;

@@ -1,9 +1,12 @@
-//! Micro-benchmark (ignored by default): create, remove, snapshot and open_tree times for each
-//! backend and quota mode, and 1 GiB write/read throughput in a workspace against the host disk.
+//! Micro-benchmark of the workspace backends: create, remove, snapshot and open_tree times for
+//! each backend and quota mode, and 1 GiB write/read throughput in a workspace against the host
+//! disk. A benchmark, not a test: `cargo test` does not run it.
 //!
-//! `cargo test -p sandlot-workspace --release --test it -- bench:: --ignored --nocapture --test-threads 1`
+//! `cargo bench -p sandlot-workspace --bench backends` (root: it mounts Btrfs images).
 
-use crate::common;
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -97,8 +100,6 @@ fn bench_backend(label: &str, ws: &Workspaces, snapshots: bool) {
     ws.remove("src").unwrap();
 }
 
-#[test]
-#[ignore]
 fn create_remove_snapshot() {
     for (label, quota) in [
         ("btrfs squota", QuotaMode::Simple),
@@ -151,8 +152,6 @@ fn throughput(path: &Path, bytes: u64) -> (f64, f64) {
     (write, read)
 }
 
-#[test]
-#[ignore]
 fn write_read_1gib() {
     let mut fx = Fixture::new(BackendChoice::Btrfs);
     fx.cfg.image.initial_bytes = 3 * GIB;
@@ -174,4 +173,9 @@ fn write_read_1gib() {
     }
     fx.finish(ws);
     lw.finish(lws);
+}
+
+fn main() {
+    create_remove_snapshot();
+    write_read_1gib();
 }
