@@ -32,6 +32,8 @@ pub use error::{api_error, code_of, status_of, HttpError, METHOD_NOT_ALLOWED, RO
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
 pub use files::FileList;
 pub use sandboxes::SandboxList;
+/// The HTTP plumbing shared with the record, at the paths it always had here.
+pub use sandlot_http::{ApiConfig, SANDBOX_ID_HEADER};
 pub use templates::TemplateList;
 
 use axum::extract::{FromRef, Request};
@@ -42,7 +44,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use backend::Backend;
-use sandlot_runtime::{Runtime, RuntimeConfig};
+use sandlot_runtime::Runtime;
 use std::sync::Arc;
 use std::time::Instant;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -52,37 +54,6 @@ pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 
 /// The server's version, as `/v1/health` reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Limits the HTTP layer enforces before a request reaches the runtime.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// Largest JSON request body in bytes.
-    pub max_json_bytes: usize,
-    /// Largest `code` of an execution in bytes (the runtime checks it too).
-    pub max_code_bytes: usize,
-    /// Largest file upload in bytes (the runtime checks it too while streaming).
-    pub max_file_bytes: u64,
-}
-
-/// Room a JSON body gets beyond its code: the other fields, escaping.
-const JSON_OVERHEAD_BYTES: usize = 2 << 20;
-
-impl ApiConfig {
-    /// Limits that agree with the runtime's: a JSON body may be 2 MiB plus the code limit.
-    pub fn for_runtime(cfg: &RuntimeConfig) -> Self {
-        Self {
-            max_json_bytes: JSON_OVERHEAD_BYTES + cfg.max_code_bytes,
-            max_code_bytes: cfg.max_code_bytes,
-            max_file_bytes: cfg.max_file_bytes,
-        }
-    }
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self::for_runtime(&RuntimeConfig::new(Default::default(), Default::default()))
-    }
-}
 
 /// Builds the application: every route under `/v1`, JSON errors for unknown routes and
 /// methods, panics turned into 500 `internal`, and one log line per request.
@@ -105,9 +76,6 @@ pub struct Extensions {
     /// without them.
     pub recording: Option<Arc<record::Recording>>,
 }
-
-/// The header E2B's SDKs address a sandbox with when one listener serves them all.
-pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 
 /// [`router`] with `ext` added.
 pub fn router_extended(rt: Runtime, cfg: ApiConfig, ext: Extensions) -> Router {
