@@ -18,7 +18,6 @@ mod files;
 pub mod govern;
 mod policies;
 pub mod ports;
-pub mod record;
 mod revoke;
 mod sandboxes;
 pub mod shares;
@@ -62,19 +61,17 @@ pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
 }
 
 /// What other crates add to the application: routes of their own (the E2B control plane,
-/// `/mcp`), and the router that serves every request addressed to a sandbox by E2B's
+/// `/mcp`, the record's), and the router that serves every request addressed to a sandbox by E2B's
 /// `E2b-Sandbox-Id` header, whatever its path.
 #[derive(Default)]
 pub struct Extensions {
-    /// Merged beside `/v1`; must not overlap it nor set a fallback.
+    /// Merged beside `/v1` (inside authentication and the fallbacks, like `/v1`'s own);
+    /// must not overlap it nor set a fallback.
     pub routes: Router,
     /// Serves requests that carry `E2b-Sandbox-Id`.
     pub sandbox_header: Option<Router>,
     /// API keys, tenants and quotas; `None` serves every request as the local admin.
     pub governance: Option<Arc<sandlot_service::Governance>>,
-    /// The audit log, metrics and traces, events, jobs, lineage (`record/`); `None` serves
-    /// without them.
-    pub recording: Option<Arc<record::Recording>>,
 }
 
 /// [`router`] with `ext` added.
@@ -320,11 +317,9 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
     for r in routes::<B>() {
         app = app.route(r.path, r.handler);
     }
-    let mut app = app.with_state(state.clone()).merge(ext.routes);
-    if let Some(rec) = &ext.recording {
-        app = app.merge(record::router(rec.clone()));
-    }
     let mut app = app
+        .with_state(state.clone())
+        .merge(ext.routes)
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::route_not_found);
     if let Some(by_header) = ext.sandbox_header {
@@ -345,29 +340,16 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             },
         ));
     }
-    let app = app
-        .layer(axum::middleware::from_fn_with_state(
-            state,
-            govern::authenticate::<B>,
-        ))
-        .layer(axum::middleware::from_fn(refuse_pages))
-        .layer(CatchPanicLayer::custom(error::panic_response))
-        // Inside the record's layers, so its line is logged in the request's span (trace id).
-        .layer(axum::middleware::from_fn(log_request));
-    // Outside every refusal, so refused requests are recorded and counted too.
-    match ext.recording {
-        Some(rec) => app
-            .layer(axum::middleware::from_fn_with_state(
-                rec.clone(),
-                record::audit::middleware,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                rec,
-                record::observe::middleware,
-            ))
-            .layer(axum::middleware::from_fn(record::note_layer)),
-        None => app,
-    }
+    // `sandlot serve` wraps what this returns in the record's layers (`sandlot-record`):
+    // outside every refusal, so refused requests are recorded and counted too, and outside
+    // `log_request`, so its line is logged in the request's span (trace id).
+    app.layer(axum::middleware::from_fn_with_state(
+        state,
+        govern::authenticate::<B>,
+    ))
+    .layer(axum::middleware::from_fn(refuse_pages))
+    .layer(CatchPanicLayer::custom(error::panic_response))
+    .layer(axum::middleware::from_fn(log_request))
 }
 
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a

@@ -26,13 +26,13 @@
 //! before the execution started).
 
 use super::Recording;
-use crate::error::HttpError;
-use crate::govern::Caller;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
 use sandlot_service::Note;
 use sandlot_types::{ErrorCode, ExecutionRecord, LifecycleKind, Sandbox, SandboxState};
 use serde_json::{json, Value};

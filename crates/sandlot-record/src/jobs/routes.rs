@@ -357,7 +357,7 @@ async fn events(
             match rx.recv().await {
                 Ok((j, told)) if *j == *id => match told {
                     Told::Output(ev) => {
-                        yield Ok(json_event(crate::execute::event_name(&ev), &ev));
+                        yield Ok(json_event(sandlot_http::event_name(&ev), &ev));
                     }
                     Told::Started => {
                         if let Some(j) = read(&id) {
