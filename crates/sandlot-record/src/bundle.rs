@@ -309,3 +309,6 @@ impl<R: std::io::Read> std::io::Read for Exact<R> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -25,6 +25,9 @@ pub mod lineage;
 pub mod observe;
 pub mod webhooks;
 
+#[cfg(test)]
+mod fixtures;
+
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;

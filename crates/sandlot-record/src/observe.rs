@@ -474,11 +474,7 @@ impl HttpBody for Finishing {
 }
 
 /// Traces and counts the request.
-pub async fn middleware(
-    State(_rec): State<Arc<Recording>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn middleware(State(_rec): State<Arc<Recording>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = method_label(req.method());
     let mut shape = shape_of(&req);

@@ -483,11 +483,7 @@ fn refusal(path: &str, why: &str) -> Response {
 }
 
 /// Records the request in the audit log.
-pub async fn middleware(
-    State(rec): State<Arc<Recording>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn middleware(State(rec): State<Arc<Recording>>, req: Request, next: Next) -> Response {
     let audit = &rec.audit;
     let method = req.method().clone();
     let path = req.uri().path().to_owned();

@@ -547,3 +547,6 @@ fn end_state_str(e: EndState) -> &'static str {
         EndState::Killed => "killed (the sandbox's processes died)",
     }
 }
+
+#[cfg(test)]
+mod tests;
