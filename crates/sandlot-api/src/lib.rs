@@ -61,8 +61,8 @@ pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
 }
 
 /// What other crates add to the application: routes of their own (the E2B control plane,
-/// `/mcp`, the record's), and the router that serves every request addressed to a sandbox by E2B's
-/// `E2b-Sandbox-Id` header, whatever its path.
+/// `/mcp`, the record's), and the router that serves every request addressed to a sandbox by
+/// E2B's `E2b-Sandbox-Id` header, whatever its path.
 #[derive(Default)]
 pub struct Extensions {
     /// Merged beside `/v1` (inside authentication and the fallbacks, like `/v1`'s own);

@@ -53,3 +53,6 @@ impl Default for ApiConfig {
         Self::for_runtime(&RuntimeConfig::new(Default::default(), Default::default()))
     }
 }
+
+#[cfg(test)]
+mod tests;
