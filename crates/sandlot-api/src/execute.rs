@@ -23,11 +23,7 @@ use sandlot_types::{
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 
-/// SSE event that ends a stream: its data is the [`ExecutionResult`].
-pub const DONE_EVENT: &str = "done";
-/// SSE event that ends a stream when the execution failed after its stream had started; its
-/// data is the usual error body. (An error before the stream starts is a plain JSON error.)
-pub const API_ERROR_EVENT: &str = "api_error";
+pub use sandlot_http::events::{event_name, API_ERROR_EVENT, DONE_EVENT};
 
 /// `POST /v1/sandboxes/{id}/interrupt` response.
 #[derive(Debug, Serialize, Deserialize)]
@@ -124,17 +120,6 @@ fn event_stream(
             yield Ok(output_event(&ev));
         }
         yield Ok(final_event(result));
-    }
-}
-
-/// The SSE event name of an output event: its `type`.
-pub fn event_name(ev: &OutputEvent) -> &'static str {
-    match ev {
-        OutputEvent::Stdout { .. } => "stdout",
-        OutputEvent::Stderr { .. } => "stderr",
-        OutputEvent::DisplayData { .. } => "display_data",
-        OutputEvent::Result { .. } => "result",
-        OutputEvent::Error(_) => "error",
     }
 }
 

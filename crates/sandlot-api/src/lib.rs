@@ -18,7 +18,6 @@ mod files;
 pub mod govern;
 mod policies;
 pub mod ports;
-pub mod record;
 mod revoke;
 mod sandboxes;
 pub mod shares;
@@ -32,6 +31,8 @@ pub use error::{api_error, code_of, status_of, HttpError, METHOD_NOT_ALLOWED, RO
 pub use execute::{event_name, ExecutionList, InterruptResponse, API_ERROR_EVENT, DONE_EVENT};
 pub use files::FileList;
 pub use sandboxes::SandboxList;
+/// The HTTP plumbing shared with the record, at the paths it always had here.
+pub use sandlot_http::{ApiConfig, SANDBOX_ID_HEADER};
 pub use templates::TemplateList;
 
 use axum::extract::{FromRef, Request};
@@ -42,7 +43,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use backend::Backend;
-use sandlot_runtime::{Runtime, RuntimeConfig};
+use sandlot_runtime::Runtime;
 use std::sync::Arc;
 use std::time::Instant;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -53,37 +54,6 @@ pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 /// The server's version, as `/v1/health` reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Limits the HTTP layer enforces before a request reaches the runtime.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// Largest JSON request body in bytes.
-    pub max_json_bytes: usize,
-    /// Largest `code` of an execution in bytes (the runtime checks it too).
-    pub max_code_bytes: usize,
-    /// Largest file upload in bytes (the runtime checks it too while streaming).
-    pub max_file_bytes: u64,
-}
-
-/// Room a JSON body gets beyond its code: the other fields, escaping.
-const JSON_OVERHEAD_BYTES: usize = 2 << 20;
-
-impl ApiConfig {
-    /// Limits that agree with the runtime's: a JSON body may be 2 MiB plus the code limit.
-    pub fn for_runtime(cfg: &RuntimeConfig) -> Self {
-        Self {
-            max_json_bytes: JSON_OVERHEAD_BYTES + cfg.max_code_bytes,
-            max_code_bytes: cfg.max_code_bytes,
-            max_file_bytes: cfg.max_file_bytes,
-        }
-    }
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self::for_runtime(&RuntimeConfig::new(Default::default(), Default::default()))
-    }
-}
-
 /// Builds the application: every route under `/v1`, JSON errors for unknown routes and
 /// methods, panics turned into 500 `internal`, and one log line per request.
 pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
@@ -91,23 +61,18 @@ pub fn router(rt: Runtime, cfg: ApiConfig) -> Router {
 }
 
 /// What other crates add to the application: routes of their own (the E2B control plane,
-/// `/mcp`), and the router that serves every request addressed to a sandbox by E2B's
-/// `E2b-Sandbox-Id` header, whatever its path.
+/// `/mcp`, the record's), and the router that serves every request addressed to a sandbox by
+/// E2B's `E2b-Sandbox-Id` header, whatever its path.
 #[derive(Default)]
 pub struct Extensions {
-    /// Merged beside `/v1`; must not overlap it nor set a fallback.
+    /// Merged beside `/v1` (inside authentication and the fallbacks, like `/v1`'s own);
+    /// must not overlap it nor set a fallback.
     pub routes: Router,
     /// Serves requests that carry `E2b-Sandbox-Id`.
     pub sandbox_header: Option<Router>,
     /// API keys, tenants and quotas; `None` serves every request as the local admin.
     pub governance: Option<Arc<sandlot_service::Governance>>,
-    /// The audit log, metrics and traces, events, jobs, lineage (`record/`); `None` serves
-    /// without them.
-    pub recording: Option<Arc<record::Recording>>,
 }
-
-/// The header E2B's SDKs address a sandbox with when one listener serves them all.
-pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
 
 /// [`router`] with `ext` added.
 pub fn router_extended(rt: Runtime, cfg: ApiConfig, ext: Extensions) -> Router {
@@ -359,11 +324,9 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
     for r in routes::<B>() {
         app = app.route(r.path, r.handler);
     }
-    let mut app = app.with_state(state.clone()).merge(ext.routes);
-    if let Some(rec) = &ext.recording {
-        app = app.merge(record::router(rec.clone()));
-    }
     let mut app = app
+        .with_state(state.clone())
+        .merge(ext.routes)
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::route_not_found);
     if let Some(by_header) = ext.sandbox_header {
@@ -384,29 +347,16 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
             },
         ));
     }
-    let app = app
-        .layer(axum::middleware::from_fn_with_state(
-            state,
-            govern::authenticate::<B>,
-        ))
-        .layer(axum::middleware::from_fn(refuse_pages))
-        .layer(CatchPanicLayer::custom(error::panic_response))
-        // Inside the record's layers, so its line is logged in the request's span (trace id).
-        .layer(axum::middleware::from_fn(log_request));
-    // Outside every refusal, so refused requests are recorded and counted too.
-    match ext.recording {
-        Some(rec) => app
-            .layer(axum::middleware::from_fn_with_state(
-                rec.clone(),
-                record::audit::middleware,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                rec,
-                record::observe::middleware,
-            ))
-            .layer(axum::middleware::from_fn(record::note_layer)),
-        None => app,
-    }
+    // `sandlot serve` wraps what this returns in the record's layers (`sandlot-record`):
+    // outside every refusal, so refused requests are recorded and counted too, and outside
+    // `log_request`, so its line is logged in the request's span (trace id).
+    app.layer(axum::middleware::from_fn_with_state(
+        state,
+        govern::authenticate::<B>,
+    ))
+    .layer(axum::middleware::from_fn(refuse_pages))
+    .layer(CatchPanicLayer::custom(error::panic_response))
+    .layer(axum::middleware::from_fn(log_request))
 }
 
 /// Pages an app serves through `/v1/sandboxes/{id}/ports/...` share the server's origin in a

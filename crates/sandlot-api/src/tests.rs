@@ -1451,7 +1451,7 @@ fn openapi_lists_exactly_the_routes() {
         .iter()
         .map(|r| (r.path.replace("{*", "{"), r.verb.openapi_key().to_owned()))
         .chain(
-            crate::record::ROUTES
+            sandlot_record::ROUTES
                 .iter()
                 .map(|(verb, path)| (path.to_string(), verb.to_string())),
         )

@@ -201,12 +201,12 @@ pub const VARS: &[Var] = &[
     },
 ];
 
-/// The record's settings (read by `sandlot-api`'s `record/` and `sandlot-telemetry`).
+/// The record's settings (read by `sandlot-record` and `sandlot-telemetry`).
 pub const LOG_FORMAT: &str = "SANDLOT_LOG_FORMAT";
 pub const AUDIT: &str = "SANDLOT_AUDIT";
 pub const AUDIT_SEGMENT_BYTES: &str = "SANDLOT_AUDIT_SEGMENT_BYTES";
 pub const AUDIT_REFUSALS_SECONDS: &str = "SANDLOT_AUDIT_REFUSALS_SECONDS";
-pub const TRUSTED_PROXIES: &str = sandlot_api::record::audit::TRUSTED_PROXIES;
+pub const TRUSTED_PROXIES: &str = sandlot_record::audit::TRUSTED_PROXIES;
 pub const METRICS_PUBLIC: &str = "SANDLOT_METRICS_PUBLIC";
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";

@@ -1,7 +1,7 @@
 //! `sandlot bundle`, `sandlot replay` and `sandlot lineage`.
 //!
 //! - `bundle SANDBOX -o FILE` saves a sandbox's run bundle (`GET /v1/sandboxes/{id}/bundle`,
-//!   see `sandlot-api/src/record/bundle.rs` for the format).
+//!   see `sandlot-record/src/bundle.rs` for the format).
 //! - `replay BUNDLE|SANDBOX` reads a bundle (a file, or the named sandbox's, fetched), checks
 //!   that the server has the bundle's template at the same version (else every step is
 //!   `not_replayable`, and no sandbox is created), creates a fresh sandbox of it with the

@@ -57,7 +57,7 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     } else {
         sandlot_mcp::http_router_with_hosts(rt.clone(), governance.clone(), [addr.ip().to_string()])
     };
-    let recording = sandlot_api::record::Recording::start(sandlot_api::record::RecordContext {
+    let recording = sandlot_record::Recording::start(sandlot_record::RecordContext {
         rt: rt.clone(),
         gov: governance.clone(),
         store: rt.store(),
@@ -66,12 +66,17 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     .await
     .context("could not start the record (audit, metrics, events, jobs)")?;
     let ext = sandlot_api::Extensions {
-        routes: e2b.routes().merge(mcp),
+        // The record's routes are authenticated and scoped by the REST adapter's layer, like
+        // `/v1`'s own.
+        routes: e2b
+            .routes()
+            .merge(mcp)
+            .merge(sandlot_record::router(recording.clone())),
         sandbox_header: Some(e2b.sandbox_router()),
         governance,
-        recording: Some(recording.clone()),
     };
     let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);
+    let app = with_record(app, recording.clone());
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve_http(listener, app, async move {
@@ -124,6 +129,27 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Wraps every request (REST, E2B, MCP alike) in the record's layers, outermost first:
+///
+/// ```text
+/// note → observe → audit → (the API's) log_request → catch panic → refuse pages → authenticate
+/// ```
+///
+/// Outside every refusal, so refused requests are recorded and counted too; outside the API's
+/// `log_request`, so its line is logged in the request's span (trace id). The note comes first
+/// so the layers inside it (and the handlers) write to it and the audit and metrics read it.
+fn with_record(app: axum::Router, rec: Arc<sandlot_record::Recording>) -> axum::Router {
+    app.layer(axum::middleware::from_fn_with_state(
+        rec.clone(),
+        sandlot_record::audit::middleware,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        rec,
+        sandlot_record::observe::middleware,
+    ))
+    .layer(axum::middleware::from_fn(sandlot_record::note_layer))
 }
 
 /// Serves `app` on `listener` until `stop` resolves, then lets open requests finish.

@@ -7,11 +7,11 @@
 //! (its `attempt` counts the runs).
 //!
 //! Jobs and webhooks cross this boundary as JSON objects in their wire shape (the fields of
-//! the API's `Job` and `Webhook`, which `sandlot-api` owns): every field that is queried is
+//! the API's `Job` and `Webhook`, which `sandlot-record` owns): every field that is queried is
 //! a real column, nested values (`request`, `metadata`, `result`, `events`) are JSON text.
 //!
 //! A webhook's signing secret is not stored at all: the server derives it from a key of its
-//! own kept in the data dir (see `sandlot-api`'s `record/webhooks.rs`), so a copy of this
+//! own kept in the data dir (see `sandlot-record`'s `webhooks.rs`), so a copy of this
 //! database (a backup, a bundle) never carries secrets that would let its reader forge
 //! deliveries.
 

@@ -19,8 +19,6 @@
 
 use super::lineage::{self, Step};
 use super::Recording;
-use crate::error::HttpError;
-use crate::govern::Caller;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -28,6 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
 use sandlot_types::Sandbox;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -309,3 +309,6 @@ impl<R: std::io::Read> std::io::Read for Exact<R> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,16 +20,16 @@
 //! at that moment is interrupted too), and the job ends `cancelled` with what it produced.
 
 use super::{RecordContext, RecordError, Recording};
-use crate::error::HttpError;
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::govern::Caller;
-use crate::ApiConfig;
 use axum::extract::{FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use sandlot_http::ApiConfig;
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
+use sandlot_http::{ApiJson, ApiPath, ApiQuery};
 use sandlot_runtime::{now_rfc3339, Runtime};
 use sandlot_service::api_error;
 use sandlot_service::execution::{self, Dropped, ExecutionHandle, Step};
@@ -547,3 +547,6 @@ fn end_state_str(e: EndState) -> &'static str {
         EndState::Killed => "killed (the sandbox's processes died)",
     }
 }
+
+#[cfg(test)]
+mod tests;

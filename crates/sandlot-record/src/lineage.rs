@@ -26,13 +26,13 @@
 //! before the execution started).
 
 use super::Recording;
-use crate::error::HttpError;
-use crate::govern::Caller;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
 use sandlot_service::Note;
 use sandlot_types::{ErrorCode, ExecutionRecord, LifecycleKind, Sandbox, SandboxState};
 use serde_json::{json, Value};
@@ -692,6 +692,17 @@ pub(crate) async fn openlineage_events(
         Ok((parents(&store, &sb2), findings))
     })
     .await?;
+    Ok(openlineage_of(sb, &steps, &parents, &findings))
+}
+
+/// The OpenLineage events of a sandbox's run from what was read of it: its steps in order, its
+/// parents (nearest first) and its guardrail findings.
+pub(crate) fn openlineage_of(
+    sb: &Sandbox,
+    steps: &[Step],
+    parents: &[Value],
+    findings: &[sandlot_store::FindingRecord],
+) -> Vec<Value> {
     let ns = namespace(&sb.tenant);
     let sandbox_job = json!({"namespace": ns, "name": sb.id});
     let sandbox_run_id = run_id(&sb.id);
@@ -730,7 +741,7 @@ pub(crate) async fn openlineage_events(
     )];
     let mut inputs_so_far: Vec<Value> = Vec::new();
     let mut all_outputs: Vec<Value> = Vec::new();
-    for step in &steps {
+    for step in steps {
         let e = match step {
             Step::Input {
                 path, sha256, size, ..
@@ -849,5 +860,8 @@ pub(crate) async fn openlineage_events(
             all_outputs,
         ));
     }
-    Ok(events)
+    events
 }
+
+#[cfg(test)]
+mod tests;

@@ -23,9 +23,6 @@
 //! operator's.
 
 use super::{RecordContext, RecordError, Recording};
-use crate::error::HttpError;
-use crate::extract::ApiQuery;
-use crate::govern::Caller;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -34,6 +31,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sandlot_audit::{AuditLog, Config, Entry, Refusals};
+use sandlot_http::ApiQuery;
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
 use sandlot_service::Note;
 use sandlot_types::ErrorCode;
 use serde::{Deserialize, Serialize};
@@ -483,11 +483,7 @@ fn refusal(path: &str, why: &str) -> Response {
 }
 
 /// Records the request in the audit log.
-pub(crate) async fn middleware(
-    State(rec): State<Arc<Recording>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn middleware(State(rec): State<Arc<Recording>>, req: Request, next: Next) -> Response {
     let audit = &rec.audit;
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -586,9 +582,9 @@ struct Asker {
 impl Asker {
     fn of(headers: &HeaderMap) -> Asker {
         Asker {
-            by_header: headers.contains_key(crate::SANDBOX_ID_HEADER),
+            by_header: headers.contains_key(sandlot_http::SANDBOX_ID_HEADER),
             sandbox: headers
-                .get(crate::SANDBOX_ID_HEADER)
+                .get(sandlot_http::SANDBOX_ID_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(|s| s.trim().chars().take(128).collect()),
             token: if headers.contains_key("x-access-token") {

@@ -13,14 +13,14 @@
 //! event streams count too): past it, `429 tenant_quota_exceeded` with `Retry-After`.
 
 use super::{RecordContext, RecordError, Recording};
-use crate::error::HttpError;
-use crate::extract::ApiQuery;
-use crate::govern::Caller;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use sandlot_http::ApiQuery;
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
 use sandlot_types::{ErrorCode, LifecycleEvent, LifecycleKind};
 use serde::Deserialize;
 use std::collections::HashMap;

@@ -17,8 +17,6 @@
 //! across the request.
 
 use super::{RecordContext, RecordError, Recording};
-use crate::govern::{principal_of, Caller};
-use crate::{HttpError, SANDBOX_ID_HEADER};
 use axum::body::Body;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -28,6 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use http_body::Body as HttpBody;
+use sandlot_http::{principal_of, Caller};
+use sandlot_http::{HttpError, SANDBOX_ID_HEADER};
 use sandlot_service::Note;
 use sandlot_telemetry::trace::{self, KeyValue, PastSpan};
 use sandlot_telemetry::{metrics, Interface, Interner, Operation};
@@ -474,11 +474,7 @@ impl HttpBody for Finishing {
 }
 
 /// Traces and counts the request.
-pub(crate) async fn middleware(
-    State(_rec): State<Arc<Recording>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn middleware(State(_rec): State<Arc<Recording>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = method_label(req.method());
     let mut shape = shape_of(&req);

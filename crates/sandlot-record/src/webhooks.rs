@@ -50,16 +50,16 @@
 //! secret (webhooks are then recreated).
 
 use super::{RecordContext, RecordError, Recording};
-use crate::error::HttpError;
-use crate::extract::{ApiJson, ApiPath};
-use crate::govern::Caller;
-use crate::ApiConfig;
 use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use hmac::Mac;
+use sandlot_http::ApiConfig;
+use sandlot_http::Caller;
+use sandlot_http::HttpError;
+use sandlot_http::{ApiJson, ApiPath};
 use sandlot_runtime::{now_rfc3339, Runtime};
 use sandlot_store::Store;
 use sandlot_tenancy::Share;

@@ -1,15 +1,17 @@
 //! The record: what happened on this server, kept and told. Every request leaves an audit
-//! record (`audit.rs`), a span and its metrics (`observe.rs`); lifecycle events are streamed
+//! record (`audit/`), a span and its metrics (`observe.rs`); lifecycle events are streamed
 //! and sent to webhooks (`events.rs`, `webhooks.rs`); executions can be queued as durable jobs
-//! (`jobs.rs`); what came from what is answered by `lineage.rs`, and a sandbox's run is
+//! (`jobs/`); what came from what is answered by `lineage.rs`, and a sandbox's run is
 //! written as a bundle to replay (`bundle.rs`).
 //!
-//! [`Recording`] holds the components; `sandlot serve` starts it ([`Recording::start`]) and
-//! hands it to the router in [`crate::Extensions`], which serves [`router`] beside `/v1` and
-//! wraps every request (REST, E2B, MCP alike) in the record's layers (see `crate::router_with`):
+//! The record sits below the adapters: it shares the HTTP plumbing of the REST adapter
+//! (`sandlot-http`) but never depends on it. `sandlot serve` (`sandlot-cli`'s `serve.rs`)
+//! composes them: it starts the record ([`Recording::start`]), merges [`router`] beside `/v1`
+//! (authenticated by the REST adapter's layer like every route), and wraps the whole
+//! application (REST, E2B, MCP alike) in the record's layers, outside every refusal:
 //!
 //! ```text
-//! log_request → note → observe → audit → catch panic → refuse pages → authenticate → routes
+//! note → observe → audit → log_request → catch panic → refuse pages → authenticate → routes
 //! ```
 //!
 //! A [`Note`] travels with each request: the layers outside authentication read what the
@@ -22,6 +24,9 @@ pub mod jobs;
 pub mod lineage;
 pub mod observe;
 pub mod webhooks;
+
+#[cfg(test)]
+mod fixtures;
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -150,7 +155,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// The outermost record layer: gives the request its [`Note`] (also as a request extension).
-pub(crate) async fn note_layer(mut req: Request, next: Next) -> Response {
+pub async fn note_layer(mut req: Request, next: Next) -> Response {
     let note = Note::default();
     req.extensions_mut().insert(note.clone());
     note.scope(next.run(req)).await

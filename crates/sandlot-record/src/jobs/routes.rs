@@ -55,7 +55,7 @@ pub struct JobList {
 }
 
 #[derive(Debug, Deserialize, Default)]
-struct ListQuery {
+pub(super) struct ListQuery {
     state: Option<String>,
     after: Option<i64>,
     limit: Option<u32>,
@@ -69,32 +69,13 @@ async fn submit(
 ) -> Result<Response, HttpError> {
     let ctx = &st.rec.ctx;
     let jobs = &st.rec.jobs.inner;
-    if body.code.len() > st.cfg.max_code_bytes {
-        return Err(HttpError::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "the code is {} bytes; this server accepts at most {} bytes",
-                body.code.len(),
-                st.cfg.max_code_bytes
-            ),
-        ));
-    }
-    if let Some(t) = body.timeout {
-        let max = ctx.rt.max_exec_timeout();
-        if !(t.is_finite() && t > 0.0 && t <= max) {
-            return Err(HttpError::new(
-                ErrorCode::InvalidArgument,
-                format!("timeout must be a number of seconds above 0 and at most {max}"),
-            ));
-        }
-    }
-    let metadata = Value::Object(body.metadata.unwrap_or_default());
-    if metadata.to_string().len() > MAX_METADATA_BYTES {
-        return Err(HttpError::new(
-            ErrorCode::InvalidArgument,
-            format!("metadata is larger than {MAX_METADATA_BYTES} bytes as JSON"),
-        ));
-    }
+    let metadata = Value::Object(body.metadata.clone().unwrap_or_default());
+    check_submission(
+        &body,
+        &metadata,
+        st.cfg.max_code_bytes,
+        ctx.rt.max_exec_timeout(),
+    )?;
     // Unknown (or another tenant's, refused by the path's scoping already) sandbox: 404.
     let sandbox = ctx.rt.get_sandbox(&id).await?;
     if let Some(g) = ctx.gov.as_deref() {
@@ -114,17 +95,15 @@ async fn submit(
         context: body.context,
     };
     let job_id = new_job_id();
-    let job = json!({
-        "id": job_id,
-        "sandbox_id": id,
-        "tenant": caller.tenant(),
-        "key_id": caller.0.key_id,
-        "state": state::QUEUED,
-        "request": request,
-        "metadata": metadata,
-        "idempotent": body.idempotent,
-        "submitted_at": now_rfc3339(),
-    });
+    let job = job_record(
+        &job_id,
+        &id,
+        &caller,
+        &request,
+        metadata,
+        body.idempotent,
+        &now_rfc3339(),
+    );
     {
         let mut s = lock(&jobs.sched);
         let on_sandbox = s.queues.get(&id).map_or(0, VecDeque::len);
@@ -153,20 +132,8 @@ async fn submit(
                 .map_err(|e| HttpError(sandlot_service::shares::quota_error(e)))?;
             }
         }
-        let full = [
-            (on_sandbox, jobs.limits.per_sandbox, "this sandbox"),
-            (of_tenant, jobs.limits.per_tenant, "this tenant's sandboxes"),
-            (s.queued, jobs.limits.global, "this server"),
-        ]
-        .into_iter()
-        .find(|(waiting, limit, _)| waiting >= limit);
-        if let Some((waiting, limit, which)) = full {
-            // A rough time for a slot to free: a second per job a permit runs ahead of it.
-            let retry = (waiting / jobs.limits.concurrency.max(1)).clamp(1, 60);
-            return Err(HttpError::new(
-                ErrorCode::JobQueueFull,
-                format!("{limit} jobs already wait on {which}; retry in {retry} s"),
-            ));
+        if let Some(why) = queue_full(&jobs.limits, on_sandbox, of_tenant, s.queued) {
+            return Err(HttpError::new(ErrorCode::JobQueueFull, why));
         }
         // Committed before the answer, under the lock so that queue order is store order.
         jobs.store.insert_job(&job).map_err(store_err)?;
@@ -192,8 +159,89 @@ async fn submit(
         .into_response())
 }
 
+/// What a submission must be before anything is looked up: code within the server's limit,
+/// a timeout in (0, `max_timeout`] seconds, metadata within [`MAX_METADATA_BYTES`] as JSON.
+pub(super) fn check_submission(
+    body: &SubmitJob,
+    metadata: &Value,
+    max_code_bytes: usize,
+    max_timeout: f64,
+) -> Result<(), HttpError> {
+    if body.code.len() > max_code_bytes {
+        return Err(HttpError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the code is {} bytes; this server accepts at most {} bytes",
+                body.code.len(),
+                max_code_bytes
+            ),
+        ));
+    }
+    if let Some(t) = body.timeout {
+        let max = max_timeout;
+        if !(t.is_finite() && t > 0.0 && t <= max) {
+            return Err(HttpError::new(
+                ErrorCode::InvalidArgument,
+                format!("timeout must be a number of seconds above 0 and at most {max}"),
+            ));
+        }
+    }
+    if metadata.to_string().len() > MAX_METADATA_BYTES {
+        return Err(HttpError::new(
+            ErrorCode::InvalidArgument,
+            format!("metadata is larger than {MAX_METADATA_BYTES} bytes as JSON"),
+        ));
+    }
+    Ok(())
+}
+
+/// A new job as the store records it (`queued`, its request and who submitted it).
+pub(super) fn job_record(
+    job_id: &str,
+    sandbox_id: &str,
+    caller: &Caller,
+    request: &ExecuteRequest,
+    metadata: Value,
+    idempotent: bool,
+    at: &str,
+) -> Value {
+    json!({
+        "id": job_id,
+        "sandbox_id": sandbox_id,
+        "tenant": caller.tenant(),
+        "key_id": caller.0.key_id,
+        "state": state::QUEUED,
+        "request": request,
+        "metadata": metadata,
+        "idempotent": idempotent,
+        "submitted_at": at,
+    })
+}
+
+/// The first bound a new job would pass (waiting on its sandbox, on its tenant's sandboxes,
+/// on the server), as the message of the `429 job_queue_full`; `None` when there is room.
+pub(super) fn queue_full(
+    limits: &Limits,
+    on_sandbox: usize,
+    of_tenant: usize,
+    queued: usize,
+) -> Option<String> {
+    let full = [
+        (on_sandbox, limits.per_sandbox, "this sandbox"),
+        (of_tenant, limits.per_tenant, "this tenant's sandboxes"),
+        (queued, limits.global, "this server"),
+    ]
+    .into_iter()
+    .find(|(waiting, limit, _)| waiting >= limit);
+    full.map(|(waiting, limit, which)| {
+        // A rough time for a slot to free: a second per job a permit runs ahead of it.
+        let retry = (waiting / limits.concurrency.max(1)).clamp(1, 60);
+        format!("{limit} jobs already wait on {which}; retry in {retry} s")
+    })
+}
+
 /// A job as the API shows it (the store's wire shape, without who-knows-what internals).
-fn view(mut job: Value) -> Value {
+pub(super) fn view(mut job: Value) -> Value {
     if let Some(m) = job.as_object_mut() {
         m.remove("tenant");
     }
@@ -221,15 +269,7 @@ async fn list(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<JobList>, HttpError> {
-    if let Some(s) = q.state.as_deref() {
-        if !state::ALL.contains(&s) {
-            return Err(HttpError::new(
-                ErrorCode::InvalidArgument,
-                format!("state must be one of {}", state::ALL.join(", ")),
-            ));
-        }
-    }
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = list_limit(&q)?;
     // The sandbox's tenant was checked by the path's scoping; an unknown one has no jobs but
     // still answers 404, as for any other sandbox route.
     if st.rec.ctx.rt.sandbox_tenant(&id).is_none() {
@@ -243,13 +283,31 @@ async fn list(
         .store
         .list_jobs(&id, q.state.as_deref(), q.after.unwrap_or(0), limit)
         .map_err(store_err)?;
-    let next_after = (jobs.len() == limit as usize)
-        .then(|| jobs.last().and_then(|j| j["position"].as_i64()))
-        .flatten();
+    let next_after = next_after(&jobs, limit);
     Ok(Json(JobList {
         jobs: jobs.into_iter().map(view).collect(),
         next_after,
     }))
+}
+
+/// A list query's page size (100 by default, 1 to 1000), once its `state` is a known one.
+pub(super) fn list_limit(q: &ListQuery) -> Result<u32, HttpError> {
+    if let Some(s) = q.state.as_deref() {
+        if !state::ALL.contains(&s) {
+            return Err(HttpError::new(
+                ErrorCode::InvalidArgument,
+                format!("state must be one of {}", state::ALL.join(", ")),
+            ));
+        }
+    }
+    Ok(q.limit.unwrap_or(100).clamp(1, 1000))
+}
+
+/// The `after` of the next page: the last job's position when the page is full.
+pub(super) fn next_after(jobs: &[Value], limit: u32) -> Option<i64> {
+    (jobs.len() == limit as usize)
+        .then(|| jobs.last().and_then(|j| j["position"].as_i64()))
+        .flatten()
 }
 
 async fn cancel(
@@ -357,7 +415,7 @@ async fn events(
             match rx.recv().await {
                 Ok((j, told)) if *j == *id => match told {
                     Told::Output(ev) => {
-                        yield Ok(json_event(crate::execute::event_name(&ev), &ev));
+                        yield Ok(json_event(sandlot_http::event_name(&ev), &ev));
                     }
                     Told::Started => {
                         if let Some(j) = read(&id) {
