@@ -5,7 +5,6 @@
 //! `cargo bench -p sandlot-workspace --bench backends` (root: it mounts Btrfs images).
 
 #[path = "../tests/it/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::io::{Read, Write};

@@ -2,5 +2,4 @@
 //! test's path is `it::<file>::<test>`). One suite: `cargo test -p sandlot-audit --test it -- <file>::`.
 
 mod log;
-mod rate;
 mod segments;

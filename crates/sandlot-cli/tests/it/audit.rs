@@ -482,39 +482,3 @@ fn a_full_disk_refuses_actions_and_nothing_runs_unrecorded() {
         std::panic::resume_unwind(p);
     }
 }
-
-/// The per-request cost on the hot path: hot `1+1` with audit on against the same server with
-/// `SANDLOT_AUDIT=off`, alternating rounds. Ignored by default (timing); run with
-/// `cargo test -p sandlot-cli --test it -- audit::hot_path --ignored --nocapture`.
-#[test]
-#[ignore]
-fn hot_path_cost_audit_on_vs_off() {
-    fn median(server: &TestServer, id: &str, n: usize) -> f64 {
-        let mut v: Vec<f64> = (0..n)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                server.execute(id, "1+1");
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }
-    let on = TestServer::start();
-    let off = TestServer::start_with_env(&[("SANDLOT_AUDIT", "off")]);
-    let (a, b) = (on.create_sandbox(), off.create_sandbox());
-    median(&on, &a, 20);
-    median(&off, &b, 20);
-    let (mut m_on, mut m_off) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        m_on.push(median(&on, &a, 60));
-        m_off.push(median(&off, &b, 60));
-    }
-    m_on.sort_by(f64::total_cmp);
-    m_off.sort_by(f64::total_cmp);
-    let (x, y) = (m_on[2], m_off[2]);
-    println!(
-        "hot 1+1 median: audit on {x:.3} ms, off {y:.3} ms: {:+.1}%",
-        (x / y - 1.0) * 100.0
-    );
-}
