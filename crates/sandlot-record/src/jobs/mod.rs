@@ -507,8 +507,7 @@ impl Inner {
         let Some(tenant) = g.keys.tenant(&job.tenant) else {
             return Err(format!("its tenant {} no longer exists", job.tenant));
         };
-        let sandbox = self
-            .rt
+        self.rt
             .get_sandbox(sb)
             .await
             .map_err(|_| sandbox_ended_reason(sb))?;
@@ -519,8 +518,15 @@ impl Inner {
             role: key.role,
             plan: tenant.plan,
         };
-        g.gate_execute(&who, &sandbox, job.request.code.len(), job.request.language)
-            .map_err(|e| format!("the policy no longer allows it: {}", e.message))
+        // The service's execute gate, as every protocol's execution passes it.
+        let (code_bytes, language) = (job.request.code.len(), job.request.language);
+        sandlot_service::Service::new(&self.rt, Some(g))
+            .gate_execute(&who, sb, code_bytes, language)
+            .await
+            .map_err(|e| match e.code {
+                ErrorCode::SandboxNotFound | ErrorCode::SandboxGone => sandbox_ended_reason(sb),
+                _ => format!("the policy no longer allows it: {}", e.message),
+            })
     }
 
     /// Fails every queued job of sandbox `sb`.

@@ -77,10 +77,11 @@ async fn submit(
         ctx.rt.max_exec_timeout(),
     )?;
     // Unknown (or another tenant's, refused by the path's scoping already) sandbox: 404.
-    let sandbox = ctx.rt.get_sandbox(&id).await?;
-    if let Some(g) = ctx.gov.as_deref() {
-        g.gate_execute(&caller.0, &sandbox, body.code.len(), body.language)?;
-    }
+    ctx.rt.get_sandbox(&id).await?;
+    // The service's execute gate, as every protocol's execution passes it.
+    sandlot_service::Service::new(&ctx.rt, ctx.gov.as_deref())
+        .gate_execute(&caller.0, &id, body.code.len(), body.language)
+        .await?;
     if jobs.stopping.load(Ordering::SeqCst) {
         return Err(HttpError::new(
             ErrorCode::JobQueueFull,
