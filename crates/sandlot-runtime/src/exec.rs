@@ -24,6 +24,12 @@ use tokio::sync::mpsc;
 const MAX_QUEUED: usize = 16;
 
 impl Runtime {
+    /// The longest execution timeout the server accepts, in seconds (the bound of jobs', and
+    /// of E2B's executions, which carry none: they run until the client gives up).
+    pub fn max_exec_timeout(&self) -> f64 {
+        self.inner.config.max_exec_timeout
+    }
+
     /// Runs code; when `events` is given every output event is also sent there as it is
     /// produced (for SSE). Executions on one sandbox run one at a time, in arrival order.
     pub async fn execute(

@@ -25,6 +25,8 @@
 //! - `exec`: executions; `contexts`: code contexts; `files`: the workspace; `artifacts`
 //! - `workspace`: the sandbox's files on disk, which outlive its processes
 //! - `templates`: templates and their zygotes; `housekeeping`: recovery, expiry, shutdown
+//! - `e2b`: what only E2B's envd and process protocol need (command pipes, stat/mkdir/move,
+//!   moving a sandbox's expiry)
 
 mod admission;
 pub mod archive;
@@ -35,23 +37,21 @@ mod cgroups;
 mod contexts;
 mod diff;
 mod disk_caps;
+pub mod e2b;
 pub mod env_build;
 pub mod error;
 mod events;
 mod exec;
 pub mod files;
 mod fork;
-mod fsops;
 pub mod govern;
 mod hooks;
 mod housekeeping;
 mod inputs;
 mod kill;
-mod lifetime;
 mod pause;
 mod pool;
 mod ports;
-pub mod proctail;
 mod recorder;
 mod registry;
 mod request;
