@@ -15,17 +15,19 @@ const FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 
 /// `move_mount(2)`: the source is the fd itself (a detached mount), not a path beneath it.
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// `mount_setattr(2)`'s attributes (`linux/mount.h`).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 
 /// `struct mount_attr` of `mount_setattr(2)` (`MOUNT_ATTR_SIZE_VER0`).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub struct MountAttr {
+    pub attr_set: u64,
+    pub attr_clr: u64,
+    /// `MS_PRIVATE`, `MS_SLAVE`, ...; 0 leaves the propagation as it is.
+    pub propagation: u64,
+    pub userns_fd: u64,
 }
 
 /// `struct open_how` of `openat2(2)`.
@@ -254,8 +256,10 @@ pub fn restrict_mount(tree: &OwnedFd, read_only: bool) -> Result<(), nix::Error>
 }
 
 /// `mount_setattr(2)`: applies `attr` to the mount at `path` relative to `dirfd` (the fd
-/// itself with `AT_EMPTY_PATH` and an empty path). The one call of it in this crate.
-fn mount_setattr(
+/// itself with `AT_EMPTY_PATH` and an empty path). The one declaration of it in sandlot:
+/// `sandlot-workspace` calls this one too (rustix has no `mount_setattr`, nix neither). No
+/// allocation: it runs in a forked child (`restrict_mount`).
+pub fn mount_setattr(
     dirfd: RawFd,
     path: &std::ffi::CStr,
     flags: libc::c_int,

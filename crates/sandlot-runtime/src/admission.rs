@@ -35,7 +35,11 @@ pub(crate) struct CreateTicket {
 
 impl Drop for CreateTicket {
     fn drop(&mut self) {
-        self.rt.inner.creating.fetch_sub(1, Ordering::SeqCst);
+        self.rt
+            .inner
+            .registry
+            .creating
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -89,9 +93,9 @@ impl Runtime {
         let inner = &self.inner;
         // Paused sandboxes hold no process and no memory: they do not count. Counting them
         // out walks every entry, so it is done only when the total alone is at the limit.
-        let creating = inner.creating.load(Ordering::SeqCst);
+        let creating = inner.registry.creating.load(Ordering::SeqCst);
         let at_limit = |n: usize| n + creating >= inner.config.max_sandboxes;
-        let sandboxes = lock(&inner.sandboxes);
+        let sandboxes = lock(&inner.registry.sandboxes);
         let full = at_limit(sandboxes.len())
             && at_limit(
                 sandboxes
@@ -105,7 +109,7 @@ impl Runtime {
                 max: inner.config.max_sandboxes,
             });
         }
-        let queued = inner.creating.fetch_add(1, Ordering::SeqCst);
+        let queued = inner.registry.creating.fetch_add(1, Ordering::SeqCst);
         let ticket = CreateTicket { rt: self.clone() };
         if queued >= inner.config.max_pending_creates {
             return Err(RuntimeError::CreateQueueFull {

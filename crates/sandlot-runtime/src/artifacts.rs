@@ -314,7 +314,7 @@ impl Runtime {
         &self,
         sha256: &str,
     ) -> Result<(u64, String, tokio::fs::File), RuntimeError> {
-        let store = self.inner.artifacts.clone();
+        let store = self.inner.storage.artifacts.clone();
         let sha = sha256.to_string();
         let (size, mime, f) =
             blocking("opening an artifact", move || store.open_artifact(&sha)).await??;

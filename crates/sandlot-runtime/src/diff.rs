@@ -138,7 +138,7 @@ impl Runtime {
     /// The first ancestor of sandbox `id`: a sandbox id, or the id of a snapshot whose record
     /// is gone. Blocking (the store).
     fn family_root(&self, id: &str) -> Result<String, RuntimeError> {
-        let st = &self.inner.store;
+        let st = &self.inner.storage.store;
         let (mut node, mut is_snapshot) = (id.to_string(), false);
         for _ in 0..MAX_ANCESTRY {
             let parent = if is_snapshot {

@@ -55,14 +55,14 @@ impl Runtime {
                 owned.push((info.id.clone(), info.tenant.clone()));
             }
         }
-        if let Ok(snaps) = self.inner.store.list_snapshots() {
+        if let Ok(snaps) = self.inner.storage.store.list_snapshots() {
             owned.extend(
                 snaps
                     .into_iter()
                     .map(|r| (r.snapshot.id, r.snapshot.tenant)),
             );
         }
-        if let Ok(vols) = self.inner.store.list_volumes() {
+        if let Ok(vols) = self.inner.storage.store.list_volumes() {
             owned.extend(vols.into_iter().map(|v| (v.workspace, v.tenant)));
         }
         for (id, tenant) in owned {

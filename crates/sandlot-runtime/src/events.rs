@@ -38,13 +38,13 @@ impl Default for Events {
 impl Runtime {
     /// Calls `listener` with every event from now on, inline and in order.
     pub fn on_event(&self, listener: Listener) {
-        lock(&self.inner.events.listeners).push(listener);
+        lock(&self.inner.hooks.events.listeners).push(listener);
     }
 
     /// Events from now on, through a channel that drops the oldest for a subscriber more than
     /// 8192 events behind (its next `recv` says how many).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<LifecycleEvent> {
-        self.inner.events.tx.subscribe()
+        self.inner.hooks.events.tx.subscribe()
     }
 
     /// Tells every listener and subscriber that `kind` happened to the sandbox `id`.
@@ -56,7 +56,7 @@ impl Runtime {
         execution_id: Option<&str>,
         detail: serde_json::Value,
     ) {
-        let events = &self.inner.events;
+        let events = &self.inner.hooks.events;
         let ev = LifecycleEvent {
             seq: events.seq.fetch_add(1, Ordering::SeqCst) + 1,
             kind,

@@ -24,6 +24,12 @@ use tokio::sync::mpsc;
 const MAX_QUEUED: usize = 16;
 
 impl Runtime {
+    /// The longest execution timeout the server accepts, in seconds (the bound of jobs', and
+    /// of E2B's executions, which carry none: they run until the client gives up).
+    pub fn max_exec_timeout(&self) -> f64 {
+        self.inner.config.max_exec_timeout
+    }
+
     /// Runs code; when `events` is given every output event is also sent there as it is
     /// produced (for SSE). Executions on one sandbox run one at a time, in arrival order.
     pub async fn execute(
@@ -74,7 +80,7 @@ impl Runtime {
             started_at: now_rfc3339(),
             result: None,
         };
-        self.inner.recorder.started(record);
+        self.inner.storage.recorder.started(record);
         // With guardrails, streamed events pass the guard on their way to the client.
         let (events, guard) = match events {
             Some(sink) => {
@@ -93,7 +99,7 @@ impl Runtime {
             timeout,
             cfg.max_output_bytes,
             events,
-            &self.inner.artifacts,
+            &self.inner.storage.artifacts,
         )
         .await;
         if let Some(task) = guard {
@@ -124,11 +130,11 @@ impl Runtime {
                 .map(|a| a.sha256.clone())
                 .collect();
             let tenant = lock(&e.info).tenant.clone();
-            if let Err(err) = self.inner.store.add_artifact_owners(&tenant, &shas) {
+            if let Err(err) = self.inner.storage.store.add_artifact_owners(&tenant, &shas) {
                 tracing::warn!(sandbox = %id, error = %err, "artifact owners not recorded");
             }
         }
-        self.inner.recorder.finished(&exec_id, &result);
+        self.inner.storage.recorder.finished(&exec_id, &result);
         self.touch(&e);
         self.emit_for(
             sandlot_types::LifecycleKind::Executed,
@@ -163,13 +169,14 @@ impl Runtime {
     /// The executions of a live or ended sandbox, oldest first, including every one already
     /// answered (the write-behind queue is drained first).
     pub async fn list_executions(&self, id: &str) -> Result<Vec<ExecutionRecord>, RuntimeError> {
-        let known = lock(&self.inner.sandboxes).contains_key(id)
-            || matches!(self.inner.store.get_sandbox(id), Ok(Some(_)));
+        let known = self.inner.registry.contains(id)
+            || matches!(self.inner.storage.store.get_sandbox(id), Ok(Some(_)));
         if !known {
             return Err(RuntimeError::SandboxNotFound { id: id.to_string() });
         }
-        self.inner.recorder.flush().await;
+        self.inner.storage.recorder.flush().await;
         self.inner
+            .storage
             .store
             .list_executions(id)
             .map_err(store("listing executions"))

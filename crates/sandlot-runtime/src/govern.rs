@@ -91,12 +91,12 @@ pub(crate) struct Governance {
 }
 
 /// The proxy's hooks: the runtime (weakly, the proxy lives inside it) and its governor.
-struct Hooks {
+struct ProxyHooks {
     rt: std::sync::OnceLock<Weak<crate::Inner>>,
     governor: Arc<dyn Governor>,
 }
 
-impl EgressHooks for Hooks {
+impl EgressHooks for ProxyHooks {
     fn gate(&self, id: &str, host: &str, port: u16, ip: IpAddr, method: &str) -> GateDecision {
         match self.runtime().and_then(|rt| rt.info_of(id)) {
             Some(info) => self.governor.egress_gate(&info, host, port, ip, method),
@@ -121,7 +121,7 @@ impl EgressHooks for Hooks {
     }
 }
 
-impl Hooks {
+impl ProxyHooks {
     fn runtime(&self) -> Option<Runtime> {
         self.rt
             .get()
@@ -158,7 +158,7 @@ impl Runtime {
         hosts: HashMap<String, Vec<IpAddr>>,
         extra_roots: sandlot_egress::ExtraRoots,
     ) {
-        let hooks = Arc::new(Hooks {
+        let hooks = Arc::new(ProxyHooks {
             rt: std::sync::OnceLock::new(),
             governor: governor.clone(),
         });
@@ -171,7 +171,7 @@ impl Runtime {
             },
             hooks,
         );
-        let _ = self.inner.governance.set(Governance {
+        let _ = self.inner.hooks.governance.set(Governance {
             governor,
             egress,
             scanner: Scanner::default(),
@@ -184,12 +184,12 @@ impl Runtime {
     }
 
     pub(crate) fn governance(&self) -> Option<&Governance> {
-        self.inner.governance.get()
+        self.inner.hooks.governance.get()
     }
 
     /// A live sandbox's record, now.
     pub(crate) fn info_of(&self, id: &str) -> Option<Sandbox> {
-        lock(&self.inner.sandboxes)
+        lock(&self.inner.registry.sandboxes)
             .get(id)
             .map(|e| lock(&e.info).clone())
     }
@@ -328,6 +328,7 @@ impl Runtime {
             info.forked_from.clone().or_else(|| {
                 info.from_snapshot.as_deref().and_then(|snap| {
                     self.inner
+                        .storage
                         .store
                         .get_snapshot(snap)
                         .ok()
@@ -362,7 +363,7 @@ impl Runtime {
             info.clone()
         };
         tracing::warn!(sandbox = %e.id, "its secrets were held in memory by a previous server run; set them again with PUT .../network");
-        if let Err(err) = self.inner.store.update_sandbox(&info) {
+        if let Err(err) = self.inner.storage.store.update_sandbox(&info) {
             tracing::warn!(sandbox = %e.id, error = %err, "could not record the forgotten secrets");
         }
     }
@@ -425,6 +426,7 @@ impl Runtime {
             info.clone()
         };
         self.inner
+            .storage
             .store
             .update_sandbox(&info)
             .map_err(crate::error::store("recording the network allowlist"))?;
@@ -483,7 +485,7 @@ impl Runtime {
             info.clone()
         };
         tracing::warn!(sandbox = id, why, "sandbox contained");
-        if let Err(err) = self.inner.store.update_sandbox(&info) {
+        if let Err(err) = self.inner.storage.store.update_sandbox(&info) {
             tracing::error!(sandbox = id, error = %err, "containment not recorded");
         }
         g.governor.contained(&info, why);

@@ -5,7 +5,6 @@
 use crate::error::{store, RuntimeError};
 use crate::util::{lock, now_rfc3339};
 use crate::Runtime;
-use sandlot_jail::cgroup::Cgroup;
 use sandlot_types::SandboxState;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -25,14 +24,15 @@ impl Runtime {
     pub(crate) fn recover(&self) -> Result<(), RuntimeError> {
         let began = std::time::Instant::now();
         let inner = &self.inner;
-        for name in inner.hierarchy.children(&inner.cgroup_base) {
-            let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&name));
+        for name in inner.cgroups.hierarchy.children(&inner.cgroups.base) {
+            let cg = inner.cgroups.open(&inner.cgroups.child(&name));
             if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
                 tracing::warn!(group = %name, error = %e, "could not empty a leftover cgroup");
             }
             let _ = cg.remove();
         }
         let stopped = inner
+            .storage
             .store
             .mark_running(
                 SandboxState::Stopped,
@@ -47,6 +47,7 @@ impl Runtime {
             .into_iter()
             .collect();
         let kept = inner
+            .storage
             .store
             .sandboxes_in(&[
                 SandboxState::Stopped,
@@ -58,13 +59,13 @@ impl Runtime {
         for (mut info, uid) in kept {
             let uid = uid.filter(|uid| {
                 on_disk.contains(&info.id)
-                    && lock(&inner.slots).reserve(*uid, crate::uids::Kind::Sandbox)
+                    && lock(&inner.registry.slots).reserve(*uid, crate::uids::Kind::Sandbox)
             });
             let Some(uid) = uid else {
                 info.state = SandboxState::Lost;
                 info.ended_reason =
                     Some("its workspace was not found when the server restarted".into());
-                if let Err(e) = inner.store.update_sandbox(&info) {
+                if let Err(e) = inner.storage.store.update_sandbox(&info) {
                     tracing::error!(sandbox = %info.id, error = %e, "recording a lost sandbox failed");
                 }
                 continue;
@@ -76,7 +77,7 @@ impl Runtime {
                 info.state = SandboxState::Paused;
                 info.paused_at = Some(now_rfc3339());
                 info.ended_reason = None;
-                if let Err(e) = inner.store.update_sandbox(&info) {
+                if let Err(e) = inner.storage.store.update_sandbox(&info) {
                     tracing::error!(sandbox = %info.id, error = %e, "recording a paused sandbox failed");
                 }
             }
@@ -84,14 +85,14 @@ impl Runtime {
             // (set them again with `PUT .../network`).
             if !info.secrets.is_empty() {
                 info.secrets.clear();
-                if let Err(e) = inner.store.update_sandbox(&info) {
+                if let Err(e) = inner.storage.store.update_sandbox(&info) {
                     tracing::error!(sandbox = %info.id, error = %e, "recording forgotten secrets failed");
                 }
             }
-            let cg = Cgroup::open(&inner.hierarchy, &inner.cgroup_base.join(&info.id));
+            let cg = inner.cgroups.open(&inner.cgroups.child(&info.id));
             restored.insert(info.id.clone());
             let entry = Arc::new(crate::Entry::restored(info, uid, cg));
-            lock(&inner.sandboxes).insert(entry.id.clone(), entry);
+            lock(&inner.registry.sandboxes).insert(entry.id.clone(), entry);
         }
         // Snapshots keep their workspace copies among the workspaces, volumes their files.
         restored.extend(self.snapshot_ids());
@@ -103,7 +104,7 @@ impl Runtime {
                 tracing::warn!(workspace = %id, error = %e, "could not reclaim a workspace no sandbox owns");
             }
         }
-        *lock(&inner.recovery) = Some(crate::Recovery {
+        *lock(&inner.registry.recovery) = Some(crate::Recovery {
             sandboxes: stopped.len(),
             executions_marked: 0,
             duration_ms: began.elapsed().as_secs_f64() * 1e3,
@@ -121,7 +122,7 @@ impl Runtime {
     fn sweep_state_leftovers(&self) {
         let dirs = [
             self.state_dir(),
-            self.inner.data_dir.join(crate::saved::SNAPSHOT_DIR),
+            self.inner.storage.data_dir.join(crate::saved::SNAPSHOT_DIR),
         ];
         for dir in dirs {
             let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -152,8 +153,8 @@ impl Runtime {
     /// dead, restarts a dead zygote, retries cgroups that could not be removed and reaps
     /// orphaned sandbox processes.
     async fn housekeeping(&self) {
-        if self.inner.artifacts.sweep_due() {
-            let store = self.inner.artifacts.clone();
+        if self.inner.storage.artifacts.sweep_due() {
+            let store = self.inner.storage.artifacts.clone();
             tokio::task::spawn_blocking(move || store.sweep());
         }
         for e in self.all_entries() {
@@ -201,7 +202,7 @@ impl Runtime {
     /// Stops every sandbox (its processes killed, its files kept: the next start finds it
     /// `stopped`) and every zygote, then unmounts the workspaces; called on server shutdown.
     pub async fn shutdown(&self) {
-        self.inner.closing.store(true, Ordering::SeqCst);
+        self.inner.registry.close();
         for e in self.all_entries() {
             self.stop(&e).await;
         }
@@ -210,14 +211,14 @@ impl Runtime {
         }
         // Sandbox groups are removed in the background; give them a moment, then remove
         // this server's own group (it only goes when empty).
-        let base = Cgroup::open(&self.inner.hierarchy, &self.inner.cgroup_base);
+        let base = self.inner.cgroups.open(&self.inner.cgroups.base);
         for _ in 0..50 {
             if base.remove().is_ok() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.inner.recorder.flush().await;
+        self.inner.storage.recorder.flush().await;
         let rt = self.clone();
         let _ = tokio::task::spawn_blocking(move || rt.unmount_workspaces()).await;
     }

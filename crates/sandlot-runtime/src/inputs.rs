@@ -110,7 +110,7 @@ fn sweep_staging(root: &std::path::Path) {
 
 impl Runtime {
     fn staging_root(&self) -> PathBuf {
-        self.inner.data_dir.join("run").join("inputs")
+        self.inner.storage.data_dir.join("run").join("inputs")
     }
 
     /// Wraps an upload's body so its bytes are hashed and copied aside as they pass.
@@ -158,7 +158,7 @@ impl Runtime {
         };
         let at = crate::now_rfc3339();
         let stored = tapped.staged.is_some();
-        let store = self.inner.store.clone();
+        let store = self.inner.storage.store.clone();
         if let Err(e) =
             store.insert_input(id, &entry.path, &tapped.sha256, tapped.size, &at, stored)
         {
@@ -168,11 +168,11 @@ impl Runtime {
             return;
         };
         // Who may fetch it by hash (bundles, lineage): the sandbox's tenant.
-        let tenant = match lock(&self.inner.sandboxes).get(id) {
+        let tenant = match lock(&self.inner.registry.sandboxes).get(id) {
             Some(e) => lock(&e.info).tenant.clone(),
             None => return,
         };
-        let artifacts = self.inner.artifacts.clone();
+        let artifacts = self.inner.storage.artifacts.clone();
         let name = entry.name.clone();
         let sha = tapped.sha256;
         tokio::task::spawn_blocking(move || {

@@ -3,9 +3,18 @@
 //! control channel, enforces timeouts and expiry from outside, moves files in and out through
 //! fd-relative paths, and records everything in the store.
 //!
-//! This file holds the configuration, the [`Runtime`] handle and its shared state, and
-//! [`Runtime::start`]. Every concern of `Runtime` is its own `impl Runtime` block in its own
-//! file:
+//! This file holds the configuration, the [`Runtime`] handle and [`Runtime::start`]. The
+//! runtime's state is a handful of owned parts, each its own type in its own module with the
+//! methods that touch only its state:
+//!
+//! - `registry`: the sandboxes (`Entry`), their uids, the creation queue, graves, recovery
+//! - `templates::Templates`: templates and what their zygotes are built from
+//! - `storage`: the store and recorder, artifacts, workspaces, volumes' claims
+//! - `hooks`: what the server installs after start (governance, idle-pause gate, events)
+//! - `cgroups`: this server's cgroup hierarchy and base group
+//!
+//! `Runtime` is the facade over them. Every concern of `Runtime` is its own `impl Runtime`
+//! block in its own file:
 //!
 //! - `admission`: limits, env and metadata checks, capacity and the creation queue
 //! - `spawn`: creating a sandbox, and the server's half of the creation handshake
@@ -16,32 +25,35 @@
 //! - `exec`: executions; `contexts`: code contexts; `files`: the workspace; `artifacts`
 //! - `workspace`: the sandbox's files on disk, which outlive its processes
 //! - `templates`: templates and their zygotes; `housekeeping`: recovery, expiry, shutdown
+//! - `e2b`: what only E2B's envd and process protocol need (command pipes, stat/mkdir/move,
+//!   moving a sandbox's expiry)
 
 mod admission;
 pub mod archive;
 pub mod artifacts;
 pub mod assets;
 mod background;
+mod cgroups;
 mod contexts;
 mod diff;
 mod disk_caps;
+pub mod e2b;
 pub mod env_build;
 pub mod error;
 mod events;
 mod exec;
 pub mod files;
 mod fork;
-mod fsops;
 pub mod govern;
+mod hooks;
 mod housekeeping;
 mod inputs;
 mod kill;
-mod lifetime;
 mod pause;
 mod pool;
 mod ports;
-pub mod proctail;
 mod recorder;
+mod registry;
 mod request;
 mod restart;
 mod sandbox;
@@ -49,6 +61,7 @@ mod sandboxes;
 mod saved;
 mod snapshots;
 mod spawn;
+mod storage;
 mod task;
 mod teardown;
 pub mod templates;
@@ -61,16 +74,13 @@ mod workspace;
 pub mod zygote;
 mod zygote_config;
 
-use sandbox::Live;
-use sandlot_jail::cgroup::{Cgroup, Hierarchy};
+use registry::Entry;
+use sandlot_jail::cgroup::Hierarchy;
 use sandlot_store::Store;
-use sandlot_types::{EffectiveLimits, Sandbox};
-use std::collections::HashMap;
+use sandlot_types::EffectiveLimits;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use templates::Tmpl;
+use std::sync::Arc;
+use std::time::Duration;
 
 pub use error::{FileError, RuntimeError, ZygoteLaunchError};
 pub use events::Listener;
@@ -192,139 +202,28 @@ impl RuntimeConfig {
     }
 }
 
-/// A sandbox the runtime knows about right now: running (its processes may be restarting in
-/// place), stopped or failed. Its id, host uid, cgroup and workspace belong to it for its whole
-/// life; its processes ([`Live`]) are swapped when they restart in place (`restart.rs`).
-struct Entry {
-    id: String,
-    host_uid: u32,
-    cgroup: Cgroup,
-    /// Whether its workspace is on disk (`workspace.rs`) rather than in its processes' tmpfs.
-    disk: bool,
-    info: Mutex<Sandbox>,
-    /// Its current processes, and whether the sandbox has ended.
-    slot: Mutex<Slot>,
-    /// One execution, context request or restart at a time, in arrival order (tokio's Mutex is
-    /// fair). Owned guards let a restart keep it after the request that caused it answered.
-    exec_lock: Arc<tokio::sync::Mutex<()>>,
-    last_active: Mutex<Instant>,
-    /// When its maximum lifetime is reached (moved later by the time it spends paused).
-    expires: Mutex<Instant>,
-    waiting: AtomicUsize,
-    /// When its recent restarts happened, for the restart-loop bound.
-    restarts: Mutex<std::collections::VecDeque<Instant>>,
-}
-
-/// What an [`Entry`] runs right now.
-#[derive(Default)]
-struct Slot {
-    /// `None` while stopped or failed, and after a restart that could not boot.
-    live: Option<Arc<Live>>,
-    /// Set once by `end`: nothing may be installed any more.
-    ended: bool,
-}
-
-impl Entry {
-    /// A new entry for a sandbox running in `live`.
-    fn new(info: Sandbox, live: Arc<Live>) -> Self {
-        let lifetime = Duration::from_secs(info.max_lifetime);
-        Self {
-            id: info.id.clone(),
-            host_uid: live.host_uid,
-            cgroup: live.cgroup.clone(),
-            disk: live.disk(),
-            info: Mutex::new(info),
-            slot: Mutex::new(Slot {
-                live: Some(live),
-                ended: false,
-            }),
-            exec_lock: Default::default(),
-            last_active: Mutex::new(Instant::now()),
-            expires: Mutex::new(Instant::now() + lifetime),
-            waiting: AtomicUsize::new(0),
-            restarts: Default::default(),
-        }
-    }
-
-    /// An entry for a sandbox a previous server run left `stopped`, `failed` or `paused` with
-    /// its workspace on disk: no processes until its next execution restarts (or resumes) them
-    /// in place. Its lifetime ends at its recorded `expires_at`; its idle time counts from now.
-    fn restored(info: Sandbox, host_uid: u32, cgroup: Cgroup) -> Self {
-        let expires = util::instant_of(&info.expires_at);
-        Self {
-            id: info.id.clone(),
-            host_uid,
-            cgroup,
-            disk: true,
-            info: Mutex::new(info),
-            slot: Default::default(),
-            exec_lock: Default::default(),
-            last_active: Mutex::new(Instant::now()),
-            expires: Mutex::new(expires),
-            waiting: AtomicUsize::new(0),
-            restarts: Default::default(),
-        }
-    }
-
-    /// Its current processes, if any.
-    fn live(&self) -> Option<Arc<Live>> {
-        util::lock(&self.slot).live.clone()
-    }
-
-    fn state(&self) -> sandlot_types::SandboxState {
-        util::lock(&self.info).state
-    }
-}
-
 /// Handle to the runtime; cheap to clone.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
 }
 
+/// The runtime's state: its configuration and the parts that own the rest, each with its own
+/// state and the methods that touch only that state. `impl Runtime` blocks (one per concern,
+/// in their own files) combine them.
 struct Inner {
     config: RuntimeConfig,
-    store: Arc<Store>,
-    recorder: recorder::Recorder,
-    hierarchy: Hierarchy,
-    /// `<parent>/<instance>`: this server's groups.
-    cgroup_base: PathBuf,
-    slots: Mutex<uids::Slots>,
-    sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
-    /// Templates by `(tenant, name)`.
-    templates: Mutex<HashMap<(String, String), Arc<Tmpl>>>,
-    /// Template deletions, one at a time.
-    template_ops: tokio::sync::Mutex<()>,
-    lib_dir: PathBuf,
-    staging: PathBuf,
-    default_env: PathBuf,
-    /// Sandboxes being created or waiting to be (counted against capacity).
-    creating: AtomicUsize,
-    create_slots: tokio::sync::Semaphore,
-    /// Set on shutdown: no more pool refills.
-    closing: AtomicBool,
-    /// Sandboxes whose processes were killed but whose cgroup could not be removed yet (a
-    /// process stuck in uninterruptible sleep): housekeeping retries, then frees the uid.
-    graves: Mutex<Vec<teardown::Grave>>,
-    /// Files executions created or changed, content-addressed under `<data-dir>/artifacts/`.
-    artifacts: Arc<artifacts::Store>,
-    /// The sandboxes' workspaces, in `<data-dir>/disk` (`workspace.rs`).
-    /// `None` once shutdown has unmounted them.
-    workspaces: Mutex<Option<Arc<sandlot_workspace::Workspaces>>>,
-    /// The data dir, canonical.
-    data_dir: PathBuf,
-    /// Volume creations and deletions, one at a time.
-    volume_ops: tokio::sync::Mutex<()>,
-    /// Which sandbox holds each volume mounted read-write.
-    volume_claims: Mutex<HashMap<(String, String), String>>,
-    /// The server's governance (egress, canaries, guardrails), once installed.
-    governance: std::sync::OnceLock<govern::Governance>,
-    /// Lifecycle events and who listens to them (`events.rs`).
-    events: events::Events,
-    /// Decides whether an idle sandbox may pause (its tenant's paused share), once installed.
-    idle_pause_gate: std::sync::OnceLock<pause::IdlePauseGate>,
-    /// How long the last start took to recover what the previous run left (`housekeeping.rs`).
-    recovery: Mutex<Option<Recovery>>,
+    /// This server's cgroup hierarchy and base group (`cgroups.rs`).
+    cgroups: cgroups::Cgroups,
+    /// The sandboxes, their uids, the creation queue, graves (`registry.rs`).
+    registry: registry::Registry,
+    /// Templates and what their zygotes are built from (`templates.rs`).
+    templates: templates::Templates,
+    /// The store and recorder, artifacts, workspaces, volumes (`storage.rs`).
+    storage: storage::Storage,
+    /// What the server installs after start: governance, the idle-pause gate, event
+    /// listeners (`hooks.rs`).
+    hooks: hooks::Hooks,
 }
 
 /// What the start of this server found and did about what the previous run left behind.
@@ -406,30 +305,14 @@ impl Runtime {
         );
         let runtime_inner = Inner {
             config,
-            recorder: recorder::Recorder::start(store.clone()),
-            store,
-            hierarchy,
-            cgroup_base,
-            slots: Mutex::new(slots),
-            sandboxes: Mutex::new(HashMap::new()),
-            templates: Mutex::new(HashMap::new()),
-            template_ops: Default::default(),
-            lib_dir,
-            staging,
-            default_env: env_root.clone(),
-            creating: AtomicUsize::new(0),
-            create_slots: tokio::sync::Semaphore::new(config_slots),
-            closing: Default::default(),
-            graves: Default::default(),
-            artifacts: artifact_store,
-            workspaces: Mutex::new(Some(Arc::new(workspaces))),
-            data_dir: data_dir.clone(),
-            volume_ops: Default::default(),
-            volume_claims: Default::default(),
-            governance: Default::default(),
-            events: Default::default(),
-            idle_pause_gate: Default::default(),
-            recovery: Default::default(),
+            cgroups: cgroups::Cgroups {
+                hierarchy,
+                base: cgroup_base,
+            },
+            registry: registry::Registry::new(slots, config_slots),
+            templates: templates::Templates::new(lib_dir, staging, env_root.clone()),
+            storage: storage::Storage::new(store, artifact_store, workspaces, data_dir.clone()),
+            hooks: Default::default(),
         };
         let rt = Runtime {
             inner: Arc::new(runtime_inner),

@@ -233,7 +233,7 @@ impl Runtime {
     /// Installs the gate an idle sandbox passes before it pauses (the server's: its tenant's
     /// `max_paused_sandboxes`). Once; later calls are ignored.
     pub fn set_idle_pause_gate(&self, gate: IdlePauseGate) {
-        let _ = self.inner.idle_pause_gate.set(gate);
+        let _ = self.inner.hooks.idle_pause_gate.set(gate);
     }
 
     /// The idle timeout reached: pause or delete, as the sandbox asked.
@@ -244,7 +244,7 @@ impl Runtime {
             // sandbox is deleted instead, as when a pause fails. The claim is held until the
             // pause is done, so the next count sees it.
             let tenant = lock(&e.info).tenant.clone();
-            let claim = match self.inner.idle_pause_gate.get() {
+            let claim = match self.inner.hooks.idle_pause_gate.get() {
                 Some(gate) => {
                     match gate(self, tenant).await {
                         Ok(claim) => Some(claim),

@@ -77,7 +77,7 @@ impl Runtime {
                     .template(&tmpl.tenant, &tmpl.spec.name)
                     .map(|t| Arc::ptr_eq(&t, &tmpl))
                     .unwrap_or(false);
-                if have >= want || !current || rt.inner.closing.load(Ordering::SeqCst) {
+                if have >= want || !current || rt.inner.registry.is_closing() {
                     break;
                 }
                 match rt.boot(&tmpl, &tmpl.tenant, limits, &[]).await {

@@ -192,7 +192,7 @@ impl Runtime {
         // The group exists unless a server restart removed it (a stopped sandbox); either way
         // it gets the sandbox's limits again.
         sandlot_jail::cgroup::Cgroup::create(
-            &self.inner.hierarchy,
+            &self.inner.cgroups.hierarchy,
             e.cgroup.rel(),
             &crate::admission::cgroup_limits(limits),
         )
@@ -330,7 +330,7 @@ impl Runtime {
     /// Writes the sandbox's record as it is now.
     pub(crate) fn save(&self, e: &Entry) {
         let info = lock(&e.info).clone();
-        if let Err(err) = self.inner.store.update_sandbox(&info) {
+        if let Err(err) = self.inner.storage.store.update_sandbox(&info) {
             tracing::error!(sandbox = %e.id, error = %err, "recording the sandbox failed");
         }
     }

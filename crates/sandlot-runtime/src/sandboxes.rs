@@ -19,7 +19,7 @@ pub struct TenantUsage {
 impl Runtime {
     /// A live sandbox's entry, or why there is none.
     pub(crate) fn entry(&self, id: &str) -> Result<Arc<Entry>, RuntimeError> {
-        if let Some(e) = lock(&self.inner.sandboxes).get(id) {
+        if let Some(e) = lock(&self.inner.registry.sandboxes).get(id) {
             return Ok(e.clone());
         }
         Err(self.gone_or_missing(id))
@@ -27,7 +27,7 @@ impl Runtime {
 
     /// `SandboxGone` for a sandbox the store saw end, `SandboxNotFound` for an id never seen.
     pub(crate) fn gone_or_missing(&self, id: &str) -> RuntimeError {
-        match self.inner.store.get_sandbox(id) {
+        match self.inner.storage.store.get_sandbox(id) {
             Ok(Some(s)) => RuntimeError::SandboxGone {
                 id: id.to_string(),
                 state: state_word(s.state),
@@ -39,10 +39,10 @@ impl Runtime {
 
     /// The tenant sandbox `id` belongs to, live or recorded; `None` for an id never seen.
     pub fn sandbox_tenant(&self, id: &str) -> Option<String> {
-        if let Some(e) = lock(&self.inner.sandboxes).get(id) {
+        if let Some(e) = lock(&self.inner.registry.sandboxes).get(id) {
             return Some(lock(&e.info).tenant.clone());
         }
-        match self.inner.store.get_sandbox(id) {
+        match self.inner.storage.store.get_sandbox(id) {
             Ok(Some(s)) => Some(s.tenant),
             _ => None,
         }
@@ -50,7 +50,7 @@ impl Runtime {
 
     /// The tenant snapshot `id` belongs to, if it is recorded.
     pub fn snapshot_tenant(&self, id: &str) -> Option<String> {
-        match self.inner.store.get_snapshot(id) {
+        match self.inner.storage.store.get_snapshot(id) {
             Ok(Some(r)) => Some(r.snapshot.tenant),
             _ => None,
         }
@@ -58,14 +58,14 @@ impl Runtime {
 
     /// The limits of a live sandbox.
     pub fn sandbox_limits(&self, id: &str) -> Option<sandlot_types::EffectiveLimits> {
-        lock(&self.inner.sandboxes)
+        lock(&self.inner.registry.sandboxes)
             .get(id)
             .map(|e| lock(&e.info).limits)
     }
 
     /// The store this runtime records into (tenancy and policy records share it).
     pub fn store(&self) -> Arc<sandlot_store::Store> {
-        self.inner.store.clone()
+        self.inner.storage.store.clone()
     }
 
     /// What `tenant`'s sandboxes hold now: how many run (or are stopped and restart on their
@@ -73,36 +73,20 @@ impl Runtime {
     /// Paused and ended sandboxes hold nothing. Derived from the live set every time, so a
     /// quota cannot leak across deletes, crashes or restarts.
     pub fn tenant_usage(&self, tenant: &str) -> TenantUsage {
-        let mut u = TenantUsage::default();
-        for e in lock(&self.inner.sandboxes).values() {
-            let info = lock(&e.info);
-            if info.tenant == tenant
-                && matches!(info.state, SandboxState::Running | SandboxState::Stopped)
-            {
-                u.sandboxes += 1;
-                u.cpu_millis += info.limits.cpu_millis;
-                u.memory_mb += info.limits.memory_mb;
-            }
-        }
-        u
+        self.inner.registry.tenant_usage(tenant)
     }
 
     /// How many of `tenant`'s sandboxes are paused (each holds a uid while it is). From the
     /// live set, as [`Runtime::tenant_usage`].
     pub fn tenant_paused(&self, tenant: &str) -> u64 {
-        lock(&self.inner.sandboxes)
-            .values()
-            .filter(|e| {
-                let info = lock(&e.info);
-                info.tenant == tenant && info.state == SandboxState::Paused
-            })
-            .count() as u64
+        self.inner.registry.tenant_paused(tenant)
     }
 
     /// How many volumes `tenant` has, from the store.
     pub fn tenant_volumes(&self, tenant: &str) -> Result<u64, RuntimeError> {
         Ok(self
             .inner
+            .storage
             .store
             .list_volumes()
             .map_err(store("listing volumes"))?
@@ -117,6 +101,7 @@ impl Runtime {
     pub fn tenant_snapshots(&self, tenant: &str) -> Result<(u64, u64), RuntimeError> {
         let all = self
             .inner
+            .storage
             .store
             .list_snapshots()
             .map_err(store("listing snapshots"))?;
@@ -140,7 +125,7 @@ impl Runtime {
 
     /// Every live sandbox's entry, at this moment.
     pub(crate) fn all_entries(&self) -> Vec<Arc<Entry>> {
-        lock(&self.inner.sandboxes).values().cloned().collect()
+        self.inner.registry.entries()
     }
 
     /// Sandboxes that have not ended, or every recorded one with `include_ended`.
@@ -148,11 +133,12 @@ impl Runtime {
         if include_ended {
             return self
                 .inner
+                .storage
                 .store
                 .list_sandboxes(true)
                 .map_err(store("listing sandboxes"));
         }
-        let mut v: Vec<Sandbox> = lock(&self.inner.sandboxes)
+        let mut v: Vec<Sandbox> = lock(&self.inner.registry.sandboxes)
             .values()
             .map(|e| lock(&e.info).clone())
             .collect();
@@ -173,7 +159,7 @@ impl Runtime {
     /// concurrent request, is not found.
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let missing = || RuntimeError::SandboxNotFound { id: id.to_string() };
-        let e = lock(&self.inner.sandboxes)
+        let e = lock(&self.inner.registry.sandboxes)
             .get(id)
             .cloned()
             .ok_or_else(missing)?;

@@ -93,7 +93,7 @@ impl StateFailure {
 impl Runtime {
     /// Where paused sandboxes' states live.
     pub(crate) fn state_dir(&self) -> PathBuf {
-        self.inner.data_dir.join(STATE_DIR)
+        self.inner.storage.data_dir.join(STATE_DIR)
     }
 
     /// The state file of a paused sandbox.
@@ -104,6 +104,7 @@ impl Runtime {
     /// A snapshot's state file.
     pub(crate) fn snapshot_state(&self, id: &str) -> PathBuf {
         self.inner
+            .storage
             .data_dir
             .join(SNAPSHOT_DIR)
             .join(format!("{id}.state"))

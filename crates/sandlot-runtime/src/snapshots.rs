@@ -67,7 +67,7 @@ impl Runtime {
             state_sha256: saved.sha256,
             contexts: saved.contexts,
         };
-        if let Err(err) = self.inner.store.insert_snapshot(&record) {
+        if let Err(err) = self.inner.storage.store.insert_snapshot(&record) {
             self.remove_snapshot_files(&snap).await;
             return Err(store("recording the snapshot")(err));
         }
@@ -78,6 +78,7 @@ impl Runtime {
     pub async fn list_snapshots(&self) -> Result<Vec<Snapshot>, RuntimeError> {
         Ok(self
             .inner
+            .storage
             .store
             .list_snapshots()
             .map_err(store("listing snapshots"))?
@@ -95,6 +96,7 @@ impl Runtime {
         self.snapshot_record(id)?;
         let deleted = self
             .inner
+            .storage
             .store
             .delete_snapshot(id)
             .map_err(store("deleting a snapshot"))?;
@@ -124,6 +126,7 @@ impl Runtime {
 
     fn snapshot_record(&self, id: &str) -> Result<SnapshotRecord, RuntimeError> {
         self.inner
+            .storage
             .store
             .get_snapshot(id)
             .map_err(store("reading a snapshot"))?
@@ -133,6 +136,7 @@ impl Runtime {
     /// Ids of every recorded snapshot (their workspace copies are not orphans).
     pub(crate) fn snapshot_ids(&self) -> Vec<String> {
         self.inner
+            .storage
             .store
             .list_snapshots()
             .map(|v| v.into_iter().map(|r| r.snapshot.id).collect())
@@ -185,6 +189,7 @@ impl Runtime {
             let created = async {
                 let _slot = rt
                     .inner
+                    .registry
                     .create_slots
                     .acquire()
                     .await

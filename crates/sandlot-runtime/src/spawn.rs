@@ -76,7 +76,7 @@ impl Runtime {
         let rt = self.clone();
         tokio::spawn(async move {
             let _ticket = ticket;
-            let created = match rt.inner.create_slots.acquire().await {
+            let created = match rt.inner.registry.create_slots.acquire().await {
                 Ok(_slot) => rt.hand_out(admitted, &req).await,
                 Err(_) => Err(RuntimeError::AdmissionClosed),
             };
@@ -93,7 +93,7 @@ impl Runtime {
             sandbox = id,
             "the client went away during creation; deleting the sandbox"
         );
-        let e = lock(&self.inner.sandboxes).get(id).cloned();
+        let e = self.inner.registry.get(id);
         if let Some(e) = e {
             self.end(
                 &e,
@@ -150,16 +150,22 @@ impl Runtime {
         }
         let recorded = self
             .inner
+            .storage
             .store
             .insert_sandbox(&info)
-            .and_then(|()| self.inner.store.set_host_uid(&info.id, Some(live.host_uid)));
+            .and_then(|()| {
+                self.inner
+                    .storage
+                    .store
+                    .set_host_uid(&info.id, Some(live.host_uid))
+            });
         if let Err(e) = recorded {
             self.discard(live);
             return Err(store("recording the sandbox")(e));
         }
         let entry = Arc::new(Entry::new(info.clone(), live.clone()));
-        lock(&self.inner.sandboxes).insert(info.id.clone(), entry.clone());
-        if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        lock(&self.inner.registry.sandboxes).insert(info.id.clone(), entry.clone());
+        if self.inner.registry.is_closing() {
             // Shutdown may have stopped every sandbox it knew before this one was inserted.
             self.stop(&entry).await;
             return Err(RuntimeError::AdmissionClosed);
@@ -201,15 +207,15 @@ impl Runtime {
         volumes: &[VolumeMount],
     ) -> Result<(String, u32, Cgroup), RuntimeError> {
         let id = util::new_id("sb_");
-        let uid = lock(&self.inner.slots)
+        let uid = lock(&self.inner.registry.slots)
             .alloc(crate::uids::Kind::Sandbox)
             .ok_or(RuntimeError::NoFreeUid)?;
         if let Err(err) = self.claim_volumes(&id, tenant, uid, volumes).await {
             self.release_uid(uid);
             return Err(err);
         }
-        let rel = self.inner.cgroup_base.join(&id);
-        match Cgroup::create(&self.inner.hierarchy, &rel, &cgroup_limits(limits)) {
+        let rel = self.inner.cgroups.child(&id);
+        match Cgroup::create(&self.inner.cgroups.hierarchy, &rel, &cgroup_limits(limits)) {
             Ok(cg) => Ok((id, uid, cg)),
             Err(source) => {
                 let (rt, sid) = (self.clone(), id.clone());

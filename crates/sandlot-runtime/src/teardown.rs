@@ -75,7 +75,7 @@ impl Runtime {
     /// the processes are dead), records why it ended, and releases its cgroup, workspace and
     /// uid. A sandbox ends once; later calls do nothing and return false.
     pub(crate) async fn end(&self, e: &Arc<Entry>, state: SandboxState, reason: &str) -> bool {
-        if lock(&self.inner.sandboxes).remove(&e.id).is_none() {
+        if lock(&self.inner.registry.sandboxes).remove(&e.id).is_none() {
             return false;
         }
         self.govern_ended(&e.id);
@@ -105,7 +105,7 @@ impl Runtime {
         info.ended_reason = Some(reason.to_string());
         info.last_active_at = now_rfc3339();
         *lock(&e.info) = info.clone();
-        if let Err(err) = self.inner.store.update_sandbox(&info) {
+        if let Err(err) = self.inner.storage.store.update_sandbox(&info) {
             tracing::error!(error = %err, "recording the end of a sandbox failed");
         }
         let _ = released.await;
@@ -234,7 +234,7 @@ impl Runtime {
             uid,
             "a sandbox's cgroup or workspace cannot be removed yet; housekeeping retries"
         );
-        lock(&self.inner.graves).push(Grave {
+        self.inner.registry.bury(Grave {
             id: id.to_string(),
             uid,
             cgroup: cg.clone(),
@@ -246,7 +246,7 @@ impl Runtime {
     /// Housekeeping's retry of cgroups that could not be removed: kills what is left, removes
     /// the group, frees the uid. Blocking.
     pub(crate) fn sweep_graves(&self) {
-        let graves: Vec<Grave> = std::mem::take(&mut *lock(&self.inner.graves));
+        let graves: Vec<Grave> = self.inner.registry.take_graves();
         let mut left = Vec::new();
         for mut g in graves {
             empty_cgroup(&g.cgroup, Duration::from_millis(50));
@@ -262,7 +262,7 @@ impl Runtime {
                 left.push(g);
             }
         }
-        lock(&self.inner.graves).extend(left);
+        self.inner.registry.rebury(left);
     }
 
     /// Reaps every exited child of the server that ran as one of this server's sandbox uids:
@@ -272,7 +272,7 @@ impl Runtime {
     pub(crate) fn reap_orphans(&self) {
         for pid in zombie_children() {
             let Some(uid) = proc_uid(pid) else { continue };
-            if !lock(&self.inner.slots).is_sandbox_uid(uid) {
+            if !lock(&self.inner.registry.slots).is_sandbox_uid(uid) {
                 continue;
             }
             // SAFETY: waitpid on a specific pid of ours, without blocking.
@@ -285,7 +285,7 @@ impl Runtime {
 
     /// Frees a host uid of a sandbox or zygote for reuse.
     pub(crate) fn release_uid(&self, uid: u32) {
-        lock(&self.inner.slots).release(uid);
+        self.inner.registry.release_uid(uid);
     }
 
     /// Retires a template replaced by one of the same name: its pool is killed, then its
@@ -313,7 +313,7 @@ impl Runtime {
     /// a sandbox's are (a group that cannot be emptied yet is left to housekeeping, its uid
     /// held meanwhile). Blocking.
     fn end_zygote(&self, t: &Tmpl, zygote: Option<Arc<crate::zygote::Zygote>>) {
-        let cg = Cgroup::open(&self.inner.hierarchy, &t.zygote_cgroup);
+        let cg = self.inner.cgroups.open(&t.zygote_cgroup);
         // The group first, so nothing the setup started can act in between; then the zygote's
         // handle reaps it.
         empty_cgroup(&cg, KILL_WAIT);
@@ -341,7 +341,7 @@ impl Runtime {
             let _ = gone.await;
         }
         let zygote = t.zygote.write().await.take();
-        let cg = Cgroup::open(&self.inner.hierarchy, &t.zygote_cgroup);
+        let cg = self.inner.cgroups.open(&t.zygote_cgroup);
         let _ = tokio::task::spawn_blocking(move || {
             empty_cgroup(&cg, KILL_WAIT);
             if let Some(z) = zygote {

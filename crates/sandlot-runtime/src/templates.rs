@@ -23,9 +23,55 @@ use crate::zygote_config::zygote_config;
 use crate::{assets, Runtime};
 use sandlot_jail::cgroup::{Cgroup, CgroupLimits};
 use sandlot_types::{Template, TemplateSpec, TemplateStatus};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The templates part of the runtime: every template by `(tenant, name)`, what their zygotes
+/// are built from (the installed Python side, the staging root, the default environment), and
+/// the lock that runs template deletions one at a time.
+pub(crate) struct Templates {
+    /// Templates by `(tenant, name)`.
+    pub(crate) map: Mutex<HashMap<(String, String), Arc<Tmpl>>>,
+    /// Template deletions, one at a time.
+    pub(crate) ops: tokio::sync::Mutex<()>,
+    /// `<data-dir>/lib`: the Python side and each template's zygote file (`assets.rs`).
+    pub(crate) lib_dir: PathBuf,
+    /// `<data-dir>/run/root`: where a zygote's base root is staged.
+    pub(crate) staging: PathBuf,
+    /// The Python environment of templates without extra packages.
+    pub(crate) default_env: PathBuf,
+}
+
+impl Templates {
+    pub(crate) fn new(lib_dir: PathBuf, staging: PathBuf, default_env: PathBuf) -> Self {
+        Self {
+            map: Default::default(),
+            ops: Default::default(),
+            lib_dir,
+            staging,
+            default_env,
+        }
+    }
+
+    /// The template `(tenant, name)`, exactly (no `default` fallback).
+    pub(crate) fn get(&self, tenant: &str, name: &str) -> Option<Arc<Tmpl>> {
+        lock(&self.map)
+            .get(&(tenant.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Every template, at this moment.
+    pub(crate) fn all(&self) -> Vec<Arc<Tmpl>> {
+        lock(&self.map).values().cloned().collect()
+    }
+
+    /// Puts `tmpl` under its key; returns the one it replaces.
+    pub(crate) fn insert(&self, key: (String, String), tmpl: Arc<Tmpl>) -> Option<Arc<Tmpl>> {
+        lock(&self.map).insert(key, tmpl)
+    }
+}
 
 /// How long a zygote gets to import its modules and run its setup.
 const ZYGOTE_READY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -200,8 +246,8 @@ impl Runtime {
     pub(crate) fn zygote_cgroup(&self, template: &str, uid: u32) -> PathBuf {
         // `template` is a `file_key`.
         self.inner
-            .cgroup_base
-            .join(format!("zygote-{template}.{uid}"))
+            .cgroups
+            .child(&format!("zygote-{template}.{uid}"))
     }
 
     /// Registers a template with the environment it runs in (replacing one of the same name;
@@ -213,19 +259,22 @@ impl Runtime {
         env_root: PathBuf,
     ) -> Result<Arc<Tmpl>, RuntimeError> {
         let name = file_key(tenant, &spec.name);
-        assets::install_templates(&self.inner.lib_dir, &[(name.clone(), zygote_file(&spec))])?;
+        assets::install_templates(
+            &self.inner.templates.lib_dir,
+            &[(name.clone(), zygote_file(&spec))],
+        )?;
         let spec_json = serde_json::to_string(&spec).map_err(encoding("the template spec"))?;
         let version = util::short_hash(format!("{spec_json}|{}", env_root.display()).as_bytes());
-        let zygote_uid = lock(&self.inner.slots)
+        let zygote_uid = lock(&self.inner.registry.slots)
             .alloc(crate::uids::Kind::Zygote)
             .ok_or(RuntimeError::NoFreeZygoteUid)?;
         let zygote_cgroup = self.zygote_cgroup(&name, zygote_uid);
         let cfg = zygote_config(
             &env_root,
-            &self.inner.lib_dir,
-            &self.inner.staging,
+            &self.inner.templates.lib_dir,
+            &self.inner.templates.staging,
             zygote_uid,
-            &Cgroup::open(&self.inner.hierarchy, &zygote_cgroup),
+            &self.inner.cgroups.open(&zygote_cgroup),
             &name,
         );
         let key = (tenant.to_owned(), spec.name.clone());
@@ -249,7 +298,7 @@ impl Runtime {
             pool: Mutex::new(Vec::new()),
             refilling: Default::default(),
         });
-        let old = lock(&self.inner.templates).insert(key, tmpl.clone());
+        let old = self.inner.templates.insert(key, tmpl.clone());
         if let Some(old) = old {
             self.retire_template(old);
         }
@@ -276,7 +325,7 @@ impl Runtime {
             return Err(RuntimeError::TemplateNoEnvironment);
         };
         let cg_rel = t.zygote_cgroup.clone();
-        let hierarchy = self.inner.hierarchy.clone();
+        let hierarchy = self.inner.cgroups.hierarchy.clone();
         let started = Instant::now();
         let res = blocking("starting a zygote", move || {
             // A restart after the zygote died: what its setup left running goes first, so the
@@ -342,9 +391,9 @@ impl Runtime {
         } else {
             tenant
         };
-        lock(&self.inner.templates)
-            .get(&(owner.to_owned(), name.to_owned()))
-            .cloned()
+        self.inner
+            .templates
+            .get(owner, name)
             .ok_or_else(|| RuntimeError::TemplateNotFound {
                 name: name.chars().take(64).collect(),
             })
@@ -358,7 +407,7 @@ impl Runtime {
 
     /// Every template, at this moment.
     pub(crate) fn all_templates(&self) -> Vec<Arc<Tmpl>> {
-        lock(&self.inner.templates).values().cloned().collect()
+        self.inner.templates.all()
     }
 
     /// Specs saved by earlier runs, with their tenants (the default template is built in):
@@ -402,6 +451,7 @@ impl Runtime {
         for spec in flat {
             let tenant = self
                 .inner
+                .storage
                 .store
                 .flat_template_owner(&spec.name)
                 .ok()
@@ -418,7 +468,13 @@ impl Runtime {
     /// were per tenant that may hold it too.
     fn spec_paths(&self, tenant: &str, name: &str) -> (PathBuf, Option<PathBuf>) {
         let dir = self.inner.config.data_dir.join("templates");
-        let flat_owner = self.inner.store.flat_template_owner(name).ok().flatten();
+        let flat_owner = self
+            .inner
+            .storage
+            .store
+            .flat_template_owner(name)
+            .ok()
+            .flatten();
         let flat = (flat_owner
             .as_deref()
             .unwrap_or(sandlot_types::DEFAULT_TENANT)
@@ -444,7 +500,7 @@ impl Runtime {
         }
         self.resolve_limits(&spec.limits)?;
         // Saving and registering are one step against a deletion of the same template.
-        let _ops = self.inner.template_ops.lock().await;
+        let _ops = self.inner.templates.ops.lock().await;
         let (path, flat) = self.spec_paths(tenant, &spec.name);
         let json = serde_json::to_vec_pretty(&spec).map_err(encoding("the template spec"))?;
         let saved = path
@@ -459,11 +515,16 @@ impl Runtime {
             let _ = std::fs::remove_file(flat);
         }
         self.inner
+            .storage
             .store
             .record_template(tenant, &spec.name)
             .map_err(store("recording a template"))?;
         // Listed at once as building; registered for real once its environment exists.
-        let placeholder = self.register(tenant, spec.clone(), self.inner.default_env.clone())?;
+        let placeholder = self.register(
+            tenant,
+            spec.clone(),
+            self.inner.templates.default_env.clone(),
+        )?;
         *lock(&placeholder.zygote_spec) = None;
         let view = placeholder.view();
         let rt = self.clone();
@@ -477,7 +538,7 @@ impl Runtime {
                 }
             };
             let registered = {
-                let _ops = rt.inner.template_ops.lock().await;
+                let _ops = rt.inner.templates.ops.lock().await;
                 // Deleted (or replaced) while its environment was made: nothing to register.
                 if placeholder
                     .retired
@@ -500,7 +561,7 @@ impl Runtime {
     /// The environment a template runs in: the default one, or one with its extra packages.
     async fn template_env(&self, spec: &TemplateSpec) -> Result<PathBuf, RuntimeError> {
         if spec.packages.is_empty() {
-            return Ok(self.inner.default_env.clone());
+            return Ok(self.inner.templates.default_env.clone());
         }
         let Some(envs) = self.inner.config.envs_dir.clone() else {
             return Err(RuntimeError::NoEnvsDir);
@@ -542,7 +603,7 @@ impl Runtime {
             // Another tenant asking is told what anyone may know: it is the built-in one.
             return Err(RuntimeError::DefaultTemplateReadOnly);
         }
-        let _guard = self.inner.template_ops.lock().await;
+        let _guard = self.inner.templates.ops.lock().await;
         let t = self.template(tenant, name)?;
         let by_sandbox = self.all_entries().iter().find_map(|e| {
             let info = lock(&e.info);
@@ -551,6 +612,7 @@ impl Runtime {
         });
         let by_snapshot = || {
             self.inner
+                .storage
                 .store
                 .list_snapshots()
                 .map(|all| {
@@ -572,7 +634,7 @@ impl Runtime {
         }
         let key = (tenant.to_owned(), name.to_owned());
         {
-            let mut all = lock(&self.inner.templates);
+            let mut all = lock(&self.inner.templates.map);
             match all.get(&key) {
                 Some(now) if Arc::ptr_eq(now, &t) => {
                     all.remove(&key);
@@ -591,11 +653,13 @@ impl Runtime {
         }
         let _ = std::fs::remove_file(
             self.inner
+                .templates
                 .lib_dir
                 .join("templates")
                 .join(format!("{}.json", file_key(tenant, name))),
         );
         self.inner
+            .storage
             .store
             .forget_template(tenant, name)
             .map_err(store("forgetting a template"))?;

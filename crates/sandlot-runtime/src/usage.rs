@@ -52,7 +52,7 @@ impl Runtime {
         for s in ["running", "stopped", "failed", "paused"] {
             by_state.insert(s, 0);
         }
-        let entries: Vec<_> = lock(&self.inner.sandboxes).values().cloned().collect();
+        let entries: Vec<_> = self.inner.registry.entries();
         for e in entries {
             *by_state.entry(e.state().as_str()).or_default() += 1;
         }
@@ -75,7 +75,7 @@ impl Runtime {
                 .into_iter()
                 .map(|(s, n)| (s.to_owned(), n))
                 .collect(),
-            creating: self.inner.creating.load(Ordering::SeqCst) as u64,
+            creating: self.inner.registry.creating.load(Ordering::SeqCst) as u64,
             zygotes,
         }
     }
@@ -84,8 +84,8 @@ impl Runtime {
     /// them. Cheap: counts in memory, and for the builders' range a look at the few lock files
     /// of `<data-dir>/run/build` ([`crate::uids::builders_held`]).
     pub fn uid_use(&self) -> crate::uids::UidUse {
-        let usage = lock(&self.inner.slots).usage();
-        let data_dir = &self.inner.data_dir;
+        let usage = lock(&self.inner.registry.slots).usage();
+        let data_dir = &self.inner.storage.data_dir;
         usage.with_builders(crate::uids::builders_held(
             &crate::uids::builder_state_dir(data_dir),
             &crate::uids::builder_uids(data_dir),
@@ -126,6 +126,6 @@ impl Runtime {
 
     /// What the recovery at this server's start found and how long it took.
     pub fn recovery(&self) -> Option<crate::Recovery> {
-        crate::util::lock(&self.inner.recovery).clone()
+        crate::util::lock(&self.inner.registry.recovery).clone()
     }
 }

@@ -113,11 +113,11 @@ impl Runtime {
             .tenant
             .clone()
             .unwrap_or_else(|| sandlot_types::DEFAULT_TENANT.to_owned());
-        let _guard = self.inner.volume_ops.lock().await;
+        let _guard = self.inner.storage.volume_ops.lock().await;
         if self.volume_record(&tenant, &req.name).is_ok() {
             return Err(RuntimeError::VolumeExists { name: req.name });
         }
-        let uid = lock(&self.inner.slots)
+        let uid = lock(&self.inner.registry.slots)
             .alloc(crate::uids::Kind::Volume)
             .ok_or(RuntimeError::NoFreeUid)?;
         let workspace = new_workspace_id(&tenant, &req.name);
@@ -142,7 +142,7 @@ impl Runtime {
             tenant,
             workspace,
         };
-        if let Err(err) = self.inner.store.insert_volume(&rec) {
+        if let Err(err) = self.inner.storage.store.insert_volume(&rec) {
             let (rt, id) = (self.clone(), rec.workspace.clone());
             let _ = blocking("removing a volume", move || rt.remove_workspace(&id)).await;
             self.release_uid(uid);
@@ -155,6 +155,7 @@ impl Runtime {
     pub async fn list_volumes(&self) -> Result<Vec<Volume>, RuntimeError> {
         Ok(self
             .inner
+            .storage
             .store
             .list_volumes()
             .map_err(store("listing volumes"))?
@@ -170,7 +171,7 @@ impl Runtime {
     /// Deletes `tenant`'s volume `name` and its files; refused while any sandbox (running,
     /// paused, stopped) mounts it.
     pub async fn delete_volume(&self, tenant: &str, name: &str) -> Result<(), RuntimeError> {
-        let _guard = self.inner.volume_ops.lock().await;
+        let _guard = self.inner.storage.volume_ops.lock().await;
         let rec = self.volume_record(tenant, name)?;
         let users = self.volume_users(tenant, name);
         if let Some(u) = users.first() {
@@ -185,6 +186,7 @@ impl Runtime {
             });
         }
         self.inner
+            .storage
             .store
             .delete_volume(tenant, name)
             .map_err(store("deleting a volume"))?;
@@ -241,6 +243,7 @@ impl Runtime {
     fn volume_record(&self, tenant: &str, name: &str) -> Result<VolumeRecord, RuntimeError> {
         check_name(name)?;
         self.inner
+            .storage
             .store
             .get_volume(tenant, name)
             .map_err(store("reading a volume"))?
@@ -286,11 +289,15 @@ impl Runtime {
     /// one, else to the volume's own uid.
     fn volume_root(&self, tenant: &str, name: &str) -> Result<WorkspaceRoot, RuntimeError> {
         let rec = self.volume_record(tenant, name)?;
-        let holder = lock(&self.inner.volume_claims)
+        let holder = lock(&self.inner.storage.volume_claims)
             .get(&claim_key(tenant, name))
             .cloned();
         let uid = holder
-            .and_then(|id| lock(&self.inner.sandboxes).get(&id).map(|e| e.host_uid))
+            .and_then(|id| {
+                lock(&self.inner.registry.sandboxes)
+                    .get(&id)
+                    .map(|e| e.host_uid)
+            })
             .unwrap_or(rec.host_uid);
         Ok(self.disk_root(&rec.workspace, uid, rec.size_mb))
     }
@@ -354,7 +361,7 @@ impl Runtime {
             return Ok(());
         }
         {
-            let mut claims = lock(&self.inner.volume_claims);
+            let mut claims = lock(&self.inner.storage.volume_claims);
             if let Some((name, by)) = rw.iter().find_map(|v| {
                 claims
                     .get(&claim_key(tenant, &v.name))
@@ -392,7 +399,7 @@ impl Runtime {
     /// volume's own uid. Blocking; call before the sandbox's uid is freed.
     pub(crate) fn release_volumes(&self, id: &str) {
         let names: Vec<(String, String)> = {
-            let mut claims = lock(&self.inner.volume_claims);
+            let mut claims = lock(&self.inner.storage.volume_claims);
             let names: Vec<(String, String)> = claims
                 .iter()
                 .filter(|(_, by)| by.as_str() == id)
@@ -424,11 +431,11 @@ impl Runtime {
     /// that came back restored; volumes nobody holds read-write re-owned to their own uid.
     /// Returns the volumes' workspace ids (their files are not orphans).
     pub(crate) fn recover_volumes(&self) -> Vec<String> {
-        let Ok(volumes) = self.inner.store.list_volumes() else {
+        let Ok(volumes) = self.inner.storage.store.list_volumes() else {
             return Vec::new();
         };
         for v in &volumes {
-            lock(&self.inner.slots).reserve(v.host_uid, crate::uids::Kind::Volume);
+            lock(&self.inner.registry.slots).reserve(v.host_uid, crate::uids::Kind::Volume);
         }
         for e in self.all_entries() {
             let info = lock(&e.info);
@@ -436,12 +443,13 @@ impl Runtime {
                 continue;
             }
             for m in info.volumes.iter().filter(|m| !m.read_only) {
-                lock(&self.inner.volume_claims)
+                lock(&self.inner.storage.volume_claims)
                     .insert(claim_key(&info.tenant, &m.name), info.id.clone());
             }
         }
         for v in &volumes {
-            if !lock(&self.inner.volume_claims).contains_key(&claim_key(&v.tenant, &v.name)) {
+            if !lock(&self.inner.storage.volume_claims).contains_key(&claim_key(&v.tenant, &v.name))
+            {
                 self.reown_volume(v);
             }
         }

@@ -21,7 +21,6 @@
 
 use crate::error::{FileError, RuntimeError};
 use crate::task::blocking;
-use crate::util::lock;
 use crate::Runtime;
 use sandlot_workspace::{WorkspaceError, Workspaces};
 use std::ffi::CString;
@@ -36,9 +35,7 @@ pub(crate) const DIR: &str = "disk";
 impl Runtime {
     /// The workspaces of this data dir, until shutdown unmounts them.
     pub(crate) fn workspaces(&self) -> Result<Arc<Workspaces>, RuntimeError> {
-        lock(&self.inner.workspaces)
-            .clone()
-            .ok_or(RuntimeError::AdmissionClosed)
+        self.inner.storage.workspaces()
     }
 
     /// The workspace backend in use and why, in words (for logs and `sandlot doctor`).
@@ -52,7 +49,7 @@ impl Runtime {
     /// Unmounts the workspaces at shutdown, once nothing else uses them (the data stays on
     /// disk for the next start). Blocking; gives up after a few seconds.
     pub(crate) fn unmount_workspaces(&self) {
-        let Some(mut ws) = lock(&self.inner.workspaces).take() else {
+        let Some(mut ws) = self.inner.storage.take_workspaces() else {
             return;
         };
         for _ in 0..100 {

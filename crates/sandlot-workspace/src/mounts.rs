@@ -3,11 +3,12 @@
 //! `/workspace` (`open_tree(OPEN_TREE_CLONE)` + `mount_setattr`).
 
 use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags};
+use sandlot_jail::mounts::{mount_setattr, MountAttr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID};
 
 use crate::error::{IoStep, Result, SysStep};
 
@@ -115,17 +116,6 @@ pub(crate) fn unmount(path: &Path) -> Result<()> {
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-
-/// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// A detached copy of the mount tree at `path` (a new mount, attached nowhere, owned by the fd)
 /// with nosuid and nodev forced and private propagation, so events in the host's mount table
@@ -156,22 +146,7 @@ pub(crate) fn open_tree_detached(path: &Path) -> Result<OwnedFd> {
         propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
-    let empty = c"";
-    // SAFETY: mount_setattr(2) on the fd we own, with AT_EMPTY_PATH and a `struct mount_attr`
-    // of the size we pass; the kernel only reads it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc < 0 {
-        return Err(nix::Error::last()).sys("mount_setattr", path);
-    }
+    mount_setattr(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH, &attr).sys("mount_setattr", path)?;
     Ok(fd)
 }
 

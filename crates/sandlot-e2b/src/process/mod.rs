@@ -14,8 +14,8 @@
 //! where `WRAPPER` reports its pid (which is its process group's and session's id) on fd 3,
 //! `cd`s, runs the program with fd 3 closed, and reports its exit status on fd 3. `DIR` is
 //! `/tmp/.e2b-proc` in the sandbox's own `/tmp`, and the `N.*` names are FIFOs the host made
-//! and opened (non-blocking, checked: `sandlot-runtime/src/proctail.rs`) before the cell ran,
-//! so the server reads the command's stdout and stderr as it writes them (epoll, no polling),
+//! and opened (non-blocking, checked: `sandlot-runtime/src/e2b/proctail.rs`) before the cell
+//! ran, so the server reads the command's stdout and stderr as it writes them (epoll, no polling),
 //! and the status FIFO's end of file says the wrapper has exited: with an `x N` line, exit
 //! status N; without one, it was killed. `IN` is `/dev/null`, or a FIFO the host writes
 //! (`SendInput`) and closes (`CloseStdin`) when the Start asked for stdin. The subshell keeps
@@ -53,7 +53,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use futures::StreamExt;
-use sandlot_runtime::proctail::{CommandControl, CommandPaths, CommandPipes};
+use sandlot_runtime::e2b::proctail::{CommandControl, CommandPaths, CommandPipes};
 use sandlot_runtime::{Runtime, RuntimeError};
 use sandlot_types::{ExecuteRequest, Language, Sandbox};
 use serde::{Deserialize, Serialize};

@@ -20,7 +20,7 @@ impl Runtime {
                 .unwrap_or_else(|_| g.scanner.clone())
         });
         // Only a live sandbox's is kept (an ended one's would never be removed).
-        if lock(&self.inner.sandboxes).contains_key(id) {
+        if self.inner.registry.contains(id) {
             lock(&g.scanners).insert(id.to_owned(), scanner.clone());
         }
         Some(scanner)
@@ -30,7 +30,7 @@ impl Runtime {
     /// through no one sandbox: volume files, artifacts).
     pub(crate) fn scanner_for_tenant(&self, tenant: &str) -> Option<Scanner> {
         let g = self.governance()?;
-        let ids: Vec<String> = lock(&self.inner.sandboxes)
+        let ids: Vec<String> = lock(&self.inner.registry.sandboxes)
             .values()
             .filter(|e| lock(&e.info).tenant == tenant)
             .map(|e| e.id.clone())
@@ -284,7 +284,7 @@ impl Runtime {
 
     /// Any live sandbox record of `tenant`, as the shape of a decision's resource.
     pub(super) fn info_of_any(&self, tenant: &str) -> Option<Sandbox> {
-        lock(&self.inner.sandboxes)
+        lock(&self.inner.registry.sandboxes)
             .values()
             .map(|e| lock(&e.info).clone())
             .find(|i| i.tenant == tenant)

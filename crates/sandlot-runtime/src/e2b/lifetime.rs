@@ -1,5 +1,4 @@
-//! Changing when a live sandbox expires (E2B's `set_timeout`), and the execution timeout the
-//! server allows (E2B executions carry none: they run until the client gives up).
+//! Changing when a live sandbox expires (E2B's `set_timeout`).
 
 use crate::error::RuntimeError;
 use crate::util::{lock, rfc3339, secs_since};
@@ -37,10 +36,5 @@ impl Runtime {
         };
         self.save(&e);
         Ok(info)
-    }
-
-    /// The longest execution timeout the server accepts, in seconds.
-    pub fn max_exec_timeout(&self) -> f64 {
-        self.inner.config.max_exec_timeout
     }
 }
