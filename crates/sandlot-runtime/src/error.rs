@@ -1,7 +1,7 @@
 //! The runtime's errors: one variant per operation that can fail, carrying what it was about
 //! (the sandbox, template, path or step) and the underlying error. Messages are written for the
 //! client: the API crate sends them as they are, under the stable code it picks for each
-//! variant in its one mapping (`crates/sandlot-api/src/error.rs`), except that `internal`
+//! variant in its one mapping (`crates/sandlot-service/src/error.rs`), except that `internal`
 //! messages go to the log only.
 
 use crate::archive::limits::Refusal;
