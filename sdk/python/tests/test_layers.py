@@ -30,7 +30,7 @@ FLOORS: List[List[str]] = [
 
 # Imports that only type checkers see, each with its reason. Nothing runs them.
 TYPE_ONLY_UPWARD = {
-    ("errors", "models"): "ExecutionError.execution is annotated as the Execution it carries",
+    ("errors", "_execution"): "ExecutionError.execution is annotated as the Execution it carries",
 }
 
 

@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .models import Execution
+    from ._execution import Execution
 
 __all__ = [
     "SandlotError",
