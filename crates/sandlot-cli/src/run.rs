@@ -4,7 +4,7 @@
 
 use crate::config::Dirs;
 use crate::setup;
-use crate::sse::SseParser;
+use sandlot_client::SseParser;
 use anyhow::{anyhow, Context};
 use futures::StreamExt;
 use sandlot_runtime::Runtime;

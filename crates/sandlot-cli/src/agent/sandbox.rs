@@ -3,7 +3,7 @@
 //! shown as they arrive.
 
 use crate::client::Client;
-use crate::sse::SseParser;
+use sandlot_client::SseParser;
 use anyhow::{anyhow, Context};
 use futures::StreamExt;
 use sandlot_types::{
