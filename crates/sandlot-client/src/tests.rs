@@ -240,6 +240,22 @@ fn paths_encode_each_part_as_one_segment() {
     assert_eq!(segment(".."), "%2E%2E");
 }
 
+/// (Moved from `sandlot agent`'s uploads, whose file names go into paths through [`segment`].)
+#[test]
+fn segments_are_encoded() {
+    assert_eq!(segment("data.csv"), "data.csv");
+    assert_eq!(segment("a b#?"), "a%20b%23%3F");
+}
+
+/// (Moved from `sandlot keys`, whose names and ids go into paths through [`segment`].)
+#[test]
+fn names_stay_one_path_segment() {
+    assert_eq!(segment("acme-1_x"), "acme-1_x");
+    assert_eq!(segment("../keys"), "..%2Fkeys");
+    assert_eq!(segment(".."), "%2E%2E");
+    assert_eq!(segment("a?b=c&d"), "a%3Fb%3Dc%26d");
+}
+
 /// An SSE answer to `POST /v1/sandboxes/{id}/execute` made of `chunks`; records the request's
 /// Accept header and body.
 async fn sse_server(chunks: Vec<Vec<u8>>) -> (String, Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
