@@ -257,7 +257,7 @@ impl Client {
     /// Runs `req` in the sandbox `id` with its output streamed (Server-Sent Events): the
     /// stream gives each output event as it is produced, then the result. The call has no time
     /// bound of its own (the server ends executions at their timeout; a caller that cannot
-    /// trust it to bounds the whole with its own timer); each event is bounded in size
+    /// rely on that bounds the whole with its own timer); each event is bounded in size
     /// ([`MAX_EVENT_BYTES`]).
     pub async fn execute_stream(
         &self,
