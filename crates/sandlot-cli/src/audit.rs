@@ -8,7 +8,6 @@
 //! it opens the log to record the archive in its chain); `verify --archive DIR` proves an
 //! archive and that it ends where the log's records start.
 
-use crate::client::Client;
 use crate::config::{self, Dirs};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
@@ -120,7 +119,7 @@ pub fn run(cmd: AuditCommand) -> anyhow::Result<u8> {
                     .enable_all()
                     .build()?;
                 rt.block_on(async {
-                    let r: serde_json::Value = Client::new(&url)?
+                    let r: serde_json::Value = crate::client::connect(&url)?
                         .post_json("/v1/audit/seal", &serde_json::json!({}))
                         .await?;
                     println!("{}", serde_json::to_string_pretty(&r)?);

@@ -387,18 +387,6 @@ pub fn is_loopback_url(url: &str) -> bool {
     }
 }
 
-/// A client builder that sends [`api_key_for`] `url` with every request.
-pub fn http_builder(url: &str) -> reqwest::ClientBuilder {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(key) = api_key_for(url) {
-        if let Ok(mut v) = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
-            v.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, v);
-        }
-    }
-    reqwest::Client::builder().default_headers(headers)
-}
-
 /// The store's file in the data dir.
 pub fn store_path(data_dir: &Path) -> PathBuf {
     data_dir.join("sandlot.db")

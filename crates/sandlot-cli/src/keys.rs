@@ -10,12 +10,10 @@
 //! The key these commands send is `$SANDLOT_API_KEY`, else the local admin key in the data dir
 //! (see `config::api_key`); managing tenants and other tenants' keys needs an admin key.
 
-use crate::client::{api_result, Client};
-use anyhow::Context;
 use clap::{Args, Subcommand};
+use sandlot_client::segment;
 use sandlot_types::{ApiKeyInfo, CreateKey, CreateTenant, CreatedKey, Role, Tenant, TenantQuotas};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::io::Write;
 use std::time::Duration;
 
@@ -293,7 +291,9 @@ pub async fn keys(cmd: KeysCommand) -> anyhow::Result<u8> {
                 role: if admin { Role::Admin } else { Role::Member },
                 name,
             };
-            let created: CreatedKey = Client::new(&url.url)?.post_json("/v1/keys", &req).await?;
+            let created: CreatedKey = crate::client::connect(&url.url)?
+                .post_json("/v1/keys", &req)
+                .await?;
             let mut out = std::io::stdout().lock();
             if json {
                 serde_json::to_writer_pretty(&mut out, &created)?;
@@ -313,10 +313,10 @@ pub async fn keys(cmd: KeysCommand) -> anyhow::Result<u8> {
         }
         KeysCommand::List { tenant, json, url } => {
             let path = match &tenant {
-                Some(t) => format!("/v1/keys?tenant={}", encode(t)),
+                Some(t) => format!("/v1/keys?tenant={}", segment(t)),
                 None => "/v1/keys".into(),
             };
-            let keys = Client::new(&url.url)?
+            let keys = crate::client::connect(&url.url)?
                 .get_json::<KeyList>(&path)
                 .await?
                 .keys;
@@ -330,10 +330,10 @@ pub async fn keys(cmd: KeysCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         KeysCommand::Revoke { ids, url } => {
-            let client = Client::new(&url.url)?;
+            let client = crate::client::connect(&url.url)?;
             let mut code = 0;
             for id in &ids {
-                match client.delete(&format!("/v1/keys/{}", encode(id))).await {
+                match client.delete(&format!("/v1/keys/{}", segment(id))).await {
                     Ok(()) => println!("revoked {id}"),
                     Err(e) => {
                         eprintln!("{id}: {e}");
@@ -362,13 +362,13 @@ pub async fn tenants(cmd: TenantsCommand) -> anyhow::Result<u8> {
                     .quotas_given()
                     .then(|| settings.apply(TenantQuotas::default())),
             };
-            let t: Tenant = Client::new(&url.url)?
+            let t: Tenant = crate::client::connect(&url.url)?
                 .post_json("/v1/tenants", &req)
                 .await?;
             print_tenant(&t, json, "created")
         }
         TenantsCommand::List { json, url } => {
-            let tenants = Client::new(&url.url)?
+            let tenants = crate::client::connect(&url.url)?
                 .get_json::<TenantList>("/v1/tenants")
                 .await?
                 .tenants;
@@ -390,9 +390,9 @@ pub async fn tenants(cmd: TenantsCommand) -> anyhow::Result<u8> {
             if settings.plan.is_none() && !settings.quotas_given() {
                 anyhow::bail!("nothing to change: give --plan or a quota flag (see --help)");
             }
-            let path = format!("/v1/tenants/{}", encode(&name));
+            let path = format!("/v1/tenants/{}", segment(&name));
             let quotas = if settings.quotas_given() {
-                let current: Tenant = Client::new(&url.url)?.get_json(&path).await?;
+                let current: Tenant = crate::client::connect(&url.url)?.get_json(&path).await?;
                 Some(settings.apply(current.quotas))
             } else {
                 None
@@ -402,7 +402,9 @@ pub async fn tenants(cmd: TenantsCommand) -> anyhow::Result<u8> {
                 plan: settings.plan.clone(),
                 quotas,
             };
-            let t: Tenant = put_json(&url.url, &path, &req).await?;
+            let t: Tenant = crate::client::connect_for(&url.url, Duration::from_secs(60))?
+                .put_json(&path, &req)
+                .await?;
             print_tenant(&t, json, "updated")
         }
     }
@@ -423,45 +425,6 @@ fn print_tenant(t: &Tenant, json: bool, what: &str) -> anyhow::Result<u8> {
         )?;
     }
     Ok(0)
-}
-
-/// `PUT path` with a JSON body: the shared client has no PUT, and one request needs no more.
-async fn put_json<T: DeserializeOwned>(
-    url: &str,
-    path: &str,
-    body: &impl Serialize,
-) -> anyhow::Result<T> {
-    let http = crate::config::http_builder(url)
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("could not build the HTTP client")?;
-    let base = url.trim_end_matches('/');
-    let resp = http
-        .put(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .with_context(|| format!("could not reach the server at {base}"))?;
-    Ok(api_result(resp).await?.json().await?)
-}
-
-/// `s` as one path segment or query value: names and ids go into URLs verbatim otherwise, and
-/// `../x` or `a?b` would name another route.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    // A segment of only dots would still be a relative path step.
-    if out.bytes().all(|b| b == b'.') {
-        out = out.replace('.', "%2E");
-    }
-    out
 }
 
 fn quota_summary(q: &TenantQuotas) -> String {
@@ -637,13 +600,5 @@ mod tests {
             parse_share("max_disk_bytes=314572800"),
             Ok(("max_disk_bytes".into(), Some(314_572_800)))
         );
-    }
-
-    #[test]
-    fn names_stay_one_path_segment() {
-        assert_eq!(encode("acme-1_x"), "acme-1_x");
-        assert_eq!(encode("../keys"), "..%2Fkeys");
-        assert_eq!(encode(".."), "%2E%2E");
-        assert_eq!(encode("a?b=c&d"), "a%3Fb%3Dc%26d");
     }
 }

@@ -16,7 +16,6 @@ mod run;
 mod serve;
 mod setup;
 mod snapshots;
-mod sse;
 mod template;
 mod tools;
 

@@ -21,9 +21,9 @@
 //! total; inputs are written only under a private temporary directory with names this code
 //! makes, and their content must match their sha256.
 
-use crate::client::api_result;
 use anyhow::{anyhow, Context};
 use clap::{Args, Subcommand, ValueEnum};
+use sandlot_client::{segment as seg, Client, ClientError, Method};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -126,29 +126,18 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn http(url: &str) -> anyhow::Result<reqwest::Client> {
-    crate::config::http_builder(url)
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(3600))
-        .build()
-        .context("could not build the HTTP client")
-}
+/// Bound of each call: a bundle download and a replayed execution (up to `--timeout`) are the
+/// longest.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Largest bundle fetched into memory for `replay SANDBOX`: what the bundle reader accepts.
+const MAX_FETCHED_BUNDLE: u64 = MAX_MANIFEST + MAX_STEPS_TOTAL + MAX_INPUTS_TOTAL;
+/// Largest artifact fetched to compare PNG images by pixels (as large as an input may be).
+const MAX_FETCHED_ARTIFACT: u64 = MAX_INPUT;
+/// Largest OpenLineage export read (JSON lines, a few KiB an event).
+const MAX_LINEAGE_EXPORT: u64 = 1 << 30;
 
-fn base(url: &str) -> String {
-    url.trim_end_matches('/').to_owned()
-}
-
-/// A path segment, percent-encoded.
-fn seg(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+fn connect(url: &str) -> anyhow::Result<Client> {
+    crate::client::connect_for(url, CALL_TIMEOUT)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,13 +145,9 @@ fn seg(s: &str) -> String {
 
 pub fn bundle(args: BundleArgs) -> anyhow::Result<u8> {
     runtime()?.block_on(async {
-        let url = base(&args.url.url);
-        let resp = http(&url)?
-            .get(format!("{url}/v1/sandboxes/{}/bundle", seg(&args.sandbox)))
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {url}"))?;
-        let mut resp = api_result(resp).await?;
+        let client = connect(&args.url.url)?;
+        let path = format!("/v1/sandboxes/{}/bundle", seg(&args.sandbox));
+        let mut resp = client.send(client.request(Method::GET, &path)).await?;
         let tmp = args.output.with_extension("partial");
         let mut f = std::fs::File::create(&tmp)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -212,40 +197,20 @@ fn seeding_code(seed: u64) -> String {
 }
 
 struct Replayer {
-    http: reqwest::Client,
-    url: String,
+    client: Client,
 }
 
 impl Replayer {
     async fn get_json(&self, path: &str) -> anyhow::Result<Value> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {}", self.url))?;
-        Ok(api_result(resp).await?.json().await?)
+        Ok(self.client.get_json(path).await?)
     }
 
     async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .json(body)
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {}", self.url))?;
-        Ok(api_result(resp).await?.json().await?)
+        Ok(self.client.post_json(path, body).await?)
     }
 
-    async fn bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {}", self.url))?;
-        Ok(api_result(resp).await?.bytes().await?.to_vec())
+    async fn bytes(&self, path: &str, limit: u64) -> anyhow::Result<Vec<u8>> {
+        Ok(self.client.get_bytes(path, limit).await?)
     }
 }
 
@@ -265,10 +230,8 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<u8> {
 }
 
 async fn replay_async(args: ReplayArgs, normalisers: Normalisers) -> anyhow::Result<u8> {
-    let url = base(&args.url.url);
     let r = Replayer {
-        http: http(&url)?,
-        url: url.clone(),
+        client: connect(&args.url.url)?,
     };
     let path = Path::new(&args.source);
     let read = if path.is_file() {
@@ -277,7 +240,10 @@ async fn replay_async(args: ReplayArgs, normalisers: Normalisers) -> anyhow::Res
         tokio::task::spawn_blocking(move || read_bundle(std::io::BufReader::new(f))).await?
     } else if args.source.starts_with("sb_") {
         let bytes = r
-            .bytes(&format!("/v1/sandboxes/{}/bundle", seg(&args.source)))
+            .bytes(
+                &format!("/v1/sandboxes/{}/bundle", seg(&args.source)),
+                MAX_FETCHED_BUNDLE,
+            )
             .await?;
         tokio::task::spawn_blocking(move || read_bundle(std::io::Cursor::new(bytes))).await?
     } else {
@@ -407,9 +373,8 @@ async fn run_replay(
     let outcome = replay_steps(r, b, n, args, &id, seed, &step_head).await;
     if !args.keep {
         let _ = r
-            .http
-            .delete(format!("{}/v1/sandboxes/{}", r.url, seg(&id)))
-            .send()
+            .client
+            .delete(&format!("/v1/sandboxes/{}", seg(&id)))
             .await;
     }
     report["steps"] = json!(outcome?);
@@ -448,14 +413,15 @@ async fn replay_steps(
                         let body = tokio::fs::read(file).await?;
                         let path = s["path"].as_str().unwrap_or("");
                         let url = format!(
-                            "{}/v1/sandboxes/{}/files/{}",
-                            r.url,
+                            "/v1/sandboxes/{}/files/{}",
                             seg(id),
                             path.split('/').map(seg).collect::<Vec<_>>().join("/")
                         );
-                        let resp = r.http.put(url).body(body).send().await?;
-                        match api_result(resp).await {
+                        let req = r.client.request(Method::PUT, &url).body(body);
+                        match r.client.send(req).await {
                             Ok(_) => Verdict::Identical,
+                            // Not reaching the server ends the replay; a refusal is the step's.
+                            Err(e @ ClientError::Transport { .. }) => return Err(e.into()),
                             Err(e) => Verdict::NotReplayable(format!("writing the input: {e}")),
                         }
                     }
@@ -502,7 +468,10 @@ async fn replay_steps(
                                 }
                             }
                             for sha in need {
-                                let got = r.bytes(&format!("/v1/artifacts/{sha}")).await.ok();
+                                let got = r
+                                    .bytes(&format!("/v1/artifacts/{sha}"), MAX_FETCHED_ARTIFACT)
+                                    .await
+                                    .ok();
                                 fetched.insert(sha, got);
                             }
                             let lookup = |sha: &str| fetched.get(sha).cloned().flatten();
@@ -594,10 +563,8 @@ pub fn lineage(cmd: LineageCommand) -> anyhow::Result<u8> {
     runtime()?.block_on(async {
         match cmd {
             LineageCommand::Show { kind, id, url } => {
-                let url = base(&url.url);
                 let r = Replayer {
-                    http: http(&url)?,
-                    url,
+                    client: connect(&url.url)?,
                 };
                 let kind = match kind {
                     LineageKind::Artifact => "artifact",
@@ -611,16 +578,14 @@ pub fn lineage(cmd: LineageCommand) -> anyhow::Result<u8> {
                 Ok(0)
             }
             LineageCommand::Export { sandbox, to, url } => {
-                let url = base(&url.url);
                 let r = Replayer {
-                    http: http(&url)?,
-                    url,
+                    client: connect(&url.url)?,
                 };
                 let body = r
-                    .bytes(&format!(
-                        "/v1/lineage/sandbox/{}/openlineage",
-                        seg(&sandbox)
-                    ))
+                    .bytes(
+                        &format!("/v1/lineage/sandbox/{}/openlineage", seg(&sandbox)),
+                        MAX_LINEAGE_EXPORT,
+                    )
                     .await?;
                 let text = String::from_utf8(body).context("the server's events are not UTF-8")?;
                 let events: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

@@ -4,9 +4,8 @@
 
 use crate::config::Dirs;
 use crate::setup;
-use crate::sse::SseParser;
-use anyhow::{anyhow, Context};
-use futures::StreamExt;
+use anyhow::Context;
+use sandlot_client::{Client, Streamed};
 use sandlot_runtime::Runtime;
 use sandlot_types::{
     CreateSandbox, EndState, ExecuteRequest, ExecutionResult, OutputEvent, Sandbox,
@@ -15,7 +14,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Exit status of `sandlot run` for an execution that ended in `state`.
@@ -135,94 +133,43 @@ async fn execute_embedded(
 // ---------------------------------------------------------------------------------------------
 // Over HTTP.
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-}
-
 async fn run_on_server(
     url: &str,
     req: ExecuteRequest,
     printer: &mut Printer,
 ) -> anyhow::Result<Outcome> {
-    let http = crate::config::http_builder(url)
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .context("could not build the HTTP client")?;
-    let client = Client {
-        http,
-        base: url.trim_end_matches('/').to_owned(),
-    };
-    let sandbox = client.create_sandbox().await?;
-    let outcome = unless_cancelled(client.execute(&sandbox.id, req, printer)).await;
-    if let Err(e) = client.delete_sandbox(&sandbox.id).await {
+    let client = crate::client::connect(url)?;
+    let sandbox: Sandbox = client
+        .post_json("/v1/sandboxes", &CreateSandbox::default())
+        .await?;
+    let outcome = unless_cancelled(execute_on_server(&client, &sandbox.id, req, printer)).await;
+    if let Err(e) = client
+        .delete(&format!("/v1/sandboxes/{}", sandbox.id))
+        .await
+    {
         tracing::warn!(error = %e, "could not delete the sandbox");
     }
     outcome
 }
 
-impl Client {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn create_sandbox(&self) -> anyhow::Result<Sandbox> {
-        let resp = self
-            .http
-            .post(self.url("/v1/sandboxes"))
-            .json(&CreateSandbox::default())
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {}", self.base))?;
-        Ok(crate::client::api_result(resp).await?.json().await?)
-    }
-
-    async fn delete_sandbox(&self, id: &str) -> anyhow::Result<()> {
-        let resp = self
-            .http
-            .delete(self.url(&format!("/v1/sandboxes/{id}")))
-            .send()
-            .await?;
-        crate::client::api_result(resp).await?;
-        Ok(())
-    }
-
-    /// Runs with `stream: true` so output shows as it is produced.
-    async fn execute(
-        &self,
-        id: &str,
-        req: ExecuteRequest,
-        printer: &mut Printer,
-    ) -> anyhow::Result<ExecutionResult> {
-        let req = ExecuteRequest {
-            stream: true,
-            context: None,
-            ..req
-        };
-        let resp = self
-            .http
-            .post(self.url(&format!("/v1/sandboxes/{id}/execute")))
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&req)
-            .send()
-            .await?;
-        let mut body = crate::client::api_result(resp).await?.bytes_stream();
-        let mut parser = SseParser::default();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.context("the connection to the server broke")?;
-            for ev in parser.push(&chunk) {
-                match ev.event.as_str() {
-                    sandlot_api::DONE_EVENT => return Ok(serde_json::from_str(&ev.data)?),
-                    sandlot_api::API_ERROR_EVENT => {
-                        return Err(crate::client::stream_error(&ev.data))
-                    }
-                    _ => printer.event(&serde_json::from_str(&ev.data)?)?,
-                }
-            }
+/// Runs with output streamed so it shows as it is produced. The stream has no time bound of
+/// its own: the server ends the execution at its timeout, and Ctrl-C ends the wait.
+async fn execute_on_server(
+    client: &Client,
+    id: &str,
+    req: ExecuteRequest,
+    printer: &mut Printer,
+) -> anyhow::Result<ExecutionResult> {
+    let req = ExecuteRequest {
+        context: None,
+        ..req
+    };
+    let mut stream = client.execute_stream(id, req).await?;
+    loop {
+        match stream.next().await? {
+            Streamed::Output(ev) => printer.event(&ev)?,
+            Streamed::Done(result) => return Ok(*result),
         }
-        Err(anyhow!(
-            "the server closed the stream before the execution finished"
-        ))
     }
 }
 
@@ -418,6 +365,15 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.clone()))
             .collect()
+    }
+
+    #[test]
+    fn the_client_reads_the_event_names_the_server_writes() {
+        assert_eq!(sandlot_client::DONE_EVENT, sandlot_api::DONE_EVENT);
+        assert_eq!(
+            sandlot_client::API_ERROR_EVENT,
+            sandlot_api::API_ERROR_EVENT
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! body, without loading it) and exits 1 when any is corrupt; `gc` deletes snapshots older
 //! than a number of days.
 
-use crate::client::Client;
+use sandlot_client::Client;
 use sandlot_types::Snapshot;
 use serde::Deserialize;
 use std::io::Write;
@@ -19,7 +19,7 @@ async fn all(client: &Client) -> anyhow::Result<Vec<Snapshot>> {
 
 /// `ls`: ID, NAME, SANDBOX, CREATED, SIZE, VARIABLES (or JSON).
 pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
-    let snapshots = all(&Client::new(url)?).await?;
+    let snapshots = all(&crate::client::connect(url)?).await?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &snapshots)?;
@@ -32,7 +32,7 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
 
 /// `rm ID...`: deletes each; exits 1 if any could not be.
 pub async fn remove(url: &str, ids: &[String]) -> anyhow::Result<u8> {
-    let client = Client::new(url)?;
+    let client = crate::client::connect(url)?;
     let mut code = 0;
     for id in ids {
         match client.delete(&format!("/v1/snapshots/{id}")).await {
@@ -48,7 +48,7 @@ pub async fn remove(url: &str, ids: &[String]) -> anyhow::Result<u8> {
 
 /// `verify [ID...]`: checks the named snapshots (every one when none is named).
 pub async fn verify(url: &str, ids: &[String]) -> anyhow::Result<u8> {
-    let client = Client::new(url)?;
+    let client = crate::client::connect(url)?;
     let ids: Vec<String> = if ids.is_empty() {
         all(&client).await?.into_iter().map(|s| s.id).collect()
     } else {
@@ -72,7 +72,7 @@ pub async fn verify(url: &str, ids: &[String]) -> anyhow::Result<u8> {
 
 /// `gc --older-than DAYS`: deletes snapshots created more than `days` ago.
 pub async fn gc(url: &str, days: u64, dry_run: bool) -> anyhow::Result<u8> {
-    let client = Client::new(url)?;
+    let client = crate::client::connect(url)?;
     let cutoff = time::OffsetDateTime::now_utc() - time::Duration::days(days as i64);
     let mut code = 0;
     for s in all(&client).await? {

@@ -15,9 +15,9 @@
 //! memory_mb = 2048
 //! ```
 
-use crate::client::Client;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
+use sandlot_client::Client;
 use sandlot_types::{Limits, Template, TemplateSpec, TemplateStatus};
 use serde::Deserialize;
 use std::io::{IsTerminal, Write};
@@ -163,22 +163,20 @@ pub fn parse_requirements(path: &Path, text: &str) -> Result<Vec<String>, Templa
 // ---------------------------------------------------------------------------------------------
 // Talking to the server.
 
-impl Client {
-    async fn create(&self, spec: &TemplateSpec) -> anyhow::Result<Template> {
-        self.post_json("/v1/templates", spec).await
-    }
+async fn create_template(client: &Client, spec: &TemplateSpec) -> anyhow::Result<Template> {
+    Ok(client.post_json("/v1/templates", spec).await?)
+}
 
-    async fn get(&self, name: &str) -> anyhow::Result<Template> {
-        self.get_json(&format!("/v1/templates/{name}")).await
-    }
+async fn get_template(client: &Client, name: &str) -> anyhow::Result<Template> {
+    Ok(client.get_json(&format!("/v1/templates/{name}")).await?)
+}
 
-    async fn list(&self) -> anyhow::Result<Vec<Template>> {
-        #[derive(Deserialize)]
-        struct List {
-            templates: Vec<Template>,
-        }
-        Ok(self.get_json::<List>("/v1/templates").await?.templates)
+async fn list_templates(client: &Client) -> anyhow::Result<Vec<Template>> {
+    #[derive(Deserialize)]
+    struct List {
+        templates: Vec<Template>,
     }
+    Ok(client.get_json::<List>("/v1/templates").await?.templates)
 }
 
 /// Shows the build while it runs: a spinner with the elapsed time on a terminal, a line at
@@ -231,9 +229,9 @@ impl Progress {
 /// `sandlot template build`: exit status 0 when the template is ready, 1 when it failed.
 pub async fn build(file: &Path, url: &str, timeout: Duration) -> anyhow::Result<u8> {
     let spec = load(file)?;
-    let client = Client::new(url)?;
+    let client = crate::client::connect(url)?;
     let name = spec.name.clone();
-    let created = client.create(&spec).await?;
+    let created = create_template(&client, &spec).await?;
     let mut progress = Progress::start(&name);
     let deadline = Instant::now() + timeout;
     let mut template = created;
@@ -258,7 +256,7 @@ pub async fn build(file: &Path, url: &str, timeout: Duration) -> anyhow::Result<
             }
         }
         progress.tick(&name);
-        template = match client.get(&name).await {
+        template = match get_template(&client, &name).await {
             Ok(t) => t,
             Err(e) => break Err(e),
         };
@@ -308,14 +306,14 @@ pub async fn delete(url: &str, name: &str, tenant: Option<&str>) -> anyhow::Resu
         Some(t) => format!("/v1/templates/{name}?tenant={t}"),
         None => format!("/v1/templates/{name}"),
     };
-    Client::new(url)?.delete(&path).await?;
+    crate::client::connect(url)?.delete(&path).await?;
     eprintln!("sandlot: template {name} deleted");
     Ok(0)
 }
 
 /// `sandlot template list`: a table, or the templates as JSON.
 pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
-    let templates = Client::new(url)?.list().await?;
+    let templates = list_templates(&crate::client::connect(url)?).await?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &templates)?;

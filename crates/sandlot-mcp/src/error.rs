@@ -2,6 +2,7 @@
 //! result with `isError` (the model reads the stable code and the message); the stdio command
 //! reports it on stderr.
 
+use sandlot_client::ClientError;
 use sandlot_types::{ApiError, ErrorCode};
 
 #[derive(Debug, thiserror::Error)]
@@ -9,20 +10,11 @@ pub enum Error {
     /// The sandlot API refused the call: its stable code and message.
     #[error("{0}")]
     Api(#[from] ApiError),
-    /// The server could not be reached (stdio mode).
-    #[error("could not reach the sandlot server at {url}: {source}")]
-    Unreachable {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
-    /// The server answered something that is not its API's format.
-    #[error("the sandlot server at {url} answered {status}: {body}")]
-    BadResponse {
-        url: String,
-        status: u16,
-        body: String,
-    },
+    /// The sandlot server (stdio mode) could not be reached, or answered something that is
+    /// not its API's format, or its URL is not one. Never [`ClientError::Api`]: that converts
+    /// to [`Error::Api`]. Shown with its causes, since the model sees only this text.
+    #[error("{}", with_causes(.0))]
+    Server(ClientError),
     /// The session is over; no new sandbox is created for it.
     #[error("this MCP session has ended")]
     SessionClosed,
@@ -36,9 +28,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::Api(e) => e.code.as_str(),
-            Error::Unreachable { .. } | Error::BadResponse { .. } | Error::Transport(_) => {
-                "server_unreachable"
-            }
+            Error::Server(_) | Error::Transport(_) => "server_unreachable",
             Error::SessionClosed => "session_closed",
         }
     }
@@ -57,6 +47,27 @@ impl Error {
             other => format!("{}: {other}", other.code()),
         }
     }
+}
+
+impl From<ClientError> for Error {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Api(e) => Error::Api(e),
+            other => Error::Server(other),
+        }
+    }
+}
+
+/// `e: its cause: its cause's cause`.
+fn with_causes(e: &ClientError) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 impl From<sandlot_service::execution::TaskFailed> for Error {

@@ -2,10 +2,8 @@
 //! API like the other client commands, each tool call one streamed execution whose events are
 //! shown as they arrive.
 
-use crate::client::Client;
-use crate::sse::SseParser;
 use anyhow::{anyhow, Context};
-use futures::StreamExt;
+use sandlot_client::{segment, Client, ClientError, Method, Streamed};
 use sandlot_types::{
     ApiError, CreateSandbox, ErrorCode, ExecuteRequest, ExecutionResult, Language, OutputEvent,
     Sandbox,
@@ -17,15 +15,9 @@ use std::time::Duration;
 const EXECUTION_GRACE: Duration = Duration::from_secs(60);
 /// The server's default execution timeout when none is given (the runtime's default).
 const SERVER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Largest event of an execution's stream (the last one holds the whole result, whose output
-/// the runtime caps at a few MiB): a server that sends more without ending an event is cut
-/// off rather than buffered.
-const MAX_EVENT_BYTES: usize = 32 << 20;
 
 pub struct Remote {
     api: Client,
-    http: reqwest::Client,
-    base: String,
     pub id: String,
     /// Whether the agent created the sandbox (and so deletes it at the end).
     pub owned: bool,
@@ -34,11 +26,11 @@ pub struct Remote {
 impl Remote {
     /// The sandbox `id` on the server at `url`, or a new one.
     pub async fn open(url: &str, id: Option<&str>) -> anyhow::Result<Remote> {
-        let api = Client::new(url)?;
+        let api = crate::client::connect(url)?;
         let (id, owned) = match id {
             Some(id) => {
                 let sb: Sandbox = api
-                    .get_json(&format!("/v1/sandboxes/{id}"))
+                    .get_json(&format!("/v1/sandboxes/{}", segment(id)))
                     .await
                     .with_context(|| format!("sandbox {id}"))?;
                 (sb.id, false)
@@ -51,17 +43,7 @@ impl Remote {
                 (sb.id, true)
             }
         };
-        let http = crate::config::http_builder(url)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .context("could not build the HTTP client")?;
-        Ok(Remote {
-            api,
-            http,
-            base: url.trim_end_matches('/').to_owned(),
-            id,
-            owned,
-        })
+        Ok(Remote { api, id, owned })
     }
 
     /// Deletes the sandbox if the agent created it.
@@ -75,22 +57,15 @@ impl Remote {
 
     /// Writes `data` to `path` (relative to /workspace) in the sandbox.
     pub async fn upload(&self, path: &str, data: Vec<u8>) -> anyhow::Result<()> {
-        let encoded: Vec<String> = path.split('/').map(percent_encode).collect();
-        let url = format!(
-            "{}/v1/sandboxes/{}/files/{}",
-            self.base,
-            self.id,
-            encoded.join("/")
-        );
-        let resp = self
-            .http
-            .put(url)
-            .timeout(Duration::from_secs(600))
-            .body(data)
-            .send()
-            .await
-            .with_context(|| format!("could not reach the server at {}", self.base))?;
-        crate::client::api_result(resp).await?;
+        let encoded: Vec<String> = path.split('/').map(segment).collect();
+        let req = self
+            .api
+            .request(
+                Method::PUT,
+                &format!("/v1/sandboxes/{}/files/{}", self.id, encoded.join("/")),
+            )
+            .body(data);
+        self.api.send(req).await?;
         Ok(())
     }
 
@@ -114,43 +89,13 @@ impl Remote {
             .map_or(SERVER_DEFAULT_TIMEOUT, Duration::from_secs_f64)
             + EXECUTION_GRACE;
         let run = async {
-            let resp = self
-                .http
-                .post(format!("{}/v1/sandboxes/{}/execute", self.base, self.id))
-                .header(reqwest::header::ACCEPT, "text/event-stream")
-                .json(&req)
-                .send()
-                .await
-                .with_context(|| format!("could not reach the server at {}", self.base))?;
-            let mut body = crate::client::api_result(resp).await?.bytes_stream();
-            let mut parser = SseParser::default();
-            let mut pending = 0usize;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.context("the connection to the server broke")?;
-                let events = parser.push(&chunk);
-                pending = if events.is_empty() {
-                    pending + chunk.len()
-                } else {
-                    0
-                };
-                if pending > MAX_EVENT_BYTES {
-                    return Err(anyhow!(
-                        "the server sent more than {MAX_EVENT_BYTES} bytes without ending an event"
-                    ));
-                }
-                for ev in events {
-                    match ev.event.as_str() {
-                        sandlot_api::DONE_EVENT => return Ok(serde_json::from_str(&ev.data)?),
-                        sandlot_api::API_ERROR_EVENT => {
-                            return Err(crate::client::stream_error(&ev.data))
-                        }
-                        _ => on_event(&serde_json::from_str(&ev.data)?),
-                    }
+            let mut stream = self.api.execute_stream(&self.id, req).await?;
+            loop {
+                match stream.next().await? {
+                    Streamed::Output(ev) => on_event(&ev),
+                    Streamed::Done(result) => return Ok(*result),
                 }
             }
-            Err(anyhow!(
-                "the server closed the stream before the execution finished"
-            ))
         };
         tokio::time::timeout(limit, run).await.map_err(|_| {
             anyhow!(
@@ -165,7 +110,11 @@ impl Remote {
 /// sandbox or the server: those go back to the model as the tool's answer.
 pub fn model_facing(e: &anyhow::Error) -> Option<&ApiError> {
     // The same set as the SDK's dispatcher (`_MODEL_FACING`, with the subclasses).
-    e.downcast_ref::<ApiError>().filter(|a| {
+    let api = e
+        .downcast_ref::<ClientError>()
+        .and_then(ClientError::api)
+        .or_else(|| e.downcast_ref::<ApiError>());
+    api.filter(|a| {
         matches!(
             a.code,
             ErrorCode::InvalidRequest
@@ -175,28 +124,4 @@ pub fn model_facing(e: &anyhow::Error) -> Option<&ApiError> {
                 | ErrorCode::SandboxBusy
         )
     })
-}
-
-/// One path segment, percent-encoded outside the unreserved set.
-fn percent_encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segments_are_encoded() {
-        assert_eq!(percent_encode("data.csv"), "data.csv");
-        assert_eq!(percent_encode("a b#?"), "a%20b%23%3F");
-    }
 }

@@ -1,4 +1,4 @@
-//! A Server-Sent Events reader for `sandlot run --url`: bytes in, whole events out.
+//! A Server-Sent Events reader for streamed executions: bytes in, whole events out.
 
 /// One event: its name (`message` when the server gave none) and its data lines joined.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +16,12 @@ pub struct SseParser {
 }
 
 impl SseParser {
+    /// Bytes held for an event not complete yet: what a stream that never ends an event
+    /// would grow without a bound.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() + self.partial.len()
+    }
+
     pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         self.partial.extend_from_slice(chunk);
         let valid = match std::str::from_utf8(&self.partial) {
@@ -25,28 +31,50 @@ impl SseParser {
             Err(_) => self.partial.len(),
         };
         let rest = self.partial.split_off(valid);
+        // Only the new text (and the character before it) is looked at: rescanning the whole
+        // buffer for every chunk of a large event would cost its size squared.
+        let start = self.buf.len();
         self.buf.push_str(&String::from_utf8_lossy(&self.partial));
         self.partial = rest;
         // Normalize line ends so one separator search covers all three forms; a trailing CR
         // waits for the next chunk, which may start with its LF.
-        if self.buf.contains('\r') {
-            let trailing_cr = self.buf.ends_with('\r');
-            let body = self.buf.strip_suffix('\r').unwrap_or(&self.buf);
+        let from = if self.buf[..start].ends_with('\r') {
+            start - 1
+        } else {
+            start
+        };
+        if self.buf[from..].contains('\r') {
+            let tail = &self.buf[from..];
+            let trailing_cr = tail.ends_with('\r');
+            let body = tail.strip_suffix('\r').unwrap_or(tail);
             let mut normalized = body.replace("\r\n", "\n").replace('\r', "\n");
             if trailing_cr {
                 normalized.push('\r');
             }
-            self.buf = normalized;
+            self.buf.truncate(from);
+            self.buf.push_str(&normalized);
         }
+        // The buffer held no blank line before this chunk; one may end in the last two
+        // characters before it (`\n` + a CR that became `\n`) or anywhere after.
+        let mut search_from = floor_boundary(&self.buf, from.saturating_sub(1));
         let mut events = Vec::new();
-        while let Some(end) = self.buf.find("\n\n") {
-            let block: String = self.buf.drain(..end + 2).collect();
+        while let Some(at) = self.buf[search_from..].find("\n\n") {
+            let block: String = self.buf.drain(..search_from + at + 2).collect();
             if let Some(ev) = parse_block(&block) {
                 events.push(ev);
             }
+            search_from = 0;
         }
         events
     }
+}
+
+/// The largest char boundary of `s` at or before `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
 }
 
 fn parse_block(block: &str) -> Option<SseEvent> {
@@ -119,5 +147,35 @@ mod tests {
         let text = "data: é\n\n".as_bytes();
         assert!(p.push(&text[..7]).is_empty());
         assert_eq!(p.push(&text[7..])[0].data, "é");
+    }
+
+    #[test]
+    fn any_split_into_two_or_three_chunks_gives_the_same_events() {
+        let text = "event: a\r\ndata: é1\r\n\r\n: note\n\nevent: b\rdata: 2\r\rdata: x\ndata: y\n\n\ndata: z\r\n\r";
+        let whole = SseParser::default().push(text.as_bytes());
+        assert_eq!(whole.len(), 3, "{whole:?}");
+        let bytes = text.as_bytes();
+        for i in 0..=bytes.len() {
+            for j in i..=bytes.len() {
+                let mut p = SseParser::default();
+                let mut got = p.push(&bytes[..i]);
+                got.extend(p.push(&bytes[i..j]));
+                got.extend(p.push(&bytes[j..]));
+                assert_eq!(got, whole, "split at {i} and {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_event_in_many_chunks() {
+        let mut p = SseParser::default();
+        assert!(p.push(b"event: done\ndata: ").is_empty());
+        for _ in 0..4096 {
+            assert!(p.push(&[b'x'; 1024]).is_empty());
+        }
+        assert!(p.buffered() > 4 << 20);
+        let evs = p.push(b"\n\n");
+        assert_eq!(evs[0].data.len(), 4 << 20);
+        assert_eq!(p.buffered(), 0);
     }
 }
