@@ -23,7 +23,7 @@ use sandlot_types::{
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 
-pub use sandlot_http::events::{event_name, API_ERROR_EVENT, DONE_EVENT};
+pub use sandlot_types::{event_name, API_ERROR_EVENT, DONE_EVENT};
 
 /// `POST /v1/sandboxes/{id}/interrupt` response.
 #[derive(Debug, Serialize, Deserialize)]

@@ -368,15 +368,6 @@ mod tests {
     }
 
     #[test]
-    fn the_client_reads_the_event_names_the_server_writes() {
-        assert_eq!(sandlot_client::DONE_EVENT, sandlot_api::DONE_EVENT);
-        assert_eq!(
-            sandlot_client::API_ERROR_EVENT,
-            sandlot_api::API_ERROR_EVENT
-        );
-    }
-
-    #[test]
     fn exit_statuses() {
         assert_eq!(exit_status(EndState::Ok), 0);
         assert_eq!(exit_status(EndState::Error), 1);

@@ -28,12 +28,8 @@ use serde::Serialize;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// The name of the last event of an execution's stream, whose data is the
-/// [`ExecutionResult`]. The server's side is `sandlot_api::DONE_EVENT`.
-pub const DONE_EVENT: &str = "done";
-/// The name of the event an execution's stream ends with when the execution could not run,
-/// whose data is an [`ErrorBody`]. The server's side is `sandlot_api::API_ERROR_EVENT`.
-pub const API_ERROR_EVENT: &str = "api_error";
+/// The stream's event names, as the server writes them.
+pub use sandlot_types::{API_ERROR_EVENT, DONE_EVENT};
 
 /// Bound of establishing a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -2,12 +2,12 @@
 //! share, so that neither depends on the other: every failure as
 //! `{"error": {"code", "message"}}` with its status ([`HttpError`], `error.rs`), extractors
 //! whose rejections come out in that shape (`extract.rs`), the principal of a request
-//! ([`Caller`], `caller.rs`), the SSE event names of an execution's output (`events.rs`), and
-//! the limits the HTTP layer enforces ([`ApiConfig`]).
+//! ([`Caller`], `caller.rs`), the SSE event names of an execution's output (re-exported from
+//! `sandlot-types`, which its clients share), and the limits the HTTP layer enforces
+//! ([`ApiConfig`]).
 
 pub mod caller;
 pub mod error;
-pub mod events;
 pub mod extract;
 
 pub use caller::{bearer, principal_of, Caller};
@@ -15,8 +15,8 @@ pub use error::{
     api_error, code_of, error_body, error_response, status_of, HttpError, METHOD_NOT_ALLOWED,
     ROUTE_NOT_FOUND,
 };
-pub use events::{event_name, API_ERROR_EVENT, DONE_EVENT};
 pub use extract::{ApiJson, ApiJsonOrDefault, ApiPath, ApiQuery};
+pub use sandlot_types::{event_name, API_ERROR_EVENT, DONE_EVENT};
 
 use sandlot_runtime::RuntimeConfig;
 

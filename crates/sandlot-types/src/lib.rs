@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 mod diff;
 mod error;
 mod events;
+mod stream;
 mod template;
 mod tenancy;
 
 pub use diff::*;
 pub use error::*;
 pub use events::*;
+pub use stream::*;
 pub use template::*;
 pub use tenancy::*;
 

@@ -1,7 +1,8 @@
-//! The SSE event names of an execution's stream, shared by `/v1/sandboxes/{id}/execute` and a
-//! job's events (`GET /v1/jobs/{id}/events`).
+//! The SSE event names of an execution's stream: what the server writes
+//! (`/v1/sandboxes/{id}/execute` and a job's `GET /v1/jobs/{id}/events`) and its clients read
+//! (`sandlot-client`), defined once for both.
 
-use sandlot_types::OutputEvent;
+use crate::OutputEvent;
 
 /// SSE event that ends a stream: its data is the `ExecutionResult`.
 pub const DONE_EVENT: &str = "done";
