@@ -3,6 +3,7 @@
 use crate::backend::Backend;
 use crate::error::HttpError;
 use crate::extract::ApiPath;
+use crate::govern::Caller;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,31 +20,35 @@ pub struct ContextList {
 
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, HttpError> {
-    let ctx = st.backend.create_context(&id).await?;
+    let ctx = st.svc().create_context(&caller.0, &id).await?;
     Ok((StatusCode::CREATED, Json(ctx)).into_response())
 }
 
 pub(crate) async fn list<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ContextList>, HttpError> {
-    let contexts = st.backend.list_contexts(&id).await?;
+    let contexts = st.svc().list_contexts(&caller.0, &id).await?;
     Ok(Json(ContextList { contexts }))
 }
 
 pub(crate) async fn restart<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath((id, ctx)): ApiPath<(String, String)>,
 ) -> Result<Json<Context>, HttpError> {
-    Ok(Json(st.backend.restart_context(&id, &ctx).await?))
+    Ok(Json(st.svc().restart_context(&caller.0, &id, &ctx).await?))
 }
 
 pub(crate) async fn delete<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath((id, ctx)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, HttpError> {
-    st.backend.delete_context(&id, &ctx).await?;
+    st.svc().delete_context(&caller.0, &id, &ctx).await?;
     Ok(StatusCode::NO_CONTENT)
 }

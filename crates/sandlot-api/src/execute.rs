@@ -152,9 +152,10 @@ fn json_event<T: Serialize>(name: &str, value: &T) -> Event {
 
 pub(crate) async fn interrupt<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<InterruptResponse>, HttpError> {
-    let interrupted = st.backend.interrupt(&id).await?;
+    let interrupted = st.svc().interrupt(&caller.0, &id).await?;
     Ok(Json(InterruptResponse { interrupted }))
 }
 

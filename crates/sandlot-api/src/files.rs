@@ -294,8 +294,9 @@ pub(crate) async fn delete_volume<B: Backend>(
 
 pub(crate) async fn delete<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: crate::govern::Caller,
     ApiPath((id, path)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, HttpError> {
-    st.backend.delete_file(&id, &path).await?;
+    st.svc().delete_file(&caller.0, &id, &path).await?;
     Ok(StatusCode::NO_CONTENT)
 }

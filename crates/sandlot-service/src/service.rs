@@ -16,9 +16,9 @@ use crate::gates::gate_create;
 use crate::governance::{sandbox_not_found, Governance};
 use sandlot_tenancy::{Admission, Claim, Share};
 use sandlot_types::{
-    ApiError, CreateSandbox, CreateSnapshot, CreateVolume, ErrorCode, ExecuteRequest, ForkRequest,
-    ForkResult, Language, NetworkUpdate, Principal, Sandbox, Snapshot, Template, TemplateSpec,
-    Volume, TRUSTED_TIER,
+    ApiError, Context, CreateSandbox, CreateSnapshot, CreateVolume, ErrorCode, ExecuteRequest,
+    ForkRequest, ForkResult, Language, NetworkUpdate, Principal, Sandbox, Snapshot, Template,
+    TemplateSpec, Volume, TRUSTED_TIER,
 };
 
 /// The service over `backend` (the runtime, or a scripted one in an adapter's tests), with the
@@ -230,6 +230,54 @@ impl<'a, B: Backend> Service<'a, B> {
             g.gate_file(who, &sandbox, path, write)?;
         }
         Ok(())
+    }
+
+    /// Interrupts the execution running in one of `who`'s sandboxes; whether one ran.
+    pub async fn interrupt(&self, who: &Principal, id: &str) -> Result<bool, ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.interrupt(id).await
+    }
+
+    /// Deletes `path` from one of `who`'s sandboxes' workspace, past the `write_file` gate (a
+    /// deletion changes the file as much as a write does: no protocol deletes what the policy
+    /// forbids it to write).
+    pub async fn delete_file(&self, who: &Principal, id: &str, path: &str) -> Result<(), ApiError> {
+        self.gate_file(who, id, path, Some(0)).await?;
+        self.backend.delete_file(id, path).await
+    }
+
+    /// A new interpreter context in one of `who`'s sandboxes.
+    pub async fn create_context(&self, who: &Principal, id: &str) -> Result<Context, ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.create_context(id).await
+    }
+
+    /// The interpreter contexts of one of `who`'s sandboxes.
+    pub async fn list_contexts(&self, who: &Principal, id: &str) -> Result<Vec<Context>, ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.list_contexts(id).await
+    }
+
+    /// Restarts context `ctx` of one of `who`'s sandboxes (its variables are lost).
+    pub async fn restart_context(
+        &self,
+        who: &Principal,
+        id: &str,
+        ctx: &str,
+    ) -> Result<Context, ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.restart_context(id, ctx).await
+    }
+
+    /// Deletes context `ctx` of one of `who`'s sandboxes.
+    pub async fn delete_context(
+        &self,
+        who: &Principal,
+        id: &str,
+        ctx: &str,
+    ) -> Result<(), ApiError> {
+        self.scope_sandbox(who, id)?;
+        self.backend.delete_context(id, ctx).await
     }
 
     /// Builds (in the background) template `spec.name` of `who`'s tenant, past the

@@ -103,6 +103,8 @@ enum Op {
     Command,
     WriteFile,
     ReadFile,
+    /// Delete the file: a write of it, to the policy.
+    DeleteFile,
     Fork,
     Pause,
     Delete,
@@ -117,7 +119,8 @@ impl Op {
             Op::Execute => Some(Op::Command),
             Op::Command => Some(Op::WriteFile),
             Op::WriteFile => Some(Op::ReadFile),
-            Op::ReadFile => Some(Op::Fork),
+            Op::ReadFile => Some(Op::DeleteFile),
+            Op::DeleteFile => Some(Op::Fork),
             Op::Fork => Some(Op::Pause),
             Op::Pause => Some(Op::Delete),
             Op::Delete => None,
@@ -135,7 +138,7 @@ impl Op {
             // A fork makes sandboxes as a creation does: it passes the creation gate.
             Op::Create | Op::Fork => Ok("t1-no-create"),
             Op::Execute | Op::Command => Ok("t1-no-execute"),
-            Op::WriteFile => Ok("t1-no-write"),
+            Op::WriteFile | Op::DeleteFile => Ok("t1-no-write"),
             Op::ReadFile => Ok("t1-no-read"),
             Op::Get => Err("seeing one's own sandbox is not a policy gate"),
             Op::Pause => Err("pausing one's own sandbox is not a policy gate"),
@@ -156,6 +159,7 @@ impl Op {
             | Op::Command
             | Op::WriteFile
             | Op::ReadFile
+            | Op::DeleteFile
             | Op::Fork
             | Op::Pause
             | Op::Delete => Ok(()),
@@ -167,7 +171,8 @@ impl Op {
     fn harmless(self) -> bool {
         match self {
             Op::Get | Op::Execute | Op::Command | Op::WriteFile | Op::ReadFile => true,
-            Op::Create | Op::Fork | Op::Pause | Op::Delete => false,
+            // Deleting the file would change what the test reads afterwards.
+            Op::Create | Op::DeleteFile | Op::Fork | Op::Pause | Op::Delete => false,
         }
     }
 }
@@ -186,6 +191,9 @@ enum Shape {
     /// The code interpreter's `/execute`: plain-text errors `policy_denied: ...`; an unknown
     /// sandbox 502.
     E2bJupyter,
+    /// A Connect unary call (envd's filesystem service): 200 and the message, or an error status
+    /// with `{"code", "message"}` (`permission_denied`); an unknown sandbox 502.
+    ConnectUnary,
     /// A Connect server stream: errors in its end-of-stream message (`permission_denied`; an
     /// unknown sandbox `unavailable`).
     Connect,
@@ -248,6 +256,11 @@ fn perform(who: &Caller, p: Protocol, op: Op, id: &str) -> Result<Got, &'static 
             &format!("/v1/sandboxes/{id}/files/{FILE}"),
             None,
         ),
+        (Protocol::Rest, Op::DeleteFile) => who.rest(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{id}/files/{FILE}"),
+            None,
+        ),
         (Protocol::Rest, Op::Fork) => who.rest(
             Method::POST,
             &format!("/v1/sandboxes/{id}/fork"),
@@ -297,6 +310,12 @@ fn perform(who: &Caller, p: Protocol, op: Op, id: &str) -> Result<Got, &'static 
             Shape::E2bFiles,
             who.envd(p, Method::GET, id, ENVD, &e2b_file),
         ),
+        (Protocol::E2b | Protocol::E2bToken, Op::DeleteFile) => who.read(
+            Shape::ConnectUnary,
+            who.envd(p, Method::POST, id, ENVD, "/filesystem.Filesystem/Remove")
+                .header("content-type", "application/json")
+                .body(json!({ "path": format!("/home/user/{FILE}") }).to_string()),
+        ),
         (Protocol::E2b, Op::Fork) => who.read(
             Shape::E2bControl,
             who.e2b(Method::POST, &format!("/sandboxes/{id}/fork"))
@@ -336,6 +355,9 @@ fn perform(who: &Caller, p: Protocol, op: Op, id: &str) -> Result<Got, &'static 
             "read_file",
             json!({ "sandbox_id": id, "path": FILE }),
         ),
+        (Protocol::Mcp, Op::DeleteFile) => {
+            return Err("MCP's tools write and read files; none deletes one")
+        }
         (Protocol::Mcp, Op::Fork) => {
             who.mcp
                 .call(Shape::McpTool, "fork_sandbox", json!({ "sandbox_id": id }))
@@ -358,7 +380,7 @@ fn perform(who: &Caller, p: Protocol, op: Op, id: &str) -> Result<Got, &'static 
         }
         (Protocol::Jobs, Op::Execute) => who.job(id, py),
         (Protocol::Jobs, Op::Command) => who.job(id, sh),
-        (Protocol::Jobs, Op::WriteFile) | (Protocol::Jobs, Op::ReadFile) => {
+        (Protocol::Jobs, Op::WriteFile | Op::ReadFile | Op::DeleteFile) => {
             return Err("a job is an execution; files go through the other protocols")
         }
         (Protocol::Jobs, Op::Fork) => return Err("a job does not fork its sandbox"),
@@ -440,6 +462,15 @@ fn verdict(got: &Got, id: &str) -> Verdict {
                 Verdict::Missing
             } else {
                 Verdict::Unexpected
+            }
+        }
+        Shape::ConnectUnary => {
+            let message = || got.json["message"].as_str().unwrap_or("").to_owned();
+            match (got.status, got.json["code"].as_str()) {
+                _ if ok => Verdict::Done,
+                (_, Some("permission_denied")) => Verdict::Denied(message()),
+                (502, _) | (_, Some("unavailable")) => Verdict::Missing,
+                _ => Verdict::Unexpected,
             }
         }
         Shape::Connect => {
@@ -942,9 +973,10 @@ fn a_policy_denies_an_operation_on_every_protocol() {
     }
     t1.mcp.close();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // Every gated row ran both ways: 6 gated operations on REST, E2B (key) and MCP, the 4 on
-    // a sandbox's ports with E2B's token, and the 2 executions of jobs.
-    assert_eq!((denied, done), (24, 24));
+    // Every gated row ran both ways: 7 gated operations on REST and E2B (key), 6 on MCP (it
+    // deletes no file), the 5 on a sandbox's ports with E2B's token, and the 2 executions of
+    // jobs.
+    assert_eq!((denied, done), (27, 27));
 }
 
 /// Creates a sandbox for `who` through `/v1`; returns its id.
@@ -1056,6 +1088,7 @@ fn another_tenants_sandbox_is_missing_on_every_protocol() {
     ta.mcp.close();
     tb.mcp.close();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // 4 protocols × 8 operations naming a sandbox, less the 5 jobs have not.
-    assert_eq!(probes, 27);
+    // 4 protocols × 9 operations naming a sandbox, less the 6 jobs have not and the file
+    // deletion MCP has not.
+    assert_eq!(probes, 29);
 }
