@@ -557,10 +557,14 @@ impl Metrics {
     /// Reads `read` at each scrape as the gauge `sandlot_<name>` (replacing an earlier source of
     /// that name). For components that own a count (the jobs queue):
     ///
-    /// ```ignore
-    /// let jobs = jobs.clone();
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let queued = Arc::new(AtomicUsize::new(0));
+    /// let count = queued.clone();
     /// sandlot_telemetry::metrics().set_gauge_source(
-    ///     "jobs_queued", "Jobs waiting to run", move || jobs.queued() as i64);
+    ///     "jobs_queued", "Jobs waiting to run", move || count.load(Ordering::Relaxed) as i64);
+    /// queued.fetch_add(1, Ordering::Relaxed);
     /// ```
     ///
     /// `read` runs on the scraping request's task: it must be quick and must not block.
