@@ -57,9 +57,10 @@ pub(crate) async fn set_network<B: Backend>(
 
 pub(crate) async fn get<B: Backend>(
     State(st): State<AppState<B>>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Sandbox>, HttpError> {
-    Ok(Json(st.svc().tokened(st.backend.get_sandbox(&id).await?)))
+    Ok(Json(st.svc().sandbox(&caller.0, &id).await?))
 }
 
 pub(crate) async fn delete<B: Backend>(

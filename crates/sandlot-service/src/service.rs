@@ -42,16 +42,6 @@ impl<'a, B: Backend> Service<'a, B> {
         Self { backend, gov }
     }
 
-    /// The backend, for the reads that only look.
-    pub fn backend(&self) -> &'a B {
-        self.backend
-    }
-
-    /// The governance, when the server runs with keys.
-    pub fn governance(&self) -> Option<&'a Governance> {
-        self.gov
-    }
-
     /// `Ok` when sandbox `id` (live, or recorded after it ended) is `who`'s tenant's; another
     /// tenant's, or one never seen, is the not-found answer, word for word.
     pub fn scope_sandbox(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
@@ -86,19 +76,9 @@ impl<'a, B: Backend> Service<'a, B> {
         mut req: CreateSandbox,
     ) -> Result<Sandbox, ApiError> {
         // Held until the sandbox is in the live set (or the creation failed).
-        let _admission = self.admit_new(who, &mut req).await?;
+        let _admission = admit_new(self.gov, self.backend, who, &mut req).await?;
         let sandbox = self.backend.create_sandbox(req).await?;
         Ok(self.tokened(sandbox))
-    }
-
-    /// [`admit_new`] alone, for an adapter that creates in steps of its own (E2B's, which
-    /// sets timeouts after). Hold the admission until the sandbox exists.
-    pub async fn admit_new(
-        &self,
-        who: &Principal,
-        req: &mut CreateSandbox,
-    ) -> Result<Option<Admission>, ApiError> {
-        admit_new(self.gov, self.backend, who, req).await
     }
 
     /// Deletes one of `who`'s sandboxes, waking creations waiting for room.
@@ -331,7 +311,7 @@ impl<'a, B: Backend> Service<'a, B> {
     /// paused, or its quotas grew).
     pub fn released(&self, tenant: &str) {
         if let Some(g) = self.gov {
-            sandlot_tenancy::Admission::nudge(&g.quotas, tenant);
+            Admission::nudge(&g.quotas, tenant);
         }
     }
 }
