@@ -20,7 +20,7 @@
 //! scopes every call there.
 
 use crate::error::Error;
-use sandlot_runtime::{Runtime, RuntimeError};
+use sandlot_runtime::Runtime;
 use sandlot_service::{Governance, Service};
 use sandlot_types::{
     ApiError, CreateSandbox, CreateSnapshot, ErrorCode, ForkRequest, ForkResult, Language,
@@ -58,13 +58,6 @@ pub(crate) struct Scope {
     tenancy: Arc<Tenancy>,
 }
 
-/// A missing sandbox, in the runtime's own words (another tenant's reads the same).
-pub(crate) fn sandbox_not_found(id: &str) -> Error {
-    Error::Api(sandlot_service::api_error(RuntimeError::SandboxNotFound {
-        id: id.to_owned(),
-    }))
-}
-
 impl Scope {
     /// The scope of a tool call: its request's principal, when the server has tenants.
     /// `Err` when keys are required and the request carries none (the server's middleware
@@ -98,13 +91,10 @@ impl Scope {
         Service::new(&self.tenancy.rt, self.tenancy.gov.as_deref())
     }
 
-    /// `Ok` when sandbox `id` is the tenant's, else the not-found answer.
+    /// `Ok` when sandbox `id` is the tenant's, else the not-found answer
+    /// (`Service::scope_sandbox`, the one tenant check).
     pub(crate) fn check_sandbox(&self, id: &str) -> Result<(), Error> {
-        if self.tenancy.rt.sandbox_tenant(id).as_deref() == Some(self.tenant()) {
-            Ok(())
-        } else {
-            Err(sandbox_not_found(id))
-        }
+        Ok(self.svc().scope_sandbox(&self.who, id)?)
     }
 
     /// Creates a sandbox for the tenant through the pipeline every protocol shares

@@ -507,10 +507,6 @@ impl Inner {
         let Some(tenant) = g.keys.tenant(&job.tenant) else {
             return Err(format!("its tenant {} no longer exists", job.tenant));
         };
-        self.rt
-            .get_sandbox(sb)
-            .await
-            .map_err(|_| sandbox_ended_reason(sb))?;
         let who = sandlot_types::Principal {
             key_id: key.id,
             key_prefix: key.prefix,
@@ -518,7 +514,8 @@ impl Inner {
             role: key.role,
             plan: tenant.plan,
         };
-        // The service's execute gate, as every protocol's execution passes it.
+        // The service's execute gate, as every protocol's execution passes it; a sandbox that
+        // ended since (or is missing) is why the job cannot run.
         let (code_bytes, language) = (job.request.code.len(), job.request.language);
         sandlot_service::Service::new(&self.rt, Some(g))
             .gate_execute(&who, sb, code_bytes, language)
