@@ -19,9 +19,15 @@ from .state import DEFAULT_CONTEXT, state
 class Context:
     """One code context. The active context's state lives in the shell (and its Bash session in
     state.bash); the others' is parked here. A context whose user_ns is None has never been
-    active: its namespace is built the first time it is installed."""
+    active: its namespace is built the first time it is installed.
 
-    def __init__(self) -> None:
+    Each context has its own working directory, as each of a notebook's kernels does: ``home``
+    is where it starts (and restarts), ``cwd`` where its code last left it (the process's own
+    while it is active; installing a context moves the process there)."""
+
+    def __init__(self, home: str | None = None) -> None:
+        self.home = home
+        self.cwd = home
         self.user_module = None
         self.user_ns: dict | None = None
         self.user_ns_hidden: dict = {}
@@ -69,6 +75,7 @@ def _park(ctx: Context) -> None:
     ctx.dir_hist = list(history.dir_hist)
     ctx.compile_flags = shell.compile.flags
     ctx.bash = state.bash
+    ctx.cwd = _cwd()
 
 
 def _install(ctx: Context) -> None:
@@ -103,6 +110,7 @@ def _install(ctx: Context) -> None:
         for name, value in state.setup_names.items():
             shell.user_ns.setdefault(name, value)
     state.bash = ctx.bash
+    _chdir(ctx.cwd or ctx.home or state.workdir)
     # Parked state lives in ctx alone from now on.
     ctx.input_hist_parsed, ctx.input_hist_raw = [""], [""]
     ctx.output_hist, ctx.output_hist_reprs, ctx.dir_hist = {}, {}, []
@@ -114,6 +122,53 @@ def _cwd() -> str:
         return os.getcwd()
     except OSError:  # removed by user code
         return "/"
+
+
+def _chdir(path: str | None) -> None:
+    """Moves the process into a context's directory; one that user code removed since leaves
+    the process where it is (the context's next cell sees that directory)."""
+    if path and path != _cwd():
+        try:
+            os.chdir(path)
+        except OSError:
+            pass
+
+
+def set_workdir(path: object) -> None:
+    """The creator's working directory for the sandbox's code: the default context (and every
+    context created without one) starts there. Not a directory: ignored."""
+    if not isinstance(path, str) or not os.path.isdir(path):
+        return
+    state.workdir = path
+    default = state.contexts.get(DEFAULT_CONTEXT)
+    if default is not None:
+        default.home = path
+    if state.active_context == DEFAULT_CONTEXT:
+        _chdir(path)
+    elif default is not None:
+        default.cwd = path
+
+
+def set_context_cwd(name: str, path: object) -> None:
+    """Puts a context where a saved state left it (the process too, when it is active)."""
+    ctx = state.contexts.get(name)
+    if ctx is None or not isinstance(path, str):
+        return
+    if name == state.active_context:
+        _chdir(path)
+    else:
+        ctx.cwd = path
+
+
+def _check_cwd(cwd: object) -> str | None:
+    """Why a context cannot be created to work in cwd (None: it can)."""
+    if cwd is None:
+        return None
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
+        return "cwd must be an absolute path"
+    if not os.path.isdir(cwd):
+        return f"cwd {cwd!r} is not a directory in the sandbox"
+    return None
 
 
 def enter_context(name: object) -> str | None:
@@ -152,14 +207,16 @@ def context_op(kind: str, message: dict) -> None:
         if not isinstance(name, str) or not name:
             error = "context must be a non-empty string"
         elif kind == "context_create":
+            cwd = message.get("cwd")
             if name in state.contexts:
                 error = f"context {name!r} already exists"
-            else:
-                state.contexts[name] = Context()
+            elif (error := _check_cwd(cwd)) is None:
+                state.contexts[name] = Context(cwd or state.workdir)
         elif name not in state.contexts:
             error = f"no context {name!r}"
         elif kind == "context_restart":
-            old, fresh = state.contexts[name], Context()
+            old = state.contexts[name]
+            fresh = Context(old.home)
             state.contexts[name] = fresh
             if name == state.active_context:
                 old.bash, state.bash = state.bash, None

@@ -13,7 +13,7 @@ from . import output
 from .bash_session import BashUnavailable, run_bash
 from .capture import restore_output, write_stderr
 from .changes import changes_between, safe_snapshot
-from .contexts import context_op, enter_context
+from .contexts import context_op, enter_context, set_workdir
 from .jsonsafe import safe_str
 from .protocol import Channel, emit
 from .python_cells import run_python
@@ -177,3 +177,6 @@ def _dispatch(message: dict, fd: int | None) -> None:
         env = message.get("env")
         if isinstance(env, dict):
             os.environ.update({str(k): str(v) for k, v in env.items()})
+        # With them, the directory the creator's code starts in, when not /workspace.
+        if "workdir" in message:
+            set_workdir(message["workdir"])

@@ -49,7 +49,7 @@ import traceback
 
 from .bash_session import BashSession, limit_hint
 from .capture import write_stderr
-from .contexts import Context, enter_context
+from .contexts import Context, enter_context, set_context_cwd, set_workdir
 from .digest import MAX_DIGEST_NAME, MAX_DIGESTED, digest_state
 from .jsonsafe import safe_str
 from .pickling import (
@@ -161,17 +161,26 @@ def _save(fd: int, object_secs: float, total_secs: float) -> dict:
                 state.python_running = False
         index = {"version": FORMAT_VERSION, "contexts": contexts,
                  "active": state.active_context, "modules": _new_modules(),
-                 "random": _random_state()}
+                 "random": _random_state(), "workdir": state.workdir}
         size, digest = writer.finish(pickle.dumps(index, protocol=5))
     finally:
         writer.close()
     return {"bytes": size, "sha256": digest, "variables": count, "not_captured": not_captured}
 
 
+def _process_cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed by user code
+        return None
+
+
 def _save_context(name: str, writer: _BodyWriter, bounds: TimeBounds) -> tuple[dict, list]:
     """One context's entry of the index, and what of it was not captured."""
     ns, variables = user_variables(name)
-    entry: dict = {"vars": {}, "modules_as": {}, "bash": None}
+    ctx = state.contexts[name]
+    entry: dict = {"vars": {}, "modules_as": {}, "bash": None, "home": ctx.home,
+                   "cwd": _process_cwd() if name == state.active_context else ctx.cwd}
     failed: list[dict] = []
     for var, value in variables:
         module = module_alias(value)
@@ -478,13 +487,20 @@ def _restore(index: dict, body: memoryview, reseed: bool) -> dict:
             except BaseException as exc:  # a module that no longer imports: reported
                 not_restored.append({"name": name, "context": "", "reason": reason_for(exc)})
     count = 0
+    workdir = index.get("workdir")
+    if isinstance(workdir, str):
+        set_workdir(workdir)
     for name, entry in index["contexts"].items():
         if not isinstance(name, str) or not name or not isinstance(entry, dict):
             continue
+        home = entry.get("home")
         if name not in state.contexts:
-            state.contexts[name] = Context()
+            state.contexts[name] = Context(home if isinstance(home, str) else None)
+        elif isinstance(home, str):
+            state.contexts[name].home = home
         enter_context(name)  # builds the context's namespace if it never had one
         restored, failed = _restore_context(name, entry, body)
+        set_context_cwd(name, entry.get("cwd"))  # where its code left it
         count += restored
         not_restored += failed
     active = index.get("active")

@@ -43,6 +43,9 @@ class State:
         # Code contexts by id (see contexts.Context); the active one's namespace is in the shell.
         self.contexts: dict = {}  # id -> contexts.Context
         self.active_context = DEFAULT_CONTEXT
+        # Where the sandbox's code starts (the creator's choice, e.g. E2B's /home/user): new
+        # contexts start there. None: where the driver started (/workspace).
+        self.workdir: str | None = None
         # What every fresh namespace starts with: the names the template's setup code bound,
         # and the compiler flags after it.
         self.setup_names: dict = {}

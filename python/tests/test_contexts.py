@@ -211,3 +211,53 @@ def test_template_setup_names_are_in_every_fresh_context(make_driver):
     run_in(driver, None, "from_setup = 0")
     context_op(driver, "restart", "default")
     assert text_result(run_in(driver, None, "from_setup")) == "41"
+
+
+def test_each_context_works_in_its_own_directory(make_driver, tmp_path):
+    driver = make_driver()
+    (tmp_path / "there").mkdir()
+    driver.pending.clear()
+    driver.send({"type": "context_create", "context": "c1", "cwd": str(tmp_path / "there")})
+    assert driver.next_frame()["ok"] is True
+    here = "import os; os.getcwd()"
+    assert text_result(run_in(driver, "c1", here)) == repr(str(tmp_path / "there"))
+    assert text_result(run_in(driver, None, here)) == repr(str(driver.workdir))
+    # A move stays in its context, in Python and in its Bash session.
+    run_in(driver, "c1", "os.chdir('/')")
+    assert run_in(driver, "c1", "pwd", "bash").stdout == "/\n"
+    assert text_result(run_in(driver, None, here)) == repr(str(driver.workdir))
+    assert run_in(driver, None, "pwd", "bash").stdout == f"{driver.workdir}\n"
+    assert text_result(run_in(driver, "c1", here)) == "'/'"
+    # A restart starts it again where it was created to work.
+    assert context_op(driver, "restart", "c1")["ok"] is True
+    assert text_result(run_in(driver, "c1", "import os; os.getcwd()")) == \
+        repr(str(tmp_path / "there"))
+
+
+def test_a_context_cwd_that_is_no_directory_is_refused(make_driver, tmp_path):
+    driver = make_driver()
+    (tmp_path / "file").write_text("x")
+    for cwd, says in [("relative", "absolute"), (str(tmp_path / "missing"), "not a directory"),
+                      (str(tmp_path / "file"), "not a directory"), ("/a\0b", "absolute"),
+                      (5, "absolute")]:
+        driver.pending.clear()
+        driver.send({"type": "context_create", "context": "bad", "cwd": cwd})
+        frame = driver.next_frame()
+        assert frame["ok"] is False and says in frame["error"], (cwd, frame)
+    assert context_op(driver, "delete", "bad")["ok"] is False  # none was made
+
+
+def test_the_creators_workdir_is_where_code_starts(make_driver, tmp_path):
+    driver = make_driver()
+    (tmp_path / "home").mkdir()
+    driver.send({"type": "env", "env": {}, "workdir": str(tmp_path / "home")})
+    assert text_result(run_in(driver, None, "import os; os.getcwd()")) == \
+        repr(str(tmp_path / "home"))
+    assert run_in(driver, None, "pwd", "bash").stdout == f"{tmp_path / 'home'}\n"
+    # New contexts start there too; a workdir that is not a directory is ignored.
+    assert context_op(driver, "create", "c2")["ok"] is True
+    assert text_result(run_in(driver, "c2", "import os; os.getcwd()")) == \
+        repr(str(tmp_path / "home"))
+    driver.send({"type": "env", "env": {}, "workdir": str(tmp_path / "nope")})
+    assert text_result(run_in(driver, None, "import os; os.getcwd()")) == \
+        repr(str(tmp_path / "home"))

@@ -191,9 +191,30 @@ def test_a_bash_directory_missing_in_the_new_sandbox_is_reported(make_driver, tm
     loaded = load(child, tmp_path / "state")
     assert loaded["ok"] is True
     assert "does not exist" in names(loaded["not_restored"])[("default", "bash session")]
+    # The session starts where the context's Python code was (restored with the state: the
+    # parent's directory, which a sandbox's always shares, /workspace, and here still exists).
     assert run_in(child, None, 'pwd; echo "$KEPT"', "bash").stdout.splitlines() == \
-        [str(child.workdir), "yes"]
+        [str(parent.workdir), "yes"]
     assert saved["variables"] == 0
+
+
+def test_each_context_comes_back_in_its_own_directory(make_driver, tmp_path):
+    parent = make_driver()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    parent.pending.clear()
+    parent.send({"type": "context_create", "context": "c1", "cwd": str(tmp_path / "a")})
+    assert parent.next_frame()["ok"] is True
+    run_in(parent, None, f"import os; os.chdir({str(tmp_path / 'b')!r})")
+    run_in(parent, "c1", "import os; os.makedirs('sub'); os.chdir('sub')")
+    saved = save(parent, tmp_path / "state")
+    assert saved["ok"] is True, saved
+    child = make_driver()
+    assert load(child, tmp_path / "state")["ok"] is True
+    here = "import os; print(os.getcwd())"
+    assert run_in(child, None, here).stdout.strip() == str(tmp_path / "b")
+    assert run_in(child, "c1", here).stdout.strip() == str(tmp_path / "a" / "sub")
+    assert run_in(child, None, here).stdout.strip() == str(tmp_path / "b")
 
 
 def test_what_cannot_be_pickled_is_reported_by_name_and_the_rest_is_saved(make_driver,

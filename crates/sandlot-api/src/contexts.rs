@@ -2,7 +2,7 @@
 
 use crate::backend::Backend;
 use crate::error::HttpError;
-use crate::extract::ApiPath;
+use crate::extract::{ApiJsonOrDefault, ApiPath};
 use crate::govern::Caller;
 use crate::AppState;
 use axum::extract::State;
@@ -18,12 +18,26 @@ pub struct ContextList {
     pub contexts: Vec<Context>,
 }
 
+/// `POST /v1/sandboxes/{id}/contexts` body (optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewContext {
+    /// The directory the context starts in (absolute, a directory inside the sandbox);
+    /// without it, `/workspace`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
+    ApiJsonOrDefault(req): ApiJsonOrDefault<NewContext>,
 ) -> Result<Response, HttpError> {
-    let ctx = st.svc().create_context(&caller.0, &id).await?;
+    let ctx = st
+        .svc()
+        .create_context(&caller.0, &id, req.cwd.as_deref())
+        .await?;
     Ok((StatusCode::CREATED, Json(ctx)).into_response())
 }
 

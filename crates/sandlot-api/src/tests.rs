@@ -499,7 +499,11 @@ impl sandlot_service::Backend for Fake {
         }
     }
 
-    async fn create_context(&self, id: &str) -> Result<sandlot_types::Context, ApiError> {
+    async fn create_context(
+        &self,
+        id: &str,
+        _cwd: Option<&str>,
+    ) -> Result<sandlot_types::Context, ApiError> {
         check_id(id)?;
         self.record(format!("create_context {id}"));
         Ok(sample_context("ctx_1"))
@@ -545,6 +549,7 @@ fn sample_context(id: &str) -> sandlot_types::Context {
     sandlot_types::Context {
         id: id.to_owned(),
         created_at: "2025-01-01T00:00:03Z".into(),
+        cwd: None,
     }
 }
 
@@ -1550,6 +1555,7 @@ fn samples_validate_against_the_schemas() {
             value: "Bearer x".into(),
         }],
         tenant: None,
+        workdir: None,
     };
     let cases: Vec<(&str, Value)> = vec![
         ("Sandbox", to(&sample_sandbox("sb"))),
@@ -1622,7 +1628,13 @@ fn samples_validate_against_the_schemas() {
             "InterruptResponse",
             to(&crate::InterruptResponse { interrupted: false }),
         ),
-        ("Context", to(&sample_context("ctx_1"))),
+        (
+            "Context",
+            to(&sandlot_types::Context {
+                cwd: Some("/tmp".into()),
+                ..sample_context("ctx_1")
+            }),
+        ),
         (
             "ContextList",
             to(&crate::ContextList {
@@ -1767,7 +1779,13 @@ fn schema_properties_match_the_types() {
             "InterruptResponse",
             to(&crate::InterruptResponse { interrupted: true }),
         ),
-        ("Context", to(&sample_context("ctx_1"))),
+        (
+            "Context",
+            to(&sandlot_types::Context {
+                cwd: Some("/tmp".into()),
+                ..sample_context("ctx_1")
+            }),
+        ),
         ("ContextList", to(&crate::ContextList { contexts: vec![] })),
         ("TemplateSpec", to(&sample_spec("s"))),
         (

@@ -28,6 +28,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow::Result<()> {
+    check_settings()?;
     let disk = crate::doctor::Disk::detect(Some(&dirs.data_dir));
     tokio::task::spawn_blocking(move || ensure_btrfs_progs(&disk))
         .await
@@ -276,6 +277,17 @@ fn ensure_btrfs_progs(disk: &crate::doctor::Disk) {
 }
 
 /// A duration in seconds from the environment variable `name` (unset or empty: none).
+/// Settings read only once the runtime is up, checked before anything starts: a typo stops the
+/// server at once rather than after booting the runtime (tens of seconds on a first run).
+fn check_settings() -> anyhow::Result<()> {
+    seconds_var(crate::config::ENVD_TOKEN_TTL)?;
+    if let Ok(v) = std::env::var(sandlot_record::audit::TRUSTED_PROXIES) {
+        sandlot_record::audit::parse_trusted_proxies(&v)
+            .map_err(|why| anyhow::anyhow!("{}: {why}", sandlot_record::audit::TRUSTED_PROXIES))?;
+    }
+    Ok(())
+}
+
 fn seconds_var(name: &str) -> anyhow::Result<Option<std::time::Duration>> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => Ok(Some(std::time::Duration::from_secs(

@@ -207,6 +207,8 @@ async fn create(
         all_ports: true,
         tenant: Some(who.tenant.clone()),
         tier,
+        // E2B's code runs in the user's home (the workspace, mounted there too).
+        workdir: Some(crate::files::HOME.to_owned()),
         ..Default::default()
     };
     // The creation pipeline every protocol shares (`sandlot_service::admission`): references,

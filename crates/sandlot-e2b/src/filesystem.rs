@@ -17,7 +17,7 @@
 //! relay, and polling stat snapshots would be a weaker promise than the SDK's watch makes.
 
 use crate::connect::{self, Call, Code, RpcError};
-use crate::files::{e2b_path, workspace_path};
+use crate::files::{e2b_path, workspace_path, HOME};
 use crate::gates::Gate;
 use crate::Ctx;
 use axum::extract::{Request, State};
@@ -27,9 +27,6 @@ use axum::Router;
 use sandlot_types::FileEntry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Where the workspace is inside the sandbox.
-const WORKSPACE: &str = "/workspace";
 
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
@@ -44,14 +41,15 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/filesystem.Filesystem/RemoveWatcher", post(watcher))
 }
 
-/// The directory a command starts in, inside the sandbox: the workspace for E2B's home (the
-/// default) and relative paths; other absolute paths as given (the command runs confined to
-/// the sandbox, so it may use any directory the sandbox sees).
+/// The directory a command starts in, inside the sandbox: E2B's home (the workspace, mounted
+/// at `/home/user` too, so `pwd` says what E2B's does) for the default and relative paths;
+/// other absolute paths as given (the command runs confined to the sandbox, so it may use any
+/// directory the sandbox sees).
 pub(crate) fn command_dir(cwd: Option<&str>) -> String {
     let cwd = cwd.unwrap_or("").trim();
     match workspace_path(cwd) {
-        Ok(rel) if rel.is_empty() => WORKSPACE.to_owned(),
-        Ok(rel) => format!("{WORKSPACE}/{rel}"),
+        Ok(rel) if rel.is_empty() => HOME.to_owned(),
+        Ok(rel) => format!("{HOME}/{rel}"),
         Err(_) => cwd.to_owned(),
     }
 }
@@ -279,9 +277,9 @@ mod tests {
 
     #[test]
     fn command_dirs() {
-        assert_eq!(command_dir(None), "/workspace");
-        assert_eq!(command_dir(Some("/home/user/x")), "/workspace/x");
-        assert_eq!(command_dir(Some("sub")), "/workspace/sub");
+        assert_eq!(command_dir(None), "/home/user");
+        assert_eq!(command_dir(Some("/home/user/x")), "/home/user/x");
+        assert_eq!(command_dir(Some("sub")), "/home/user/sub");
         assert_eq!(command_dir(Some("/tmp")), "/tmp");
     }
 

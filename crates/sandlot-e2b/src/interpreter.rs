@@ -8,8 +8,9 @@
 //! (javascript, typescript, r, java) is refused with 400. A sandlot context holds a Python
 //! namespace and a Bash session; an E2B context has one language, so a Bash context's id is
 //! the sandlot context's id with `.bash` appended (nothing to store; it survives restarts).
-//! Contexts run in `/home/user` (the workspace); another `cwd` is refused: contexts share the
-//! sandbox's process, whose working directory is one.
+//! Contexts start in `/home/user` (the workspace, mounted there too) or in the `cwd` they are
+//! created with (a directory inside the sandbox: the driver moves into a context's directory
+//! when it runs that context's cell, and back when another context's comes).
 //!
 //! E2B executions carry no timeout (the client's read timeout bounds them), so they run up to
 //! the server's longest execution timeout; a client that disconnects interrupts its execution.
@@ -144,12 +145,12 @@ fn context_of(e2b: &str) -> (String, Language) {
     }
 }
 
-fn e2b_context(ctx: &str, lang: Language) -> Value {
+fn e2b_context(ctx: &str, lang: Language, cwd: Option<&str>) -> Value {
     let id = match lang {
         Language::Bash => format!("{ctx}{BASH_SUFFIX}"),
         Language::Python => ctx.to_owned(),
     };
-    json!({ "id": id, "language": language_name(lang), "cwd": HOME })
+    json!({ "id": id, "language": language_name(lang), "cwd": cwd.unwrap_or(HOME) })
 }
 
 /// `POST /execute` body.
@@ -484,22 +485,23 @@ async fn create_context(
         Err(e) => return Err(Plain(crate::error::bad_json(e))),
     };
     let lang = language_of(req.language.as_deref())?;
-    if let Some(cwd) = req.cwd.as_deref().filter(|c| !c.is_empty()) {
-        if !["/home/user", "/home/user/", "~", "/workspace"].contains(&cwd) {
-            return Err(Plain(Failure::bad_request(format!(
-                "contexts run in {HOME}; cwd {cwd:?} is not supported (change directory in the code)"
-            ))));
-        }
-    }
+    // E2B's contexts start in the user's home unless told otherwise; `~` is that home.
+    let cwd = match req.cwd.as_deref().map(str::trim) {
+        None | Some("" | "~") => HOME.to_owned(),
+        Some(c) => match c.strip_prefix("~/") {
+            Some(rest) => format!("{HOME}/{rest}"),
+            None => c.to_owned(),
+        },
+    };
     let created = ctx
         .rt
-        .create_context(&id)
+        .create_context(&id, Some(&cwd))
         .await
         .map_err(|e| failure(&id, e))?;
     if lang == Language::Bash {
         lock(&ctx.interp.get(&id).bash).insert(created.id.clone());
     }
-    Ok(Json(e2b_context(&created.id, lang)).into_response())
+    Ok(Json(e2b_context(&created.id, lang, created.cwd.as_deref())).into_response())
 }
 
 async fn list_contexts(State(ctx): State<Ctx>, headers: HeaderMap) -> Result<Response, Plain> {
@@ -518,7 +520,7 @@ async fn list_contexts(State(ctx): State<Ctx>, headers: HeaderMap) -> Result<Res
             } else {
                 Language::Python
             };
-            e2b_context(&c.id, lang)
+            e2b_context(&c.id, lang, c.cwd.as_deref())
         })
         .collect();
     Ok(Json(out).into_response())

@@ -68,7 +68,7 @@ pub const READ_ONLY: &[&str] = &[
 ];
 
 /// Mounts the writable mounts: `/workspace` (the disk workspace when the server passed one,
-/// else a tmpfs), `/tmp` and `/dev/shm`. Called in the new mount namespace, before the pid
+/// else a tmpfs; bound at `/home/user` too), `/tmp` and `/dev/shm`. Called in the new mount namespace, before the pid
 /// namespace's init exists.
 pub fn mount_writable(
     cfg: &JailConfig,
@@ -89,6 +89,17 @@ pub fn mount_writable(
     for (tree, target) in volumes.into_iter().zip(&cfg.volumes) {
         attach_volume(tree, target)?;
     }
+    // E2B's home is the same workspace, volumes included: code written for E2B works in
+    // `/home/user` and `pwd` there says so (a symlink would resolve to `/workspace`). The bind
+    // keeps the workspace's nosuid and nodev.
+    mount(
+        Some("/workspace"),
+        "/home/user",
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .step("bind /workspace onto /home/user")?;
     let tmp = format!("mode=1777,size={},nr_inodes=65536", cfg.tmp_bytes);
     mount(
         Some("tmpfs"),

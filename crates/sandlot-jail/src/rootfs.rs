@@ -65,14 +65,15 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
         "tmp",
         "workspace",
         "opt",
-        "home",
+        // E2B's home: each sandbox binds its workspace here too (`mounts`).
+        "home/user",
+        // Root's home, empty and read-only: E2B's examples create contexts working in it.
+        "root",
         "run",
         "var/tmp",
     ] {
         fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
     }
-    // E2B's home: code written for E2B reads and writes /home/user, which is the workspace.
-    symlink("/workspace", root.join("home/user")).at("symlink", root.join("home/user"))?;
     bind_usr(root)?;
     populate_etc(&root.join("etc"))?;
     populate_dev(&root.join("dev"))?;

@@ -4,8 +4,9 @@
 //! sandbox's execution lock, so they take their turn with executions).
 //!
 //! Protocol (server → driver): `{"type": "context_create" | "context_restart" |
-//! "context_delete", "context": "<id>"}`; the driver answers `{"type": "context_done",
-//! "context": "<id>", "ok": bool, "error": "..."}`.
+//! "context_delete", "context": "<id>"}` (a creation may add `"cwd"`: the directory the
+//! context starts in); the driver answers `{"type": "context_done", "context": "<id>", "ok":
+//! bool, "error": "..."}`.
 
 use crate::error::RuntimeError;
 use crate::request::{ask, Failure};
@@ -23,11 +24,34 @@ pub(crate) const DEFAULT_CONTEXT: &str = "default";
 pub(crate) const MAX_CONTEXTS: usize = 32;
 /// How long the driver gets to answer a context request.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest working directory a context may be created in (Linux's `PATH_MAX`).
+const MAX_CWD_BYTES: usize = 4096;
+
+/// A context's requested working directory, checked before the driver sees it: absolute, no
+/// NUL, at most [`MAX_CWD_BYTES`]. Whether it is a directory inside the sandbox is the
+/// driver's to say (it answers a refusal naming it).
+fn check_cwd(ctx: &str, cwd: &str) -> Result<(), RuntimeError> {
+    let why = if !cwd.starts_with('/') {
+        "must be an absolute path"
+    } else if cwd.contains('\0') {
+        "must not contain NUL"
+    } else if cwd.len() > MAX_CWD_BYTES {
+        "is longer than 4096 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(RuntimeError::ContextRefused {
+        kind: "context_create",
+        context: ctx.to_string(),
+        reason: format!("cwd {why}"),
+    })
+}
 
 pub(crate) fn default_context() -> Context {
     Context {
         id: DEFAULT_CONTEXT.to_string(),
         created_at: now_rfc3339(),
+        cwd: None,
     }
 }
 
@@ -56,8 +80,16 @@ impl Live {
 
 /// Sends one context request and waits for its `context_done`. Must be called with the
 /// sandbox's execution lock held.
-async fn ask_driver(live: &Live, kind: &'static str, ctx: &str) -> Result<(), Failure> {
-    let msg = serde_json::json!({ "type": kind, "context": ctx });
+async fn ask_driver(
+    live: &Live,
+    kind: &'static str,
+    ctx: &str,
+    cwd: Option<&str>,
+) -> Result<(), Failure> {
+    let mut msg = serde_json::json!({ "type": kind, "context": ctx });
+    if let Some(cwd) = cwd {
+        msg["cwd"] = cwd.into();
+    }
     ask(
         live,
         &msg,
@@ -81,13 +113,14 @@ impl Runtime {
         e: &Arc<Entry>,
         kind: &'static str,
         ctx: &str,
+        cwd: Option<&str>,
         check: impl FnOnce(&[Context]) -> Result<(), RuntimeError>,
     ) -> Result<(Turn, Arc<Live>), RuntimeError> {
         let turn = self.turn(e).await;
         let (turn, live, _) = self.ready_live(e, turn).await?;
         check(&live.context_list())?;
         self.touch(e);
-        let answer = ask_driver(&live, kind, ctx).await;
+        let answer = ask_driver(&live, kind, ctx, cwd).await;
         match answer {
             Ok(()) => Ok((turn, live)),
             Err(Failure::Refused(reason)) => Err(RuntimeError::ContextRefused {
@@ -108,15 +141,24 @@ impl Runtime {
         }
     }
 
-    /// Creates a new, empty code context (id `ctx_...`) in a sandbox.
-    pub async fn create_context(&self, id: &str) -> Result<Context, RuntimeError> {
+    /// Creates a new, empty code context (id `ctx_...`) in a sandbox, starting in `cwd` (an
+    /// absolute directory inside the sandbox) or, without one, where the sandbox's code starts.
+    pub async fn create_context(
+        &self,
+        id: &str,
+        cwd: Option<&str>,
+    ) -> Result<Context, RuntimeError> {
         let e = self.entry(id)?;
         let ctx = Context {
             id: new_id("ctx_"),
             created_at: now_rfc3339(),
+            cwd: cwd.map(str::to_owned),
         };
+        if let Some(cwd) = cwd {
+            check_cwd(&ctx.id, cwd)?;
+        }
         let (turn, live) = self
-            .context_request(&e, "context_create", &ctx.id, |list| {
+            .context_request(&e, "context_create", &ctx.id, cwd, |list| {
                 if list.len() >= MAX_CONTEXTS {
                     return Err(RuntimeError::TooManyContexts {
                         sandbox: id.to_string(),
@@ -149,7 +191,7 @@ impl Runtime {
     pub async fn restart_context(&self, id: &str, ctx: &str) -> Result<Context, RuntimeError> {
         let e = self.entry(id)?;
         let (_turn, live) = self
-            .context_request(&e, "context_restart", ctx, |list| {
+            .context_request(&e, "context_restart", ctx, None, |list| {
                 if list.iter().any(|c| c.id == ctx) {
                     Ok(())
                 } else {
@@ -170,7 +212,7 @@ impl Runtime {
             return Err(RuntimeError::DefaultContextPermanent);
         }
         let (turn, live) = self
-            .context_request(&e, "context_delete", ctx, |list| {
+            .context_request(&e, "context_delete", ctx, None, |list| {
                 if list.iter().any(|c| c.id == ctx) {
                     Ok(())
                 } else {

@@ -361,7 +361,7 @@ async fn prime(
     saved: &Saved,
     reseed: bool,
 ) -> Result<saved::Loaded, RuntimeError> {
-    live.send_env(env).await?;
+    live.send_env(env, None).await?;
     match saved::load(live, state, &saved.sha256, reseed).await {
         Ok(loaded) => {
             *lock(&live.contexts) = saved.contexts.clone();

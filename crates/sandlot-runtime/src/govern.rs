@@ -245,7 +245,7 @@ impl Runtime {
         if has_secrets {
             env.extend(self.install_trust_bundle(e).await?);
         }
-        live.send_env(&env).await?;
+        live.send_env(&env, None).await?;
         if !network.is_empty() || has_secrets {
             self.attach_egress(e, live, &network, &canary).await?;
         }
@@ -434,7 +434,7 @@ impl Runtime {
             // Secrets given now: its processes trust the CA that intercepts their hosts.
             if let Some(live) = e.live() {
                 let env = self.install_trust_bundle(&e).await?;
-                live.send_env(&env).await?;
+                live.send_env(&env, None).await?;
             }
         }
         if lock(&g.attached).contains(&e.id) {

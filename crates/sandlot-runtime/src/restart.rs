@@ -218,7 +218,7 @@ impl Runtime {
                 return Err(err);
             }
         };
-        if let Err(err) = live.send_env(&env).await {
+        if let Err(err) = live.send_env(&env, None).await {
             let _ = blocking("clearing a failed restart", move || live.kill()).await;
             return Err(err);
         }

@@ -140,16 +140,21 @@ impl Live {
     }
 
     /// Sends the creator's environment variables (often secrets) on the sandbox's own channel,
-    /// never through the zygote, whose memory every later sandbox inherits. Nothing to send,
-    /// nothing sent.
+    /// never through the zygote, whose memory every later sandbox inherits, with the directory
+    /// its code starts in when that is not `/workspace` (the driver keeps it in its saved
+    /// state, so forks, resumes and restarts from state keep it). Nothing to send, nothing sent.
     pub(crate) async fn send_env(
         &self,
         env: &std::collections::BTreeMap<String, String>,
+        workdir: Option<&str>,
     ) -> Result<(), crate::RuntimeError> {
-        if env.is_empty() {
+        if env.is_empty() && workdir.is_none() {
             return Ok(());
         }
-        let msg = serde_json::json!({"type": "env", "env": env});
+        let mut msg = serde_json::json!({"type": "env", "env": env});
+        if let Some(dir) = workdir {
+            msg["workdir"] = dir.into();
+        }
         self.send(&msg)
             .await
             .map_err(|source| crate::RuntimeError::DiedStarting { source })

@@ -117,7 +117,7 @@ impl Runtime {
             None => self.boot(&a.tmpl, &a.tenant, a.limits, &a.volumes).await?,
         };
         self.refill(&a.tmpl);
-        if let Err(err) = live.send_env(&req.env).await {
+        if let Err(err) = live.send_env(&req.env, req.workdir.as_deref()).await {
             self.discard(live);
             return Err(err);
         }

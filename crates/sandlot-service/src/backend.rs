@@ -232,7 +232,11 @@ pub trait Backend: crate::admission::Lookups {
         let _ = (tenant, name);
         async { Err(not_served()) }
     }
-    fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send;
+    fn create_context(
+        &self,
+        id: &str,
+        cwd: Option<&str>,
+    ) -> impl Future<Output = Result<Context, ApiError>> + Send;
     fn list_contexts(
         &self,
         id: &str,
@@ -596,8 +600,12 @@ impl Backend for Runtime {
         Runtime::delete_template(self, tenant, name).map(api)
     }
 
-    fn create_context(&self, id: &str) -> impl Future<Output = Result<Context, ApiError>> + Send {
-        Runtime::create_context(self, id).map(api)
+    fn create_context(
+        &self,
+        id: &str,
+        cwd: Option<&str>,
+    ) -> impl Future<Output = Result<Context, ApiError>> + Send {
+        Runtime::create_context(self, id, cwd).map(api)
     }
 
     fn list_contexts(

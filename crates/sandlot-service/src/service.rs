@@ -226,10 +226,15 @@ impl<'a, B: Backend> Service<'a, B> {
         self.backend.delete_file(id, path).await
     }
 
-    /// A new interpreter context in one of `who`'s sandboxes.
-    pub async fn create_context(&self, who: &Principal, id: &str) -> Result<Context, ApiError> {
+    /// A new interpreter context in one of `who`'s sandboxes, starting in `cwd` when given.
+    pub async fn create_context(
+        &self,
+        who: &Principal,
+        id: &str,
+        cwd: Option<&str>,
+    ) -> Result<Context, ApiError> {
         self.scope_sandbox(who, id)?;
-        self.backend.create_context(id).await
+        self.backend.create_context(id, cwd).await
     }
 
     /// The interpreter contexts of one of `who`'s sandboxes.

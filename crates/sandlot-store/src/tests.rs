@@ -245,6 +245,7 @@ fn snapshot_roundtrip_list_and_delete() {
         contexts: vec![Context {
             id: "default".to_owned(),
             created_at: at.to_owned(),
+            cwd: None,
         }],
     };
     let (a, b) = (

@@ -139,6 +139,10 @@ pub struct CreateSandbox {
     /// from the request.
     #[serde(skip)]
     pub tenant: Option<String>,
+    /// The directory code starts in, when not `/workspace`: set by a protocol adapter (E2B's
+    /// sandboxes start in `/home/user`, the same workspace), never read from the request.
+    #[serde(skip)]
+    pub workdir: Option<String>,
 }
 
 /// A secret the egress proxy injects as a header into requests to matching hosts.
@@ -666,6 +670,10 @@ pub struct Artifact {
 pub struct Context {
     pub id: String,
     pub created_at: String,
+    /// The directory the context started in, when it was given one at creation (otherwise the
+    /// sandbox's: `/workspace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 /// An execution as recorded in the store and listed by `GET /v1/sandboxes/{id}/executions`.

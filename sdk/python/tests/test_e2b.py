@@ -139,12 +139,34 @@ def test_contexts_list_restart_remove(sbx):
         sbx.run_code("echo 1", context=ctx)
 
 
+def test_code_commands_and_contexts_work_in_home(sbx):
+    """E2B's sandboxes work in /home/user (the workspace, mounted there): code, Bash cells and
+    commands start there and say so; a context works where it was created to."""
+    assert sbx.run_code("import os; os.getcwd()").text == "/home/user"
+    assert "".join(sbx.run_code("pwd", language="bash").logs.stdout) == "/home/user\n"
+    assert sbx.commands.run("pwd").stdout == "/home/user\n"
+    sbx.run_code("open('made-here.txt', 'w').write('x')")
+    assert sbx.files.read("/home/user/made-here.txt") == "x"
+    assert sbx.commands.run("cat /workspace/made-here.txt").stdout == "x"
+
+    ctx = sbx.create_code_context(cwd="/tmp")
+    assert ctx.cwd == "/tmp"
+    assert sbx.run_code("import os; os.getcwd()", context=ctx).text == "/tmp"
+    assert [c.cwd for c in sbx.list_code_contexts() if c.id == ctx.id] == ["/tmp"]
+    assert sbx.run_code("os.getcwd()").text == "/home/user"
+    with pytest.raises(e2b.SandboxException, match="not a directory"):
+        sbx.create_code_context(cwd="/no/such/dir")
+
+
 def test_connect_pause_resume(sbx):
     sbx.run_code("kept = 42")
+    sbx.run_code("import os; os.makedirs('sub', exist_ok=True); os.chdir('sub')")
     assert sbx.pause() is True
     assert e2b_ci.Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
     again = e2b_ci.Sandbox.connect(sbx.sandbox_id)
     assert again.run_code("kept").text == "42"
+    # Where the code left its working directory comes back with its variables.
+    assert again.run_code("os.getcwd()").text == "/home/user/sub"
 
 
 def test_wrong_key_and_unknown_sandbox(e2b_env):

@@ -485,6 +485,13 @@ def test_contexts_are_isolated_namespaces(sandbox):
         sandbox.run_code("1", context=ctx)
     with pytest.raises(sandlot.InvalidArgument):
         sandbox.contexts.remove("default")
+    # A context may work in its own directory; a path that is none is refused by name.
+    there = sandbox.contexts.create(cwd="/tmp")
+    assert there.cwd == "/tmp" and ctx.cwd is None
+    assert sandbox.run_code("import os; os.getcwd()", context=there).text == "'/tmp'"
+    assert sandbox.run_code("import os; os.getcwd()").text == "'/workspace'"
+    with pytest.raises(sandlot.InvalidArgument, match="not a directory"):
+        sandbox.contexts.create(cwd="/no/such/dir")
 
 
 def test_artifacts_outlive_the_sandbox(sandlot_url, tmp_path):
@@ -524,6 +531,8 @@ async def test_async_contexts_and_artifacts(sandlot_url, tmp_path):
         await sb.run_code("v = 1")
         ctx = await sb.contexts.create()
         assert (await sb.run_code("'v' in dir()", context=ctx)).text == "False"
+        there = await sb.contexts.create(cwd="/tmp")
+        assert (await sb.run_code("import os; os.getcwd()", context=there)).text == "'/tmp'"
         ex = await sb.run_code("open('/workspace/a.txt', 'w').write('async artifact')", context=ctx)
         (art,) = ex.artifacts
         await sb.contexts.remove(ctx)

@@ -223,3 +223,77 @@ fn a_sandbox_has_at_most_32_contexts_and_they_work_in_turn() {
         .expect(204);
     create_context(&server, &id);
 }
+
+/// A context created with a `cwd` works there; each context keeps its own directory (a cell's
+/// `os.chdir` or `cd` moves only its own), the list says where each started, a restart goes
+/// back there, and a pause and resume bring every context back where its code left it.
+#[test]
+fn each_context_keeps_its_own_working_directory() {
+    let server = TestServer::start();
+    let id = server.create_sandbox();
+    let made = server
+        .post(
+            &format!("/v1/sandboxes/{id}/contexts"),
+            &json!({ "cwd": "/tmp" }),
+        )
+        .expect(201)
+        .clone();
+    assert_schema("Context", &made);
+    assert_eq!(made["cwd"], "/tmp");
+    let t = made["id"].as_str().unwrap().to_owned();
+    let here = "import os; os.getcwd()";
+    assert_eq!(text_plain(&run(&server, &id, &t, "python", here)), "'/tmp'");
+    assert_eq!(text_plain(&server.execute(&id, here)), "'/workspace'");
+    let out = run(&server, &id, &t, "bash", "pwd");
+    assert_eq!(out["stdout"], "/tmp\n", "{out:#}");
+
+    // Moves stay in their context, in Python and in Bash.
+    server.execute(
+        &id,
+        "import os; os.makedirs('sub', exist_ok=True); os.chdir('sub')",
+    );
+    run(&server, &id, &t, "python", "os.chdir('/')");
+    assert_eq!(text_plain(&server.execute(&id, here)), "'/workspace/sub'");
+    assert_eq!(text_plain(&run(&server, &id, &t, "python", here)), "'/'");
+    let listed = server.get(&format!("/v1/sandboxes/{id}/contexts"));
+    let contexts = listed.expect(200)["contexts"].as_array().unwrap().clone();
+    assert_eq!(contexts[0].get("cwd"), None, "{contexts:?}");
+    assert_eq!(contexts[1]["cwd"], "/tmp");
+
+    // A pause and resume keep each context where its code left it.
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+        .expect(200);
+    assert_eq!(text_plain(&server.execute(&id, here)), "'/workspace/sub'");
+    assert_eq!(text_plain(&run(&server, &id, &t, "python", here)), "'/'");
+
+    // A restart starts the context again where it was created to work.
+    server
+        .post(
+            &format!("/v1/sandboxes/{id}/contexts/{t}/restart"),
+            &json!({}),
+        )
+        .expect(200);
+    assert_eq!(text_plain(&run(&server, &id, &t, "python", here)), "'/tmp'");
+
+    // Bad input: a clear 400 naming the problem, and no context made.
+    for (cwd, says) in [
+        (json!("relative"), "absolute"),
+        (json!("/no/such/dir"), "not a directory"),
+        (json!("/etc/hostname"), "not a directory"),
+        (json!("/a\u{0}b"), "NUL"),
+        (json!("/".repeat(5000)), "4096"),
+        (json!(7), "expected a string"),
+    ] {
+        let r = server.post(
+            &format!("/v1/sandboxes/{id}/contexts"),
+            &json!({ "cwd": cwd }),
+        );
+        assert_eq!(r.status, 400, "{cwd}: {}", r.text);
+        assert!(r.text.contains(says), "{cwd}: {}", r.text);
+    }
+    assert_eq!(context_ids(&server, &id), ["default", &t]);
+}

@@ -431,11 +431,14 @@ fn e2b_api() {
             .body("[1,2"),
     );
     assert_eq!(bad_body.status, 400, "{}", bad_body.text);
-    let bad_cwd = e.send(
-        e.sandbox(M::POST, &id, JUPYTER, "/contexts", Some(&token))
-            .json(&json!({"cwd": "/etc"})),
-    );
-    assert_eq!(bad_cwd.status, 400, "{}", bad_cwd.text);
+    // A context's cwd must be a directory the sandbox has, given as an absolute path.
+    for cwd in ["/no/such/dir", "/etc/passwd", "relative/dir", "/a\u{0}b"] {
+        let bad_cwd = e.send(
+            e.sandbox(M::POST, &id, JUPYTER, "/contexts", Some(&token))
+                .json(&json!({ "cwd": cwd })),
+        );
+        assert_eq!(bad_cwd.status, 400, "{cwd:?}: {}", bad_cwd.text);
+    }
     let del = e.send(e.sandbox(M::DELETE, &id, JUPYTER, "/contexts/ctx_nope", Some(&token)));
     assert_eq!(del.status, 404, "{}", del.text);
     let route = e.send(e.sandbox(M::GET, &id, JUPYTER, "/nope", Some(&token)));

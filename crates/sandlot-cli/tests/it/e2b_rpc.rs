@@ -366,14 +366,15 @@ fn commands_stream_exit_kill_and_deadline() {
     let (_, _, end) = sb.run("exit 3", json!({}));
     assert_eq!(end["exitCode"], 3);
 
-    // cwd (E2B's home is the workspace) and env, and nothing leaks into the Bash session.
+    // cwd (E2B's home is the workspace, mounted at /home/user) and env, and nothing leaks into
+    // the Bash session.
     let before = server.execute_bash(&sb.id, "pwd; echo \"[$LEAK]\"");
     sb.run("mkdir -p sub", json!({}));
     let (out, _, _) = sb.run(
         "pwd; echo $LEAK; cd /tmp; export LEAK2=1",
         json!({"cwd": "/home/user/sub", "envs": {"LEAK": "it's set"}}),
     );
-    assert_eq!(out, "/workspace/sub\nit's set\n");
+    assert_eq!(out, "/home/user/sub\nit's set\n");
     let after = server.execute_bash(&sb.id, "pwd; echo \"[$LEAK]\"");
     assert_eq!(before["stdout"], after["stdout"]);
 

@@ -153,11 +153,13 @@ class Context:
 
     id: str
     created_at: Optional[str] = None
+    #: The directory it was created to work in (None: the sandbox's, ``/workspace``).
+    cwd: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Context":
-        return cls(id=str(d.get("id", "")), created_at=d.get("created_at"), raw=dict(d))
+        return cls(id=str(d.get("id", "")), created_at=d.get("created_at"), cwd=d.get("cwd"), raw=dict(d))
 
     def __str__(self) -> str:
         return self.id

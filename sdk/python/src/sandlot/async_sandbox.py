@@ -452,8 +452,11 @@ class AsyncContexts:
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sb = sandbox
 
-    async def create(self) -> Context:
-        return Context.from_json(decode_json(await self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"))))
+    async def create(self, cwd: Optional[str] = None) -> Context:
+        body = {"cwd": cwd} if cwd is not None else None
+        return Context.from_json(
+            decode_json(await self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"), json=body))
+        )
 
     async def list(self) -> List[Context]:
         doc = decode_json(await self._sb._http.request("GET", sandbox_path(self._sb.id, "contexts")))

@@ -515,9 +515,13 @@ class Contexts:
     def __init__(self, sandbox: Sandbox) -> None:
         self._sb = sandbox
 
-    def create(self) -> Context:
-        """A new, empty context (it starts with the names the template's setup bound)."""
-        return Context.from_json(decode_json(self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"))))
+    def create(self, cwd: Optional[str] = None) -> Context:
+        """A new, empty context (it starts with the names the template's setup bound), working
+        in ``cwd`` (an absolute directory inside the sandbox) or, without it, ``/workspace``."""
+        body = {"cwd": cwd} if cwd is not None else None
+        return Context.from_json(
+            decode_json(self._sb._http.request("POST", sandbox_path(self._sb.id, "contexts"), json=body))
+        )
 
     def list(self) -> List[Context]:
         """Every context of the sandbox, oldest first (``default`` included)."""
