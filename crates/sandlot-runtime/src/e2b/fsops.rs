@@ -4,6 +4,10 @@
 //! and goes through `openat2` without following any symlink or leaving the workspace's mount;
 //! what is created belongs to the sandbox's uid; the final component is never followed
 //! (`fstatat(AT_SYMLINK_NOFOLLOW)`, `mkdirat`, `renameat` act on the name itself).
+//!
+//! Also what E2B shows of an entry beyond its stat: its metadata (`user.e2b.<key>` extended
+//! attributes, written with an upload by `write_file_with_metadata` or set inside the
+//! sandbox) and a symlink's target (its text, resolved lexically, never followed to read).
 
 use crate::error::{FileError, RuntimeError};
 use crate::files::{as_sandbox, entry_of, fstat, kind_of, map_errno, normalize, openat2};
