@@ -681,6 +681,86 @@ async fn write_field(
 mod tests {
     use super::*;
 
+    /// A compression bomb inflates in bounded pieces (so the runtime's size limit stops it
+    /// before memory grows), and a corrupt or truncated body is an error.
+    #[tokio::test]
+    async fn gzip_bodies_inflate_in_bounded_pieces() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            enc.write_all(&zeros).unwrap();
+        }
+        let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        let input: ByteStream = Box::pin(futures::stream::iter(
+            bomb.chunks(64 * 1024)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>(),
+        ));
+        let mut out = gunzip_stream(input);
+        let (mut total, mut largest) = (0usize, 0usize);
+        while let Some(chunk) = out.next().await {
+            let c = chunk.unwrap();
+            total += c.len();
+            largest = largest.max(c.len());
+        }
+        assert_eq!(total, 256 << 20);
+        // deflate's ratio is at most ~1032:1: a 4 KiB piece inflates to ~4 MiB at most.
+        assert!(largest <= GUNZIP_PIECE * 1100, "{largest}");
+
+        let truncated: ByteStream = Box::pin(futures::stream::iter(vec![Ok(
+            Bytes::copy_from_slice(&bomb[..bomb.len() / 2]),
+        )]));
+        let results: Vec<_> = gunzip_stream(truncated).collect().await;
+        assert!(results.last().unwrap().is_err());
+        let garbage: ByteStream = Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(
+            b"not gzip",
+        ))]));
+        let results: Vec<_> = gunzip_stream(garbage).collect().await;
+        assert!(results.iter().any(Result::is_err));
+    }
+
+    #[test]
+    fn accept_encoding_is_parsed() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(axum::http::header::ACCEPT_ENCODING, v.parse().unwrap());
+            accepts_gzip(&m)
+        };
+        assert!(h("gzip"));
+        assert!(h("br, GZIP;q=0.5"));
+        assert!(!h("gzip;q=0"));
+        assert!(!h("identity"));
+        assert!(!h("x-gzip"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn metadata_headers_are_bounded() {
+        let mut m = HeaderMap::new();
+        m.insert("x-metadata-author", "ada".parse().unwrap());
+        m.insert("content-type", "x".parse().unwrap());
+        assert_eq!(
+            metadata_of(&m).unwrap(),
+            Metadata::from([("author".into(), "ada".into())])
+        );
+        let mut m = HeaderMap::new();
+        for i in 0..=MAX_METADATA_KEYS {
+            m.insert(
+                axum::http::HeaderName::from_bytes(format!("x-metadata-k{i}").as_bytes()).unwrap(),
+                "v".parse().unwrap(),
+            );
+        }
+        assert_eq!(metadata_of(&m).unwrap_err().status, StatusCode::BAD_REQUEST);
+        let mut m = HeaderMap::new();
+        m.insert(
+            "x-metadata-k",
+            axum::http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        assert_eq!(metadata_of(&m).unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+
     #[test]
     fn e2b_paths_map_onto_the_workspace() {
         assert_eq!(workspace_path("/home/user").unwrap(), "");
