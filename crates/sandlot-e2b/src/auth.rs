@@ -217,6 +217,13 @@ impl Auth {
         self.token(Kind::Traffic, id)
     }
 
+    /// The envd token of sandbox `id` as a signed URL's signature covers it (see
+    /// `files::signed`): the token handed out, remade from the id. `None` on a server whose
+    /// tokens expire: each carries the time it was handed out, which is not kept.
+    pub(crate) fn signing_token(&self, id: &str) -> Option<String> {
+        self.ttl.is_none().then(|| self.token(Kind::Envd, id))
+    }
+
     /// A token of sandbox `id` made now: of its current epoch, expiring `ttl` from now.
     fn token(&self, kind: Kind, id: &str) -> String {
         let epoch = self.epochs.get(id);

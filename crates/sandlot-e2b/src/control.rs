@@ -39,9 +39,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// The envd version sandboxes report: high enough that the SDKs use the features served here
-/// (default user 0.4.0, octet-stream uploads 0.5.7, stdin close 0.5.2), below those that are
-/// not (file metadata as extended attributes, 0.6.2: the SDK then refuses it client-side).
-pub(crate) const ENVD_VERSION: &str = "0.5.7";
+/// (default user 0.4.0, octet-stream uploads 0.5.7, stdin close 0.5.2, file metadata as
+/// extended attributes 0.6.2, watch events with entry info 0.6.3, watches allowing network
+/// mounts 0.6.4).
+pub(crate) const ENVD_VERSION: &str = "0.6.4";
 /// What E2B calls the team/client a sandbox belongs to.
 const CLIENT_ID: &str = "sandlot";
 /// E2B's default lifetime of a sandbox, in seconds.

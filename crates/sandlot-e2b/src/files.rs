@@ -30,8 +30,11 @@ use sandlot_runtime::{ByteStream, RuntimeError};
 use sandlot_types::{ApiError, ErrorCode, FileEntry};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
+
+pub(crate) mod signed;
 
 /// The user's home in E2B sandboxes: sandlot's workspace.
 pub(crate) const HOME: &str = "/home/user";
@@ -45,6 +48,15 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/files", get(download).post(upload))
         .route("/health", get(health))
         // Uploads are bounded by the runtime's file size limit, not axum's 2 MB default.
+        .layer(DefaultBodyLimit::disable())
+}
+
+/// `/files` without `E2b-Sandbox-Id`: what E2B's signed URLs (`download_url`, `upload_url`)
+/// reach, since they carry no header. The signature is the only credential, and names the
+/// sandbox (see `signed`).
+pub(crate) fn signed_routes() -> Router<Ctx> {
+    Router::new()
+        .route("/files", get(download).post(upload))
         .layer(DefaultBodyLimit::disable())
 }
 
@@ -96,6 +108,57 @@ pub(crate) fn envd_failure(id: &str, e: RuntimeError) -> Failure {
 struct FileQuery {
     #[serde(default)]
     path: Option<String>,
+    /// Accepted and ignored (one user per sandbox), except that a signature covers it.
+    #[serde(default)]
+    username: Option<String>,
+    /// A signed URL's signature (`v1_...`, see `signed`).
+    #[serde(default)]
+    signature: Option<String>,
+    /// A signed URL's expiry (Unix seconds), covered by the signature.
+    #[serde(default)]
+    signature_expiration: Option<String>,
+}
+
+/// Who a `/files` request is for: the sandbox its credentials open. Credentials in headers
+/// (`auth::check_sandbox`) come first; without them a signed URL's signature (for `op`) is
+/// checked, against the sandbox `E2b-Sandbox-Id` names, or without that header against the
+/// live sandboxes. A refusal of a signature is 401 in envd's words and shape.
+async fn authorize(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    q: &FileQuery,
+    op: signed::Op,
+) -> Result<String, Response> {
+    let Some(sig) = q.signature.as_deref() else {
+        return check_sandbox(ctx, headers).map_err(|d| Failure::from(d).into_response());
+    };
+    let named = headers.contains_key(crate::auth::SANDBOX_ID_HEADER);
+    if named {
+        if let Ok(id) = check_sandbox(ctx, headers) {
+            return Ok(id);
+        }
+    }
+    let claim = signed::Claim {
+        path: q.path.as_deref().unwrap_or(""),
+        op,
+        user: q.username.as_deref().unwrap_or(""),
+        signature: sig,
+        expiration: q.signature_expiration.as_deref(),
+    };
+    let candidates = if named {
+        headers
+            .get(crate::auth::SANDBOX_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| vec![s.trim().to_owned()])
+            .unwrap_or_default()
+    } else {
+        ctx.rt
+            .list_sandboxes(false)
+            .await
+            .map(|l| l.into_iter().map(|s| s.id).collect())
+            .unwrap_or_default()
+    };
+    signed::verify(ctx, &claim, &candidates).map_err(signed::Refused::into_response)
 }
 
 fn query(
@@ -120,16 +183,158 @@ async fn download(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, Failure> {
-    let id = check_sandbox(&ctx, &headers)?;
-    let q = query(q)?;
+) -> Response {
+    let q = match query(q) {
+        Ok(q) => q,
+        Err(f) => return f.into_response(),
+    };
+    let id = match authorize(&ctx, &headers, &q, signed::Op::Read).await {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let gzip = accepts_gzip(&headers);
+    match download_file(&ctx, &headers, &id, q).await {
+        Ok((body, size)) => send(body, size, gzip),
+        Err(f) => f.into_response(),
+    }
+}
+
+/// Whether the client takes a gzip body (`Accept-Encoding: gzip`, the SDKs' `gzip=True`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            name.eq_ignore_ascii_case("gzip") && !refused
+        })
+}
+
+/// A download's body as it is sent: as is, or gzip-compressed as it streams.
+fn send(body: ByteStream, size: Option<u64>, gzip: bool) -> Response {
+    if gzip {
+        return (
+            [
+                (CONTENT_TYPE, "application/octet-stream".to_owned()),
+                (CONTENT_ENCODING, "gzip".to_owned()),
+                (axum::http::header::VARY, "Accept-Encoding".to_owned()),
+            ],
+            Body::from_stream(gzip_stream(body)),
+        )
+            .into_response();
+    }
+    let mut resp = Body::from_stream(body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Some(size) = size {
+        h.insert(CONTENT_LENGTH, size.into());
+    }
+    resp
+}
+
+/// Compresses a stream with gzip (fast level: downloads are bounded by the network, not
+/// the ratio).
+fn gzip_stream(mut body: ByteStream) -> ByteStream {
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+    Box::pin(async_stream::stream! {
+        let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        while let Some(chunk) = body.next().await {
+            match chunk.and_then(|c| enc.write_all(&c)) {
+                Ok(()) => {
+                    let out = std::mem::take(enc.get_mut());
+                    if !out.is_empty() {
+                        yield Ok(Bytes::from(out));
+                    }
+                }
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+        match enc.finish() {
+            Ok(rest) => yield Ok(Bytes::from(rest)),
+            Err(e) => yield Err(e),
+        }
+    })
+}
+
+/// Most decompressed bytes one piece of a gzip upload may turn into at once: the input is
+/// fed in small pieces so a compression bomb grows memory by at most this much before the
+/// runtime's size limit stops the upload.
+const GUNZIP_PIECE: usize = 4 * 1024;
+
+/// Decompresses a gzip request body (`Content-Encoding: gzip`) as it streams; a corrupt or
+/// truncated body fails the upload (nothing is written).
+fn gunzip_stream(mut body: ByteStream) -> ByteStream {
+    use flate2::write::MultiGzDecoder;
+    use std::io::Write;
+    Box::pin(async_stream::stream! {
+        let mut dec = MultiGzDecoder::new(Vec::new());
+        while let Some(chunk) = body.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            };
+            for piece in chunk.chunks(GUNZIP_PIECE) {
+                if let Err(e) = dec.write_all(piece) {
+                    yield Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("invalid gzip body: {e}"),
+                    ));
+                    return;
+                }
+                let out = std::mem::take(dec.get_mut());
+                if !out.is_empty() {
+                    yield Ok(Bytes::from(out));
+                }
+            }
+        }
+        match dec.try_finish() {
+            Ok(()) => {
+                let out = std::mem::take(dec.get_mut());
+                if !out.is_empty() {
+                    yield Ok(Bytes::from(out));
+                }
+            }
+            Err(e) => yield Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("invalid gzip body: {e}"),
+            )),
+        }
+    })
+}
+
+/// The file a download names, after its gates: its size when known and its bytes.
+async fn download_file(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    id: &str,
+    q: FileQuery,
+) -> Result<(ByteStream, Option<u64>), Failure> {
+    let (ctx, id) = (ctx.clone(), id.to_owned());
     let path = q
         .path
         .as_deref()
         .filter(|p| !p.is_empty())
         .ok_or_else(|| Failure::bad_request("missing path"))?;
     let rel = workspace_path(path)?;
-    let gate = Gate::open(&ctx, &headers, &id)
+    let gate = Gate::open(&ctx, headers, &id)
         .await
         .map_err(|e| envd_failure(&id, e))?;
     gate.read(&rel).map_err(|e| Failure::from_api(&e))?;
@@ -158,14 +363,11 @@ async fn download(
                 "the file was withheld: the guardrails found secrets in it and the policy withholds them",
             )));
         };
-        return Ok((
-            [
-                (CONTENT_TYPE, "application/octet-stream".to_owned()),
-                (CONTENT_LENGTH, bytes.len().to_string()),
-            ],
-            bytes,
-        )
-            .into_response());
+        let len = bytes.len() as u64;
+        let body: ByteStream = Box::pin(futures::stream::once(async move {
+            Ok::<_, std::io::Error>(Bytes::from(bytes))
+        }));
+        return Ok((body, Some(len)));
     }
     let stream = async_stream_of(
         move |tx: mpsc::Sender<Result<Bytes, std::io::Error>>| async move {
@@ -190,14 +392,7 @@ async fn download(
             }
         },
     );
-    Ok((
-        [
-            (CONTENT_TYPE, "application/octet-stream".to_owned()),
-            (CONTENT_LENGTH, size.to_string()),
-        ],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    Ok((stream, Some(size)))
 }
 
 /// A stream fed by a task: `produce` gets the sending half.
@@ -213,32 +408,109 @@ where
     }))
 }
 
-fn written(entry: &FileEntry) -> Value {
-    json!({ "name": entry.name, "type": "file", "path": e2b_path(&entry.path) })
+fn written(entry: &FileEntry, metadata: &Metadata) -> Value {
+    let mut v = json!({ "name": entry.name, "type": "file", "path": e2b_path(&entry.path) });
+    if !metadata.is_empty() {
+        v["metadata"] = json!(metadata);
+    }
+    v
+}
+
+/// File metadata of an upload: `X-Metadata-<key>: <value>` headers, stored as the file's
+/// `user.e2b.<key>` attributes.
+type Metadata = BTreeMap<String, String>;
+/// Most metadata entries per upload, longest key and value, and most bytes in all: xattrs
+/// live in the inode (btrfs keeps them within a leaf), so a file's metadata stays small.
+pub(crate) const MAX_METADATA_KEYS: usize = 32;
+pub(crate) const MAX_METADATA_KEY: usize = 128;
+pub(crate) const MAX_METADATA_VALUE: usize = 1024;
+pub(crate) const MAX_METADATA_TOTAL: usize = 8 * 1024;
+const METADATA_HEADER: &str = "x-metadata-";
+
+/// The upload's metadata from its headers (keys lower-cased, as header names are), checked:
+/// keys are HTTP tokens (header names are), values printable ASCII, within the bounds above.
+fn metadata_of(headers: &HeaderMap) -> Result<Metadata, Failure> {
+    let mut out = Metadata::new();
+    let mut total = 0usize;
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER) else {
+            continue;
+        };
+        if key.is_empty() {
+            return Err(Failure::bad_request(
+                "a metadata key is empty (X-Metadata-)",
+            ));
+        }
+        if key.len() > MAX_METADATA_KEY {
+            return Err(Failure::bad_request(format!(
+                "metadata key {:?}... is longer than {MAX_METADATA_KEY} bytes",
+                &key[..32]
+            )));
+        }
+        let bytes = value.as_bytes();
+        if !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
+            return Err(Failure::bad_request(format!(
+                "metadata value of {key:?} must be printable ASCII"
+            )));
+        }
+        if bytes.len() > MAX_METADATA_VALUE {
+            return Err(Failure::bad_request(format!(
+                "metadata value of {key:?} is longer than {MAX_METADATA_VALUE} bytes"
+            )));
+        }
+        total += key.len() + bytes.len();
+        let value = String::from_utf8_lossy(bytes).into_owned();
+        if out.insert(key.to_owned(), value).is_some() {
+            return Err(Failure::bad_request(format!(
+                "metadata key {key:?} is given more than once"
+            )));
+        }
+        if out.len() > MAX_METADATA_KEYS {
+            return Err(Failure::bad_request(format!(
+                "at most {MAX_METADATA_KEYS} metadata entries per file"
+            )));
+        }
+        if total > MAX_METADATA_TOTAL {
+            return Err(Failure::bad_request(format!(
+                "file metadata is larger than {MAX_METADATA_TOTAL} bytes in all"
+            )));
+        }
+    }
+    Ok(out)
 }
 
 async fn upload(
     State(ctx): State<Ctx>,
     q: Result<Query<FileQuery>, axum::extract::rejection::QueryRejection>,
     req: Request,
-) -> Result<Response, Failure> {
-    let id = check_sandbox(&ctx, req.headers())?;
-    let q = query(q)?;
-    if req.headers().contains_key(CONTENT_ENCODING) {
-        return Err(Failure::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "compressed uploads are not supported: upload without gzip",
-        ));
-    }
-    if req
-        .headers()
-        .keys()
-        .any(|k| k.as_str().starts_with("x-metadata-"))
-    {
-        return Err(Failure::bad_request(
-            "file metadata (X-Metadata-*) is not supported by sandlot",
-        ));
-    }
+) -> Response {
+    let q = match query(q) {
+        Ok(q) => q,
+        Err(f) => return f.into_response(),
+    };
+    let id = match authorize(&ctx, req.headers(), &q, signed::Op::Write).await {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    upload_as(ctx, id, q, req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn upload_as(ctx: Ctx, id: String, q: FileQuery, req: Request) -> Result<Response, Failure> {
+    // envd's `Content-Encoding`: the whole body is gzip (the SDKs send it with octet-stream).
+    let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case(b"identity") => false,
+        Some(v) if v.eq_ignore_ascii_case(b"gzip") => true,
+        Some(_) => {
+            return Err(Failure::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported Content-Encoding: send gzip or an uncompressed body",
+            ))
+        }
+    };
+    let metadata = metadata_of(req.headers())?;
     let gate = Gate::open(&ctx, req.headers(), &id)
         .await
         .map_err(|e| envd_failure(&id, e))?;
@@ -257,11 +529,17 @@ async fn upload(
         .unwrap_or("")
         .to_ascii_lowercase();
     if ctype.starts_with("multipart/form-data") {
+        if gzip {
+            return Err(Failure::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a gzip body is taken with application/octet-stream uploads only",
+            ));
+        }
         use axum::extract::FromRequest;
         let mp = Multipart::from_request(req, &()).await.map_err(|e| {
             Failure::bad_request(format!("invalid multipart body: {}", e.body_text()))
         })?;
-        return upload_multipart(&ctx, &gate, &id, q.path, mp, declared).await;
+        return upload_multipart(&ctx, &gate, &id, q.path, mp, declared, &metadata).await;
     }
     if ctype.starts_with("application/octet-stream") {
         let path = q
@@ -272,17 +550,20 @@ async fn upload(
         let rel = workspace_path(path)?;
         gate.write(&rel, declared)
             .map_err(|e| Failure::from_api(&e))?;
-        let body: ByteStream = Box::pin(
+        let mut body: ByteStream = Box::pin(
             req.into_body()
                 .into_data_stream()
                 .map(|r| r.map_err(std::io::Error::other)),
         );
+        if gzip {
+            body = gunzip_stream(body);
+        }
         let entry = ctx
             .rt
-            .write_file(&id, &rel, body)
+            .write_file_with_metadata(&id, &rel, body, &metadata)
             .await
             .map_err(|e| envd_failure(&id, e))?;
-        return Ok(Json(vec![written(&entry)]).into_response());
+        return Ok(Json(vec![written(&entry, &metadata)]).into_response());
     }
     Err(Failure::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -297,6 +578,7 @@ async fn upload_multipart(
     path: Option<String>,
     mut mp: Multipart,
     declared: u64,
+    metadata: &Metadata,
 ) -> Result<Response, Failure> {
     let path = path.filter(|p| !p.is_empty());
     let mut out = Vec::new();
@@ -333,7 +615,7 @@ async fn upload_multipart(
         // Files before a refused one stay written, as with any other failure mid-upload.
         gate.write(&rel, declared)
             .map_err(|e| Failure::from_api(&e))?;
-        out.push(write_field(ctx, id, &rel, field).await?);
+        out.push(write_field(ctx, id, &rel, field, metadata).await?);
     }
     if out.is_empty() {
         return Err(Failure::bad_request("the upload has no file part"));
@@ -351,6 +633,7 @@ async fn write_field(
     id: &str,
     rel: &str,
     mut field: axum::extract::multipart::Field<'_>,
+    metadata: &Metadata,
 ) -> Result<Value, Failure> {
     // The field borrows the request; the runtime wants an owned stream: a channel between.
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
@@ -358,7 +641,9 @@ async fn write_field(
         rx.recv().await.map(|item| (item, rx))
     }));
     let (rt, id2, rel2) = (ctx.rt.clone(), id.to_owned(), rel.to_owned());
-    let writer = tokio::spawn(async move { rt.write_file(&id2, &rel2, body).await });
+    let meta = metadata.clone();
+    let writer =
+        tokio::spawn(async move { rt.write_file_with_metadata(&id2, &rel2, body, &meta).await });
     let mut read_error = None;
     loop {
         match field.chunk().await {
@@ -384,7 +669,7 @@ async fn write_field(
         )
     })?;
     match (res, read_error) {
-        (Ok(entry), _) => Ok(written(&entry)),
+        (Ok(entry), _) => Ok(written(&entry, metadata)),
         (Err(_), Some(msg)) => Err(Failure::bad_request(format!(
             "invalid multipart body: {msg}"
         ))),
@@ -395,6 +680,86 @@ async fn write_field(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A compression bomb inflates in bounded pieces (so the runtime's size limit stops it
+    /// before memory grows), and a corrupt or truncated body is an error.
+    #[tokio::test]
+    async fn gzip_bodies_inflate_in_bounded_pieces() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            enc.write_all(&zeros).unwrap();
+        }
+        let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        let input: ByteStream = Box::pin(futures::stream::iter(
+            bomb.chunks(64 * 1024)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>(),
+        ));
+        let mut out = gunzip_stream(input);
+        let (mut total, mut largest) = (0usize, 0usize);
+        while let Some(chunk) = out.next().await {
+            let c = chunk.unwrap();
+            total += c.len();
+            largest = largest.max(c.len());
+        }
+        assert_eq!(total, 256 << 20);
+        // deflate's ratio is at most ~1032:1: a 4 KiB piece inflates to ~4 MiB at most.
+        assert!(largest <= GUNZIP_PIECE * 1100, "{largest}");
+
+        let truncated: ByteStream = Box::pin(futures::stream::iter(vec![Ok(
+            Bytes::copy_from_slice(&bomb[..bomb.len() / 2]),
+        )]));
+        let results: Vec<_> = gunzip_stream(truncated).collect().await;
+        assert!(results.last().unwrap().is_err());
+        let garbage: ByteStream = Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(
+            b"not gzip",
+        ))]));
+        let results: Vec<_> = gunzip_stream(garbage).collect().await;
+        assert!(results.iter().any(Result::is_err));
+    }
+
+    #[test]
+    fn accept_encoding_is_parsed() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(axum::http::header::ACCEPT_ENCODING, v.parse().unwrap());
+            accepts_gzip(&m)
+        };
+        assert!(h("gzip"));
+        assert!(h("br, GZIP;q=0.5"));
+        assert!(!h("gzip;q=0"));
+        assert!(!h("identity"));
+        assert!(!h("x-gzip"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn metadata_headers_are_bounded() {
+        let mut m = HeaderMap::new();
+        m.insert("x-metadata-author", "ada".parse().unwrap());
+        m.insert("content-type", "x".parse().unwrap());
+        assert_eq!(
+            metadata_of(&m).unwrap(),
+            Metadata::from([("author".into(), "ada".into())])
+        );
+        let mut m = HeaderMap::new();
+        for i in 0..=MAX_METADATA_KEYS {
+            m.insert(
+                axum::http::HeaderName::from_bytes(format!("x-metadata-k{i}").as_bytes()).unwrap(),
+                "v".parse().unwrap(),
+            );
+        }
+        assert_eq!(metadata_of(&m).unwrap_err().status, StatusCode::BAD_REQUEST);
+        let mut m = HeaderMap::new();
+        m.insert(
+            "x-metadata-k",
+            axum::http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        assert_eq!(metadata_of(&m).unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
 
     #[test]
     fn e2b_paths_map_onto_the_workspace() {

@@ -1,6 +1,8 @@
 //! envd's `filesystem.Filesystem` service over the sandbox's workspace: `Stat`, `MakeDir`,
-//! `Move`, `ListDir` (with depth) and `Remove`, through the runtime's file operations (every
-//! lookup beneath the workspace's fd, no symlink followed, nothing outside reachable).
+//! `Move`, `ListDir` (with depth), `Remove`, and directory watches (`WatchDir`, and the
+//! polling `CreateWatcher`/`GetWatcherEvents`/`RemoveWatcher`; see `watch`), through the
+//! runtime's file operations (every lookup beneath the workspace's fd, no symlink followed,
+//! nothing outside reachable).
 //!
 //! E2B's paths: the user's home, `/home/user`, is the workspace; a relative path is relative
 //! to it (as envd resolves them); `/workspace/...` is accepted too. Any other absolute path is
@@ -8,13 +10,15 @@
 //! with `/home/user/...` paths. The mapping is `files::workspace_path` (one for `/files` and
 //! these calls).
 //!
-//! Policy: `Stat` and `ListDir` pass the `read_file` gate on their path, `MakeDir`, `Remove`
-//! and both paths of `Move` the `write_file` gate (0 bytes: they write no content); see
-//! `gates`.
+//! Entries carry what envd's do: type, size, mode and its `rwx` string, owner and group
+//! (`user`: the sandbox has one user), modification time, the file's metadata (its
+//! `user.e2b.*` extended attributes, however they were set) and, for a symlink, its target
+//! (as an E2B path when it is in the workspace) with the target's type, as envd reports it.
+//! Removing what does not exist succeeds, as envd's `Remove` does.
 //!
-//! Not served: `WatchDir` and the polling watchers (`CreateWatcher`, `GetWatcherEvents`,
-//! `RemoveWatcher`) answer `unimplemented` — the runtime has no change notifications to
-//! relay, and polling stat snapshots would be a weaker promise than the SDK's watch makes.
+//! Policy: `Stat`, `ListDir` and the watches pass the `read_file` gate on their path,
+//! `MakeDir`, `Remove` and both paths of `Move` the `write_file` gate (0 bytes: they write no
+//! content); see `gates`.
 
 use crate::connect::{self, Call, Code, RpcError};
 use crate::files::{e2b_path, workspace_path, HOME};
@@ -24,9 +28,12 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
+use sandlot_runtime::e2b::EntryExtra;
 use sandlot_types::FileEntry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+pub(crate) mod watch;
 
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
@@ -35,10 +42,19 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/filesystem.Filesystem/Move", post(move_entry))
         .route("/filesystem.Filesystem/ListDir", post(list_dir))
         .route("/filesystem.Filesystem/Remove", post(remove))
-        .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
-        .route("/filesystem.Filesystem/CreateWatcher", post(watcher))
-        .route("/filesystem.Filesystem/GetWatcherEvents", post(watcher))
-        .route("/filesystem.Filesystem/RemoveWatcher", post(watcher))
+        .route("/filesystem.Filesystem/WatchDir", post(watch::watch_dir))
+        .route(
+            "/filesystem.Filesystem/CreateWatcher",
+            post(watch::create_watcher),
+        )
+        .route(
+            "/filesystem.Filesystem/GetWatcherEvents",
+            post(watch::get_watcher_events),
+        )
+        .route(
+            "/filesystem.Filesystem/RemoveWatcher",
+            post(watch::remove_watcher),
+        )
 }
 
 /// The directory a command starts in, inside the sandbox: E2B's home (the workspace, mounted
@@ -84,9 +100,9 @@ struct MoveRequest {
 
 /// `filesystem.EntryInfo` in proto3 JSON (int64 as a string, the enum by name, the timestamp
 /// in RFC 3339).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct EntryInfo {
+pub(crate) struct EntryInfo {
     name: String,
     r#type: &'static str,
     path: String,
@@ -96,6 +112,8 @@ struct EntryInfo {
     owner: &'static str,
     group: &'static str,
     modified_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    symlink_target: Option<String>,
     metadata: BTreeMap<String, String>,
     is_symlink: bool,
 }
@@ -141,21 +159,38 @@ fn rfc3339(secs: i64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
-fn entry_info(e: FileEntry) -> EntryInfo {
+fn type_name(kind: &str) -> &'static str {
+    match kind {
+        "file" => "FILE_TYPE_FILE",
+        "dir" => "FILE_TYPE_DIRECTORY",
+        "symlink" => "FILE_TYPE_SYMLINK",
+        _ => "FILE_TYPE_UNSPECIFIED",
+    }
+}
+
+/// An entry as envd shows it. A symlink is shown as envd shows one: its target's type (when
+/// the target is in the workspace and exists) and its target's path; one whose target is
+/// elsewhere or missing keeps the symlink type.
+fn entry_info(e: FileEntry, extra: EntryExtra) -> EntryInfo {
     let path = e2b_path(&e.path);
     let name = if e.path.is_empty() {
         "user".to_owned()
     } else {
         e.name
     };
+    let (kind, symlink_target) = match extra.symlink {
+        Some(t) => {
+            let target = match &t.workspace_path {
+                Some(p) => e2b_path(p),
+                None => t.raw.clone(),
+            };
+            (t.kind.unwrap_or(e.kind.clone()), Some(target))
+        }
+        None => (e.kind.clone(), None),
+    };
     EntryInfo {
         name,
-        r#type: match e.kind.as_str() {
-            "file" => "FILE_TYPE_FILE",
-            "dir" => "FILE_TYPE_DIRECTORY",
-            "symlink" => "FILE_TYPE_SYMLINK",
-            _ => "FILE_TYPE_UNSPECIFIED",
-        },
+        r#type: type_name(&kind),
         path,
         size: e.size.to_string(),
         mode: e.mode,
@@ -163,9 +198,35 @@ fn entry_info(e: FileEntry) -> EntryInfo {
         owner: "user",
         group: "user",
         modified_time: rfc3339(e.modified),
-        metadata: BTreeMap::new(),
-        is_symlink: e.kind == "symlink",
+        symlink_target,
+        metadata: extra.metadata,
+        // A link shown by its target's type is not marked (the SDKs read `is_symlink` as
+        // "the type is symlink"); one whose target is elsewhere or missing is.
+        is_symlink: kind == "symlink",
     }
+}
+
+/// Entries with their metadata and symlink targets, read in one pass.
+pub(crate) async fn entries(
+    ctx: &Ctx,
+    id: &str,
+    list: Vec<FileEntry>,
+) -> Result<Vec<EntryInfo>, RpcError> {
+    let paths = list.iter().map(|e| e.path.clone()).collect();
+    let extras = ctx.rt.entry_extras(id, paths).await?;
+    Ok(list
+        .into_iter()
+        .zip(extras)
+        .map(|(e, x)| entry_info(e, x))
+        .collect())
+}
+
+/// One entry with its metadata and symlink target.
+pub(crate) async fn entry(ctx: &Ctx, id: &str, e: FileEntry) -> Result<EntryInfo, RpcError> {
+    Ok(entries(ctx, id, vec![e])
+        .await?
+        .pop()
+        .expect("one entry in, one out"))
 }
 
 // ---- handlers ----
@@ -178,7 +239,7 @@ async fn stat(State(ctx): State<Ctx>, req: Request) -> Response {
             .read(&p)?;
         let e = ctx.rt.stat_path(&call.sandbox, &p).await?;
         Ok(EntryResponse {
-            entry: entry_info(e),
+            entry: entry(&ctx, &call.sandbox, e).await?,
         })
     })
     .await
@@ -198,7 +259,7 @@ async fn make_dir(State(ctx): State<Ctx>, req: Request) -> Response {
         }
         let e = ctx.rt.stat_path(&call.sandbox, &p).await?;
         Ok(EntryResponse {
-            entry: entry_info(e),
+            entry: entry(&ctx, &call.sandbox, e).await?,
         })
     })
     .await
@@ -213,7 +274,7 @@ async fn move_entry(State(ctx): State<Ctx>, req: Request) -> Response {
         gate.write(&to, 0)?;
         let e = ctx.rt.move_path(&call.sandbox, &from, &to).await?;
         Ok(EntryResponse {
-            entry: entry_info(e),
+            entry: entry(&ctx, &call.sandbox, e).await?,
         })
     })
     .await
@@ -237,13 +298,14 @@ async fn list_dir(State(ctx): State<Ctx>, req: Request) -> Response {
                 )));
             }
             let base = dir.path.split('/').filter(|c| !c.is_empty()).count();
-            let entries = ctx.rt.list_files(&call.sandbox, &p, depth > 1).await?;
-            let entries = entries
+            let listed = ctx.rt.list_files(&call.sandbox, &p, depth > 1).await?;
+            let listed = listed
                 .into_iter()
                 .filter(|e| e.path.split('/').filter(|c| !c.is_empty()).count() - base <= depth)
-                .map(entry_info)
                 .collect();
-            Ok(ListDirResponse { entries })
+            Ok(ListDirResponse {
+                entries: entries(&ctx, &call.sandbox, listed).await?,
+            })
         },
     )
     .await
@@ -255,20 +317,14 @@ async fn remove(State(ctx): State<Ctx>, req: Request) -> Response {
         Gate::open(&ctx, &call.headers, &call.sandbox)
             .await?
             .write(&p, 0)?;
-        ctx.rt.delete_file(&call.sandbox, &p).await?;
+        match ctx.rt.delete_file(&call.sandbox, &p).await {
+            // envd's Remove of what is not there succeeds (the SDKs' `remove` does not raise).
+            Err(sandlot_runtime::RuntimeError::File(sandlot_runtime::FileError::NotFound(_))) => {}
+            r => r?,
+        }
         Ok(Empty {})
     })
     .await
-}
-
-const NO_WATCH: &str = "watching directories is not supported by sandlot (no change notifications from the sandbox); list the directory again instead";
-
-async fn watch_dir(State(ctx): State<Ctx>, req: Request) -> Response {
-    connect::unimplemented_stream(ctx, req, NO_WATCH).await
-}
-
-async fn watcher(State(ctx): State<Ctx>, req: Request) -> Response {
-    connect::unimplemented_unary(ctx, req, NO_WATCH).await
 }
 
 #[cfg(test)]
@@ -285,14 +341,19 @@ mod tests {
 
     #[test]
     fn entries_look_like_envd_s() {
-        let e = entry_info(FileEntry {
-            path: "d/f.txt".into(),
-            name: "f.txt".into(),
-            kind: "file".into(),
-            size: 5,
-            modified: 0,
-            mode: 0o644,
-        });
+        let mut extra = EntryExtra::default();
+        extra.metadata.insert("k".into(), "v".into());
+        let e = entry_info(
+            FileEntry {
+                path: "d/f.txt".into(),
+                name: "f.txt".into(),
+                kind: "file".into(),
+                size: 5,
+                modified: 0,
+                mode: 0o644,
+            },
+            extra,
+        );
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["type"], "FILE_TYPE_FILE");
         assert_eq!(v["path"], "/home/user/d/f.txt");
@@ -300,6 +361,44 @@ mod tests {
         assert_eq!(v["permissions"], "-rw-r--r--");
         assert_eq!(v["modifiedTime"], "1970-01-01T00:00:00Z");
         assert_eq!(v["isSymlink"], false);
+        assert_eq!(v["metadata"]["k"], "v");
+        assert!(v.get("symlinkTarget").is_none());
         assert_eq!(permissions("dir", 0o755), "drwxr-xr-x");
+    }
+
+    #[test]
+    fn symlinks_show_their_target() {
+        let link = FileEntry {
+            path: "d/l".into(),
+            name: "l".into(),
+            kind: "symlink".into(),
+            size: 5,
+            modified: 0,
+            mode: 0o777,
+        };
+        let inside = EntryExtra {
+            metadata: Default::default(),
+            symlink: Some(sandlot_runtime::e2b::SymlinkTarget {
+                workspace_path: Some("d/t.txt".into()),
+                raw: "t.txt".into(),
+                kind: Some("file".into()),
+            }),
+        };
+        let v = serde_json::to_value(entry_info(link.clone(), inside)).unwrap();
+        assert_eq!(v["type"], "FILE_TYPE_FILE");
+        assert_eq!(v["isSymlink"], false);
+        assert_eq!(v["symlinkTarget"], "/home/user/d/t.txt");
+        let outside = EntryExtra {
+            metadata: Default::default(),
+            symlink: Some(sandlot_runtime::e2b::SymlinkTarget {
+                workspace_path: None,
+                raw: "/etc/passwd".into(),
+                kind: None,
+            }),
+        };
+        let v = serde_json::to_value(entry_info(link, outside)).unwrap();
+        assert_eq!(v["type"], "FILE_TYPE_SYMLINK");
+        assert_eq!(v["isSymlink"], true);
+        assert_eq!(v["symlinkTarget"], "/etc/passwd");
     }
 }

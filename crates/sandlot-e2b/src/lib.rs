@@ -59,6 +59,8 @@ pub(crate) struct Ctx {
     pub(crate) gov: Option<Arc<Governance>>,
     /// The code interpreter's per-sandbox bookkeeping.
     pub(crate) interp: Arc<interpreter::Sessions>,
+    /// envd's directory watches (`filesystem::watch`).
+    pub(crate) watches: Arc<filesystem::watch::Watches>,
 }
 
 impl Ctx {
@@ -71,6 +73,7 @@ impl Ctx {
     /// Drops what the E2B layer keeps about a sandbox that was killed.
     pub(crate) fn forget(&self, id: &str) {
         self.interp.forget(id);
+        self.watches.forget(id);
     }
 }
 
@@ -110,13 +113,17 @@ impl E2b {
                 auth,
                 gov,
                 interp: Default::default(),
+                watches: Default::default(),
             },
         })
     }
 
-    /// The control plane, beside `/v1`.
+    /// The control plane, beside `/v1`, and `/files` for signed URLs (which carry no
+    /// sandbox header).
     pub fn routes(&self) -> Router {
-        control::routes(&self.ctx).with_state(self.ctx.clone())
+        control::routes(&self.ctx)
+            .merge(files::signed_routes())
+            .with_state(self.ctx.clone())
     }
 
     /// Everything addressed to a sandbox by `E2b-Sandbox-Id`, dispatched on

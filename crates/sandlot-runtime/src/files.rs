@@ -488,7 +488,20 @@ impl Runtime {
         &self,
         ws: WorkspaceRoot,
         path: &str,
+        body: ByteStream,
+    ) -> Result<FileEntry, RuntimeError> {
+        self.write_file_in_with(ws, path, body, Vec::new()).await
+    }
+
+    /// [`Runtime::write_file_in`] that also sets extended attributes `xattrs` (full names) on
+    /// the new file before it replaces the target: the file appears with them, and a file it
+    /// replaces takes its own away (a new inode).
+    pub(crate) async fn write_file_in_with(
+        &self,
+        ws: WorkspaceRoot,
+        path: &str,
         mut body: ByteStream,
+        xattrs: Vec<(String, Vec<u8>)>,
     ) -> Result<FileEntry, RuntimeError> {
         let (p, w1, uid) = (path.to_string(), ws.clone(), ws.uid);
         let opened = blocking("opening the file", move || {
@@ -505,6 +518,12 @@ impl Runtime {
             while let Some(chunk) = rx.blocking_recv() {
                 if let Err(e) = upload.file.write_all(&chunk) {
                     return (upload, Err(write_error(e)));
+                }
+            }
+            for (name, value) in &xattrs {
+                if let Err(e) = crate::e2b::set_xattr(&upload.file, name, value) {
+                    let e = map_errno(e, &upload.shown);
+                    return (upload, Err(e));
                 }
             }
             (upload, Ok(()))

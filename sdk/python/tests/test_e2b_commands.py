@@ -182,10 +182,11 @@ def test_files_outside_the_home_are_refused(sbx):
     assert info.type == e2b.FileType.SYMLINK
 
 
-def test_watch_dir_is_a_clear_error(sbx):
+def test_watch_dir_outside_the_home_is_a_clear_error(sbx):
+    # Watches are served (tests/test_e2b_files.py); outside the home they are refused.
     with pytest.raises(e2b.SandboxException) as info:
-        sbx.files.watch_dir("/home/user")
-    assert "not supported" in str(info.value)
+        sbx.files.watch_dir("/etc")
+    assert "outside /home/user" in str(info.value)
 
 
 def test_async_sdk_commands_and_files(e2b_env):

@@ -216,7 +216,7 @@ fn e2b_api() {
     let detail = e.send(e.api(M::GET, &format!("/sandboxes/{id}")));
     assert_eq!(detail.status, 200, "{}", detail.text);
     assert_eq!(detail.json["state"], "running");
-    assert_eq!(detail.json["envdVersion"], "0.5.7");
+    assert_eq!(detail.json["envdVersion"], "0.6.4");
     let list = e.send(e.api(M::GET, "/v2/sandboxes?state=running&limit=1"));
     assert_eq!(list.status, 200, "{}", list.text);
     assert_eq!(list.json.as_array().unwrap().len(), 1);

@@ -333,13 +333,15 @@ fn connect_framing_tokens_and_unknown_sandboxes() {
     );
     assert_eq!(a.stream_error().as_deref(), Some("unavailable"));
 
-    // Not served: a clear unimplemented.
+    // A watch streams its start, then (nothing changing) runs to the client's deadline.
     let a = sb.stream(
         "filesystem.Filesystem/WatchDir",
         json!({"path": "/home/user"}),
-        &[],
+        &[("Connect-Timeout-Ms", "300")],
     );
-    assert_eq!(a.stream_error().as_deref(), Some("unimplemented"));
+    assert_eq!(a.envelopes()[0], (0, json!({"start": {}})));
+    assert_eq!(a.stream_error().as_deref(), Some("deadline_exceeded"));
+    // Not served: a clear unimplemented.
     let a = sb.stream(
         "process.Process/Start",
         json!({"process": {"cmd": "/bin/bash"}, "pty": {"size": {"cols": 80, "rows": 24}}}),

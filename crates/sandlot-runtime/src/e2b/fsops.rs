@@ -4,6 +4,10 @@
 //! and goes through `openat2` without following any symlink or leaving the workspace's mount;
 //! what is created belongs to the sandbox's uid; the final component is never followed
 //! (`fstatat(AT_SYMLINK_NOFOLLOW)`, `mkdirat`, `renameat` act on the name itself).
+//!
+//! Also what E2B shows of an entry beyond its stat: its metadata (`user.e2b.<key>` extended
+//! attributes, written with an upload by `write_file_with_metadata` or set inside the
+//! sandbox) and a symlink's target (its text, resolved lexically, never followed to read).
 
 use crate::error::{FileError, RuntimeError};
 use crate::files::{as_sandbox, entry_of, fstat, kind_of, map_errno, normalize, openat2};
@@ -159,5 +163,242 @@ impl Runtime {
             ws.open().and_then(|root| move_path(&root, uid, &a, &b))
         })
         .await??)
+    }
+}
+
+/// The extended-attribute namespace E2B's file metadata lives in: key `k` is `user.e2b.k`.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// Most bytes of the attribute names one file's listing is read up to (more: the rest of its
+/// metadata is not shown).
+const XATTR_LIST_MAX: usize = 64 * 1024;
+/// Longest value read back (longer ones, set from inside the sandbox, are left out).
+const XATTR_VALUE_MAX: usize = 4096;
+
+/// Sets extended attribute `name` on an open file.
+pub(crate) fn set_xattr(file: &std::fs::File, name: &str, value: &[u8]) -> Result<(), nix::Error> {
+    let c = CString::new(name).map_err(|_| nix::Error::EINVAL)?;
+    // SAFETY: fsetxattr on an fd we own, with a NUL-terminated name and a buffer of `len`.
+    let r = unsafe {
+        libc::fsetxattr(
+            file.as_raw_fd(),
+            c.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+/// What E2B shows of an entry beyond its stat: its `user.e2b.*` metadata, and for a symlink
+/// where it points.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryExtra {
+    /// `user.e2b.<key>` attributes as `key -> value` (values that are UTF-8 only).
+    pub metadata: std::collections::BTreeMap<String, String>,
+    /// The entry is a symlink: its target.
+    pub symlink: Option<SymlinkTarget>,
+}
+
+/// Where a symlink of the workspace points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymlinkTarget {
+    /// The target inside the workspace (relative to it), when it resolves there lexically.
+    pub workspace_path: Option<String>,
+    /// The link's text as stored.
+    pub raw: String,
+    /// The target's kind (`file`, `dir`, ...) when it is inside the workspace and exists (not
+    /// followed further: a link to a link is `symlink`).
+    pub kind: Option<String>,
+}
+
+/// Reads the `user.e2b.*` attributes of an entry opened `O_PATH` (through its `/proc/self/fd`
+/// link, since the `f*xattr` calls refuse `O_PATH` fds). A filesystem without user xattrs
+/// has none.
+fn read_metadata(fd: &OwnedFd) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(path) = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+        return out;
+    };
+    let mut names = vec![0u8; XATTR_LIST_MAX];
+    // SAFETY: listxattr into a buffer of the given length; the path is NUL-terminated.
+    let n = unsafe { libc::listxattr(path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    if n <= 0 {
+        return out;
+    }
+    names.truncate(n as usize);
+    let mut value = vec![0u8; XATTR_VALUE_MAX];
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let Some(key) = name.strip_prefix(METADATA_XATTR_PREFIX.as_bytes()) else {
+            continue;
+        };
+        let (Ok(key), Ok(cname)) = (std::str::from_utf8(key), CString::new(name)) else {
+            continue;
+        };
+        // SAFETY: getxattr into a buffer of the given length; both strings NUL-terminated.
+        let len = unsafe {
+            libc::getxattr(
+                path.as_ptr(),
+                cname.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        if len < 0 || key.is_empty() {
+            continue;
+        }
+        if let Ok(v) = std::str::from_utf8(&value[..len as usize]) {
+            out.insert(key.to_owned(), v.to_owned());
+        }
+    }
+    out
+}
+
+/// Resolves a symlink's text lexically against the directory `dir` (workspace-relative) that
+/// holds it: the workspace-relative target, or `None` when it leaves the workspace. The
+/// workspace is `/workspace` and `/home/user` inside the sandbox.
+fn resolve_link(dir: &[String], raw: &str) -> Option<String> {
+    let (mut parts, rest): (Vec<String>, &str) = if let Some(r) = raw.strip_prefix('/') {
+        let r = ["workspace", "home/user"].iter().find_map(|p| {
+            r.strip_prefix(p)
+                .filter(|t| t.is_empty() || t.starts_with('/'))
+        })?;
+        (Vec::new(), r)
+    } else {
+        (dir.to_vec(), raw)
+    };
+    for c in rest.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c.to_owned()),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// [`EntryExtra`] of a workspace path (`""`: the workspace); never follows a symlink to read
+/// anything but the link's own text.
+pub fn entry_extra(ws: &OwnedFd, path: &str) -> Result<EntryExtra, FileError> {
+    let parts = normalize(path)?;
+    let shown = parts.join("/");
+    let Some((name, dirs)) = parts.split_last() else {
+        let fd = openat2(ws.as_raw_fd(), ".", libc::O_PATH, 0).map_err(|e| map_errno(e, ""))?;
+        return Ok(EntryExtra {
+            metadata: read_metadata(&fd),
+            symlink: None,
+        });
+    };
+    let dir = open_dir(ws, dirs, None, &shown)?;
+    match openat2(dir.as_raw_fd(), name, libc::O_PATH, 0) {
+        Ok(fd) => Ok(EntryExtra {
+            metadata: read_metadata(&fd),
+            symlink: None,
+        }),
+        Err(nix::Error::ELOOP) => {
+            let c = CString::new(name.as_str()).map_err(|_| FileError::PathHasNul)?;
+            let mut buf = vec![0u8; libc::PATH_MAX as usize];
+            // SAFETY: readlinkat of one name in a directory fd we own, into a buffer of len.
+            let n = unsafe {
+                libc::readlinkat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(map_errno(nix::Error::last(), &shown));
+            }
+            let raw = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+            let workspace_path = resolve_link(dirs, &raw);
+            let kind = workspace_path
+                .as_deref()
+                .and_then(|t| stat(ws, t).ok())
+                .map(|e| e.kind);
+            Ok(EntryExtra {
+                metadata: Default::default(),
+                symlink: Some(SymlinkTarget {
+                    workspace_path,
+                    raw,
+                    kind,
+                }),
+            })
+        }
+        Err(e) => Err(map_errno(e, &shown)),
+    }
+}
+
+impl Runtime {
+    /// [`EntryExtra`] of each of `paths` (workspace-relative) in one pass; an entry gone
+    /// since it was listed has none.
+    pub async fn entry_extras(
+        &self,
+        id: &str,
+        paths: Vec<String>,
+    ) -> Result<Vec<EntryExtra>, RuntimeError> {
+        let ws = self.workspace_root(id)?;
+        Ok(blocking("reading file metadata", move || {
+            ws.open().map(|root| {
+                paths
+                    .iter()
+                    .map(|p| entry_extra(&root, p).unwrap_or_default())
+                    .collect()
+            })
+        })
+        .await??)
+    }
+
+    /// [`Runtime::write_file`] that also stores `metadata` as `user.e2b.<key>` attributes of
+    /// the new file (set before it replaces the target, so an overwrite drops the old ones).
+    /// The caller bounds and checks the keys and values.
+    pub async fn write_file_with_metadata(
+        &self,
+        id: &str,
+        path: &str,
+        body: crate::files::ByteStream,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<FileEntry, RuntimeError> {
+        self.check_not_contained(&*self.entry(id)?)?;
+        let root = self.workspace_root(id)?;
+        let xattrs = metadata
+            .iter()
+            .map(|(k, v)| (format!("{METADATA_XATTR_PREFIX}{k}"), v.as_bytes().to_vec()))
+            .collect();
+        let (body, tap) = self.tap_input(body);
+        let written = self.write_file_in_with(root, path, body, xattrs).await;
+        self.record_input(id, written.as_ref().ok(), tap).await;
+        written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_resolve_lexically_inside_the_workspace() {
+        let d = |s: &str| -> Vec<String> {
+            s.split('/')
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(resolve_link(&d("a"), "t.txt").as_deref(), Some("a/t.txt"));
+        assert_eq!(resolve_link(&d("a/b"), "../t").as_deref(), Some("a/t"));
+        assert_eq!(resolve_link(&d("a"), "/home/user/x").as_deref(), Some("x"));
+        assert_eq!(
+            resolve_link(&d("a"), "/workspace/y/./z").as_deref(),
+            Some("y/z")
+        );
+        assert_eq!(resolve_link(&d(""), "../etc/passwd"), None);
+        assert_eq!(resolve_link(&d("a"), "/etc/passwd"), None);
+        assert_eq!(resolve_link(&d("a"), "/home/userx"), None);
+        assert_eq!(resolve_link(&d("a"), "/workspace/../../x"), None);
     }
 }

@@ -7,8 +7,14 @@
 //!   host, epoll reads, the host-side kill of a command's process group through pidfds
 //! - `fsops`: stat, mkdir and move in the workspace with the rules of `files.rs` (E2B's
 //!   filesystem service)
+//!   and E2B's file metadata (`user.e2b.*` xattrs) and symlink targets
+//! - `watch`: directory watches (inotify on the workspace) for E2B's `watch_dir`
 //! - `lifetime`: moving a live sandbox's expiry (`set_timeout`, E2B's control plane)
 
 mod fsops;
 mod lifetime;
 pub mod proctail;
+pub mod watch;
+
+pub(crate) use fsops::set_xattr;
+pub use fsops::{EntryExtra, SymlinkTarget, METADATA_XATTR_PREFIX};
