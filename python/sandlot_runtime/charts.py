@@ -310,11 +310,15 @@ def _box(c0, c1, q1, q3, segments, markers, used, vertical: bool):
     for a0, b0, a1, b1, line in segments:
         if id(line) in used:
             continue
-        if abs(b0 - b1) <= eps and q1 - eps <= b0 <= q3 + eps and median is None \
+        # The median spans the box: of the lines across it, the widest (a cap at a quartile
+        # is narrower; a whisker of length 0 has no width).
+        if abs(b0 - b1) <= eps and q1 - eps <= b0 <= q3 + eps \
                 and min(a0, a1) >= c0 - eps and max(a0, a1) <= c1 + eps \
-                and min(a0, a1) <= middle <= max(a0, a1):
-            median = (b0, line)
-        elif abs(a0 - middle) <= eps and abs(a1 - middle) <= eps:
+                and min(a0, a1) < middle < max(a0, a1):
+            width = abs(a1 - a0)
+            if median is None or width > median[2] + eps:
+                median = (b0, line, width)
+        if abs(a0 - middle) <= eps and abs(a1 - middle) <= eps:
             ends = sorted((b0, b1))
             if abs(ends[1] - q1) <= eps and whisker_low is None:
                 whisker_low = (ends[0], line)

@@ -162,6 +162,14 @@ def test_box_and_whisker_chart(vertical, patch_artist):
     assert (second["min"], second["median"], second["max"]) == (10.0, 12.5, 14.0)
 
 
+def test_a_box_whose_whisker_has_no_length_keeps_its_median():
+    fig, ax = plt.subplots()
+    ax.boxplot([[2, 3, 4, 5, 30]])  # the third quartile is the last point under the fence
+    (box,) = chart_of(fig)["elements"]
+    assert (box["first_quartile"], box["median"], box["third_quartile"]) == (3.0, 4.0, 5.0)
+    assert (box["max"], box["outliers"]) == (5.0, [30.0])
+
+
 def test_superchart_holds_each_axes_chart():
     fig, (left, right) = plt.subplots(1, 2)
     fig.suptitle("Both")
