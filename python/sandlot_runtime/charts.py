@@ -12,7 +12,8 @@ its PNG; it never draws, and it never raises: whatever it does not understand is
 below (points, elements, axes, time), leaves the chart out and the PNG alone.
 
 ``frame_data`` gives a DataFrame's columns as ``{column: [values]}`` (dates as ISO 8601 text,
-missing values as null), for frames up to ``MAX_DATA_CELLS`` cells and ``MAX_DATA_BYTES``.
+missing values as null), for frames up to ``MAX_DATA_CELLS`` cells, ``MAX_DATA_COLUMNS``
+columns and ``MAX_DATA_BYTES``.
 
 Both return ``JSONData``: plain JSON (str keys, finite floats, clean strings) that the
 protocol carries without converting it again. The MIME types they are published under are
@@ -41,6 +42,7 @@ MAX_TEXT = 1_000  # characters of a title, label or tick label
 MAX_TICKS = 200  # per axis
 # Bounds of one DataFrame's data.
 MAX_DATA_CELLS = 50_000
+MAX_DATA_COLUMNS = 1_000  # each column is a pandas call of its own
 MAX_DATA_BYTES = 2 << 20
 
 # "Time (s)" -> "s", "Distance [km]" -> "km": the unit a label ends with.
@@ -146,6 +148,10 @@ def _classify(ax, budget: _Budget) -> tuple[str, list]:
     from matplotlib.patches import Wedge
 
     lines = list(ax.lines)
+    # Every line, patch and collection is looked at once before any is counted: a plot of
+    # more than the elements a chart may hold gives up before that.
+    if max(len(lines), len(ax.patches), len(ax.collections)) > MAX_ELEMENTS:
+        raise _GiveUp
     # Lines that belong to error bars are decoration of the data they sit on.
     decoration = set()
     names = {}  # a line's legend label kept by its error bars' container
@@ -197,15 +203,12 @@ def _point_elements(ax, kind: str, artists: list, names: dict, budget: _Budget) 
     y_conv = _converter(ax, ax.yaxis, "y")
     elements = []
     for artist in artists:
-        if kind == "line":
-            xy = np.asarray(artist.get_xydata(), dtype=float)
-        else:
-            offsets = artist.get_offsets()
-            if hasattr(offsets, "filled"):  # masked points are not drawn: leave them out
-                offsets = offsets[~np.ma.getmaskarray(offsets).any(axis=1)].data
-            xy = np.asarray(offsets, dtype=float)
+        raw = artist.get_xydata() if kind == "line" else artist.get_offsets()
+        budget.spend(points=len(raw), elements=1)  # before anything is copied
+        if hasattr(raw, "filled"):  # masked points are not drawn: leave them out
+            raw = raw[~np.ma.getmaskarray(raw).reshape(len(raw), -1).any(axis=1)].data
+        xy = np.asarray(raw, dtype=float)
         xy = xy.reshape(-1, 2) if xy.size else np.empty((0, 2))
-        budget.spend(points=len(xy), elements=1)
         xs, ys = x_conv(xy[:, 0]), y_conv(xy[:, 1])
         label = _label(artist) or names.get(id(artist))
         elements.append({"label": label, "points": [list(p) for p in zip(xs, ys)]})
@@ -477,7 +480,7 @@ def _iso(values) -> list:
 def frame_data(frame) -> JSONData | None:
     """``{column: [values]}`` of a DataFrame (its index left out), or None past the bounds."""
     rows, columns = frame.shape
-    if rows * columns > MAX_DATA_CELLS or columns > MAX_DATA_CELLS:
+    if rows * columns > MAX_DATA_CELLS or columns > MAX_DATA_COLUMNS:
         return None
     deadline = time.perf_counter() + MAX_SECONDS
     size = 0

@@ -228,6 +228,18 @@ def test_a_figure_without_axes_or_past_the_bounds_has_no_chart():
     ax.plot(np.arange(charts.MAX_POINTS))  # at the bound: still a chart
     assert charts.figure_chart(fig)["type"] == "line"
     plt.close(fig)
+    fig, ax = plt.subplots()
+    for i in range(charts.MAX_ELEMENTS + 1):  # more lines than a chart holds
+        ax.plot([i, i + 1])
+    assert charts.figure_chart(fig) is None
+    plt.close(fig)
+
+
+def test_masked_scatter_points_are_left_out():
+    fig, ax = plt.subplots()
+    ax.scatter(np.ma.masked_array([1, 2, 3], mask=[0, 1, 0]), [4, 5, 6])
+    chart = chart_of(fig)
+    assert chart["elements"][0]["points"] == [[1.0, 4.0], [3.0, 6.0]]
 
 
 def test_extras_never_raise_and_honour_include_and_exclude(monkeypatch):
@@ -274,6 +286,8 @@ def test_frame_data_is_left_out_past_the_bounds():
     long_text = "x" * (charts.MAX_DATA_BYTES // 4)
     assert charts.frame_data(pd.DataFrame({"t": [long_text] * 5})) is None
     assert charts.frame_data(pd.DataFrame({"a": range(charts.MAX_DATA_CELLS)})) is not None
+    wide = pd.DataFrame([list(range(charts.MAX_DATA_COLUMNS + 1))])
+    assert charts.frame_data(wide) is None
 
 
 # -- through the driver -----------------------------------------------------------------------

@@ -146,7 +146,8 @@ class Result:
     @property
     def data(self) -> Optional[Dict[str, List[Any]]]:
         """A DataFrame's columns as JSON: ``{column: [values]}`` (its index left out; dates as
-        ISO 8601 text, missing values as None). Absent for frames of more than 50,000 cells."""
+        ISO 8601 text, missing values as None). Absent for frames of more than 50,000 cells or
+        1,000 columns."""
         value = self.raw.get(_FORMATS["data"])
         return value if isinstance(value, dict) else None
 
