@@ -102,7 +102,12 @@ def figure_chart(figure) -> JSONData | None:
             if ax.get_visible() and getattr(ax, "_colorbar", None) is None]
     if not axes or len(axes) > MAX_AXES:
         return None
-    suptitle = _text(figure._suptitle.get_text()) if figure._suptitle is not None else None
+    get_suptitle = getattr(figure, "get_suptitle", None)  # matplotlib 3.8+
+    if callable(get_suptitle):
+        suptitle = _text(get_suptitle())
+    else:
+        text = getattr(figure, "_suptitle", None)
+        suptitle = _text(text.get_text()) if text is not None else None
     try:
         if len(axes) == 1:
             chart = _axes_chart(axes[0], budget)
