@@ -532,8 +532,12 @@ def _column_values(series) -> tuple[list, int]:
 
 
 def _cell(value):
-    if value is None or isinstance(value, (bool, int, str)):
-        return value if not isinstance(value, str) else clean_str(value)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return clean_str(value)
+    if isinstance(value, int):  # past 64 bits, jsonable's text (serde_json would lose it)
+        return value if value.bit_length() <= 63 else jsonable(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     isoformat = getattr(value, "isoformat", None)  # datetime, date, time, pandas Timestamp

@@ -281,6 +281,14 @@ def test_frame_data_is_columns_of_json_values():
     }
 
 
+def test_frame_data_of_objects_is_strict_json():
+    frame = pd.DataFrame({"o": [2**70, {"k": float("nan")}, datetime.date(2024, 1, 2), b"\xff"]})
+    data = json.loads(json.dumps(charts.frame_data(frame), allow_nan=False))
+    assert data["o"][0] == "<int of 71 bits>"
+    assert data["o"][1] == {"k": "nan"}
+    assert data["o"][2] == "2024-01-02"
+
+
 def test_frame_data_is_left_out_past_the_bounds():
     assert charts.frame_data(pd.DataFrame({"a": range(charts.MAX_DATA_CELLS + 1)})) is None
     long_text = "x" * (charts.MAX_DATA_BYTES // 4)
