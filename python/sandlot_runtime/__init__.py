@@ -5,12 +5,14 @@ other module, lowest floor first:
 
 - ``state``: the driver's one mutable state, shared by everything below
 - ``jsonsafe``: any object coerced to JSON that json.dumps and serde_json accept; MIME bundles
+- ``charts``: a figure's chart and a DataFrame's data as JSON, beside their rendering
 - ``output``: the server's pipes, each execution's own pipes on fds 1 and 2 and the relay
   thread: what outlives an execution goes to the server as its background output
 - ``capture``: sys.stdout/sys.stderr, unbuffered, routed by ``output``, restored after each cell
 - ``cell_output``: each Bash cell's own stdout and stderr
 - ``protocol``: the control stream's frames, the ordering of output and events, ``emit``
-- ``display``: IPython's display system turned into display_data and result events
+- ``display``: IPython's display system turned into display_data and result events (with
+  ``charts``' data), and PIL images saved to a file shown
 - ``shell``: the IPython shell, its tracebacks, warm-up and the template's setup code
 - ``python_cells``: running a Python cell; SIGINT
 - ``bash_session``: running a Bash cell in a persistent bash per context

@@ -1,13 +1,20 @@
 """IPython's display system wired to the control stream: ``display()`` and figures become
 ``display_data`` events, a cell's last value becomes the ``result`` event, and the formatter
-guarantees a text/plain even when a repr raised."""
+guarantees a text/plain even when a repr raised. A figure's bundle also carries its chart and a
+DataFrame's its data (``charts``), and a PIL image saved to a file during a cell is shown too,
+as E2B's code interpreter shows it."""
 
 from __future__ import annotations
+
+import os
+import sys
+import threading
 
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.formatters import DisplayFormatter
 
+from .charts import extras
 from .jsonsafe import jsonable, mime_bundle
 from .protocol import emit
 from .state import state
@@ -72,6 +79,8 @@ class SafeDisplayFormatter(DisplayFormatter):
             if fast is not None:
                 return fast
             data, metadata = super().format(obj, include=include, exclude=exclude)
+            if data:  # after the PNG: the figure has been drawn
+                data.update(extras(obj, include, exclude))
         finally:
             state.formatting -= 1
         if "text/plain" not in data and _wants_plain(obj, include, exclude):
@@ -89,3 +98,55 @@ def _wants_plain(obj, include, exclude) -> bool:
         return not callable(getattr(obj, "_ipython_display_", None))
     except Exception:
         return True
+
+
+# Most saved images one cell shows: a loop that writes thousands of thumbnails must not send
+# each one back (every one is encoded again to be shown).
+MAX_SAVED_IMAGES = 8
+_saved_shown: list = [None, 0]  # [execution id, images shown in it]
+
+
+def show_saved_images() -> None:
+    """Makes ``PIL.Image.Image.save`` to a file also show the image (a ``display_data`` PNG),
+    as E2B's code interpreter does; once per process, no-op without Pillow."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    original = Image.Image.save
+    if getattr(original, "_sandlot_shows", False):
+        return
+
+    def save(self, fp, *args, **kwargs):
+        result = original(self, fp, *args, **kwargs)
+        _show_saved(self, fp, sys._getframe(1))
+        return result
+
+    save.__name__, save.__qualname__ = original.__name__, original.__qualname__
+    save.__doc__, save.__wrapped__ = original.__doc__, original
+    save._sandlot_shows = True
+    Image.Image.save = save
+
+
+def _show_saved(image, fp, caller) -> None:
+    """Shows an image just saved, when it was saved to a path by the cell itself: not into a
+    buffer (how its own PNG is made, and how libraries encode), not by matplotlib (savefig to
+    JPEG or TIFF goes through Pillow; the figure is shown anyway), not while formatting, not
+    from another thread or outside a cell, and at most MAX_SAVED_IMAGES times per execution."""
+    if state.phase != "cell" or state.formatting or \
+            threading.current_thread() is not threading.main_thread() or \
+            not isinstance(fp, (str, bytes, os.PathLike)):
+        return
+    if caller.f_globals.get("__name__", "").split(".")[0] in ("matplotlib", "PIL"):
+        return
+    if _saved_shown[0] != state.exec_id:
+        _saved_shown[:] = [state.exec_id, 0]
+    if _saved_shown[1] >= MAX_SAVED_IMAGES:
+        return
+    _saved_shown[1] += 1
+    try:
+        from IPython.display import display
+
+        display(image)
+    except Exception:  # noqa: BLE001 - the image is saved; showing it is a courtesy
+        pass

@@ -4,9 +4,10 @@ persistent bash. The package's other modules hold the parts (the map is in __ini
 Two entry points (see ARCHITECTURE.md, "Processes" and "The execution protocol"):
 
 - ``prepare(setup_code)`` runs once in the zygote, before any fork: it builds the IPython shell,
-  wires its display system to the control stream, turns on inline matplotlib, warms the code
-  paths every sandbox will use, runs the template's setup code, then freezes the heap so forked
-  children share it copy-on-write. It starts no thread: the zygote must be single-threaded to fork.
+  wires its display system to the control stream, turns on inline matplotlib (and the showing
+  of PIL images saved to a file, as E2B does), warms the code paths every sandbox will use,
+  runs the template's setup code, then freezes the heap so forked children share it
+  copy-on-write. It starts no thread: the zygote must be single-threaded to fork.
 - ``main(ctrl_fd)`` runs in the forked, jailed child: it speaks the framed JSON protocol on
   ``ctrl_fd`` until the stream closes.
 
@@ -40,6 +41,7 @@ from typing import NoReturn
 from . import output
 from .capture import flush_output, restore_output
 from .contexts import init_contexts
+from .display import show_saved_images
 from .protocol import Channel, exit_driver
 from .python_cells import on_sigint
 from .serve import serve
@@ -80,6 +82,7 @@ def prepare(setup_code: str | None = None) -> None:
     shell = make_shell()
     state.shell = shell
     enable_inline_figures(shell)
+    show_saved_images()
     warm_up(shell)
     state.libc_fflush = _load_libc_fflush()
     if setup_code:

@@ -16,6 +16,14 @@ TEXT_MIME_TYPES = frozenset({"image/svg+xml", "application/javascript"})
 MAX_JSON_DEPTH = 64
 
 
+class JSONData(dict):
+    """A dict that already is JSON the control stream carries as it is (str keys, finite
+    floats, UTF-8-safe strings, nothing else): ``jsonable`` passes it through instead of walking
+    it again. For large values built carefully (a chart's points), not for user data."""
+
+    __slots__ = ()
+
+
 def clean_str(value: str) -> str:
     """A str that encodes as UTF-8. Lone surrogates (from surrogateescape'd bytes or bad
     escapes) become visible backslash escapes instead of crashing the encoder; serde_json
@@ -60,6 +68,8 @@ def jsonable(value: object, depth: int = 0) -> object:
             return int(value) if value.bit_length() <= 64 else f"<int of {value.bit_length()} bits>"
         if isinstance(value, float):
             return float(value) if math.isfinite(value) else repr(float(value))
+        if type(value) is JSONData:
+            return value
         if depth >= MAX_JSON_DEPTH:
             return safe_repr(value)
         if isinstance(value, dict):

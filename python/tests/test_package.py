@@ -15,7 +15,7 @@ ASSETS = PYTHON_DIR.parent / "crates" / "sandlot-runtime" / "src" / "assets.rs"
 # Lowest first (the map is in sandlot_runtime/__init__.py). A new module must be given a floor.
 FLOORS = [
     ["__init__", "state", "jsonsafe"],
-    ["output", "changes"],
+    ["output", "changes", "charts"],
     ["capture", "cell_output"],
     ["protocol", "bash_session"],
     ["display", "python_cells"],

@@ -418,7 +418,12 @@ fn event_json(ev: &OutputEvent) -> Value {
     }
 }
 
-/// A MIME bundle as E2B's `result` event: one field per known type, the rest in `extra`.
+/// A MIME bundle as E2B's `result` event: one field per known type, the rest in `extra`. The
+/// driver's structured data (a figure's chart, a DataFrame's columns: `python/sandlot_runtime/
+/// charts.py`) become E2B's `chart` and `data` fields; so do E2B's own `e2b/chart` and
+/// `e2b/data`, which code written for E2B's kernel may publish itself. Those two fields are
+/// objects in E2B's shape; anything else a cell published under their MIME types stays in
+/// `extra`, where the SDKs do not try to parse it as a chart.
 fn result_json(data: &BTreeMap<String, Value>, main: bool) -> Value {
     let mut out = Map::new();
     out.insert("type".into(), "result".into());
@@ -435,8 +440,8 @@ fn result_json(data: &BTreeMap<String, Value>, main: bool) -> Value {
             "text/latex" => "latex",
             "application/json" => "json",
             "application/javascript" => "javascript",
-            "e2b/data" => "data",
-            "e2b/chart" => "chart",
+            "application/vnd.sandlot.data+json" | "e2b/data" => "data",
+            "application/vnd.sandlot.chart+json" | "e2b/chart" => "chart",
             _ => {
                 extra.insert(mime.clone(), value.clone());
                 continue;
@@ -445,6 +450,10 @@ fn result_json(data: &BTreeMap<String, Value>, main: bool) -> Value {
         let value = match (field, value) {
             // E2B shows a string result without its quotes.
             ("text", Value::String(s)) => Value::String(unquote(s).to_owned()),
+            ("chart" | "data", v) if !v.is_object() => {
+                extra.insert(mime.clone(), value.clone());
+                continue;
+            }
             _ => value.clone(),
         };
         out.insert(field.into(), value);
@@ -570,6 +579,47 @@ mod tests {
         assert_eq!(v["png"], "iVBOR");
         assert_eq!(v["is_main_result"], true);
         assert_eq!(v["extra"]["application/x-thing"], 1);
+    }
+
+    #[test]
+    fn charts_and_frame_data_are_fields_not_extra() {
+        let mut data = BTreeMap::new();
+        data.insert("image/png".to_owned(), json!("iVBOR"));
+        data.insert(
+            "application/vnd.sandlot.chart+json".to_owned(),
+            json!({"type": "line", "title": null, "elements": []}),
+        );
+        let v = result_json(&data, false);
+        assert_eq!(v["chart"]["type"], "line");
+        assert_eq!(v["extra"], json!({}));
+        let mut data = BTreeMap::new();
+        data.insert(
+            "application/vnd.sandlot.data+json".to_owned(),
+            json!({"a": [1, 2, 3]}),
+        );
+        data.insert("e2b/chart".to_owned(), json!({"type": "bar"}));
+        let v = result_json(&data, true);
+        assert_eq!(v["data"]["a"], json!([1, 2, 3]));
+        assert_eq!(v["chart"]["type"], "bar");
+        assert_eq!(v["extra"], json!({}));
+    }
+
+    #[test]
+    fn a_chart_that_is_not_an_object_stays_in_extra() {
+        // A cell can publish anything under these MIME types (display(..., raw=True)).
+        let mut data = BTreeMap::new();
+        data.insert(
+            "application/vnd.sandlot.chart+json".to_owned(),
+            json!("not a chart"),
+        );
+        data.insert("e2b/data".to_owned(), json!([1, 2]));
+        let v = result_json(&data, false);
+        assert!(v.get("chart").is_none() && v.get("data").is_none());
+        assert_eq!(
+            v["extra"]["application/vnd.sandlot.chart+json"],
+            "not a chart"
+        );
+        assert_eq!(v["extra"]["e2b/data"], json!([1, 2]));
     }
 
     #[test]

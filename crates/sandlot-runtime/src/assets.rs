@@ -30,6 +30,10 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/jsonsafe.py"),
     ),
     (
+        "python/sandlot_runtime/charts.py",
+        include_str!("../../../python/sandlot_runtime/charts.py"),
+    ),
+    (
         "python/sandlot_runtime/output.py",
         include_str!("../../../python/sandlot_runtime/output.py"),
     ),

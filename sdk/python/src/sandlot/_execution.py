@@ -26,8 +26,13 @@ _FORMATS: Dict[str, str] = {
     "latex": "text/latex",
     "json": "application/json",
     "javascript": "application/javascript",
+    # Structured data the sandbox adds beside a rendering: a DataFrame's columns, a matplotlib
+    # figure's chart (see Result.data and Result.chart).
+    "data": "application/vnd.sandlot.data+json",
+    "chart": "application/vnd.sandlot.chart+json",
 }
 _BINARY_FORMATS = ("png", "jpeg", "pdf")
+_JSON_FORMATS = ("json", "data", "chart")
 _EXTENSIONS: Dict[str, str] = {
     ".png": "png",
     ".jpg": "jpeg",
@@ -139,6 +144,27 @@ class Result:
         return _mime_text(self.raw.get("application/javascript"))
 
     @property
+    def data(self) -> Optional[Dict[str, List[Any]]]:
+        """A DataFrame's columns as JSON: ``{column: [values]}`` (its index left out; dates as
+        ISO 8601 text, missing values as None). Absent for frames of more than 50,000 cells or
+        1,000 columns."""
+        value = self.raw.get(_FORMATS["data"])
+        return value if isinstance(value, dict) else None
+
+    @property
+    def chart(self) -> Optional[Dict[str, Any]]:
+        """A matplotlib figure's chart as data, beside its PNG: ``type`` (``line``,
+        ``scatter``, ``bar``, ``pie``, ``box_and_whisker``, ``superchart`` whose ``elements``
+        are charts, or ``unknown``), ``title``, ``x_label``/``y_label`` and their units,
+        ``x_scale``/``y_scale`` (``linear``, ``log``, ``datetime``, ``categorical``, ...),
+        ticks and tick labels, and ``elements`` (points of each line or series, each bar's
+        ``label``/``group``/``value``, each wedge's ``angle``, each box's five numbers and
+        outliers); the shape of E2B's ``Result.chart``. Absent for a figure the sandbox could
+        not read within its bounds (the PNG is still there)."""
+        value = self.raw.get(_FORMATS["chart"])
+        return value if isinstance(value, dict) else None
+
+    @property
     def extra(self) -> Dict[str, Any]:
         """MIME entries that have no named property."""
         known = set(_FORMATS.values())
@@ -172,7 +198,8 @@ class Result:
 
         The format is ``format`` if given, else the one the file extension names (``.png``,
         ``.jpg``, ``.svg``, ``.html``, ``.json``, ``.txt`` ...), else the first image format
-        present. PNG, JPEG and PDF are base64-decoded; text formats are written as UTF-8.
+        present. PNG, JPEG and PDF are base64-decoded; json, data and chart are written as JSON;
+        text formats as UTF-8.
         """
         path = os.fspath(path)
         fmt = format
@@ -188,7 +215,7 @@ class Result:
         value = self.raw[mime]
         if fmt in _BINARY_FORMATS:
             payload = base64.b64decode(_b64(value) or "")
-        elif fmt == "json":
+        elif fmt in _JSON_FORMATS:
             payload = json.dumps(value, indent=2).encode("utf-8")
         else:
             payload = (_mime_text(value) or "").encode("utf-8")
