@@ -77,8 +77,10 @@ pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     for (k, v) in &c.envs {
         cell.push_str(&format!("export {}\n", quote(&format!("{k}={v}"))));
     }
+    // On a terminal, the new session takes it as its controlling terminal (its stdin).
+    let ctty = if paths.tty.is_some() { "--ctty " } else { "" };
     cell.push_str(&format!(
-        "/usr/bin/setsid /bin/bash -c {} sandlot-command {}",
+        "/usr/bin/setsid {ctty}/bin/bash -c {} sandlot-command {}",
         quote(WRAPPER),
         quote(&cwd)
     ));
@@ -103,17 +105,43 @@ pub(super) async fn run(
     stdin: StdinGuard,
 ) {
     let end = match launch_and_tail(&rt, &sandbox, &proc, deadline, stdin).await {
-        Ok(end) => end,
-        Err(e) => End {
+        Ok((end, false)) => Event::End(end),
+        Ok((end, true)) => match sandbox_lost(&rt, &sandbox).await {
+            Some(why) => Event::Lost(why),
+            None => Event::End(end),
+        },
+        Err(e) => Event::End(End {
             exit_code: -1,
             exited: false,
             status: "error".into(),
             error: Some(e.message),
-        },
+        }),
     };
     unregister(&sandbox, proc.pid);
     proc.stdin.lock().await.take();
     proc.finish(end);
+}
+
+/// After a command's processes ended with their sandbox's: why the stream ends with an error
+/// rather than an end event, when the sandbox itself is gone (killed, deleted, past its
+/// lifetime) rather than restarted, paused or stopped. Its record may lag its processes by a
+/// moment, so it is asked a few times over [`LOST_WAIT`].
+pub(super) async fn sandbox_lost(rt: &Runtime, sandbox: &str) -> Option<String> {
+    let lost = || {
+        format!(
+            "the connection to sandbox {sandbox} ended before the stream completed: \
+             the sandbox was killed or its lifetime ended"
+        )
+    };
+    let start = tokio::time::Instant::now();
+    loop {
+        match check_running(rt, sandbox).await {
+            Err(_) => return Some(lost()),
+            Ok(sb) if sb.state != sandlot_types::SandboxState::Running => return None,
+            Ok(_) if start.elapsed() >= LOST_WAIT => return None,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 pub(super) async fn launch_and_tail(
@@ -122,19 +150,39 @@ pub(super) async fn launch_and_tail(
     proc: &Arc<Proc>,
     deadline: Option<tokio::time::Instant>,
     mut stdin_guard: StdinGuard,
-) -> Result<End, RpcError> {
+) -> Result<(End, bool), RpcError> {
     // Unique per command and server run, so names a sandbox made earlier are not in the way.
     let name = format!("{}-{}", proc.pid, nonce());
+    let io = match proc.pty {
+        Some((cols, rows)) => CommandIo::Pty { cols, rows },
+        None => CommandIo::Pipes {
+            stdin: proc.wants_stdin,
+        },
+    };
     let CommandPipes {
-        stdout,
-        stderr,
+        output,
         status,
         stdin,
         paths,
         control,
-    } = rt.command_pipes(sandbox, &name, proc.wants_stdin).await?;
+    } = rt
+        .command_pipes(sandbox, &name, io)
+        .await
+        .map_err(|e| match e {
+            e @ RuntimeError::File(sandlot_runtime::FileError::NoFreePty) => {
+                RpcError::new(Code::ResourceExhausted, e.to_string())
+            }
+            e => e.into(),
+        })?;
     let control = Arc::new(control);
     let _ = proc.control.set(control.clone());
+    let output = match output {
+        CommandOutput::Pipes { stdout, stderr } => [Source::Stdout(stdout), Source::Stderr(stderr)],
+        CommandOutput::Pty(master) => {
+            let _ = proc.master.set(master.clone());
+            [Source::Pty(master), Source::Closed]
+        }
+    };
     *stdin_guard = stdin;
     let launch = launch(rt, sandbox, command_cell(&proc.config, &paths)).await;
     control.launched();
@@ -155,9 +203,42 @@ pub(super) async fn launch_and_tail(
             RpcError::from(e).message
         )),
     };
-    let end = tail(proc, &control, [stdout, stderr], status, deadline, failed).await;
+    let end = tail(proc, &control, output, status, deadline, failed).await;
     control.remove_names().await;
-    Ok(end)
+    Ok((end, control.processes_gone()))
+}
+
+/// One output of a command: a pipe (stdout or stderr) or its terminal.
+pub(super) enum Source {
+    Stdout(pipe::Receiver),
+    Stderr(pipe::Receiver),
+    Pty(Arc<PtyMaster>),
+    Closed,
+}
+
+impl Source {
+    /// Reads what is there; `Ok(0)` at the end (a closed source never answers).
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Stdout(p) | Source::Stderr(p) => p.read(buf).await,
+            Source::Pty(m) => m.read(buf).await,
+            Source::Closed => std::future::pending().await,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        !matches!(self, Source::Closed)
+    }
+
+    /// The event for bytes read from this source.
+    fn data(&self, bytes: &[u8]) -> Event {
+        let b = base64(bytes);
+        Event::Data(match self {
+            Source::Stderr(_) => Data::Stderr(b),
+            Source::Pty(_) => Data::Pty(b),
+            Source::Stdout(_) | Source::Closed => Data::Stdout(b),
+        })
+    }
 }
 
 /// Runs the launch cell as a Bash execution.
@@ -228,7 +309,7 @@ pub(super) fn parse_status(text: &[u8]) -> Status {
 pub(super) async fn tail(
     proc: &Proc,
     control: &CommandControl,
-    [mut out, mut err]: [pipe::Receiver; 2],
+    [mut out, mut err]: [Source; 2],
     mut status: pipe::Receiver,
     deadline: Option<tokio::time::Instant>,
     failed: Option<String>,
@@ -237,7 +318,7 @@ pub(super) async fn tail(
     let mut ebuf = vec![0u8; CHUNK];
     let mut sbuf = [0u8; 64];
     let mut said: Vec<u8> = Vec::new();
-    let (mut out_open, mut err_open) = (true, true);
+    let (mut out_open, mut err_open) = (out.is_open(), err.is_open());
     let mut timed_out = false;
     let far = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
     let sleep = tokio::time::sleep_until(deadline.unwrap_or(far));
@@ -245,11 +326,11 @@ pub(super) async fn tail(
     loop {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(out.data(&obuf[..n])).await,
                 _ => out_open = false,
             },
             r = err.read(&mut ebuf), if err_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(err.data(&ebuf[..n])).await,
                 _ => err_open = false,
             },
             r = status.read(&mut sbuf) => match r {
@@ -282,11 +363,11 @@ pub(super) async fn tail(
     while out_open || err_open {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(out.data(&obuf[..n])).await,
                 _ => out_open = false,
             },
             r = err.read(&mut ebuf), if err_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(err.data(&ebuf[..n])).await,
                 _ => err_open = false,
             },
             _ = &mut grace => break,
@@ -390,6 +471,7 @@ mod tests {
             stderr: "/tmp/.e2b-proc/1.err".into(),
             status: "/tmp/.e2b-proc/1.st".into(),
             stdin: None,
+            tty: None,
         };
         let cell = command_cell(&c, &paths);
         assert_eq!(
@@ -398,6 +480,35 @@ mod tests {
                 "(\nexec 4<'/dev/null' >'/tmp/.e2b-proc/1.out' 2>'/tmp/.e2b-proc/1.err' 3>'/tmp/.e2b-proc/1.st' || exit 1\nexport 'FOO=a b'\n/usr/bin/setsid /bin/bash -c {} sandlot-command '/workspace' '/bin/bash' '-l' '-c' 'echo '\\''hi'\\''; cd /' <&4 4<&- &\n)\n",
                 quote(WRAPPER)
             )
+        );
+    }
+
+    #[test]
+    fn a_pty_cell_opens_the_terminal_and_makes_it_the_controlling_one() {
+        let c = ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-i".into()],
+            ..Default::default()
+        };
+        let tty = "/dev/pts/3".to_owned();
+        let paths = CommandPaths {
+            stdout: tty.clone(),
+            stderr: tty.clone(),
+            status: "/tmp/.e2b-proc/1.st".into(),
+            stdin: Some(tty.clone()),
+            tty: Some(tty),
+        };
+        let cell = command_cell(&c, &paths);
+        assert!(cell.starts_with(
+            "(\nexec 4<'/dev/pts/3' >'/dev/pts/3' 2>'/dev/pts/3' 3>'/tmp/.e2b-proc/1.st' || exit 1\n"
+        ));
+        assert!(
+            cell.contains("/usr/bin/setsid --ctty /bin/bash -c "),
+            "{cell}"
+        );
+        assert!(
+            cell.ends_with(" '/bin/bash' '-i' <&4 4<&- &\n)\n"),
+            "{cell}"
         );
     }
 
