@@ -21,6 +21,7 @@ mod contexts;
 mod diff;
 mod disk_caps;
 mod e2b_api;
+mod e2b_pty;
 mod e2b_rpc;
 mod e2b_tokens;
 mod env_jail;

@@ -107,9 +107,12 @@ pub(super) async fn run(
     let end = match launch_and_tail(&rt, &sandbox, &proc, deadline, stdin).await {
         Ok((end, false)) => Event::End(end),
         Ok((end, true)) => match sandbox_lost(&rt, &sandbox).await {
-            Some(why) => Event::Lost(why),
+            Some(why) => Event::Failed(RpcError::new(Code::Unavailable, why)),
             None => Event::End(end),
         },
+        // No terminal left: the Start fails, with its code, as envd's does when it cannot
+        // open one.
+        Err(e) if e.code == Code::ResourceExhausted => Event::Failed(e),
         Err(e) => Event::End(End {
             exit_code: -1,
             exited: false,

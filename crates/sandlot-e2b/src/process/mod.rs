@@ -265,10 +265,10 @@ pub(crate) enum Event {
     Data(Data),
     End(End),
     Keepalive {},
-    /// Not sent as an event: the stream ends with an `unavailable` error saying this (the
-    /// command's sandbox went away under it).
+    /// Not sent as an event: the stream ends with this error instead of an end event (the
+    /// command's sandbox went away under it, or its terminal or pipes could not be made).
     #[serde(skip)]
-    Lost(String),
+    Failed(RpcError),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -366,7 +366,7 @@ impl Proc {
         }
     }
 
-    /// Sends the end (an `End`, or `Lost`) to every stream and closes them.
+    /// Sends the end (an `End`, or `Failed`) to every stream and closes them.
     fn finish(&self, end: Event) {
         let subs = std::mem::take(&mut self.state().subs);
         for s in subs {
@@ -564,7 +564,7 @@ fn events(pid: u32, rx: mpsc::Receiver<Event>) -> Messages<EventMessage> {
     futures::stream::once(async move { Event::Start { pid } })
         .chain(rest)
         .map(|event| match event {
-            Event::Lost(why) => Err(RpcError::new(Code::Unavailable, why)),
+            Event::Failed(e) => Err(e),
             event => Ok(EventMessage { event }),
         })
         .boxed()
