@@ -94,6 +94,121 @@ pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     cell
 }
 
+/// What the launcher runs (`$0` is `sandlot-launcher`; its stdin is its queue, fd 3 its status
+/// channel): its pid on fd 3, then each NUL-terminated cell in a subshell of its own, stdin
+/// `/dev/null`, not waited for (a cell whose pipes the host has already let go blocks on
+/// opening them and must not hold up the next), until the host closes the queue.
+pub(super) const LAUNCHER_LOOP: &str =
+    r#"echo "p $$" >&3; exec 3>&-; while IFS= read -r -d '' c; do (eval "$c") </dev/null & done"#;
+
+/// The cell that starts a launcher: detached in a session of its own (as commands are), its
+/// output discarded.
+pub(super) fn launcher_cell(queue: &str, status: &str) -> String {
+    format!(
+        "(\nexec 3>{} || exit 1\n/usr/bin/setsid /bin/bash -c {} sandlot-launcher <{} >/dev/null 2>&1 &\n)\n",
+        quote(status),
+        quote(LAUNCHER_LOOP),
+        quote(queue)
+    )
+}
+
+/// The sandbox's command launcher, started (by one launch execution) when it has none that
+/// runs; `None` when one cannot be started (the caller launches by an execution instead).
+/// Launchers of sandboxes whose processes are gone are forgotten on the way.
+pub(super) async fn launcher(rt: &Runtime, sandbox: &str) -> Option<Arc<Launcher>> {
+    let slot = {
+        let mut g = LAUNCHERS.lock().unwrap_or_else(|p| p.into_inner());
+        let all = g.get_or_insert_with(HashMap::new);
+        all.retain(|id, slot| {
+            id == sandbox
+                || slot
+                    .try_lock()
+                    .map(|l| l.as_ref().is_some_and(|l| l.alive()))
+                    .unwrap_or(true)
+        });
+        all.entry(sandbox.to_owned()).or_default().clone()
+    };
+    let mut slot = slot.lock().await;
+    if let Some(l) = slot.as_ref().filter(|l| l.alive()) {
+        return Some(l.clone());
+    }
+    *slot = match start_launcher(rt, sandbox).await {
+        Ok(l) => Some(Arc::new(l)),
+        Err(why) => {
+            tracing::debug!(
+                sandbox,
+                why,
+                "no command launcher: commands launch by executions"
+            );
+            None
+        }
+    };
+    slot.clone()
+}
+
+/// Forgets the sandbox's launcher `l` (a launch could not be queued to it: a new one is
+/// started next time).
+fn forget_launcher(sandbox: &str, l: &Arc<Launcher>) {
+    let slot = LAUNCHERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|all| all.get(sandbox).cloned());
+    if let Some(slot) = slot {
+        if let Ok(mut s) = slot.try_lock() {
+            if s.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, l)) {
+                *s = None;
+            }
+        }
+    }
+}
+
+async fn start_launcher(rt: &Runtime, sandbox: &str) -> Result<Launcher, String> {
+    let sb = rt.get_sandbox(sandbox).await.map_err(|e| e.to_string())?;
+    if sb.state != sandlot_types::SandboxState::Running {
+        return Err(format!("the sandbox is {:?}", sb.state));
+    }
+    let name = format!("launcher-{}", nonce());
+    let mut pipes = rt
+        .launcher_pipes(sandbox, &name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = launch(
+        rt,
+        sandbox,
+        launcher_cell(&pipes.queue_path, &pipes.status_path),
+    )
+    .await;
+    pipes.launched();
+    match r {
+        Ok(r) if r.exit_code == Some(0) => {}
+        Ok(r) => return Err(format!("its cell ended {:?}", r.end_state)),
+        Err(e) => return Err(e.to_string()),
+    }
+    let mut said = Vec::new();
+    let mut buf = [0u8; 64];
+    let status = &mut pipes.status;
+    let leader = tokio::time::timeout(LAUNCHER_START, async {
+        loop {
+            match status.read(&mut buf).await {
+                Ok(n) if n > 0 => {
+                    let room = MAX_STATUS.saturating_sub(said.len()).min(n);
+                    said.extend_from_slice(&buf[..room]);
+                    if let Some(l) = parse_status(&said).leader {
+                        return Some(l);
+                    }
+                }
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+    .ok_or("it did not report its pid")?;
+    pipes.adopt(leader).await.map_err(|e| e.to_string())
+}
+
 pub(super) type StdinGuard = tokio::sync::OwnedMutexGuard<Option<pipe::Sender>>;
 
 /// Runs a registered command to its end (see the module's doc), feeding its streams.
@@ -187,12 +302,39 @@ pub(super) async fn launch_and_tail(
         }
     };
     *stdin_guard = stdin;
-    let launch = launch(rt, sandbox, command_cell(&proc.config, &paths)).await;
-    control.launched();
-    drop(stdin_guard);
+    let cell = command_cell(&proc.config, &paths);
+    // Through the launcher when there is one that runs (starting it if need be), else as an
+    // execution. Through the launcher the keepers stay until the command reports its pid (the
+    // cell runs a moment later, not before this returns).
+    let queued = match launcher(rt, sandbox).await {
+        Some(l) => match l.send(&cell, LAUNCHER_SEND).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(sandbox, error = %e, "the command launcher took no launch");
+                forget_launcher(sandbox, &l);
+                false
+            }
+        },
+        None => false,
+    };
+    // Through the launcher, the command's stdin stays locked (so neither input nor a close
+    // lands before the command holds its end) until the command reports, as the keepers do.
+    let (launch, stdin_guard) = if queued {
+        (None, Some(stdin_guard))
+    } else {
+        let r = launch(rt, sandbox, cell).await;
+        control.launched();
+        drop(stdin_guard);
+        (Some(r), None)
+    };
+    let report_by = queued.then(|| tokio::time::Instant::now() + LAUNCHER_REPORT);
     let failed = match launch {
-        Ok(r) if r.exit_code == Some(0) => None,
-        Ok(r) => Some(format!(
+        None => Some(format!(
+            "the command did not start within {} s",
+            LAUNCHER_REPORT.as_secs()
+        )),
+        Some(Ok(r)) if r.exit_code == Some(0) => None,
+        Some(Ok(r)) => Some(format!(
             "the command could not be started ({:?}, exit code {:?}): {}{}",
             r.end_state,
             r.exit_code,
@@ -201,12 +343,21 @@ pub(super) async fn launch_and_tail(
                 .map(|e| format!(" {}: {}", e.name, e.value))
                 .unwrap_or_default()
         )),
-        Err(e) => Some(format!(
+        Some(Err(e)) => Some(format!(
             "the command could not be started: {}",
             RpcError::from(e).message
         )),
     };
-    let end = tail(proc, &control, output, status, deadline, failed).await;
+    let end = tail(
+        proc,
+        &control,
+        output,
+        status,
+        deadline,
+        report_by.map(|at| (at, stdin_guard)),
+        failed,
+    )
+    .await;
     control.remove_names().await;
     Ok((end, control.processes_gone()))
 }
@@ -308,13 +459,17 @@ pub(super) fn parse_status(text: &[u8]) -> Status {
 }
 
 /// Reads the command's output into its streams until its wrapper has exited, then builds its
-/// end. `failed` says why the launch failed, if it did.
+/// end. `failed` says why the launch failed, if it did (or would have, for a command that never
+/// reports). With `report_by`, the host's keepers (and the command's stdin lock) are still
+/// held: they are let go when the wrapper reports its pid, or at that instant (then the
+/// command reads as not started).
 pub(super) async fn tail(
     proc: &Proc,
     control: &CommandControl,
     [mut out, mut err]: [Source; 2],
     mut status: pipe::Receiver,
     deadline: Option<tokio::time::Instant>,
+    report_by: Option<(tokio::time::Instant, Option<StdinGuard>)>,
     failed: Option<String>,
 ) -> End {
     let mut obuf = vec![0u8; CHUNK];
@@ -326,6 +481,13 @@ pub(super) async fn tail(
     let far = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
     let sleep = tokio::time::sleep_until(deadline.unwrap_or(far));
     tokio::pin!(sleep);
+    let (report_at, mut stdin_guard) = match report_by {
+        Some((at, guard)) => (Some(at), guard),
+        None => (None, None),
+    };
+    let mut keeping = report_at.is_some();
+    let report = tokio::time::sleep_until(report_at.unwrap_or(far));
+    tokio::pin!(report);
     loop {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
@@ -341,6 +503,11 @@ pub(super) async fn tail(
                     let room = MAX_STATUS.saturating_sub(said.len()).min(n);
                     said.extend_from_slice(&sbuf[..room]);
                     let leader = parse_status(&said).leader;
+                    if keeping && leader.is_some() {
+                        keeping = false;
+                        control.launched();
+                        drop(stdin_guard.take());
+                    }
                     let kill = {
                         let mut st = proc.state();
                         let new = st.leader.is_none() && leader.is_some();
@@ -356,6 +523,11 @@ pub(super) async fn tail(
             _ = &mut sleep, if !timed_out => {
                 timed_out = true;
                 proc.signal(SIGKILL).await;
+            }
+            _ = &mut report, if keeping => {
+                keeping = false;
+                control.launched();
+                drop(stdin_guard.take());
             }
         }
     }

@@ -47,9 +47,15 @@
 //! a stream goes away: the SDKs then probe `/health`, find the sandbox gone, and raise their
 //! sandbox-not-running exception.
 //!
-//! Limits, said plainly (also in the docs): the launch is an execution, so a command started
-//! while a long `run_code` cell (or another execution) runs waits for it before it starts;
-//! once started it runs beside everything else. Output is streamed, not kept: a stream whose
+//! Launches go through the sandbox's command launcher when it has one that runs (see
+//! `launch::launcher`): a Bash loop, started once by a launch execution, in a session of its
+//! own inside the sandbox, that reads launch cells from a FIFO only the host writes and runs
+//! each. So a command starts at once even while a `run_code` cell runs (E2B's `run_code` starts
+//! the launcher before its first cell). Without a launcher that runs (it was killed, the
+//! sandbox restarted or is paused) the launch is an execution as before, which waits for a
+//! running cell.
+//!
+//! Limits, said plainly (also in the docs): output is streamed, not kept: a stream whose
 //! client does not read for [`SLOW_CLIENT`] is dropped (the command goes on), and output
 //! written while no stream is attached is discarded. A wrapper killed by anything but
 //! `SendSignal` (say `kill -9` from a cell) ends with `signal: killed`; a program killed by a
@@ -69,7 +75,7 @@ use axum::routing::post;
 use axum::Router;
 use futures::StreamExt;
 use sandlot_runtime::e2b::proctail::{
-    CommandControl, CommandIo, CommandOutput, CommandPaths, CommandPipes, PtyMaster,
+    CommandControl, CommandIo, CommandOutput, CommandPaths, CommandPipes, Launcher, PtyMaster,
 };
 use sandlot_runtime::{Runtime, RuntimeError};
 use sandlot_types::{ExecuteRequest, Language, Sandbox};
@@ -125,6 +131,12 @@ const MAX_PTY_INFLIGHT: usize = 4;
 /// The largest terminal, in columns and in rows (a terminal's size is two `u16`s; sizes past
 /// this are mistakes, and programs allocate screens by it).
 const MAX_PTY_DIM: u32 = 4096;
+/// How long a launcher may take to start and report, and a launch cell to be queued to it.
+const LAUNCHER_START: Duration = Duration::from_secs(5);
+const LAUNCHER_SEND: Duration = Duration::from_secs(2);
+/// How long a command launched through the launcher may take to report its pid before it is
+/// taken as not started.
+const LAUNCHER_REPORT: Duration = Duration::from_secs(10);
 /// How long a command whose processes ended with its sandbox's waits for the sandbox's record
 /// to say whether it is gone (see `launch::sandbox_lost`).
 const LOST_WAIT: Duration = Duration::from_millis(500);
@@ -405,6 +417,17 @@ static PROCS: Mutex<Option<HashMap<String, SandboxProcs>>> = Mutex::new(None);
 fn with_procs<T>(f: impl FnOnce(&mut HashMap<String, SandboxProcs>) -> T) -> T {
     let mut g = PROCS.lock().unwrap_or_else(|p| p.into_inner());
     f(g.get_or_insert_with(HashMap::new))
+}
+
+/// Each sandbox's command launcher (see `launch::launcher`), behind an async lock so one is
+/// started at a time; a process global for the reason `PROCS` is.
+type LauncherSlot = Arc<tokio::sync::Mutex<Option<Arc<Launcher>>>>;
+static LAUNCHERS: Mutex<Option<HashMap<String, LauncherSlot>>> = Mutex::new(None);
+
+/// Starts the sandbox's command launcher now if it has none (E2B's `run_code` calls this
+/// before its cell, so a command started while the cell runs does not wait for it).
+pub(crate) async fn warm(rt: &Runtime, sandbox: &str) {
+    launcher(rt, sandbox).await;
 }
 
 fn register(

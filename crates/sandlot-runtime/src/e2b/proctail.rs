@@ -221,7 +221,139 @@ impl CommandControl {
     }
 }
 
+/// A command launcher of a sandbox: a Bash loop the sandbox runs in a session of its own,
+/// reading launch cells (NUL-terminated) from a FIFO whose only write end the host holds, and
+/// running each in a subshell. Commands launched through it start at once, whatever the
+/// sandbox's driver is running (a launch otherwise is an execution, queued behind a cell).
+/// The host knows it by a pidfd: it is used only while that process lives and the sandbox's
+/// processes are the ones it was started among.
+pub struct Launcher {
+    queue: tokio::sync::Mutex<pipe::Sender>,
+    pidfd: OwnedFd,
+    live: std::sync::Weak<Live>,
+}
+
+/// A launcher's pipes before the launcher runs (see [`Runtime::launcher_pipes`]).
+pub struct LauncherPipes {
+    queue: pipe::Sender,
+    /// Where the launcher reports its pid (`p N`), then closes.
+    pub status: pipe::Receiver,
+    /// The host's write end of the status channel until the launch cell has run, so that a
+    /// launcher that never starts reads as ended rather than as never started.
+    keeper: Option<OwnedFd>,
+    dir: OwnedFd,
+    names: Vec<String>,
+    live: Arc<Live>,
+    /// The queue's and the status channel's paths inside the sandbox.
+    pub queue_path: String,
+    pub status_path: String,
+}
+
+impl LauncherPipes {
+    /// Drops the host's keeper of the status channel (once the launch cell has run).
+    pub fn launched(&mut self) {
+        self.keeper = None;
+    }
+
+    /// The launcher whose wrapper reported `leader` (its pid inside the sandbox): the
+    /// sandbox's process with that pid that leads its own session, known by a pidfd from now
+    /// on. The FIFOs' names are removed (the launcher and the host hold them open).
+    pub async fn adopt(self, leader: i32) -> Result<Launcher, RuntimeError> {
+        let live = self.live.clone();
+        let (dir, names) = (self.dir, self.names);
+        let pidfd = blocking("adopting a command launcher", move || {
+            for n in names {
+                if let Ok(c) = CString::new(n) {
+                    // SAFETY: unlinkat on a directory fd we own with a valid C string.
+                    unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+                }
+            }
+            find_leader(&live, leader, SESSION).and_then(|p| pidfd_open(p).ok())
+        })
+        .await?
+        .ok_or(FileError::ProcessesGone)?;
+        Ok(Launcher {
+            queue: tokio::sync::Mutex::new(self.queue),
+            pidfd,
+            live: Arc::downgrade(&self.live),
+        })
+    }
+}
+
+impl Launcher {
+    /// Whether the launcher still runs among the sandbox's current processes.
+    pub fn alive(&self) -> bool {
+        match self.live.upgrade() {
+            Some(live) => !live.is_dead() && live.driver_alive() && pidfd_signal(&self.pidfd, 0),
+            None => false,
+        }
+    }
+
+    /// Queues one launch cell (no NUL in it), waiting at most `wait` for room.
+    pub async fn send(&self, cell: &str, wait: std::time::Duration) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        if cell.contains('\0') {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut q = self.queue.lock().await;
+        let mut msg = Vec::with_capacity(cell.len() + 1);
+        msg.extend_from_slice(cell.as_bytes());
+        msg.push(0);
+        match tokio::time::timeout(wait, q.write_all(&msg)).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::from_raw_os_error(libc::ETIMEDOUT)),
+        }
+    }
+}
+
 impl Runtime {
+    /// Makes the FIFOs of a command launcher named `name` in sandbox `id`'s `/tmp/.e2b-proc`
+    /// (the same checks as a command's pipes): its queue, which the host holds read-write
+    /// (so the launcher never reads an end of file while the host keeps it), and its status
+    /// channel. The launcher itself is started by a launch cell (the caller's).
+    pub async fn launcher_pipes(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<LauncherPipes, RuntimeError> {
+        check_name(name)?;
+        let e = self.entry(id)?;
+        self.touch(&e);
+        let live = e.live().ok_or(FileError::ProcessesGone)?;
+        if live.is_dead() {
+            return Err(FileError::ProcessesGone.into());
+        }
+        let name = name.to_owned();
+        let made = blocking("making a launcher's pipes", move || {
+            let uid = live.host_uid;
+            let tmp = tmp_dir(&live)?;
+            let dir = proc_dir(&tmp, uid)?;
+            let d = dir.as_raw_fd();
+            let (q, st) = (format!("{name}.lq"), format!("{name}.ls"));
+            let queue = fresh_fifo(d, &q, uid, libc::O_RDWR)?;
+            let status = fresh_fifo(d, &st, uid, libc::O_RDONLY)?;
+            let keeper = keeper(d, &st, uid, &status)?;
+            if !live.driver_alive() {
+                return Err(FileError::ProcessesGone);
+            }
+            Ok((queue, status, keeper, dir, vec![q, st], live))
+        })
+        .await?;
+        let (queue, status, keeper, dir, names, live) = made?;
+        let to_err = FileError::Write;
+        let at = |n: &str| format!("/tmp/{PROC_DIR}/{n}");
+        Ok(LauncherPipes {
+            queue_path: at(&names[0]),
+            status_path: at(&names[1]),
+            queue: pipe::Sender::from_owned_fd(queue).map_err(to_err)?,
+            status: pipe::Receiver::from_owned_fd(status).map_err(to_err)?,
+            keeper: Some(keeper),
+            dir,
+            names,
+            live,
+        })
+    }
+
     /// Makes the pipes of a command named `name` (letters, digits, `-`) in sandbox `id`'s
     /// `/tmp/.e2b-proc`, and its terminal when `io` asks for one (see the module doc). The
     /// sandbox must be running. A sandbox whose devpts instance is full answers
@@ -232,16 +364,7 @@ impl Runtime {
         name: &str,
         io: CommandIo,
     ) -> Result<CommandPipes, RuntimeError> {
-        if name.is_empty()
-            || name.len() > 64
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
-            return Err(FileError::Os {
-                path: name.to_owned(),
-                errno: nix::Error::EINVAL,
-            }
-            .into());
-        }
+        check_name(name)?;
         let e = self.entry(id)?;
         self.touch(&e);
         let live = e.live().ok_or(FileError::ProcessesGone)?;
@@ -284,6 +407,20 @@ impl Runtime {
             },
         })
     }
+}
+
+/// A pipe name: letters, digits, `-`, at most 64 bytes.
+fn check_name(name: &str) -> Result<(), FileError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(FileError::Os {
+            path: name.to_owned(),
+            errno: nix::Error::EINVAL,
+        });
+    }
+    Ok(())
 }
 
 struct Made {
@@ -625,27 +762,33 @@ fn ns_pid(pid: i32) -> Option<i32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
+/// The host pid of the sandbox's process whose pid inside is `leader`, if it leads its own
+/// process group (`field` [`PGRP`]) or session ([`SESSION`]); never the init or the driver.
+/// A group (session) id stays taken while any member lives, so the host number names the
+/// command's group for as long as there is something in it.
+fn find_leader(live: &Live, leader: i32, field: usize) -> Option<i32> {
+    if leader <= 1 || live.is_dead() {
+        return None;
+    }
+    let spared = [live.init_pid, live.driver_pid];
+    let host_leader = live
+        .cgroup
+        .pids()
+        .into_iter()
+        .find(|&p| !spared.contains(&p) && ns_pid(p) == Some(leader))?;
+    // Not a group (session) leader: a wrapper always is, so this is not it.
+    (stat_field(host_leader, field) == Some(host_leader)).then_some(host_leader)
+}
+
 /// Signals the processes whose `field` ([`PGRP`] or [`SESSION`]) is the leader's.
 fn signal_group(live: &Live, leader: i32, sig: i32, field: usize) -> usize {
     if leader <= 1 || live.is_dead() {
         return 0;
     }
     let spared = [live.init_pid, live.driver_pid];
-    let pids = live.cgroup.pids();
-    // The leader's host pid: the cgroup's process whose pid in the sandbox is `leader`. A
-    // process group id stays taken while any member lives, so the host number names the
-    // command's group for as long as there is something in it to signal.
-    let Some(host_leader) = pids
-        .iter()
-        .copied()
-        .find(|&p| !spared.contains(&p) && ns_pid(p) == Some(leader))
-    else {
+    let Some(host_leader) = find_leader(live, leader, field) else {
         return 0;
     };
-    if stat_field(host_leader, field) != Some(host_leader) {
-        // Not a group (session) leader: the command's wrapper always is, so this is not it.
-        return 0;
-    }
     let mut sent = 0;
     // A few passes: members may fork while they are being signalled.
     for _ in 0..3 {
