@@ -4,7 +4,8 @@
 //! terminal input injection (`TIOCSTI`) fails with `EPERM`, input is bounded per message and
 //! in flight, sizes are bounded, a sandbox's PTY sessions are counted, and a sandbox whose
 //! devpts is exhausted by its own code gets a clear `resource_exhausted`. Also: a command's
-//! stream ends with `unavailable` when its sandbox is killed under it.
+//! stream ends with `unavailable` when its sandbox is killed under it, and commands start
+//! through the sandbox's launcher while a cell runs, and still run when the sandbox kills it.
 
 use crate::common;
 use crate::e2b_rpc::{b64, sandbox, Answer, E2b};
@@ -264,4 +265,41 @@ fn a_command_stream_ends_unavailable_when_its_sandbox_is_killed() {
         t.elapsed()
     });
     assert!(t < Duration::from_secs(5), "ended promptly: {t:?}");
+}
+
+#[test]
+fn commands_start_beside_a_running_cell_and_survive_their_launcher_being_killed() {
+    let server = TestServer::start();
+    let sb = sandbox(&server);
+    // The first command starts the sandbox's launcher.
+    let (out, _, end) = sb.run("echo first", json!({}));
+    assert_eq!(
+        (out.as_str(), end["exitCode"].as_i64()),
+        ("first\n", Some(0))
+    );
+
+    // A command while a cell runs: answered at once, before the cell ends.
+    std::thread::scope(|s| {
+        let cell = s.spawn(|| server.execute_bash(&sb.id, "sleep 3; echo cell"));
+        std::thread::sleep(Duration::from_millis(500));
+        let t = Instant::now();
+        let (out, _, _) = sb.run("echo beside", json!({}));
+        assert_eq!(out, "beside\n");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(!cell.is_finished(), "the command waited for the cell");
+        assert_eq!(cell.join().unwrap()["stdout"], "cell\n");
+    });
+
+    // The sandbox kills its launcher: the next command still runs (by an execution, which
+    // starts a new launcher), and so do the ones after it.
+    let killed = server.execute(
+        &sb.id,
+        "import os, signal\nn = 0\nfor p in os.listdir('/proc'):\n    try:\n        cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n    except (OSError, ValueError):\n        continue\n    if b'sandlot-launcher' in cmd:\n        os.kill(int(p), signal.SIGKILL); n += 1\nprint(n)",
+    );
+    assert_eq!(killed["stdout"], "1\n", "{killed}");
+    for i in 0..3 {
+        let (out, _, end) = sb.run(&format!("echo again{i}"), json!({}));
+        assert_eq!(out, format!("again{i}\n"));
+        assert_eq!(end["exitCode"], 0);
+    }
 }
