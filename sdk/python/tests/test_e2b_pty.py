@@ -101,3 +101,15 @@ def test_a_command_whose_sandbox_is_killed_raises_promptly(e2b_env):
         cmd.wait()
     assert "sandbox was killed or reached its end of life" in str(info.value)
     assert time.monotonic() - t < 10
+
+
+def test_ctrl_c_interrupts_the_foreground_program(sbx):
+    terminal = sbx.pty.create(PtySize(cols=80, rows=24))
+    sbx.pty.send_stdin(terminal.pid, b"sleep 30\n")
+    time.sleep(1)
+    t = time.monotonic()
+    sbx.pty.send_stdin(terminal.pid, b"\x03")
+    code, out = _run(sbx, terminal, b"echo status-$?\nexit\n")
+    assert code == 0
+    assert time.monotonic() - t < 10
+    assert "status-130" in out  # 128 + SIGINT: the sleep was interrupted

@@ -77,10 +77,17 @@ pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     for (k, v) in &c.envs {
         cell.push_str(&format!("export {}\n", quote(&format!("{k}={v}"))));
     }
-    // On a terminal, the new session takes it as its controlling terminal (its stdin).
-    let ctty = if paths.tty.is_some() { "--ctty " } else { "" };
+    // On a terminal, the new session takes it as its controlling terminal (its stdin), and
+    // its programs get the default SIGINT and SIGQUIT (an asynchronous command of a shell
+    // without job control starts with them ignored, and a shell cannot undo that), so ^C
+    // and ^\ typed into it reach them.
+    let (signals, ctty) = if paths.tty.is_some() {
+        ("/usr/bin/env --default-signal=INT,QUIT ", "--ctty ")
+    } else {
+        ("", "")
+    };
     cell.push_str(&format!(
-        "/usr/bin/setsid {ctty}/bin/bash -c {} sandlot-command {}",
+        "{signals}/usr/bin/setsid {ctty}/bin/bash -c {} sandlot-command {}",
         quote(WRAPPER),
         quote(&cwd)
     ));
@@ -678,7 +685,9 @@ mod tests {
             "(\nexec 4<'/dev/pts/3' >'/dev/pts/3' 2>'/dev/pts/3' 3>'/tmp/.e2b-proc/1.st' || exit 1\n"
         ));
         assert!(
-            cell.contains("/usr/bin/setsid --ctty /bin/bash -c "),
+            cell.contains(
+                "\n/usr/bin/env --default-signal=INT,QUIT /usr/bin/setsid --ctty /bin/bash -c "
+            ),
             "{cell}"
         );
         assert!(
