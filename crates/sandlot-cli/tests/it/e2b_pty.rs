@@ -264,7 +264,8 @@ fn a_command_stream_ends_unavailable_when_its_sandbox_is_killed() {
         assert!(!msg.contains("was not found"), "{msg}");
         t.elapsed()
     });
-    assert!(t < Duration::from_secs(5), "ended promptly: {t:?}");
+    // About a second alone (the kill's teardown, then the stream's end); generous under load.
+    assert!(t < Duration::from_secs(15), "ended promptly: {t:?}");
 }
 
 #[test]
