@@ -597,16 +597,7 @@ fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     Bytes::from(b)
 }
 
-/// What is not served (WatchDir and the watcher calls, PTY updates...): a clear
-/// `unimplemented`, in the call's own shape.
-pub(crate) async fn unimplemented_unary(ctx: Ctx, req: Request, message: &'static str) -> Response {
-    unary(ctx, req, move |_, _, _: serde_json::Value| async move {
-        Err::<serde_json::Value, _>(RpcError::new(Code::Unimplemented, message))
-    })
-    .await
-}
-
-/// [`unimplemented_unary`] for a server-streaming method.
+/// What is not served (StreamInput): a clear `unimplemented`, in a server stream's shape.
 pub(crate) async fn unimplemented_stream(
     ctx: Ctx,
     req: Request,

@@ -261,6 +261,9 @@ async fn run_with_env(
     running: Arc<AtomicBool>,
 ) -> Result<ExecutionResult, RuntimeError> {
     let _turn = session.turn.clone().lock_owned().await;
+    // The sandbox's command launcher, started before the first cell if need be: a command
+    // started while this cell runs then starts at once instead of waiting for it.
+    crate::process::warm(&rt, &id).await;
     let hidden = |code: String| ExecuteRequest {
         code,
         language: req.language,

@@ -6,7 +6,8 @@
 //!                             setsid, unshare(user mnt net ipc uts pid)
 //!                             ─ "U" → server writes uid/gid maps, joins the cgroup ─ "G" ←
 //!                             setresuid(1000), unshare(cgroup), /workspace (the disk workspace
-//!                             moved in, or a tmpfs), tmpfs /tmp and /dev/shm, hostname, lo up
+//!                             moved in, or a tmpfs), tmpfs /tmp and /dev/shm, a new devpts
+//!                             instance on /dev/pts, hostname, lo up
 //!                             fork P1, report its pid, exit
 //! P1 (pid 1 of the sandbox)   mount /proc, mask its kernel-information files, fork P2;
 //!                             stdout/stderr to /dev/null, rlimits, capabilities dropped,
@@ -442,10 +443,18 @@ fn driver_confine(cfg: &JailConfig) -> Result<(), JailError> {
     if cfg.landlock {
         let rw = rootfs::writable_paths();
         let rw_refs: Vec<&std::path::Path> = rw.iter().map(|p| p.as_path()).collect();
-        let dev: Vec<&std::path::Path> = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"]
-            .iter()
-            .map(std::path::Path::new)
-            .collect();
+        // `/dev/pts` is the sandbox's own devpts instance: its terminals are opened, written
+        // and configured (ioctls) by the programs that run on them.
+        let dev: Vec<&std::path::Path> = [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/tty",
+            "/dev/pts",
+        ]
+        .iter()
+        .map(std::path::Path::new)
+        .collect();
         let mut all_rw = rw_refs;
         all_rw.extend(dev);
         crate::landlock::restrict(&all_rw, &[std::path::Path::new("/")])?;

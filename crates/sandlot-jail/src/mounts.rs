@@ -1,7 +1,8 @@
 //! A sandbox's own mounts on top of its zygote's read-only base root: `/workspace` (the disk
 //! workspace the server hands over as a detached mount, or a size- and inode-capped tmpfs),
-//! capped tmpfs for `/tmp` and `/dev/shm`, and a fresh `/proc` for its pid namespace with the
-//! kernel-information files masked as container runtimes mask them.
+//! capped tmpfs for `/tmp` and `/dev/shm`, a devpts instance of its own on `/dev/pts`, and a
+//! fresh `/proc` for its pid namespace with the kernel-information files masked as container
+//! runtimes mask them.
 
 use crate::config::{JailConfig, INSIDE_GID, INSIDE_UID};
 use crate::error::{JailError, Step};
@@ -68,7 +69,7 @@ pub const READ_ONLY: &[&str] = &[
 ];
 
 /// Mounts the writable mounts: `/workspace` (the disk workspace when the server passed one,
-/// else a tmpfs; bound at `/home/user` too), `/tmp` and `/dev/shm`. Called in the new mount namespace, before the pid
+/// else a tmpfs; bound at `/home/user` too), `/tmp`, `/dev/shm` and `/dev/pts`. Called in the new mount namespace, before the pid
 /// namespace's init exists.
 pub fn mount_writable(
     cfg: &JailConfig,
@@ -118,7 +119,34 @@ pub fn mount_writable(
         Some(shm.as_str()),
     )
     .step("mount /dev/shm")?;
-    Ok(())
+    mount_devpts()
+}
+
+/// Most pseudo-terminals one sandbox's devpts instance holds at once (the E2B layer's PTY
+/// sessions and whatever the sandbox's own code opens through `/dev/ptmx`).
+pub const MAX_PTYS: u32 = 32;
+
+/// Options of the sandbox's devpts: a new instance (the only kind a user namespace may mount;
+/// said explicitly), so no host or other sandbox's terminal is visible in it; `/dev/pts/ptmx`
+/// openable by the sandbox's user (`/dev/ptmx` is a symlink to it), each terminal owned by
+/// whoever opened its master and readable and writable by that user only, at most
+/// [`MAX_PTYS`] of them.
+pub fn devpts_options() -> String {
+    format!("newinstance,ptmxmode=0666,mode=0600,max={MAX_PTYS}")
+}
+
+/// Mounts the sandbox's own devpts instance on `/dev/pts` (nosuid, noexec: terminals are the
+/// only devices in it). Called in the sandbox's user and mount namespaces.
+fn mount_devpts() -> Result<(), JailError> {
+    let opts = devpts_options();
+    mount(
+        Some("devpts"),
+        "/dev/pts",
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some(opts.as_str()),
+    )
+    .step("mount /dev/pts")
 }
 
 fn mount_workspace_tmpfs(cfg: &JailConfig) -> Result<(), JailError> {

@@ -294,8 +294,9 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
 }
 
 /// A minimal, read-only `/dev`: a tmpfs with the harmless character devices ([`DEV_NODES`])
-/// bound in (nosuid, noexec), `shm` and `pts` mount points and the usual symlinks. Shared by the
-/// base root and the build jail's root.
+/// bound in (nosuid, noexec), `shm` and `pts` mount points and the usual symlinks (`ptmx` points
+/// into `pts`, where each sandbox mounts a devpts instance of its own; until then, and in the
+/// build jail, it leads nowhere). Shared by the base root and the build jail's root.
 pub(crate) fn populate_dev(dev: &Path) -> Result<(), JailError> {
     mount(
         Some("tmpfs"),
@@ -339,6 +340,7 @@ pub(crate) fn populate_dev(dev: &Path) -> Result<(), JailError> {
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
     ] {
         symlink(target, dev.join(name)).at("symlink", dev.join(name))?;
     }

@@ -409,6 +409,10 @@ pub enum FileError {
     ProcessesGone,
     #[error("the sandbox has no workspace")]
     NoWorkspace,
+    #[error(
+        "the sandbox has no free pseudo-terminal: its programs hold all its devpts instance has"
+    )]
+    NoFreePty,
 }
 
 /// Why `sandlot __zygote-launch` could not become a zygote.

@@ -124,6 +124,7 @@ fn file_code(e: &FileError) -> ErrorCode {
         F::NotFound(_) | F::ParentNotDirectory(_) => C::FileNotFound,
         F::TooLarge(_) | F::WriteTooLarge => C::FileTooLarge,
         F::WorkspaceFull => C::WorkspaceFull,
+        F::NoFreePty => C::QuotaExceeded,
         F::SandboxGone | F::ProcessesGone | F::NoWorkspace => C::SandboxFailed,
         F::Os { .. } | F::Write(_) => C::Internal,
     }

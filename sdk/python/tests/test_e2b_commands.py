@@ -108,6 +108,25 @@ def test_a_background_server_does_not_hold_the_sandbox(e2b_env):
         sb.kill()
 
 
+def test_a_command_started_during_a_long_cell_starts_at_once(e2b_env):
+    import threading
+
+    from e2b_code_interpreter import Sandbox
+
+    sb = Sandbox.create(timeout=300)
+    try:
+        cell = threading.Thread(target=lambda: sb.run_code("import time; time.sleep(4)"))
+        cell.start()
+        time.sleep(0.5)  # the cell is running
+        t = time.monotonic()
+        assert sb.commands.run("echo hi").stdout == "hi\n"
+        assert time.monotonic() - t < 1.0
+        assert cell.is_alive(), "answered while the cell still ran"
+        cell.join()
+    finally:
+        sb.kill()
+
+
 def test_commands_run_side_by_side_and_stream(sbx):
     import threading
 

@@ -436,7 +436,14 @@ fn devices_and_proc() {
         py(
             "the minimal /dev",
             "report(dev=sorted(os.listdir('/dev')))",
-            json!({"dev": ["fd", "full", "null", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]}),
+            json!({"dev": ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]}),
+        ),
+        py(
+            "the sandbox's own devpts: no host terminal, a new one is the sandbox user's",
+            "m, s = os.openpty()\nst = os.stat(os.ttyname(s))\n\
+             report(pts=sorted(os.listdir('/dev/pts')), name=os.ttyname(s), uid=st.st_uid, mode=oct(st.st_mode & 0o777))\n\
+             os.close(m); os.close(s)",
+            json!({"pts": ["0", "ptmx"], "name": "/dev/pts/0", "uid": 1000, "mode": "0o600"}),
         ),
         py("open /dev/kvm", "report(kvm=op(lambda: open('/dev/kvm', 'rb')))", json!({"kvm": "ENOENT"})),
         py(

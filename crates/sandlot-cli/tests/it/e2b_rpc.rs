@@ -12,16 +12,16 @@ use common::TestServer;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const ENVD: &str = "49983";
+pub(crate) const ENVD: &str = "49983";
 
-struct E2b<'a> {
-    server: &'a TestServer,
-    id: String,
-    token: String,
+pub(crate) struct E2b<'a> {
+    pub(crate) server: &'a TestServer,
+    pub(crate) id: String,
+    pub(crate) token: String,
 }
 
 /// A sandbox created through E2B's control plane (so the test holds its envdAccessToken).
-fn sandbox(server: &TestServer) -> E2b<'_> {
+pub(crate) fn sandbox(server: &TestServer) -> E2b<'_> {
     let key = std::fs::read_to_string(server.data_dir().join("e2b-api-key"))
         .expect("the server's E2B key file")
         .trim()
@@ -43,19 +43,19 @@ fn sandbox(server: &TestServer) -> E2b<'_> {
 }
 
 /// What came back: the status, the content type, the body.
-struct Answer {
-    status: u16,
-    ctype: String,
-    body: Vec<u8>,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) ctype: String,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
     /// The envelopes of a stream: (flags, JSON).
-    fn envelopes(&self) -> Vec<(u8, Value)> {
+    pub(crate) fn envelopes(&self) -> Vec<(u8, Value)> {
         let mut out = Vec::new();
         let mut b = &self.body[..];
         while !b.is_empty() {
@@ -69,7 +69,7 @@ impl Answer {
     }
 
     /// The end-of-stream's error code, if any (and checks the stream ends with one).
-    fn stream_error(&self) -> Option<String> {
+    pub(crate) fn stream_error(&self) -> Option<String> {
         let env = self.envelopes();
         let (flags, end) = env.last().expect("an end-of-stream envelope");
         assert_eq!(*flags, 2, "last envelope is the end of stream: {env:?}");
@@ -88,7 +88,13 @@ pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 impl E2b<'_> {
-    fn raw(&self, method: &str, ctype: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> Answer {
+    pub(crate) fn raw(
+        &self,
+        method: &str,
+        ctype: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut req = self
             .server
             .client()
@@ -114,14 +120,14 @@ impl E2b<'_> {
         }
     }
 
-    fn auth(&self) -> [(&str, &str); 2] {
+    pub(crate) fn auth(&self) -> [(&str, &str); 2] {
         [
             ("E2b-Sandbox-Id", &self.id),
             ("X-Access-Token", &self.token),
         ]
     }
 
-    fn unary(&self, method: &str, msg: Value) -> Answer {
+    pub(crate) fn unary(&self, method: &str, msg: Value) -> Answer {
         self.raw(
             method,
             "application/json",
@@ -130,7 +136,7 @@ impl E2b<'_> {
         )
     }
 
-    fn stream(&self, method: &str, msg: Value, extra: &[(&str, &str)]) -> Answer {
+    pub(crate) fn stream(&self, method: &str, msg: Value, extra: &[(&str, &str)]) -> Answer {
         let mut h = self.auth().to_vec();
         h.extend_from_slice(extra);
         self.raw(
@@ -142,7 +148,7 @@ impl E2b<'_> {
     }
 
     /// Runs a command like the SDKs do (`/bin/bash -l -c CMD`): (stdout, stderr, end event).
-    fn run(&self, cmd: &str, extra: Value) -> (String, String, Value) {
+    pub(crate) fn run(&self, cmd: &str, extra: Value) -> (String, String, Value) {
         let mut process = json!({"cmd": "/bin/bash", "args": ["-l", "-c", cmd]});
         if let Value::Object(m) = extra {
             process.as_object_mut().unwrap().extend(m);
@@ -176,7 +182,7 @@ impl E2b<'_> {
         )
     }
 
-    fn processes(&self) -> Vec<Value> {
+    pub(crate) fn processes(&self) -> Vec<Value> {
         let a = self.unary("process.Process/List", json!({}));
         assert_eq!(a.status, 200);
         a.json()["processes"]
@@ -186,7 +192,7 @@ impl E2b<'_> {
     }
 }
 
-fn b64(s: &str) -> Vec<u8> {
+pub(crate) fn b64(s: &str) -> Vec<u8> {
     let val = |c: u8| match c {
         b'A'..=b'Z' => c - b'A',
         b'a'..=b'z' => c - b'a' + 26,
@@ -341,10 +347,10 @@ fn connect_framing_tokens_and_unknown_sandboxes() {
     );
     assert_eq!(a.envelopes()[0], (0, json!({"start": {}})));
     assert_eq!(a.stream_error().as_deref(), Some("deadline_exceeded"));
-    // Not served: a clear unimplemented.
+    // (PTY sessions are served now: `e2b_pty.rs`.) StreamInput, a client stream, is not.
     let a = sb.stream(
-        "process.Process/Start",
-        json!({"process": {"cmd": "/bin/bash"}, "pty": {"size": {"cols": 80, "rows": 24}}}),
+        "process.Process/StreamInput",
+        json!({"start": {"process": {"pid": 1000}}}),
         &[],
     );
     assert_eq!(a.stream_error().as_deref(), Some("unimplemented"));

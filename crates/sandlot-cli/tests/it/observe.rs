@@ -534,8 +534,10 @@ fn e2b_and_mcp_creations_and_executions_are_counted_by_interface() {
         ),
         1.0
     );
-    // Every execution, whichever interface ran it, reached the runtime's counter.
-    assert_eq!(delta("sandlot_executions_total", &[]), 2.0);
+    // Every execution, whichever interface ran it, reached the runtime's counter: E2B's
+    // run_code and MCP's run_python, and before E2B's first cell the one short execution that
+    // starts the sandbox's command launcher (sandlot-e2b's `process::warm`).
+    assert_eq!(delta("sandlot_executions_total", &[]), 3.0);
     assert!(!after.contains(created["sandboxID"].as_str().unwrap()));
     assert!(!after.contains(&session));
 }

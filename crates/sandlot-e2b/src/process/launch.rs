@@ -77,8 +77,17 @@ pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     for (k, v) in &c.envs {
         cell.push_str(&format!("export {}\n", quote(&format!("{k}={v}"))));
     }
+    // On a terminal, the new session takes it as its controlling terminal (its stdin), and
+    // its programs get the default SIGINT and SIGQUIT (an asynchronous command of a shell
+    // without job control starts with them ignored, and a shell cannot undo that), so ^C
+    // and ^\ typed into it reach them.
+    let (signals, ctty) = if paths.tty.is_some() {
+        ("/usr/bin/env --default-signal=INT,QUIT ", "--ctty ")
+    } else {
+        ("", "")
+    };
     cell.push_str(&format!(
-        "/usr/bin/setsid /bin/bash -c {} sandlot-command {}",
+        "{signals}/usr/bin/setsid {ctty}/bin/bash -c {} sandlot-command {}",
         quote(WRAPPER),
         quote(&cwd)
     ));
@@ -92,6 +101,121 @@ pub(super) fn command_cell(c: &ProcessConfig, paths: &CommandPaths) -> String {
     cell
 }
 
+/// What the launcher runs (`$0` is `sandlot-launcher`; its stdin is its queue, fd 3 its status
+/// channel): its pid on fd 3, then each NUL-terminated cell in a subshell of its own, stdin
+/// `/dev/null`, not waited for (a cell whose pipes the host has already let go blocks on
+/// opening them and must not hold up the next), until the host closes the queue.
+pub(super) const LAUNCHER_LOOP: &str =
+    r#"echo "p $$" >&3; exec 3>&-; while IFS= read -r -d '' c; do (eval "$c") </dev/null & done"#;
+
+/// The cell that starts a launcher: detached in a session of its own (as commands are), its
+/// output discarded.
+pub(super) fn launcher_cell(queue: &str, status: &str) -> String {
+    format!(
+        "(\nexec 3>{} || exit 1\n/usr/bin/setsid /bin/bash -c {} sandlot-launcher <{} >/dev/null 2>&1 &\n)\n",
+        quote(status),
+        quote(LAUNCHER_LOOP),
+        quote(queue)
+    )
+}
+
+/// The sandbox's command launcher, started (by one launch execution) when it has none that
+/// runs; `None` when one cannot be started (the caller launches by an execution instead).
+/// Launchers of sandboxes whose processes are gone are forgotten on the way.
+pub(super) async fn launcher(rt: &Runtime, sandbox: &str) -> Option<Arc<Launcher>> {
+    let slot = {
+        let mut g = LAUNCHERS.lock().unwrap_or_else(|p| p.into_inner());
+        let all = g.get_or_insert_with(HashMap::new);
+        all.retain(|id, slot| {
+            id == sandbox
+                || slot
+                    .try_lock()
+                    .map(|l| l.as_ref().is_some_and(|l| l.alive()))
+                    .unwrap_or(true)
+        });
+        all.entry(sandbox.to_owned()).or_default().clone()
+    };
+    let mut slot = slot.lock().await;
+    if let Some(l) = slot.as_ref().filter(|l| l.alive()) {
+        return Some(l.clone());
+    }
+    *slot = match start_launcher(rt, sandbox).await {
+        Ok(l) => Some(Arc::new(l)),
+        Err(why) => {
+            tracing::debug!(
+                sandbox,
+                why,
+                "no command launcher: commands launch by executions"
+            );
+            None
+        }
+    };
+    slot.clone()
+}
+
+/// Forgets the sandbox's launcher `l` (a launch could not be queued to it: a new one is
+/// started next time).
+fn forget_launcher(sandbox: &str, l: &Arc<Launcher>) {
+    let slot = LAUNCHERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|all| all.get(sandbox).cloned());
+    if let Some(slot) = slot {
+        if let Ok(mut s) = slot.try_lock() {
+            if s.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, l)) {
+                *s = None;
+            }
+        }
+    }
+}
+
+async fn start_launcher(rt: &Runtime, sandbox: &str) -> Result<Launcher, String> {
+    let sb = rt.get_sandbox(sandbox).await.map_err(|e| e.to_string())?;
+    if sb.state != sandlot_types::SandboxState::Running {
+        return Err(format!("the sandbox is {:?}", sb.state));
+    }
+    let name = format!("launcher-{}", nonce());
+    let mut pipes = rt
+        .launcher_pipes(sandbox, &name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = launch(
+        rt,
+        sandbox,
+        launcher_cell(&pipes.queue_path, &pipes.status_path),
+    )
+    .await;
+    pipes.launched();
+    match r {
+        Ok(r) if r.exit_code == Some(0) => {}
+        Ok(r) => return Err(format!("its cell ended {:?}", r.end_state)),
+        Err(e) => return Err(e.to_string()),
+    }
+    let mut said = Vec::new();
+    let mut buf = [0u8; 64];
+    let status = &mut pipes.status;
+    let leader = tokio::time::timeout(LAUNCHER_START, async {
+        loop {
+            match status.read(&mut buf).await {
+                Ok(n) if n > 0 => {
+                    let room = MAX_STATUS.saturating_sub(said.len()).min(n);
+                    said.extend_from_slice(&buf[..room]);
+                    if let Some(l) = parse_status(&said).leader {
+                        return Some(l);
+                    }
+                }
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+    .ok_or("it did not report its pid")?;
+    pipes.adopt(leader).await.map_err(|e| e.to_string())
+}
+
 pub(super) type StdinGuard = tokio::sync::OwnedMutexGuard<Option<pipe::Sender>>;
 
 /// Runs a registered command to its end (see the module's doc), feeding its streams.
@@ -103,17 +227,46 @@ pub(super) async fn run(
     stdin: StdinGuard,
 ) {
     let end = match launch_and_tail(&rt, &sandbox, &proc, deadline, stdin).await {
-        Ok(end) => end,
-        Err(e) => End {
+        Ok((end, false)) => Event::End(end),
+        Ok((end, true)) => match sandbox_lost(&rt, &sandbox).await {
+            Some(why) => Event::Failed(RpcError::new(Code::Unavailable, why)),
+            None => Event::End(end),
+        },
+        // No terminal left: the Start fails, with its code, as envd's does when it cannot
+        // open one.
+        Err(e) if e.code == Code::ResourceExhausted => Event::Failed(e),
+        Err(e) => Event::End(End {
             exit_code: -1,
             exited: false,
             status: "error".into(),
             error: Some(e.message),
-        },
+        }),
     };
     unregister(&sandbox, proc.pid);
     proc.stdin.lock().await.take();
     proc.finish(end);
+}
+
+/// After a command's processes ended with their sandbox's: why the stream ends with an error
+/// rather than an end event, when the sandbox itself is gone (killed, deleted, past its
+/// lifetime) rather than restarted, paused or stopped. Its record may lag its processes by a
+/// moment, so it is asked a few times over [`LOST_WAIT`].
+pub(super) async fn sandbox_lost(rt: &Runtime, sandbox: &str) -> Option<String> {
+    let lost = || {
+        format!(
+            "the connection to sandbox {sandbox} ended before the stream completed: \
+             the sandbox was killed or its lifetime ended"
+        )
+    };
+    let start = tokio::time::Instant::now();
+    loop {
+        match check_running(rt, sandbox).await {
+            Err(_) => return Some(lost()),
+            Ok(sb) if sb.state != sandlot_types::SandboxState::Running => return None,
+            Ok(_) if start.elapsed() >= LOST_WAIT => return None,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 pub(super) async fn launch_and_tail(
@@ -122,26 +275,73 @@ pub(super) async fn launch_and_tail(
     proc: &Arc<Proc>,
     deadline: Option<tokio::time::Instant>,
     mut stdin_guard: StdinGuard,
-) -> Result<End, RpcError> {
+) -> Result<(End, bool), RpcError> {
     // Unique per command and server run, so names a sandbox made earlier are not in the way.
     let name = format!("{}-{}", proc.pid, nonce());
+    let io = match proc.pty {
+        Some((cols, rows)) => CommandIo::Pty { cols, rows },
+        None => CommandIo::Pipes {
+            stdin: proc.wants_stdin,
+        },
+    };
     let CommandPipes {
-        stdout,
-        stderr,
+        output,
         status,
         stdin,
         paths,
         control,
-    } = rt.command_pipes(sandbox, &name, proc.wants_stdin).await?;
+    } = rt
+        .command_pipes(sandbox, &name, io)
+        .await
+        .map_err(|e| match e {
+            e @ RuntimeError::File(sandlot_runtime::FileError::NoFreePty) => {
+                RpcError::new(Code::ResourceExhausted, e.to_string())
+            }
+            e => e.into(),
+        })?;
     let control = Arc::new(control);
     let _ = proc.control.set(control.clone());
+    let output = match output {
+        CommandOutput::Pipes { stdout, stderr } => [Source::Stdout(stdout), Source::Stderr(stderr)],
+        CommandOutput::Pty(master) => {
+            let _ = proc.master.set(master.clone());
+            [Source::Pty(master), Source::Closed]
+        }
+    };
     *stdin_guard = stdin;
-    let launch = launch(rt, sandbox, command_cell(&proc.config, &paths)).await;
-    control.launched();
-    drop(stdin_guard);
+    let cell = command_cell(&proc.config, &paths);
+    // Through the launcher when there is one that runs (starting it if need be), else as an
+    // execution. Through the launcher the keepers stay until the command reports its pid (the
+    // cell runs a moment later, not before this returns).
+    let queued = match launcher(rt, sandbox).await {
+        Some(l) => match l.send(&cell, LAUNCHER_SEND).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(sandbox, error = %e, "the command launcher took no launch");
+                forget_launcher(sandbox, &l);
+                false
+            }
+        },
+        None => false,
+    };
+    // Through the launcher, the command's stdin stays locked (so neither input nor a close
+    // lands before the command holds its end) until the command reports, as the keepers do.
+    let (launch, stdin_guard) = if queued {
+        (None, Some(stdin_guard))
+    } else {
+        let r = launch(rt, sandbox, cell).await;
+        control.launched();
+        drop(stdin_guard);
+        (Some(r), None)
+    };
+    let report_by = queued.then(|| tokio::time::Instant::now() + LAUNCHER_REPORT);
     let failed = match launch {
-        Ok(r) if r.exit_code == Some(0) => None,
-        Ok(r) => Some(format!(
+        None => Some(format!(
+            "the command did not start within {} s",
+            LAUNCHER_REPORT.as_secs()
+        )),
+        Some(Ok(r)) if r.exit_code == Some(0) => None,
+        Some(Ok(r)) => Some(format!(
             "the command could not be started ({:?}, exit code {:?}): {}{}",
             r.end_state,
             r.exit_code,
@@ -150,14 +350,56 @@ pub(super) async fn launch_and_tail(
                 .map(|e| format!(" {}: {}", e.name, e.value))
                 .unwrap_or_default()
         )),
-        Err(e) => Some(format!(
+        Some(Err(e)) => Some(format!(
             "the command could not be started: {}",
             RpcError::from(e).message
         )),
     };
-    let end = tail(proc, &control, [stdout, stderr], status, deadline, failed).await;
+    let end = tail(
+        proc,
+        &control,
+        output,
+        status,
+        deadline,
+        report_by.map(|at| (at, stdin_guard)),
+        failed,
+    )
+    .await;
     control.remove_names().await;
-    Ok(end)
+    Ok((end, control.processes_gone()))
+}
+
+/// One output of a command: a pipe (stdout or stderr) or its terminal.
+pub(super) enum Source {
+    Stdout(pipe::Receiver),
+    Stderr(pipe::Receiver),
+    Pty(Arc<PtyMaster>),
+    Closed,
+}
+
+impl Source {
+    /// Reads what is there; `Ok(0)` at the end (a closed source never answers).
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Stdout(p) | Source::Stderr(p) => p.read(buf).await,
+            Source::Pty(m) => m.read(buf).await,
+            Source::Closed => std::future::pending().await,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        !matches!(self, Source::Closed)
+    }
+
+    /// The event for bytes read from this source.
+    fn data(&self, bytes: &[u8]) -> Event {
+        let b = base64(bytes);
+        Event::Data(match self {
+            Source::Stderr(_) => Data::Stderr(b),
+            Source::Pty(_) => Data::Pty(b),
+            Source::Stdout(_) | Source::Closed => Data::Stdout(b),
+        })
+    }
 }
 
 /// Runs the launch cell as a Bash execution.
@@ -224,32 +466,43 @@ pub(super) fn parse_status(text: &[u8]) -> Status {
 }
 
 /// Reads the command's output into its streams until its wrapper has exited, then builds its
-/// end. `failed` says why the launch failed, if it did.
+/// end. `failed` says why the launch failed, if it did (or would have, for a command that never
+/// reports). With `report_by`, the host's keepers (and the command's stdin lock) are still
+/// held: they are let go when the wrapper reports its pid, or at that instant (then the
+/// command reads as not started).
 pub(super) async fn tail(
     proc: &Proc,
     control: &CommandControl,
-    [mut out, mut err]: [pipe::Receiver; 2],
+    [mut out, mut err]: [Source; 2],
     mut status: pipe::Receiver,
     deadline: Option<tokio::time::Instant>,
+    report_by: Option<(tokio::time::Instant, Option<StdinGuard>)>,
     failed: Option<String>,
 ) -> End {
     let mut obuf = vec![0u8; CHUNK];
     let mut ebuf = vec![0u8; CHUNK];
     let mut sbuf = [0u8; 64];
     let mut said: Vec<u8> = Vec::new();
-    let (mut out_open, mut err_open) = (true, true);
+    let (mut out_open, mut err_open) = (out.is_open(), err.is_open());
     let mut timed_out = false;
     let far = tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86400);
     let sleep = tokio::time::sleep_until(deadline.unwrap_or(far));
     tokio::pin!(sleep);
+    let (report_at, mut stdin_guard) = match report_by {
+        Some((at, guard)) => (Some(at), guard),
+        None => (None, None),
+    };
+    let mut keeping = report_at.is_some();
+    let report = tokio::time::sleep_until(report_at.unwrap_or(far));
+    tokio::pin!(report);
     loop {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(out.data(&obuf[..n])).await,
                 _ => out_open = false,
             },
             r = err.read(&mut ebuf), if err_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(err.data(&ebuf[..n])).await,
                 _ => err_open = false,
             },
             r = status.read(&mut sbuf) => match r {
@@ -257,6 +510,11 @@ pub(super) async fn tail(
                     let room = MAX_STATUS.saturating_sub(said.len()).min(n);
                     said.extend_from_slice(&sbuf[..room]);
                     let leader = parse_status(&said).leader;
+                    if keeping && leader.is_some() {
+                        keeping = false;
+                        control.launched();
+                        drop(stdin_guard.take());
+                    }
                     let kill = {
                         let mut st = proc.state();
                         let new = st.leader.is_none() && leader.is_some();
@@ -273,6 +531,11 @@ pub(super) async fn tail(
                 timed_out = true;
                 proc.signal(SIGKILL).await;
             }
+            _ = &mut report, if keeping => {
+                keeping = false;
+                control.launched();
+                drop(stdin_guard.take());
+            }
         }
     }
     // The wrapper has exited: what the command wrote is in the pipes; take it, waiting a
@@ -282,11 +545,11 @@ pub(super) async fn tail(
     while out_open || err_open {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stdout(base64(&obuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(out.data(&obuf[..n])).await,
                 _ => out_open = false,
             },
             r = err.read(&mut ebuf), if err_open => match r {
-                Ok(n) if n > 0 => proc.emit(Event::Data(Data::Stderr(base64(&ebuf[..n])))).await,
+                Ok(n) if n > 0 => proc.emit(err.data(&ebuf[..n])).await,
                 _ => err_open = false,
             },
             _ = &mut grace => break,
@@ -390,6 +653,7 @@ mod tests {
             stderr: "/tmp/.e2b-proc/1.err".into(),
             status: "/tmp/.e2b-proc/1.st".into(),
             stdin: None,
+            tty: None,
         };
         let cell = command_cell(&c, &paths);
         assert_eq!(
@@ -398,6 +662,37 @@ mod tests {
                 "(\nexec 4<'/dev/null' >'/tmp/.e2b-proc/1.out' 2>'/tmp/.e2b-proc/1.err' 3>'/tmp/.e2b-proc/1.st' || exit 1\nexport 'FOO=a b'\n/usr/bin/setsid /bin/bash -c {} sandlot-command '/workspace' '/bin/bash' '-l' '-c' 'echo '\\''hi'\\''; cd /' <&4 4<&- &\n)\n",
                 quote(WRAPPER)
             )
+        );
+    }
+
+    #[test]
+    fn a_pty_cell_opens_the_terminal_and_makes_it_the_controlling_one() {
+        let c = ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-i".into()],
+            ..Default::default()
+        };
+        let tty = "/dev/pts/3".to_owned();
+        let paths = CommandPaths {
+            stdout: tty.clone(),
+            stderr: tty.clone(),
+            status: "/tmp/.e2b-proc/1.st".into(),
+            stdin: Some(tty.clone()),
+            tty: Some(tty),
+        };
+        let cell = command_cell(&c, &paths);
+        assert!(cell.starts_with(
+            "(\nexec 4<'/dev/pts/3' >'/dev/pts/3' 2>'/dev/pts/3' 3>'/tmp/.e2b-proc/1.st' || exit 1\n"
+        ));
+        assert!(
+            cell.contains(
+                "\n/usr/bin/env --default-signal=INT,QUIT /usr/bin/setsid --ctty /bin/bash -c "
+            ),
+            "{cell}"
+        );
+        assert!(
+            cell.ends_with(" '/bin/bash' '-i' <&4 4<&- &\n)\n"),
+            "{cell}"
         );
     }
 

@@ -31,15 +31,36 @@
 //! streams end with `signal: killed` once the wrapper is gone. The client's deadline
 //! (`Connect-Timeout-Ms` on the Start) kills the command, as envd's does.
 //!
-//! Limits, said plainly (also in the docs): the launch is an execution, so a command started
-//! while a long `run_code` cell (or another execution) runs waits for it before it starts;
-//! once started it runs beside everything else. Output is streamed, not kept: a stream whose
+//! A PTY session (`Start` with `pty`, what `sandbox.pty.create` sends: `bash -i -l`) runs the
+//! same way on a new pseudo-terminal of the sandbox's own devpts instance instead of pipes:
+//! the host holds its master (`proctail`), the cell opens `/dev/pts/N` as the command's
+//! stdin, stdout and stderr and `setsid --ctty` makes it the session's controlling terminal.
+//! Its output streams as `pty` data; `SendInput` with `pty` bytes writes the master, `Update`
+//! sets its size. PTY input is bounded: at most [`MAX_PTY_INPUT`] bytes per message and
+//! [`MAX_PTY_INFLIGHT`] messages waiting per terminal; a terminal is at most
+//! [`MAX_PTY_DIM`] columns or rows; a sandbox has at most [`MAX_PTYS`] PTY sessions (and its
+//! devpts instance at most `sandlot_jail::mounts::MAX_PTYS` terminals in all). A kill signals
+//! the terminal's whole session (an interactive shell puts its jobs in groups of their own).
+//!
+//! A command whose sandbox is killed or deleted while it runs ends its streams with an
+//! `unavailable` error (not an end event), the answer of envd's proxy when the sandbox under
+//! a stream goes away: the SDKs then probe `/health`, find the sandbox gone, and raise their
+//! sandbox-not-running exception.
+//!
+//! Launches go through the sandbox's command launcher when it has one that runs (see
+//! `launch::launcher`): a Bash loop, started once by a launch execution, in a session of its
+//! own inside the sandbox, that reads launch cells from a FIFO only the host writes and runs
+//! each. So a command starts at once even while a `run_code` cell runs (E2B's `run_code` starts
+//! the launcher before its first cell). Without a launcher that runs (it was killed, the
+//! sandbox restarted or is paused) the launch is an execution as before, which waits for a
+//! running cell.
+//!
+//! Limits, said plainly (also in the docs): output is streamed, not kept: a stream whose
 //! client does not read for [`SLOW_CLIENT`] is dropped (the command goes on), and output
 //! written while no stream is attached is discarded. A wrapper killed by anything but
 //! `SendSignal` (say `kill -9` from a cell) ends with `signal: killed`; a program killed by a
-//! signal while its wrapper lives ends with `exit status 128+N`, as a shell reports it. There
-//! is no PTY, `StreamInput` (a client stream) is not served, and the `user` is the sandbox's
-//! one user.
+//! signal while its wrapper lives ends with `exit status 128+N`, as a shell reports it.
+//! `StreamInput` (a client stream) is not served, and the `user` is the sandbox's one user.
 //!
 //! Policy: `Start` passes the `execute` gate (language `bash`, the command line's length as
 //! its code size) before anything is registered; stdin sent to a running command is its
@@ -53,11 +74,14 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use futures::StreamExt;
-use sandlot_runtime::e2b::proctail::{CommandControl, CommandPaths, CommandPipes};
+use sandlot_runtime::e2b::proctail::{
+    CommandControl, CommandIo, CommandOutput, CommandPaths, CommandPipes, Launcher, PtyMaster,
+};
 use sandlot_runtime::{Runtime, RuntimeError};
 use sandlot_types::{ExecuteRequest, Language, Sandbox};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -97,6 +121,27 @@ const DRAIN_GRACE: Duration = Duration::from_millis(100);
 const MAX_STATUS: usize = 256;
 /// The longest `SendInput` waits for room in the command's stdin.
 const INPUT_WAIT: Duration = Duration::from_secs(10);
+/// Most PTY sessions one sandbox may have running or starting (each holds a terminal of the
+/// sandbox's devpts instance, which holds at most 32).
+const MAX_PTYS: usize = 16;
+/// Most bytes of one PTY input message (a paste is split by the client), and most input
+/// messages waiting for one terminal: at most 256 KiB of a terminal's input is held here.
+const MAX_PTY_INPUT: usize = 64 << 10;
+const MAX_PTY_INFLIGHT: usize = 4;
+/// The largest terminal, in columns and in rows (a terminal's size is two `u16`s; sizes past
+/// this are mistakes, and programs allocate screens by it).
+const MAX_PTY_DIM: u32 = 4096;
+/// How long a launcher may take to start and report, and a launch cell to be queued to it.
+const LAUNCHER_START: Duration = Duration::from_secs(5);
+const LAUNCHER_SEND: Duration = Duration::from_secs(2);
+/// How long a command launched through the launcher may take to report its pid before it is
+/// taken as not started.
+const LAUNCHER_REPORT: Duration = Duration::from_secs(10);
+/// How long a command whose processes ended with its sandbox's waits for the sandbox's record
+/// to say whether it is gone (see `launch::sandbox_lost`).
+const LOST_WAIT: Duration = Duration::from_millis(500);
+/// The size of a terminal whose Start gave none.
+const DEFAULT_PTY: (u16, u16) = (80, 24);
 
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
@@ -125,13 +170,53 @@ pub(crate) struct ProcessConfig {
     cwd: Option<String>,
 }
 
+/// envd's `PTY` message: the terminal's size.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PtyConfig {
+    #[serde(default)]
+    size: Option<PtySize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PtySize {
+    #[serde(default)]
+    cols: u32,
+    #[serde(default)]
+    rows: u32,
+}
+
+impl PtySize {
+    /// Columns and rows, each 1 to [`MAX_PTY_DIM`].
+    fn checked(&self) -> Result<(u16, u16), RpcError> {
+        let ok = |n: u32| (1..=MAX_PTY_DIM).contains(&n);
+        if !ok(self.cols) || !ok(self.rows) {
+            return Err(RpcError::invalid(format!(
+                "a PTY is 1 to {MAX_PTY_DIM} columns and rows, not {}x{}",
+                self.cols, self.rows
+            )));
+        }
+        Ok((self.cols as u16, self.rows as u16))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateRequest {
+    #[serde(default)]
+    process: Option<Selector>,
+    #[serde(default)]
+    pty: Option<PtyConfig>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StartRequest {
     #[serde(default)]
     process: Option<ProcessConfig>,
     #[serde(default)]
-    pty: Option<serde_json::Value>,
+    pty: Option<PtyConfig>,
     #[serde(default)]
     tag: Option<String>,
     #[serde(default)]
@@ -186,10 +271,16 @@ struct SendSignalRequest {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum Event {
-    Start { pid: u32 },
+    Start {
+        pid: u32,
+    },
     Data(Data),
     End(End),
     Keepalive {},
+    /// Not sent as an event: the stream ends with this error instead of an end event (the
+    /// command's sandbox went away under it, or its terminal or pipes could not be made).
+    #[serde(skip)]
+    Failed(RpcError),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -197,6 +288,7 @@ pub(crate) enum Event {
 pub(crate) enum Data {
     Stdout(String),
     Stderr(String),
+    Pty(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -239,6 +331,12 @@ struct Proc {
     tag: Option<String>,
     /// Whether the Start asked for stdin (a FIFO the server writes) rather than `/dev/null`.
     wants_stdin: bool,
+    /// The terminal's size at the Start, for a PTY session.
+    pty: Option<(u16, u16)>,
+    /// A PTY session's terminal, once it exists.
+    master: OnceLock<Arc<PtyMaster>>,
+    /// PTY input messages waiting or being written (see [`MAX_PTY_INFLIGHT`]).
+    inflight: AtomicUsize,
     state: Mutex<ProcState>,
     /// The command's stdin; `None` after `CloseStdin` or its end. Locked by the command's
     /// task from its registration until its launch has run, so input and a close wait until
@@ -280,13 +378,13 @@ impl Proc {
         }
     }
 
-    /// Sends the end to every stream and closes them.
-    fn finish(&self, end: End) {
+    /// Sends the end (an `End`, or `Failed`) to every stream and closes them.
+    fn finish(&self, end: Event) {
         let subs = std::mem::take(&mut self.state().subs);
         for s in subs {
             let end = end.clone();
             tokio::spawn(async move {
-                let _ = s.send_timeout(Event::End(end), SLOW_CLIENT).await;
+                let _ = s.send_timeout(end, SLOW_CLIENT).await;
             });
         }
     }
@@ -321,11 +419,23 @@ fn with_procs<T>(f: impl FnOnce(&mut HashMap<String, SandboxProcs>) -> T) -> T {
     f(g.get_or_insert_with(HashMap::new))
 }
 
+/// Each sandbox's command launcher (see `launch::launcher`), behind an async lock so one is
+/// started at a time; a process global for the reason `PROCS` is.
+type LauncherSlot = Arc<tokio::sync::Mutex<Option<Arc<Launcher>>>>;
+static LAUNCHERS: Mutex<Option<HashMap<String, LauncherSlot>>> = Mutex::new(None);
+
+/// Starts the sandbox's command launcher now if it has none (E2B's `run_code` calls this
+/// before its cell, so a command started while the cell runs does not wait for it).
+pub(crate) async fn warm(rt: &Runtime, sandbox: &str) {
+    launcher(rt, sandbox).await;
+}
+
 fn register(
     sandbox: &str,
     config: ProcessConfig,
     tag: Option<String>,
     wants_stdin: bool,
+    pty: Option<(u16, u16)>,
 ) -> Result<Arc<Proc>, RpcError> {
     with_procs(|all| {
         let sb = all.entry(sandbox.to_owned()).or_default();
@@ -333,6 +443,12 @@ fn register(
             return Err(RpcError::new(
                 Code::ResourceExhausted,
                 format!("this sandbox already has {MAX_PROCS} commands running"),
+            ));
+        }
+        if pty.is_some() && sb.procs.values().filter(|p| p.pty.is_some()).count() >= MAX_PTYS {
+            return Err(RpcError::new(
+                Code::ResourceExhausted,
+                format!("this sandbox already has {MAX_PTYS} PTY sessions; kill one first"),
             ));
         }
         if let Some(t) = &tag {
@@ -356,6 +472,9 @@ fn register(
             config,
             tag,
             wants_stdin,
+            pty,
+            master: OnceLock::new(),
+            inflight: AtomicUsize::new(0),
             state: Mutex::default(),
             stdin: Default::default(),
             control: OnceLock::new(),
@@ -415,12 +534,13 @@ async fn start_call(
     call: Call,
     req: StartRequest,
 ) -> Result<Messages<EventMessage>, RpcError> {
-    if req.pty.is_some() {
-        return Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY sessions are not supported by sandlot: run commands without a pty",
-        ));
-    }
+    let pty = match &req.pty {
+        Some(p) => Some(match &p.size {
+            Some(size) => size.checked()?,
+            None => DEFAULT_PTY,
+        }),
+        None => None,
+    };
     let config = req
         .process
         .ok_or_else(|| RpcError::invalid("StartRequest.process is required"))?;
@@ -434,7 +554,9 @@ async fn start_call(
         .sum::<usize>()
         .saturating_sub(1);
     Gate::with_sandbox(&ctx, &call.headers, sandbox).execute(line, Language::Bash)?;
-    let proc = register(&call.sandbox, config, req.tag, req.stdin == Some(true))?;
+    // A terminal is the command's stdin: no stdin FIFO beside it.
+    let wants_stdin = req.stdin == Some(true) && pty.is_none();
+    let proc = register(&call.sandbox, config, req.tag, wants_stdin, pty)?;
     let (tx, rx) = mpsc::channel(QUEUE);
     proc.state().subs.push(tx);
     let stdin = proc
@@ -464,7 +586,10 @@ fn events(pid: u32, rx: mpsc::Receiver<Event>) -> Messages<EventMessage> {
     );
     futures::stream::once(async move { Event::Start { pid } })
         .chain(rest)
-        .map(|event| Ok(EventMessage { event }))
+        .map(|event| match event {
+            Event::Failed(e) => Err(e),
+            event => Ok(EventMessage { event }),
+        })
         .boxed()
 }
 
@@ -563,6 +688,15 @@ async fn send_signal(State(ctx): State<Ctx>, req: Request) -> Response {
 /// The stdin of a command that was started with one.
 async fn stdin_of(call: &Call, sel: Option<&Selector>) -> Result<Arc<Proc>, RpcError> {
     let proc = find(&call.sandbox, sel)?;
+    if proc.pty.is_some() {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!(
+                "process {} is a PTY session: its input is pty input (pty.send_stdin)",
+                proc.pid
+            ),
+        ));
+    }
     if !proc.wants_stdin {
         return Err(RpcError::new(
             Code::FailedPrecondition,
@@ -580,16 +714,13 @@ async fn send_input(State(ctx): State<Ctx>, req: Request) -> Response {
         ctx,
         req,
         |_ctx, call: Call, req: SendInputRequest| async move {
-            let proc = stdin_of(&call, req.process.as_ref()).await?;
             let input = req
                 .input
                 .ok_or_else(|| RpcError::invalid("SendInputRequest.input is required"))?;
-            if input.pty.is_some() {
-                return Err(RpcError::new(
-                    Code::Unimplemented,
-                    "PTY sessions are not supported by sandlot",
-                ));
+            if let Some(data) = input.pty {
+                return pty_input(&call, req.process.as_ref(), &data).await;
             }
+            let proc = stdin_of(&call, req.process.as_ref()).await?;
             let bytes = unbase64(input.stdin.as_deref().unwrap_or(""))
                 .ok_or_else(|| RpcError::invalid("input.stdin is not valid base64"))?;
             let mut stdin = proc.stdin.lock().await;
@@ -619,6 +750,80 @@ async fn send_input(State(ctx): State<Ctx>, req: Request) -> Response {
     .await
 }
 
+/// Writes input to a PTY session's terminal (bounded: see the module's doc).
+async fn pty_input(call: &Call, sel: Option<&Selector>, data: &str) -> Result<Empty, RpcError> {
+    // Base64 is 4 characters per 3 bytes: refuse an oversized message before decoding it.
+    if data.len() > MAX_PTY_INPUT.div_ceil(3) * 4 {
+        return Err(too_much_input());
+    }
+    let bytes = unbase64(data).ok_or_else(|| RpcError::invalid("input.pty is not valid base64"))?;
+    if bytes.len() > MAX_PTY_INPUT {
+        return Err(too_much_input());
+    }
+    let proc = find(&call.sandbox, sel)?;
+    if proc.pty.is_none() {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!(
+                "process {} is not a PTY session: send its input as stdin",
+                proc.pid
+            ),
+        ));
+    }
+    struct Turn<'a>(&'a AtomicUsize);
+    impl Drop for Turn<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    if proc.inflight.fetch_add(1, Ordering::AcqRel) >= MAX_PTY_INFLIGHT {
+        proc.inflight.fetch_sub(1, Ordering::AcqRel);
+        return Err(RpcError::new(
+            Code::ResourceExhausted,
+            format!(
+                "process {} already has {MAX_PTY_INFLIGHT} input messages waiting; wait for them",
+                proc.pid
+            ),
+        ));
+    }
+    let _turn = Turn(&proc.inflight);
+    // The stdin lock: held by the command's task until its launch has run (so the terminal
+    // exists), then one writer at a time, in order.
+    let write = async {
+        let _launched = proc.stdin.lock().await;
+        let Some(master) = proc.master.get() else {
+            return Err(RpcError::new(
+                Code::FailedPrecondition,
+                format!("the PTY of process {} is gone", proc.pid),
+            ));
+        };
+        master.write_all(&bytes).await.map_err(|e| {
+            RpcError::new(
+                Code::FailedPrecondition,
+                format!("the PTY of process {} cannot be written: {e}", proc.pid),
+            )
+        })
+    };
+    match tokio::time::timeout(INPUT_WAIT, write).await {
+        Ok(r) => r.map(|()| Empty {}),
+        Err(_) => Err(RpcError::new(
+            Code::DeadlineExceeded,
+            format!(
+                "process {} did not read its PTY input for {} s",
+                proc.pid,
+                INPUT_WAIT.as_secs()
+            ),
+        )),
+    }
+}
+
+fn too_much_input() -> RpcError {
+    RpcError::new(
+        Code::InvalidArgument,
+        format!("PTY input is at most {MAX_PTY_INPUT} bytes per message; split it"),
+    )
+}
+
 async fn close_stdin(State(ctx): State<Ctx>, req: Request) -> Response {
     connect::unary(ctx, req, |_ctx, call: Call, req: Selected| async move {
         let proc = stdin_of(&call, req.process.as_ref()).await?;
@@ -639,11 +844,39 @@ async fn stream_input(State(ctx): State<Ctx>, req: Request) -> Response {
     .await
 }
 
+/// Resizes a PTY session's terminal.
 async fn update(State(ctx): State<Ctx>, req: Request) -> Response {
-    connect::unimplemented_unary(
+    connect::unary(
         ctx,
         req,
-        "PTY sessions are not supported by sandlot, so there is nothing to resize",
+        |_ctx, call: Call, req: UpdateRequest| async move {
+            let size = req
+                .pty
+                .and_then(|p| p.size)
+                .ok_or_else(|| RpcError::invalid("UpdateRequest.pty.size is required"))?;
+            let (cols, rows) = size.checked()?;
+            let proc = find(&call.sandbox, req.process.as_ref())?;
+            if proc.pty.is_none() {
+                return Err(RpcError::new(
+                    Code::FailedPrecondition,
+                    format!("process {} is not a PTY session: it has no size", proc.pid),
+                ));
+            }
+            let _launched = proc.stdin.lock().await;
+            let master = proc.master.get().ok_or_else(|| {
+                RpcError::new(
+                    Code::FailedPrecondition,
+                    format!("the PTY of process {} is gone", proc.pid),
+                )
+            })?;
+            master.resize(cols, rows).map_err(|e| {
+                RpcError::new(
+                    Code::FailedPrecondition,
+                    format!("the PTY of process {} cannot be resized: {e}", proc.pid),
+                )
+            })?;
+            Ok(Empty {})
+        },
     )
     .await
 }
@@ -675,5 +908,28 @@ mod tests {
         );
         let k = serde_json::to_value(keepalive()).unwrap();
         assert_eq!(k, serde_json::json!({"event": {"keepalive": {}}}));
+    }
+
+    #[test]
+    fn pty_data_serializes_as_envd_json_and_sizes_are_bounded() {
+        let m = EventMessage {
+            event: Event::Data(Data::Pty("aGk=".into())),
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"event": {"data": {"pty": "aGk="}}})
+        );
+        let size = |cols, rows| PtySize { cols, rows }.checked();
+        assert_eq!(size(80, 24).unwrap(), (80, 24));
+        assert_eq!(size(MAX_PTY_DIM, 1).unwrap(), (4096, 1));
+        for (c, r) in [(0, 24), (80, 0), (MAX_PTY_DIM + 1, 24), (80, u32::MAX)] {
+            assert_eq!(size(c, r).unwrap_err().code, Code::InvalidArgument);
+        }
+        let req: StartRequest = serde_json::from_str(
+            r#"{"process":{"cmd":"/bin/bash"},"pty":{"size":{"cols":100,"rows":30}}}"#,
+        )
+        .unwrap();
+        let size = req.pty.unwrap().size.unwrap();
+        assert_eq!((size.cols, size.rows), (100, 30));
     }
 }

@@ -235,7 +235,7 @@ fn dev_holds_only_the_minimal_nodes() {
     let expected: BTreeSet<String> = rootfs::DEV_NODES
         .iter()
         .copied()
-        .chain(["shm", "pts", "fd", "stdin", "stdout", "stderr"])
+        .chain(["shm", "pts", "ptmx", "fd", "stdin", "stdout", "stderr"])
         .map(String::from)
         .collect();
     assert_eq!(dev, expected);
