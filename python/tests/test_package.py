@@ -18,7 +18,7 @@ FLOORS = [
     ["output", "changes"],
     ["capture", "cell_output"],
     ["protocol", "bash_session"],
-    ["display", "python_cells"],
+    ["display", "python_cells", "js_session"],
     ["shell"],
     ["contexts"],
     ["pickling"],
