@@ -391,7 +391,11 @@ async function runCell(message) {
     });
     interrupted.catch(() => {});
     const script = new vm.Script(source, { filename });
-    const promise = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+    // No breakOnSigint: it starts and joins a watchdog thread around every run, which costs
+    // more than the rest of a `1+1` cell in the jail (and a new thread makes the driver replace
+    // the execution's pipes). A cell stuck in synchronous code ignores SIGINT instead, and the
+    // driver kills this process after its grace (see js_session.py).
+    const promise = script.runInThisContext({ displayErrors: false });
     const value = await Promise.race([promise, interrupted]);
     if (value !== undefined) {
       let text;
@@ -417,8 +421,9 @@ async function runCell(message) {
   }
 }
 
-// An interrupt stops a cell waiting on a promise; one running synchronous code is stopped by
-// breakOnSigint. Between cells it does nothing (the default would end the kernel).
+// An interrupt abandons a cell waiting on a promise (its state is kept). A cell running
+// synchronous code never lets this handler run: the driver kills the process. Between cells
+// SIGINT does nothing (the default would end the kernel).
 process.on('SIGINT', () => {
   if (interruptCurrent) interruptCurrent();
 });

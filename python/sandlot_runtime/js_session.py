@@ -9,10 +9,11 @@ one (a timer that fired after its cell ended) is that execution's background out
 stdout and stderr are the server's pipes, like bash's: only node's own messages and processes a
 cell started with inherited stdio write there.
 
-An interrupt (or a timeout) is SIGINT to node: a cell running synchronous code is stopped there,
-one waiting on a promise is abandoned. A cell that does not stop within
-``JS_INTERRUPT_GRACE`` has its node killed; the next cell starts a new one, and says so. node
-that died (``process.exit()``, the OOM killer) is replaced the same way.
+An interrupt (or a timeout) is SIGINT to node: a cell waiting on a promise is abandoned and the
+context's state kept. A cell that does not stop within ``JS_INTERRUPT_GRACE`` (one running
+synchronous code, ``while (true) {}``, never lets node's handler run) has its node killed: the
+cell says so on stderr, and the next cell starts a new node with nothing of the old one's
+state. node that died (``process.exit()``, the OOM killer) is replaced the same way.
 """
 
 from __future__ import annotations

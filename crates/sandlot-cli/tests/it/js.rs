@@ -163,27 +163,21 @@ fn javascript_timeouts_and_interrupts_stop_node_cells() {
     let id = server.create_sandbox();
     js(&server, &id, "globalThis.kept = 'yes'");
 
-    // A synchronous loop is stopped by SIGINT inside node: its state survives.
-    let looped = run(
+    // A cell waiting on a promise is abandoned at its timeout: node and its state stay.
+    let waited = run(
         &server,
         &id,
-        &json!({ "code": "while (true) {}", "language": "javascript", "timeout": 1 }),
+        &json!({ "code": "await new Promise(() => {})", "language": "javascript", "timeout": 1 }),
     );
-    assert_eq!(looped["end_state"], "timeout", "{looped:#}");
-    assert_eq!(looped["sandbox_alive"], true);
+    assert_eq!(waited["end_state"], "timeout", "{waited:#}");
+    assert_eq!(waited["sandbox_alive"], true);
     assert_eq!(text(&js(&server, &id, "kept")), "'yes'");
 
-    // A loop after an await is out of SIGINT's reach: node is killed and replaced, the
+    // A synchronous loop never lets node see SIGINT: node is killed and replaced, the
     // sandbox (and its Python) stays, and the cell says what was lost.
     server.execute(&id, "py = 'alive'");
     let interrupted = std::thread::scope(|s| {
-        let running = s.spawn(|| {
-            js(
-                &server,
-                &id,
-                "console.log('started'); await null; while (true) {}",
-            )
-        });
+        let running = s.spawn(|| js(&server, &id, "console.log('started'); while (true) {}"));
         std::thread::sleep(Duration::from_millis(1500));
         let resp = server.post(&format!("/v1/sandboxes/{id}/interrupt"), &json!({}));
         assert_eq!(resp.expect(200)["interrupted"], true);
@@ -195,6 +189,18 @@ fn javascript_timeouts_and_interrupts_stop_node_cells() {
     assert!(stderr.contains("JavaScript kernel exited"), "{stderr}");
     assert_eq!(text(&js(&server, &id, "typeof kept")), "'undefined'");
     assert_eq!(text(&server.execute(&id, "py")), "'alive'");
+
+    // The same at a timeout: the execution ends within its timeout and the server's grace.
+    let started = Instant::now();
+    let looped = run(
+        &server,
+        &id,
+        &json!({ "code": "while (true) {}", "language": "javascript", "timeout": 1 }),
+    );
+    assert_eq!(looped["end_state"], "timeout", "{looped:#}");
+    assert_eq!(looped["sandbox_alive"], true);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(text(&js(&server, &id, "'next'")), "'next'");
 }
 
 #[test]
