@@ -136,6 +136,26 @@ async function sandlotImport(spec) {
   return import(pathToFileURL(file).href);
 }
 
+// fetch() goes through the sandbox's egress proxy (HTTP_PROXY/HTTPS_PROXY, NO_PROXY), as pip,
+// requests, curl and npm do; node's fetch ignores those variables by itself. (The http and
+// https modules do not use a proxy: a sandbox with egress can reach nothing else with them.)
+if (process.env.HTTPS_PROXY || process.env.HTTP_PROXY || process.env.https_proxy || process.env.http_proxy) {
+  try {
+    const undici = require('internal/deps/undici/undici');
+    if (typeof undici.EnvHttpProxyAgent === 'function') {
+      const emitWarning = process.emitWarning;
+      process.emitWarning = () => {}; // "experimental": not the user's to see
+      try {
+        undici.setGlobalDispatcher(new undici.EnvHttpProxyAgent());
+      } finally {
+        process.emitWarning = emitWarning;
+      }
+    }
+  } catch (_) {
+    // a node without the agent (18): fetch stays direct, and fails without egress
+  }
+}
+
 Object.defineProperty(globalThis, '__sandlot', {
   value: Object.freeze({ import: sandlotImport }),
   enumerable: false,

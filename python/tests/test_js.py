@@ -186,3 +186,32 @@ def test_environment_and_working_directory_are_the_drivers(driver):
     driver.send({"type": "env", "env": {"SANDLOT_JS_TEST": "yes"}})
     execution = js(driver, "[process.env.SANDLOT_JS_TEST, process.cwd()]")
     assert text(execution) == f"[ 'yes', '{driver.workdir}' ]"
+
+
+def test_fetch_goes_through_the_proxy_in_the_environment(make_driver):
+    import http.server
+    import threading
+
+    seen = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_CONNECT(self):  # noqa: N802 (the stdlib's name)
+            seen.append(self.path)  # a refusal is enough: the request came here
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proxy = f"http://127.0.0.1:{server.server_address[1]}"
+        driver = make_driver(HTTP_PROXY=proxy, HTTPS_PROXY=proxy, NO_PROXY="")
+        execution = js(driver, "await fetch('https://packages.invalid/x')")
+        assert execution.error["value"] == "fetch failed", execution.events
+        assert seen == ["packages.invalid:443"]
+        assert execution.stderr == ""  # no "experimental" warning either
+    finally:
+        server.shutdown()
