@@ -202,7 +202,8 @@ function stripTypes(code) {
     const t = tokens[i];
     const s = text(t);
     const prev = tokens[i - 1];
-    const atStatement = statementStart;
+    // After `;` or a brace, or on a new line (ASI): where a declaration may start.
+    const atStatement = statementStart || (prev && !sameLine(prev, t) && !/[|&=,<>:(\[.?!+\-*/]$/.test(text(prev)));
     statementStart = false;
     if (t.type === tt.string || t.type === tt.template || t.type === tt.num || t.type === tt.regexp) {
       continue;
