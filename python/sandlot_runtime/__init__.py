@@ -16,6 +16,8 @@ other module, lowest floor first:
 - ``shell``: the IPython shell, its tracebacks, warm-up and the template's setup code
 - ``python_cells``: running a Python cell; SIGINT
 - ``bash_session``: running a Bash cell in a persistent bash per context
+- ``js_session``: running JavaScript and TypeScript cells in a persistent node per context
+  (node runs ``js_kernel.js``, which strips TypeScript's types with ``ts_strip.js``)
 - ``contexts``: code contexts, parked and installed in the one shell
 - ``changes``: which workspace files a cell created or modified
 - ``pickling``: what a saved state carries of a context and how each variable is pickled,

@@ -41,6 +41,7 @@ class Context:
         self.dir_hist: list = []
         self.compile_flags = state.base_compile_flags
         self.bash: BashSession | None = None
+        self.js = None  # js_session.JsSession, once a JavaScript cell ran in this context
 
 
 def init_contexts(shell: Shell) -> None:
@@ -76,6 +77,7 @@ def _park(ctx: Context) -> None:
     ctx.compile_flags = shell.compile.flags
     ctx.bash = state.bash
     ctx.cwd = _cwd()
+    ctx.js = state.js
 
 
 def _install(ctx: Context) -> None:
@@ -111,10 +113,12 @@ def _install(ctx: Context) -> None:
             shell.user_ns.setdefault(name, value)
     state.bash = ctx.bash
     _chdir(ctx.cwd or ctx.home or state.workdir)
+    state.js = ctx.js
     # Parked state lives in ctx alone from now on.
     ctx.input_hist_parsed, ctx.input_hist_raw = [""], [""]
     ctx.output_hist, ctx.output_hist_reprs, ctx.dir_hist = {}, {}, []
     ctx.bash = None
+    ctx.js = None
 
 
 def _cwd() -> str:
@@ -190,10 +194,13 @@ def _switch_context(name: str) -> None:
 
 
 def _discard_context(ctx: Context) -> None:
-    """Drops a context's state: its Bash session ends, its objects are released."""
+    """Drops a context's state: its Bash session and its node end, its objects are released."""
     if ctx.bash is not None:
         ctx.bash.stop()
     ctx.bash = None
+    if ctx.js is not None:
+        ctx.js.stop()
+    ctx.js = None
     ctx.user_module = ctx.user_ns = None
     ctx.output_hist = {}
     gc.collect()
@@ -220,6 +227,7 @@ def context_op(kind: str, message: dict) -> None:
             state.contexts[name] = fresh
             if name == state.active_context:
                 old.bash, state.bash = state.bash, None
+                old.js, state.js = state.js, None
                 _install(fresh)  # replaces the shell's namespace and history
             _discard_context(old)
         elif name == DEFAULT_CONTEXT:

@@ -203,7 +203,11 @@ def exit_driver() -> NoReturn:
     flush_output()
     if state.bash is not None:
         state.bash.close()  # bash reads EOF and exits
+    if state.js is not None:
+        state.js.close()  # node reads EOF and exits
     for ctx in state.contexts.values():
         if ctx.bash is not None:
             ctx.bash.close()
+        if ctx.js is not None:
+            ctx.js.close()
     os._exit(0)

@@ -1,5 +1,5 @@
 """Running Python cells in the shell, and SIGINT: an interrupt from the server stops the
-running cell (Python or Bash) and never the driver itself."""
+running cell (Python, Bash or JavaScript) and never the driver itself."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def on_sigint(signum, frame) -> None:
         state.interrupted = True
         try:
             os.killpg(state.bash_pgid, signal.SIGINT)
+        except OSError:
+            pass
+        return
+    if state.js_pid is not None:
+        state.interrupted = True
+        try:
+            os.kill(state.js_pid, signal.SIGINT)
         except OSError:
             pass
         return

@@ -14,6 +14,7 @@ from .bash_session import BashUnavailable, run_bash
 from .capture import restore_output, write_stderr
 from .changes import changes_between, safe_snapshot
 from .contexts import context_op, enter_context, set_workdir
+from .js_session import JsUnavailable, run_js
 from .jsonsafe import safe_str
 from .protocol import Channel, emit
 from .python_cells import run_python
@@ -46,6 +47,11 @@ def _execute(message: dict) -> None:
             try:
                 status, exit_code = run_bash(code)
             except BashUnavailable as exc:  # a limit hit, not a driver bug: the cell's error
+                emit({"type": "error", "name": exc.name, "value": safe_str(exc), "traceback": []})
+        elif language in ("javascript", "typescript"):
+            try:
+                status = run_js(code, typescript=language == "typescript")
+            except JsUnavailable as exc:  # no node on the host: the cell's error
                 emit({"type": "error", "name": exc.name, "value": safe_str(exc), "traceback": []})
         else:
             emit({"type": "error", "name": "ValueError",

@@ -40,6 +40,9 @@ class State:
         self.stderr: io.TextIOWrapper | None = None
         self.saved_fds: dict[int, int] = {}
         self.bash = None  # bash_session.BashSession: the active context's session
+        self.js = None  # js_session.JsSession: the active context's node, once started
+        # The node running a JavaScript cell; SIGINT is forwarded to it.
+        self.js_pid: int | None = None
         # Code contexts by id (see contexts.Context); the active one's namespace is in the shell.
         self.contexts: dict = {}  # id -> contexts.Context
         self.active_context = DEFAULT_CONTEXT

@@ -18,7 +18,7 @@ FLOORS = [
     ["output", "changes", "charts"],
     ["capture", "cell_output"],
     ["protocol", "bash_session"],
-    ["display", "python_cells"],
+    ["display", "python_cells", "js_session"],
     ["shell"],
     ["contexts"],
     ["pickling"],
@@ -86,3 +86,9 @@ def test_every_module_is_embedded_in_the_binary():
              r'include_str!\("[./]*/python/sandlot_runtime/\1"\)')
     listed = re.findall(entry, text)
     assert sorted(listed) == modules
+    # The JavaScript kernel's files ship the same way (js_session.py starts node on them).
+    scripts = sorted(p.name for p in PACKAGE.glob("*.js"))
+    assert "js_kernel.js" in scripts
+    entry_js = (r'"python/sandlot_runtime/([\w.]+\.js)",\s*'
+                r'include_str!\("[./]*/python/sandlot_runtime/\1"\)')
+    assert sorted(re.findall(entry_js, text)) == scripts

@@ -36,6 +36,14 @@ try {
   assert.equal((await sbx.runCode('x + 1')).text, '2')
   step('runCode keeps state')
 
+  const js = await sbx.runCode("const who = 'node'; console.log(`hello from ${who}`)", { language: 'js' })
+  assert.equal(js.error, undefined, JSON.stringify(js.error))
+  assert.deepEqual(js.logs.stdout, ['hello from node\n'])
+  assert.equal((await sbx.runCode('await Promise.resolve(who.length)', { language: 'javascript' })).text, '4')
+  const tsContext = await sbx.createCodeContext({ language: 'typescript' })
+  assert.equal((await sbx.runCode('const n: number = 2; n * 21', { context: tsContext })).text, '42')
+  step('runCode runs JavaScript and TypeScript')
+
   const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
   assert.equal(df.error, undefined, JSON.stringify(df.error))
   assert.ok(df.results[0]?.html?.includes('<table'), 'a DataFrame has .html')

@@ -228,11 +228,45 @@ pub struct HotResult {
     pub sandlot: Summary,
     /// Server-reported duration of the execution (`duration_ms`), to split server from HTTP.
     pub sandlot_server_ms: Summary,
+    /// The same `1+1` as a JavaScript cell on the same sandbox (its node already started),
+    /// through the same REST call; `None` when the host has no node.
+    pub javascript: Option<Summary>,
+    pub javascript_server_ms: Option<Summary>,
     pub jupyter: Option<Summary>,
     pub jupyter_idle: Option<Summary>,
     pub jupyter_info: Value,
     pub jupyter_skipped: Option<String>,
     pub ratio: Option<f64>,
+}
+
+/// `1+1` as JavaScript cells on sandbox `id`: the round trips and the server's durations.
+fn hot_javascript(
+    c: &mut Conn,
+    id: &str,
+    o: &Opts,
+    limit: Duration,
+) -> anyhow::Result<(Summary, Summary)> {
+    let body = serde_json::json!({ "code": HOT_CODE, "language": "javascript" });
+    let (mut s, mut srv) = (Samples::new(), Vec::new());
+    let t_loop = Instant::now();
+    for i in 0..(o.hot_warmup + o.hot_iters) {
+        if i >= o.hot_warmup && t_loop.elapsed() > limit {
+            break;
+        }
+        let t = Instant::now();
+        let r = server::execute_raw(c, id, &body)?;
+        let d = t.elapsed();
+        if r["result"]["text/plain"] != "2" {
+            bail!("javascript 1+1 answered {} ({})", r["result"], r["error"]);
+        }
+        if i >= o.hot_warmup {
+            s.push(d);
+            if let Some(ms) = r["duration_ms"].as_f64() {
+                srv.push(ms);
+            }
+        }
+    }
+    Ok((s.summary(), Summary::of(&srv)))
 }
 
 pub fn hot(ctx: &mut Ctx) -> anyhow::Result<HotResult> {
@@ -267,6 +301,16 @@ pub fn hot(ctx: &mut Ctx) -> anyhow::Result<HotResult> {
             }
         }
     }
+    let (javascript, javascript_server_ms) = match hot_javascript(&mut c, &id, o, limit) {
+        Ok((js, js_srv)) => {
+            eprintln!("[hot] javascript p50 {:.3} ms p99 {:.3} ms", js.p50, js.p99);
+            (Some(js), Some(js_srv))
+        }
+        Err(e) => {
+            eprintln!("[hot] javascript skipped: {e:#}");
+            (None, None)
+        }
+    };
     server::delete(&mut c, &id)?;
     let sandlot = s.summary();
     eprintln!(
@@ -292,6 +336,8 @@ pub fn hot(ctx: &mut Ctx) -> anyhow::Result<HotResult> {
         conditions: watch.finish(ctx),
         sandlot,
         sandlot_server_ms: Summary::of(&srv),
+        javascript,
+        javascript_server_ms,
         ratio: jupyter.map(|j| j.p50 / sandlot.p50),
         jupyter,
         jupyter_idle,

@@ -11,6 +11,7 @@ pub fn doctor(json: bool) -> anyhow::Result<bool> {
     let mut checks = sandlot_jail::probe::probe();
     let dir = data_dir();
     checks.push(workspace_check(&Disk::detect(dir.as_deref())));
+    checks.push(node_check());
     if let Some(usage) = dir.and_then(|d| sandlot_workspace::image_usage(&d.join("disk"))) {
         checks.push(image_check(&usage));
     }
@@ -131,6 +132,66 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// Where a sandbox finds node: its `PATH` (`/usr/local/bin:/usr/bin:/bin`) under the host's
+/// `/usr`, which every sandbox sees read-only. A node elsewhere on the server's own `PATH` is
+/// not one sandboxes can run.
+pub const SANDBOX_NODE: [&str; 4] = [
+    "/usr/local/bin/node",
+    "/usr/bin/node",
+    "/usr/bin/nodejs",
+    "/bin/node",
+];
+
+/// The node that JavaScript and TypeScript cells run on, if the host has one sandboxes see.
+pub fn sandbox_node() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    SANDBOX_NODE.iter().map(PathBuf::from).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// Node.js for JavaScript and TypeScript cells (optional: Python and Bash do not need it).
+pub fn node_check() -> Check {
+    let version = |p: &Path| {
+        std::process::Command::new(p)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let found = sandbox_node().map(|p| (version(&p), p));
+    let (ok, detail) = match &found {
+        Some((Some(v), p)) => (
+            true,
+            format!(
+                "{} {v}: JavaScript and TypeScript cells run on it",
+                p.display()
+            ),
+        ),
+        Some((None, p)) => (false, format!("{} does not run", p.display())),
+        None => (
+            false,
+            "no node under /usr: JavaScript and TypeScript cells are refused with an error \
+             naming this; Python and Bash are unaffected"
+                .into(),
+        ),
+    };
+    Check {
+        name: "javascript (node)",
+        ok,
+        required: false,
+        detail,
+        fix: (!ok).then(|| {
+            "install the distribution's Node.js (apt-get install nodejs); sandboxes see the \
+             host's /usr"
+                .into()
+        }),
+    }
 }
 
 /// The workspace backend a server would use here, and why, as one check.

@@ -270,6 +270,8 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 enum Lang {
     Python,
     Bash,
+    Javascript,
+    Typescript,
 }
 
 impl From<Lang> for Language {
@@ -277,6 +279,8 @@ impl From<Lang> for Language {
         match l {
             Lang::Python => Language::Python,
             Lang::Bash => Language::Bash,
+            Lang::Javascript => Language::Javascript,
+            Lang::Typescript => Language::Typescript,
         }
     }
 }

@@ -33,6 +33,13 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     tokio::task::spawn_blocking(move || ensure_btrfs_progs(&disk))
         .await
         .context("the btrfs-progs check failed")?;
+    if crate::doctor::sandbox_node().is_none() {
+        // Not installed for the operator: a large package most servers may not want. Asked for.
+        eprintln!(
+            "sandlot: no Node.js under /usr: JavaScript and TypeScript cells will fail until \
+             the distribution's nodejs is installed (apt-get install nodejs; see `sandlot doctor`)"
+        );
+    }
     let (rt, rt_cfg) = setup::start_runtime(&dirs.data_dir, &dirs.env_dir, capacity).await?;
     // Installed before the announcement, so a signal sent as soon as it is read shuts down
     // gracefully rather than by the default action.

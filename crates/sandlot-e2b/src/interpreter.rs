@@ -4,13 +4,16 @@
 //! `number_of_executions`, then `end_of_execution`), and `/contexts` creates, lists, restarts
 //! and deletes contexts.
 //!
-//! Languages: sandlot runs Python and Bash (`bash`, `sh`); any other language E2B knows
-//! (javascript, typescript, r, java) is refused with 400. A sandlot context holds a Python
-//! namespace and a Bash session; an E2B context has one language, so a Bash context's id is
-//! the sandlot context's id with `.bash` appended (nothing to store; it survives restarts).
+//! Languages: sandlot runs Python, Bash (`bash`, `sh`), JavaScript (`js`, `javascript`) and
+//! TypeScript (`ts`, `typescript`); any other language E2B knows (r, java) is refused with 400.
+//! A sandlot context holds a Python namespace, a Bash session and a JavaScript kernel; an E2B
+//! context has one language, so a Bash, JavaScript or TypeScript context's id is the sandlot
+//! context's id with `.bash`, `.js` or `.ts` appended (nothing to store; it survives restarts).
+//! The listing shows the default context twice, as E2B's does: python and javascript.
 //! Contexts start in `/home/user` (the workspace, mounted there too) or in the `cwd` they are
 //! created with (a directory inside the sandbox: the driver moves into a context's directory
-//! when it runs that context's cell, and back when another context's comes).
+//! when it runs that context's cell, and back when another context's comes; its node starts
+//! there).
 //!
 //! E2B executions carry no timeout (the client's read timeout bounds them), so they run up to
 //! the server's longest execution timeout; a client that disconnects interrupts its execution.
@@ -38,12 +41,16 @@ use sandlot_service::execution::{self, Dropped, Events, ExecutionHandle, Step};
 use sandlot_types::{ExecuteRequest, ExecutionResult, Language, OutputEvent};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The suffix of a Bash context's E2B id.
-const BASH_SUFFIX: &str = ".bash";
+/// The suffixes of a Bash, JavaScript and TypeScript context's E2B id.
+const SUFFIXES: [(&str, Language); 3] = [
+    (".bash", Language::Bash),
+    (".js", Language::Javascript),
+    (".ts", Language::Typescript),
+];
 /// The context executions run in when they name none.
 const DEFAULT_CONTEXT: &str = "default";
 /// How long a response stays silent before a `keepalive` line: writing is how a client that
@@ -61,8 +68,8 @@ pub(crate) fn routes() -> Router<Ctx> {
 }
 
 /// What the interpreter keeps per sandbox: one E2B execution at a time (so a client that
-/// disconnects interrupts its own execution and no other), the execution counts, and which
-/// contexts were created as Bash ones (for listing).
+/// disconnects interrupts its own execution and no other), the execution counts, and the
+/// language each context was created with, when not Python (for listing).
 #[derive(Default)]
 pub(crate) struct Sessions {
     map: Mutex<HashMap<String, Arc<Session>>>,
@@ -72,7 +79,7 @@ pub(crate) struct Sessions {
 struct Session {
     turn: Arc<tokio::sync::Mutex<()>>,
     counts: Mutex<HashMap<String, u64>>,
-    bash: Mutex<HashSet<String>>,
+    languages: Mutex<HashMap<String, Language>>,
 }
 
 impl Sessions {
@@ -127,8 +134,10 @@ fn language_of(name: Option<&str>) -> Result<Language, Failure> {
     match name.as_str() {
         "" | "python" | "python3" => Ok(Language::Python),
         "bash" | "sh" => Ok(Language::Bash),
+        "js" | "javascript" | "node" | "nodejs" => Ok(Language::Javascript),
+        "ts" | "typescript" => Ok(Language::Typescript),
         other => Err(Failure::bad_request(format!(
-            "language {other:?} is not available: sandlot runs python and bash"
+            "language {other:?} is not available: sandlot runs python, bash, javascript and typescript"
         ))),
     }
 }
@@ -139,16 +148,16 @@ fn language_name(l: Language) -> &'static str {
 
 /// An E2B context id as the sandlot context and its language.
 fn context_of(e2b: &str) -> (String, Language) {
-    match e2b.strip_suffix(BASH_SUFFIX) {
-        Some(ctx) => (ctx.to_owned(), Language::Bash),
-        None => (e2b.to_owned(), Language::Python),
-    }
+    SUFFIXES
+        .iter()
+        .find_map(|(suffix, lang)| Some((e2b.strip_suffix(suffix)?.to_owned(), *lang)))
+        .unwrap_or_else(|| (e2b.to_owned(), Language::Python))
 }
 
 fn e2b_context(ctx: &str, lang: Language, cwd: Option<&str>) -> Value {
-    let id = match lang {
-        Language::Bash => format!("{ctx}{BASH_SUFFIX}"),
-        Language::Python => ctx.to_owned(),
+    let id = match SUFFIXES.iter().find(|(_, l)| *l == lang) {
+        Some((suffix, _)) => format!("{ctx}{suffix}"),
+        None => ctx.to_owned(),
     };
     json!({ "id": id, "language": language_name(lang), "cwd": cwd.unwrap_or(HOME) })
 }
@@ -313,6 +322,11 @@ fn set_env_code(lang: Language, env: &BTreeMap<String, String>) -> String {
                 env = serde_json::to_string(env).unwrap_or_default(),
             )
         }
+        Language::Javascript | Language::Typescript => format!(
+            "globalThis.__e2b_saved_env = Object.fromEntries({keys}.map((k) => [k, process.env[k]])); Object.assign(process.env, {env}); undefined",
+            keys = serde_json::to_string(&env.keys().collect::<Vec<_>>()).unwrap_or_default(),
+            env = serde_json::to_string(env).unwrap_or_default(),
+        ),
         Language::Bash => env
             .iter()
             .map(|(k, v)| {
@@ -330,6 +344,7 @@ fn set_env_code(lang: Language, env: &BTreeMap<String, String>) -> String {
 fn restore_env_code(lang: Language, env: &BTreeMap<String, String>) -> String {
     match lang {
         Language::Python => "[__import__('os').environ.pop(k, None) if v is None else __import__('os').environ.__setitem__(k, v) for k, v in __import__('sys').__dict__.pop('_e2b_saved_env', {}).items()] and None".to_owned(),
+        Language::Javascript | Language::Typescript => "for (const [k, v] of Object.entries(globalThis.__e2b_saved_env ?? {})) { if (v === undefined) delete process.env[k]; else process.env[k] = v } delete globalThis.__e2b_saved_env".to_owned(),
         Language::Bash => env
             .keys()
             .map(|k| {
@@ -510,8 +525,8 @@ async fn create_context(
         .create_context(&id, Some(&cwd))
         .await
         .map_err(|e| failure(&id, e))?;
-    if lang == Language::Bash {
-        lock(&ctx.interp.get(&id).bash).insert(created.id.clone());
+    if lang != Language::Python {
+        lock(&ctx.interp.get(&id).languages).insert(created.id.clone(), lang);
     }
     Ok(Json(e2b_context(&created.id, lang, created.cwd.as_deref())).into_response())
 }
@@ -523,18 +538,17 @@ async fn list_contexts(State(ctx): State<Ctx>, headers: HeaderMap) -> Result<Res
         .list_contexts(&id)
         .await
         .map_err(|e| failure(&id, e))?;
-    let bash = lock(&ctx.interp.get(&id).bash).clone();
-    let out: Vec<Value> = list
-        .iter()
-        .map(|c| {
-            let lang = if bash.contains(&c.id) {
-                Language::Bash
-            } else {
-                Language::Python
-            };
-            e2b_context(&c.id, lang, c.cwd.as_deref())
-        })
-        .collect();
+    let languages = lock(&ctx.interp.get(&id).languages).clone();
+    let mut out: Vec<Value> = Vec::with_capacity(list.len() + 1);
+    for c in &list {
+        let lang = languages.get(&c.id).copied().unwrap_or(Language::Python);
+        out.push(e2b_context(&c.id, lang, c.cwd.as_deref()));
+        // E2B's sandboxes start with a Python and a JavaScript context: sandlot's default
+        // context is both.
+        if c.id == DEFAULT_CONTEXT {
+            out.push(e2b_context(&c.id, Language::Javascript, c.cwd.as_deref()));
+        }
+    }
     Ok(Json(out).into_response())
 }
 
@@ -549,7 +563,7 @@ async fn delete_context(
         .delete_context(&id, &c)
         .await
         .map_err(|e| failure(&id, e))?;
-    lock(&ctx.interp.get(&id).bash).remove(&c);
+    lock(&ctx.interp.get(&id).languages).remove(&c);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -629,8 +643,26 @@ mod tests {
     fn languages_and_contexts() {
         assert_eq!(language_of(None).unwrap(), Language::Python);
         assert_eq!(language_of(Some("Bash")).unwrap(), Language::Bash);
-        assert!(language_of(Some("javascript")).is_err());
+        assert_eq!(language_of(Some("js")).unwrap(), Language::Javascript);
+        assert_eq!(
+            language_of(Some("TypeScript")).unwrap(),
+            Language::Typescript
+        );
+        assert!(language_of(Some("r")).is_err() && language_of(Some("java")).is_err());
         assert_eq!(context_of("ctx_1.bash"), ("ctx_1".into(), Language::Bash));
+        assert_eq!(
+            context_of("ctx_1.js"),
+            ("ctx_1".into(), Language::Javascript)
+        );
+        assert_eq!(
+            context_of("ctx_1.ts"),
+            ("ctx_1".into(), Language::Typescript)
+        );
+        assert_eq!(e2b_context("c", Language::Typescript, None)["id"], "c.ts");
+        assert_eq!(
+            e2b_context("c", Language::Javascript, None)["language"],
+            "javascript"
+        );
         assert_eq!(context_of("ctx_1"), ("ctx_1".into(), Language::Python));
     }
 
@@ -640,6 +672,8 @@ mod tests {
         env.insert("A".to_owned(), "it's".to_owned());
         assert!(set_env_code(Language::Bash, &env).contains("export A='it'\\''s'"));
         assert!(set_env_code(Language::Python, &env).contains(r#"{"A":"it's"}"#));
+        assert!(set_env_code(Language::Javascript, &env)
+            .contains(r#"Object.assign(process.env, {"A":"it's"})"#));
         assert!(!valid_env_name("1A") && !valid_env_name("A-B") && valid_env_name("_a1"));
     }
 }

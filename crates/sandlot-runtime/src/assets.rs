@@ -66,6 +66,18 @@ const PY_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/sandlot_runtime/bash_session.py"),
     ),
     (
+        "python/sandlot_runtime/js_session.py",
+        include_str!("../../../python/sandlot_runtime/js_session.py"),
+    ),
+    (
+        "python/sandlot_runtime/js_kernel.js",
+        include_str!("../../../python/sandlot_runtime/js_kernel.js"),
+    ),
+    (
+        "python/sandlot_runtime/ts_strip.js",
+        include_str!("../../../python/sandlot_runtime/ts_strip.js"),
+    ),
+    (
         "python/sandlot_runtime/contexts.py",
         include_str!("../../../python/sandlot_runtime/contexts.py"),
     ),

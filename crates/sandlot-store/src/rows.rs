@@ -219,6 +219,8 @@ pub(crate) fn language_from_row(row: &Row<'_>, idx: usize) -> rusqlite::Result<L
         Some(match s {
             "python" => Language::Python,
             "bash" => Language::Bash,
+            "javascript" => Language::Javascript,
+            "typescript" => Language::Typescript,
             _ => return None,
         })
     })

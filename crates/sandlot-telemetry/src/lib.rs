@@ -500,6 +500,8 @@ impl Metrics {
                 let language = match detail("language") {
                     Some("python") => "python",
                     Some("bash") => "bash",
+                    Some("javascript") => "javascript",
+                    Some("typescript") => "typescript",
                     _ => "other",
                 };
                 self.executions

@@ -26,15 +26,22 @@ pub enum Language {
     #[default]
     Python,
     Bash,
+    /// JavaScript on Node, one persistent `node` per code context (see ARCHITECTURE.md,
+    /// "The JavaScript kernel").
+    Javascript,
+    /// TypeScript: the types stripped, then run as JavaScript in the same kernel.
+    Typescript,
 }
 
 impl Language {
-    /// The wire name (`"python"`, `"bash"`): the serde name, also what the store keeps and the
+    /// The wire name (`"python"`, `"bash"`, `"javascript"`, `"typescript"`): the serde name, also what the store keeps and the
     /// policy's `execute` gate sees. The one place the mapping is written.
     pub fn as_str(self) -> &'static str {
         match self {
             Language::Python => "python",
             Language::Bash => "bash",
+            Language::Javascript => "javascript",
+            Language::Typescript => "typescript",
         }
     }
 }

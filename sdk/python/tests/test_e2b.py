@@ -120,8 +120,9 @@ def test_bash_language_and_env_vars(sbx):
 
 
 def test_unsupported_language_is_a_clear_error(sbx):
+    # JavaScript and TypeScript run (test_e2b_js_kernel.py); R and Java are refused.
     with pytest.raises(e2b.SandboxException, match="not available"):
-        sbx.run_code("console.log(1)", language="javascript")
+        sbx.run_code("print(1)", language="r")
 
 
 def test_contexts_list_restart_remove(sbx):

@@ -409,12 +409,13 @@ fn e2b_api() {
             .json(&json!({"code": "1", "context_id": "ctx_nope"})),
     );
     assert_eq!(no_ctx.status, 404, "{}", no_ctx.text);
-    let js = e.send(
+    // JavaScript and TypeScript run (tests/it/js.rs, test_e2b_js_kernel.py); R and Java do not.
+    let r = e.send(
         e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
-            .json(&json!({"code": "1", "language": "javascript"})),
+            .json(&json!({"code": "1", "language": "r"})),
     );
-    assert_eq!(js.status, 400, "{}", js.text);
-    assert!(js.text.contains("not available"), "{}", js.text);
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("not available"), "{}", r.text);
     let both = e.send(
         e.sandbox(M::POST, &id, JUPYTER, "/execute", Some(&token))
             .json(&json!({"code": "1", "language": "python", "context_id": "default"})),

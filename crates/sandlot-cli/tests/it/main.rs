@@ -32,6 +32,7 @@ mod governance;
 mod host_layout;
 mod hygiene;
 mod jobs;
+mod js;
 mod lifecycle;
 mod lineage;
 mod mcp;

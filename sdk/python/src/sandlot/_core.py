@@ -427,11 +427,17 @@ def state_timeout(cfg: ConnectionConfig, n: int = 1) -> httpx.Timeout:
     return httpx.Timeout(cfg.request_timeout, connect=min(DEFAULT_CONNECT_TIMEOUT, cfg.request_timeout), read=read)
 
 
+# The languages an execution can run in (the server's `Language`).
+LANGUAGES = ("python", "bash", "javascript", "typescript")
+
+
 def execute_body(
     code: str, language: str, timeout: Optional[float], stream: bool, context: ContextArg = None
 ) -> Dict[str, Any]:
-    if language not in ("python", "bash"):
-        raise errors.InvalidArgument(f"language must be 'python' or 'bash', not {language!r}", code="invalid_argument")
+    if language not in LANGUAGES:
+        raise errors.InvalidArgument(
+            f"language must be one of {', '.join(map(repr, LANGUAGES))}, not {language!r}", code="invalid_argument"
+        )
     body: Dict[str, Any] = {"code": code, "language": language, "stream": stream}
     if timeout is not None:
         body["timeout"] = float(timeout)
