@@ -334,7 +334,8 @@ struct ConnectBody {
 }
 
 /// Connects to a sandbox: a paused one is resumed (201), a running one answered as it is
-/// (200). A timeout given moves its expiry, as E2B's connect does.
+/// (200). A timeout given sets a resumed sandbox's expiry and extends (never shortens) a
+/// running one's, as E2B's connect does.
 async fn connect(
     State(ctx): State<Ctx>,
     Extension(who): Extension<Principal>,
@@ -347,15 +348,21 @@ async fn connect(
         Err(e) => return Err(bad_json(e)),
     };
     let sb = ctx.rt.get_sandbox(&id).await?;
-    let status = if sb.state == SandboxState::Paused {
+    let resumed = sb.state == SandboxState::Paused;
+    if resumed {
         ctx.svc().resume(&who, &id).await?;
+    }
+    // A resumed sandbox gets the timeout given; a running one only a later end than it has
+    // (a connect never shortens a running sandbox's time, as E2B's does not).
+    let sb = match timeout {
+        Some(t) if t > 0 && resumed => ctx.rt.set_timeout(&id, Duration::from_secs(t))?,
+        Some(t) if t > 0 => ctx.rt.extend_timeout(&id, Duration::from_secs(t))?,
+        _ => sb,
+    };
+    let status = if resumed {
         StatusCode::CREATED
     } else {
         StatusCode::OK
-    };
-    let sb = match timeout {
-        Some(t) if t > 0 => ctx.rt.set_timeout(&id, Duration::from_secs(t))?,
-        _ => sb,
     };
     Ok((status, Json(created(&ctx.auth, &sb))).into_response())
 }

@@ -174,6 +174,14 @@ async fn health(State(ctx): State<Ctx>, headers: HeaderMap) -> Response {
         Err(d) => return Failure::from(d).into_response(),
     };
     match ctx.rt.get_sandbox(&id).await {
+        // A paused sandbox's envd does not answer, as E2B's proxy says of one: the SDKs'
+        // `is_running()` reads this 502 as false (`connect` resumes it).
+        Ok(sb) if sb.state == sandlot_types::SandboxState::Paused => Failure {
+            status: StatusCode::BAD_GATEWAY,
+            message: format!("The sandbox {id} is paused"),
+            code: "sandbox_paused",
+        }
+        .into_response(),
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => envd_failure(&id, e).into_response(),
     }

@@ -164,10 +164,21 @@ def test_connect_pause_resume(sbx):
     sbx.run_code("import os; os.makedirs('sub', exist_ok=True); os.chdir('sub')")
     assert sbx.pause() is True
     assert e2b_ci.Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
+    assert sbx.is_running() is False  # envd's /health: a 502 while paused
     again = e2b_ci.Sandbox.connect(sbx.sandbox_id)
+    assert again.is_running() is True
     assert again.run_code("kept").text == "42"
     # Where the code left its working directory comes back with its variables.
     assert again.run_code("os.getcwd()").text == "/home/user/sub"
+
+
+def test_connect_extends_a_running_sandboxs_time_and_never_shortens_it(sbx):
+    sbx.set_timeout(300)
+    before = e2b_ci.Sandbox.get_info(sbx.sandbox_id).end_at
+    e2b_ci.Sandbox.connect(sbx.sandbox_id, timeout=10)
+    assert e2b_ci.Sandbox.get_info(sbx.sandbox_id).end_at == before
+    e2b_ci.Sandbox.connect(sbx.sandbox_id, timeout=600)
+    assert e2b_ci.Sandbox.get_info(sbx.sandbox_id).end_at > before
 
 
 def test_wrong_key_and_unknown_sandbox(e2b_env):

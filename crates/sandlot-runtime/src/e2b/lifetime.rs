@@ -12,6 +12,16 @@ impl Runtime {
     /// gives it, counted from its creation. A paused sandbox's time paused still does not
     /// count: resuming moves the expiry on by it, as before.
     pub fn set_timeout(&self, id: &str, d: Duration) -> Result<Sandbox, RuntimeError> {
+        self.timeout_to(id, d, false)
+    }
+
+    /// Like [`Runtime::set_timeout`], but only ever later: a sandbox due to end after `d`
+    /// keeps its expiry (E2B's `connect` to a running sandbox never shortens its time).
+    pub fn extend_timeout(&self, id: &str, d: Duration) -> Result<Sandbox, RuntimeError> {
+        self.timeout_to(id, d, true)
+    }
+
+    fn timeout_to(&self, id: &str, d: Duration, later_only: bool) -> Result<Sandbox, RuntimeError> {
         // The same bound as a lifetime given at creation.
         if d > Duration::from_secs(365 * 24 * 3600) {
             return Err(RuntimeError::OverOneYear { field: "timeout" });
@@ -27,7 +37,12 @@ impl Runtime {
         let info = {
             // info before expires: the order resume takes them in.
             let mut info = lock(&e.info);
-            *lock(&e.expires) = Instant::now() + d;
+            let mut expires = lock(&e.expires);
+            if later_only && *expires >= Instant::now() + d {
+                return Ok(info.clone());
+            }
+            *expires = Instant::now() + d;
+            drop(expires);
             let at = time::OffsetDateTime::now_utc() + d;
             info.expires_at = rfc3339(at);
             let age = secs_since(&info.created_at);
