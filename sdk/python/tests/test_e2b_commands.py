@@ -47,11 +47,11 @@ def test_nonzero_exit_raises_the_sdks_exception(sbx):
 def test_cwd_envs_and_a_fresh_process_each_time(sbx):
     sbx.commands.run("mkdir -p /home/user/work")
     r = sbx.commands.run("pwd; echo $GREETING", cwd="/home/user/work", envs={"GREETING": "hi there"})
-    assert r.stdout == "/workspace/work\nhi there\n"
+    assert r.stdout == "/home/user/work\nhi there\n"
     # A command's cd and exports do not carry over to the next one.
     sbx.commands.run("cd /tmp; export LEFT=1")
     r = sbx.commands.run("pwd; echo \"[$LEFT]\"")
-    assert r.stdout == "/workspace\n[]\n"
+    assert r.stdout == "/home/user\n[]\n"
     # Files written by a command are files of the home.
     sbx.commands.run("echo -n data > /workspace/from_cmd.txt")
     assert sbx.files.read("/home/user/from_cmd.txt") == "data"

@@ -162,9 +162,10 @@ fn host_files_and_secrets() {
         ),
         py(
             "host /home",
-            "report(home=os.listdir('/home'), user=os.readlink('/home/user'), cloudsdk=op(os.listdir, '/home/cloudsdk'))",
-            // Only E2B's home, which is the workspace itself.
-            json!({"home": ["user"], "user": "/workspace", "cloudsdk": "ENOENT"}),
+            "open('/workspace/.same-probe', 'w').close()\nreport(home=os.listdir('/home'), user=os.path.samefile('/home/user', '/workspace'), \
+             probe=os.path.exists('/home/user/.same-probe'), cloudsdk=op(os.listdir, '/home/cloudsdk'))",
+            // Only E2B's home, which is the workspace itself (bound there).
+            json!({"home": ["user"], "user": true, "probe": true, "cloudsdk": "ENOENT"}),
         ),
         // That no host path (the data dir, the env dir) appears anywhere inside, in mounts,
         // maps, the environment or files, is `tests/it/host_layout.rs`'s to check.
