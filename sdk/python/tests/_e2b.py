@@ -42,3 +42,15 @@ def e2b_env(sandlot_url: str) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def sbx(e2b_env: str) -> Iterator[object]:
+    """One E2B sandbox (E2B's base SDK) for a test module, killed after it."""
+    import e2b
+
+    sb = e2b.Sandbox.create(timeout=300)
+    try:
+        yield sb
+    finally:
+        sb.kill()

@@ -15,20 +15,11 @@ import urllib.request
 
 import pytest
 
-from ._e2b import e2b_env  # noqa: F401  (a fixture)
+from ._e2b import e2b_env, sbx  # noqa: F401  (fixtures)
 
 e2b = pytest.importorskip("e2b")
 
 pytestmark = pytest.mark.live
-
-
-@pytest.fixture(scope="module")
-def sbx(e2b_env):
-    sb = e2b.Sandbox.create(timeout=300)
-    try:
-        yield sb
-    finally:
-        sb.kill()
 
 
 def test_gzip_uploads_and_downloads(sbx):

@@ -8,21 +8,12 @@ import time
 
 import pytest
 
-from ._e2b import e2b_env  # noqa: F401  (a fixture)
+from ._e2b import e2b_env, sbx  # noqa: F401  (fixtures)
 
 e2b = pytest.importorskip("e2b")
 from e2b.sandbox.commands.command_handle import PtySize  # noqa: E402
 
 pytestmark = pytest.mark.live
-
-
-@pytest.fixture(scope="module")
-def sbx(e2b_env):
-    sb = e2b.Sandbox.create(timeout=300)
-    try:
-        yield sb
-    finally:
-        sb.kill()
 
 
 def _run(sbx, terminal, data: bytes) -> tuple[int, str]:
