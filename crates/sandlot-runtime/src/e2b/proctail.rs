@@ -119,15 +119,7 @@ impl PtyMaster {
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             let mut ready = self.fd.readable().await?;
-            let r = ready.try_io(|fd| {
-                // SAFETY: read into a buffer we own, at most its length, on an fd we own.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
+            let r = ready.try_io(|fd| nix::unistd::read(fd, buf).map_err(io::Error::from));
             match r {
                 Ok(Ok(n)) => return Ok(n),
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
@@ -142,15 +134,7 @@ impl PtyMaster {
     pub async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let mut ready = self.fd.writable().await?;
-            let r = ready.try_io(|fd| {
-                // SAFETY: write from a slice we hold, at most its length, on an fd we own.
-                let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
+            let r = ready.try_io(|fd| nix::unistd::write(fd, data).map_err(io::Error::from));
             match r {
                 Ok(Ok(n)) => data = &data[n..],
                 Ok(Err(e)) => return Err(e),
