@@ -86,6 +86,10 @@ def test_pty_input_is_bounded(sbx):
 def test_a_command_whose_sandbox_is_killed_raises_promptly(e2b_env):
     sb = e2b.Sandbox.create(timeout=120)
     cmd = sb.commands.run("sleep 60", background=True)
+    # Killed once it runs (a kill racing its launch ends it with -1: a separate case).
+    deadline = time.monotonic() + 10
+    while cmd.pid not in [p.pid for p in sb.commands.list()] and time.monotonic() < deadline:
+        time.sleep(0.05)
     t = time.monotonic()
     sb.kill()
     with pytest.raises(e2b.TimeoutException) as info:
