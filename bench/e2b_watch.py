@@ -13,7 +13,11 @@ Configuration is E2B's own::
 
     export E2B_API_URL=http://127.0.0.1:8080 E2B_SANDBOX_URL=http://127.0.0.1:8080 \\
         E2B_API_KEY=$(sudo cat <data_dir>/e2b-api-key)
-    python bench/e2b_watch.py [--writes 50] [--gap 0.05]
+    python bench/e2b_watch.py [--writes 50] [--gap 0.05] [--warmup 5] [--time-limit 60] \\
+        [--samples]
+
+``--iterations`` is another name for ``--writes`` (what sandlot-bench passes); the first
+``--warmup`` writes are not counted; the writes are capped to fit ``--time-limit``.
 """
 
 import argparse
@@ -31,7 +35,7 @@ def percentile(sorted_ms, q):
     return sorted_ms[i]
 
 
-async def main(writes: int, gap: float) -> dict:
+async def main(writes: int, gap: float, warmup: int, samples_out: bool) -> dict:
     import e2b
 
     sbx = await e2b.AsyncSandbox.create(timeout=300)
@@ -51,26 +55,35 @@ async def main(writes: int, gap: float) -> dict:
         r = await sbx.commands.run(script, cwd="/home/user/watched", timeout=0)
         await asyncio.sleep(0.5)
         await handle.stop()
-        written = dict(line.split() for line in r.stdout.splitlines() if line.strip())
-        samples = sorted(
-            (seen[name] - int(t)) / 1e6 for name, t in written.items() if name in seen
-        )
-        return {
+        written = [line.split() for line in r.stdout.splitlines() if line.strip()]
+        in_order = [
+            (seen[name] - int(t)) / 1e6 for name, t in written[warmup:] if name in seen
+        ]
+        samples = sorted(in_order)
+        out = {
             "p50_ms": percentile(samples, 50),
             "p99_ms": percentile(samples, 99),
             "mean_ms": statistics.fmean(samples) if samples else None,
             "max_ms": samples[-1] if samples else None,
             "n": len(samples),
-            "missed": len(written) - len(samples),
+            "missed": len(written[warmup:]) - len(samples),
             "sdk": f"e2b {metadata.version('e2b')}",
         }
+        if samples_out:
+            out["samples_ms"] = [round(s, 4) for s in in_order]
+        return out
     finally:
         await sbx.kill()
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--writes", type=int, default=50)
+    ap.add_argument("--writes", "--iterations", type=int, default=50)
     ap.add_argument("--gap", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--samples", action="store_true", help="also print every sample (samples_ms)")
     a = ap.parse_args()
-    print(json.dumps(asyncio.run(main(a.writes, a.gap))))
+    warmup = min(a.warmup, 20)
+    writes = warmup + max(1, min(a.writes, int(a.time_limit / (a.gap + 0.01))))
+    print(json.dumps(asyncio.run(main(writes, a.gap, warmup, a.samples))))

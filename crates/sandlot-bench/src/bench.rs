@@ -232,11 +232,78 @@ pub struct HotResult {
     /// through the same REST call; `None` when the host has no node.
     pub javascript: Option<Summary>,
     pub javascript_server_ms: Option<Summary>,
+    /// What a chart's structured data adds to a plotting cell (issue 21); `None` when the
+    /// template has no matplotlib.
+    pub chart: Option<ChartCost>,
     pub jupyter: Option<Summary>,
     pub jupyter_idle: Option<Summary>,
     pub jupyter_info: Value,
     pub jupyter_skipped: Option<String>,
     pub ratio: Option<f64>,
+}
+
+/// What E2B-shaped chart data costs a cell that shows a figure: the same `display(fig)` of a
+/// four-line, 1,000-point figure with the chart's data and with its MIME type excluded (the PNG
+/// alone, drawn either way), alternated on one sandbox; and the extractor alone, timed inside
+/// the sandbox.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChartCost {
+    pub with_chart: Summary,
+    pub png_only: Summary,
+    /// `charts.extras(fig)` in the sandbox's interpreter, ms.
+    pub extractor: Summary,
+}
+
+impl ChartCost {
+    /// What the chart's data adds, ms: p50 with it minus p50 without it, but never less than
+    /// the extractor's own p50 (the two round trips differ by less than their noise, which can
+    /// make the difference negative; the extractor's time is spent in every plotting cell).
+    pub fn added_p50(&self) -> f64 {
+        (self.with_chart.p50 - self.png_only.p50).max(self.extractor.p50)
+    }
+}
+
+const CHART_MIME: &str = "application/vnd.sandlot.chart+json";
+const CHART_SETUP: &str = "import matplotlib\nmatplotlib.use('agg')\n\
+import matplotlib.pyplot as plt, numpy as np\nfrom IPython.display import display\n\
+fig, ax = plt.subplots()\nx = np.arange(250)\n\
+for k in range(4):\n    ax.plot(x, np.sin(x / 10 + k), label=f's{k}')\n\
+ax.set_title('bench'); ax.set_xlabel('x'); ax.legend(); plt.close(fig); fig.canvas.draw()";
+const CHART_EXTRACTOR: &str = "import json, time\nfrom sandlot_runtime.charts import extras\n\
+_t = []\nfor _ in range(200):\n    _s = time.perf_counter(); extras(fig)\n    \
+_t.append((time.perf_counter() - _s) * 1000)\nprint(json.dumps(_t))";
+
+fn hot_chart(c: &mut Conn, id: &str, iters: usize) -> anyhow::Result<ChartCost> {
+    server::execute(c, id, CHART_SETUP)?;
+    let with = "display(fig)".to_owned();
+    let without = format!("display(fig, exclude=['{CHART_MIME}'])");
+    let has_chart = |v: &Value| {
+        v["outputs"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|o| o["data"].get(CHART_MIME).is_some()))
+    };
+    let (mut a, mut b) = (Samples::new(), Samples::new());
+    for i in 0..(iters + 5) {
+        for (code, want, into) in [(&with, true, &mut a), (&without, false, &mut b)] {
+            let t = Instant::now();
+            let v = server::execute(c, id, code)?;
+            let d = t.elapsed();
+            if has_chart(&v) != want {
+                bail!("`{code}` answered outputs {}", v["outputs"]);
+            }
+            if i >= 5 {
+                into.push(d);
+            }
+        }
+    }
+    let v = server::execute(c, id, CHART_EXTRACTOR)?;
+    let ms: Vec<f64> = serde_json::from_str(v["stdout"].as_str().unwrap_or_default().trim())
+        .with_context(|| format!("the extractor timing printed {}", v["stdout"]))?;
+    Ok(ChartCost {
+        with_chart: a.summary(),
+        png_only: b.summary(),
+        extractor: Samples::from_ms(ms).summary(),
+    })
 }
 
 /// `1+1` as JavaScript cells on sandbox `id`: the round trips and the server's durations.
@@ -311,6 +378,23 @@ pub fn hot(ctx: &mut Ctx) -> anyhow::Result<HotResult> {
             (None, None)
         }
     };
+    let chart_iters = (o.hot_iters / 20).clamp(10, 100);
+    let chart = match hot_chart(&mut c, &id, chart_iters) {
+        Ok(ch) => {
+            eprintln!(
+                "[hot] plotting cell p50 {:.3} ms with chart data, {:.3} ms PNG only (+{:.3} ms); extractor p50 {:.3} ms",
+                ch.with_chart.p50,
+                ch.png_only.p50,
+                ch.added_p50(),
+                ch.extractor.p50
+            );
+            Some(ch)
+        }
+        Err(e) => {
+            eprintln!("[hot] chart cost skipped: {e:#}");
+            None
+        }
+    };
     server::delete(&mut c, &id)?;
     let sandlot = s.summary();
     eprintln!(
@@ -338,6 +422,7 @@ pub fn hot(ctx: &mut Ctx) -> anyhow::Result<HotResult> {
         sandlot_server_ms: Summary::of(&srv),
         javascript,
         javascript_server_ms,
+        chart,
         ratio: jupyter.map(|j| j.p50 / sandlot.p50),
         jupyter,
         jupyter_idle,

@@ -24,6 +24,10 @@ use std::time::Duration;
 const REST_RTT: &str = include_str!("../../../bench/rest_rtt.py");
 const E2B_RTT: &str = include_str!("../../../bench/e2b_rtt.py");
 const MCP_RTT: &str = include_str!("../../../bench/mcp_rtt.py");
+const E2B_WATCH: &str = include_str!("../../../bench/e2b_watch.py");
+
+/// Files the watch script writes (50 ms apart), after its 5 untimed ones.
+const WATCH_WRITES: &str = "200";
 
 /// What the clients' venv holds (and is keyed by). httpx is what the E2B and MCP clients talk
 /// HTTP with, so the REST peer uses it too.
@@ -54,6 +58,11 @@ pub struct ClientsResult {
     pub mcp: Option<Summary>,
     /// The same `tools/call` as raw JSON-RPC POSTs (`http.client`, one connection).
     pub mcp_raw: Option<Summary>,
+    /// E2B's `watch_dir` (async SDK, streamed): a write inside the sandbox to its event at the
+    /// client (issue 21).
+    pub watch: Option<Summary>,
+    /// Writes whose event never arrived.
+    pub watch_missed: Option<u64>,
     /// The hot benchmark's sandlot round trip (the harness's Rust client), when it ran in this
     /// run.
     pub hot_sandlot: Option<Summary>,
@@ -157,6 +166,20 @@ pub fn clients(ctx: &mut Ctx, hot: Option<&HotResult>) -> anyhow::Result<Clients
         }
         None => (None, None),
     };
+    let watch_v = note(
+        &mut failures,
+        "watch",
+        runner.run(
+            "e2b_watch.py",
+            E2B_WATCH,
+            &["--writes", WATCH_WRITES],
+            true,
+            1,
+        ),
+    );
+    let watch_missed = watch_v.as_ref().and_then(|v| v["missed"].as_u64());
+    let watch_summary =
+        watch_v.and_then(|v| note(&mut failures, "watch", summary_of(&v, "watch samples")));
     if rest.is_none() && e2b.is_none() && mcp.is_none() {
         bail!("every client failed: {}", failures.join("; "));
     }
@@ -165,6 +188,7 @@ pub fn clients(ctx: &mut Ctx, hot: Option<&HotResult>) -> anyhow::Result<Clients
         ("E2B", &e2b),
         ("MCP", &mcp),
         ("MCP raw", &mcp_raw),
+        ("E2B watch_dir event", &watch_summary),
     ] {
         if let Some(s) = s {
             eprintln!(
@@ -182,6 +206,8 @@ pub fn clients(ctx: &mut Ctx, hot: Option<&HotResult>) -> anyhow::Result<Clients
         e2b,
         mcp,
         mcp_raw,
+        watch: watch_summary,
+        watch_missed,
         hot_sandlot: hot.map(|h| h.sandlot),
         jupyter: hot.and_then(|h| h.jupyter),
         requirements,

@@ -64,6 +64,30 @@ pub fn hot_block(run: &Run, h: &HotResult) -> String {
         "… the server's own `duration_ms` for it",
         &h.sandlot_server_ms,
     );
+    if let Some(js) = &h.javascript {
+        summary_row(
+            &mut o,
+            "**JavaScript** `1+1` cell, same sandbox and call (`\"language\": \"javascript\"`, its node started)",
+            js,
+        );
+    }
+    if let Some(c) = &h.chart {
+        summary_row(
+            &mut o,
+            "plotting cell `display(fig)` (4 lines × 250 points): PNG + chart data",
+            &c.with_chart,
+        );
+        summary_row(
+            &mut o,
+            "… the same with the chart's MIME type excluded: PNG only",
+            &c.png_only,
+        );
+        summary_row(
+            &mut o,
+            "… the chart extractor alone, timed in the sandbox",
+            &c.extractor,
+        );
+    }
     match (&h.jupyter, &h.jupyter_idle) {
         (Some(j), Some(i)) => {
             summary_row(&mut o, "**Jupyter**: `execute_result` + `execute_reply`", j);

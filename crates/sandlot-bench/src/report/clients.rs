@@ -148,6 +148,25 @@ pub fn clients_block(run: &Run, c: &ClientsResult) -> String {
             Cell::Measured(j),
         );
     }
+    match &c.watch {
+        Some(w) => {
+            let _ = writeln!(
+                o,
+                "\nE2B `watch_dir` (async SDK, envd's streamed `WatchDir`): a command in the sandbox creates a file every 50 ms \
+                 after reading the clock (`date +%s%N`, so that process's start counts against us); time to its create event \
+                 in the client's callback: p50 **{} ms**, p99 **{} ms**, max {} ms (n {}, {} missed).",
+                fmt_ms(w.p50),
+                fmt_ms(w.p99),
+                fmt_ms(w.max),
+                w.n,
+                c.watch_missed.unwrap_or(0)
+            );
+        }
+        None if c.failure("watch").is_some() => {
+            o.push_str("\nE2B `watch_dir`: failed (¹).\n");
+        }
+        None => {}
+    }
     let mut adds = Vec::new();
     if let (Some(e), Some(r)) = (&c.e2b, &c.rest) {
         adds.push(format!(
@@ -218,6 +237,48 @@ pub(super) fn clients_targets(run: &Run, t: &mut Vec<Target>) {
                 .unwrap_or_else(|| "not measured".into())
         )
     };
+    const RATIO: &str = "E2B run_code(\"1+1\") p50 ≤ 1.5× REST's from the same Python (issue 21)";
+    const WATCH: &str = "E2B watch_dir event ≤ 50 ms p99 after the write (issue 21)";
+    t.push(match (&c.e2b, &c.rest) {
+        (Some(e), Some(r)) if r.p50 > 0.0 => Target::at_most(
+            "e2b-vs-rest",
+            RATIO,
+            e.p50 / r.p50,
+            1.5,
+            "×",
+            format!(
+                "{:.2}× ({} ms vs {} ms)",
+                e.p50 / r.p50,
+                fmt_ms(e.p50),
+                fmt_ms(r.p50)
+            ),
+        ),
+        _ => Target::unmeasured("e2b-vs-rest", RATIO, "E2B or REST not measured".into()),
+    });
+    t.push(match &c.watch {
+        Some(w) => Target::at_most(
+            "watch-event",
+            WATCH,
+            w.p99,
+            50.0,
+            "ms",
+            format!(
+                "p99 {} ms (p50 {} ms, n {}, {} missed)",
+                fmt_ms(w.p99),
+                fmt_ms(w.p50),
+                w.n,
+                c.watch_missed.unwrap_or(0)
+            ),
+        ),
+        None => Target::unmeasured(
+            "watch-event",
+            WATCH,
+            format!(
+                "failed: {}",
+                one_line(c.failure("watch").unwrap_or("no samples"))
+            ),
+        ),
+    });
     for (key, goal, s, limit, name) in [
         ("e2b-rtt", E2B_GOAL, &c.e2b, 2.0, "e2b"),
         ("mcp-rtt", MCP_GOAL, &c.mcp, 3.0, "mcp"),
@@ -272,6 +333,8 @@ mod tests {
             e2b: Some(ms(1.6, 2000)),
             mcp: Some(ms(3.5, 1900)),
             mcp_raw: Some(ms(1.2, 2000)),
+            watch: Some(ms(3.0, 200)),
+            watch_missed: Some(0),
             hot_sandlot: None,
             jupyter: None,
             requirements: crate::clients::REQUIREMENTS
@@ -435,6 +498,15 @@ mod tests {
         assert_eq!(d.matches(CLIENTS_HEADING).count(), 1, "{d}");
         let targets = block(&d, "targets").unwrap();
         let keys: Vec<String> = table_rows(targets).iter().map(|r| row_key(r)).collect();
-        assert_eq!(keys, ["hot-p50", "e2b-rtt", "mcp-rtt"]);
+        assert_eq!(
+            keys,
+            [
+                "hot-p50",
+                "e2b-rtt",
+                "e2b-vs-rest",
+                "watch-event",
+                "mcp-rtt"
+            ]
+        );
     }
 }

@@ -169,6 +169,45 @@ fn trim(v: f64) -> String {
     }
 }
 
+/// Issue 21's targets on the hot sandbox: a JavaScript `1+1` and a chart's cost.
+fn hot_issue21_targets(h: &HotResult, t: &mut Vec<Target>) {
+    const JS: &str = "JavaScript `1+1` cell over HTTP p50 ≤ 1 ms (issue 21)";
+    const CHART: &str = "a chart's structured data adds ≤ 5 ms p50 to a plotting cell (issue 21)";
+    t.push(match &h.javascript {
+        Some(js) => Target::at_most(
+            "js-hot",
+            JS,
+            js.p50,
+            1.0,
+            "ms",
+            format!(
+                "{} ms (p99 {} ms; Python {} ms)",
+                fmt_ms(js.p50),
+                fmt_ms(js.p99),
+                fmt_ms(h.sandlot.p50)
+            ),
+        ),
+        None => Target::unmeasured("js-hot", JS, "no node on this host".into()),
+    });
+    t.push(match &h.chart {
+        Some(c) => Target::at_most(
+            "chart-added",
+            CHART,
+            c.added_p50(),
+            5.0,
+            "ms",
+            format!(
+                "{} ms ({} ms with the chart's data, {} ms PNG only; the extractor alone {} ms)",
+                fmt_ms(c.added_p50()),
+                fmt_ms(c.with_chart.p50),
+                fmt_ms(c.png_only.p50),
+                fmt_ms(c.extractor.p50)
+            ),
+        ),
+        None => Target::unmeasured("chart-added", CHART, "no matplotlib in the template".into()),
+    });
+}
+
 /// Order of the rows in the targets table.
 const TARGET_KEYS: &[&str] = &[
     "create-p50",
@@ -177,6 +216,8 @@ const TARGET_KEYS: &[&str] = &[
     "create-vs-cold",
     "hot-p50",
     "hot-vs-jupyter",
+    "js-hot",
+    "chart-added",
     "density-memory",
     "density-answer",
     "density-p99",
@@ -195,6 +236,8 @@ const TARGET_KEYS: &[&str] = &[
     "snapshot-create-50mb",
     "paused-start",
     "e2b-rtt",
+    "e2b-vs-rest",
+    "watch-event",
     "mcp-rtt",
     "policy-p99",
     "egress-added",
@@ -287,6 +330,9 @@ pub fn targets(run: &Run) -> Vec<Target> {
                 ),
             )),
         }
+    }
+    if let Some(h) = &run.hot {
+        hot_issue21_targets(h, &mut t);
     }
     if let Some(d) = &run.density {
         const MEM: &str = "1000 live sandboxes ≤ 8 GiB host memory in total";
