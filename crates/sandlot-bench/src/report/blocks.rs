@@ -70,6 +70,9 @@ pub fn hot_block(run: &Run, h: &HotResult) -> String {
             "**JavaScript** `1+1` cell, same sandbox and call (`\"language\": \"javascript\"`, its node started)",
             js,
         );
+        if let Some(cell) = &h.javascript_server_ms {
+            summary_row(&mut o, "… the server's own `duration_ms` for it", cell);
+        }
     }
     if let Some(c) = &h.chart {
         summary_row(
