@@ -10,6 +10,11 @@
 // its error {"t": "error", "c", "name", "value", "traceback"} and its end
 // {"t": "done", "c", "status": "ok"|"error"|"interrupted"}.
 //
+// A restored context's log of cells comes first, as one {"id", "replay": [[code, ts, status],
+// ...]}: each cell runs again in order with its output muted, and the kernel answers
+// {"t": "replayed", "c": id, "failed": null | {"index", "name", "value"}} (a cell that ended
+// "ok" when it first ran and throws now stops the replay; one that threw then may throw again).
+//
 // Cells run in the process's own global context (vm.runInThisContext), each rewritten first
 // (rewrite()) so that what it declares at top level outlives it: var/let/const, functions,
 // classes and `import` bindings become globals, the cell's body runs inside an async function
@@ -37,6 +42,7 @@ let current = null; // the running cell's execution id
 let last = null; // the last cell's: output written between cells is its background output
 let cells = 0;
 let interruptCurrent = null;
+let muted = false; // a replay runs: the cells' output was seen when they first ran
 
 function send(message) {
   let text = JSON.stringify(message);
@@ -60,6 +66,10 @@ for (const [stream, index] of [[process.stdout, 1], [process.stderr, 2]]) {
     if (typeof encoding === 'function') {
       callback = encoding;
       encoding = undefined;
+    }
+    if (muted) {
+      if (typeof callback === 'function') process.nextTick(callback);
+      return true;
     }
     const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
     if (text.length > 0) send({ t: 'out', s: index, d: text, c: current ?? last });
@@ -385,7 +395,35 @@ function syntaxErrorEvent(error, code, filename) {
 
 class Interrupted extends Error {}
 
+// Runs a restored context's cells again (see the protocol above), then answers once.
+async function replay(message) {
+  const cellsToReplay = Array.isArray(message.replay) ? message.replay : [];
+  let failed = null;
+  muted = true;
+  try {
+    for (let index = 0; index < cellsToReplay.length; index++) {
+      const [code, ts, status] = cellsToReplay[index];
+      cells += 1;
+      try {
+        const source = rewrite(ts ? stripTypes(String(code)) : String(code));
+        await new vm.Script(source, { filename: `<cell ${cells}>` }).runInThisContext({ displayErrors: false });
+      } catch (e) {
+        if (status === 'ok') {
+          const ev = errorEvent(e);
+          failed = { index: index + 1, name: ev.name, value: ev.value };
+          break;
+        }
+      }
+    }
+  } finally {
+    muted = false;
+    last = null;
+  }
+  send({ t: 'replayed', c: message.id ?? null, failed });
+}
+
 async function runCell(message) {
+  if (message.replay !== undefined) return replay(message);
   current = message.id ?? null;
   last = current;
   cells += 1;

@@ -14,6 +14,13 @@ context's state kept. A cell that does not stop within ``JS_INTERRUPT_GRACE`` (o
 synchronous code, ``while (true) {}``, never lets node's handler run) has its node killed: the
 cell says so on stderr, and the next cell starts a new node with nothing of the old one's
 state. node that died (``process.exit()``, the OOM killer) is replaced the same way.
+
+A context's JavaScript state outlives a pause, a fork or a snapshot by replay: each session
+keeps a bounded log of the top-level cells that ran to their end (``ok`` or ``error``; an
+interrupted cell is left out), the saved state carries it (``snapshot.py``), and the restored
+context's first JavaScript cell starts node and replays the log first, its output muted
+(ARCHITECTURE.md, "The JavaScript kernel", says why replay and what it cannot give back). A
+context whose state could not be carried or replayed says so on the stderr of that first cell.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import time
 
 from . import output
 from .capture import write_stderr
+from .jsonsafe import safe_str
 from .protocol import emit
 from .state import state
 
@@ -40,6 +48,14 @@ JS_INTERRUPT_GRACE = 0.5
 JS_STOP_GRACE = 0.5
 _CHECK_INTERVAL_MS = 100
 _RESET = "its variables, functions and imports are reset"
+# Bounds of a context's log of cells (what a save carries): past either, the log is dropped and
+# the context's JavaScript state is not carried (it says so after a restore).
+MAX_LOG_BYTES = 1 << 20
+MAX_LOG_CELLS = 1000
+# How long a restored context's replay may take before node is ended and its state given up.
+REPLAY_SECS = 30.0
+# The `name` of a context's JavaScript state in not_captured (never a Python identifier).
+JS_STATE = "javascript state"
 
 
 class JsUnavailable(Exception):
@@ -63,6 +79,42 @@ class JsSession:
         self._to_node: int | None = None
         self._from_node: int | None = None
         self._pending = b""
+        # The cells that made this node's state, in order: [code, typescript, status].
+        self.log: list[list] = []
+        self._log_bytes = 0
+        # Why this context's state is not what its log says (the log overflowed, a replay
+        # failed); None: the log is whole.
+        self.lost: str | None = None
+        # A restored session: its log is replayed when node starts.
+        self._replay = False
+        # What the next cell says on stderr first (a restore that could not be whole).
+        self._notice: str | None = None
+
+    @classmethod
+    def restored(cls, saved: object) -> "JsSession":
+        """A session of a restored context, from what ``saved_state`` gave: node starts on the
+        context's next JavaScript cell and replays the log first."""
+        session = cls()
+        saved = saved if isinstance(saved, dict) else {}
+        cells = saved.get("cells")
+        if isinstance(cells, list):
+            for cell in cells:
+                if isinstance(cell, list) and len(cell) == 3 and isinstance(cell[0], str):
+                    session._record(cell[0], bool(cell[1]), str(cell[2]))
+        lost = saved.get("lost")
+        if isinstance(lost, str):
+            session.lost = lost
+            session._notice = (f"sandlot: this context's JavaScript state was not restored "
+                               f"({lost}); {_RESET}")
+        elif not isinstance(cells, list):
+            session.lost = "its saved state is unreadable"
+            session._notice = f"sandlot: this context's JavaScript state was not restored; {_RESET}"
+        session._replay = bool(session.log) and session.lost is None
+        return session
+
+    def saved_state(self) -> dict:
+        """What a save carries of this context's JavaScript: the log, or why it cannot."""
+        return {"cells": [list(c) for c in self.log], "lost": self.lost}
 
     def run(self, code: str, typescript: bool) -> str:
         """Runs one cell; returns its status ("ok", "error", "interrupted")."""
@@ -77,9 +129,23 @@ class JsSession:
                 raise JsUnavailable("the JavaScript kernel could not start")
         state.js_pid = self._proc.pid
         try:
-            return self._wait_done(exec_id)
+            status = self._wait_done(exec_id)
         finally:
             state.js_pid = None
+        if status in ("ok", "error") and self._proc is not None:
+            self._record(code, typescript, status)
+        return status
+
+    def _record(self, code: str, typescript: bool, status: str) -> None:
+        if self.lost is not None:
+            return
+        self._log_bytes += len(code.encode("utf-8", "surrogatepass"))
+        if self._log_bytes > MAX_LOG_BYTES or len(self.log) >= MAX_LOG_CELLS:
+            self.log, self._log_bytes = [], 0
+            self.lost = (f"its cells passed the log's bounds ({MAX_LOG_CELLS} cells, "
+                         f"{MAX_LOG_BYTES >> 20} MiB of code)")
+            return
+        self.log.append([code, typescript, status])
 
     def stop(self) -> None:
         """Ends node: EOF on its input first, then SIGKILL."""
@@ -113,13 +179,70 @@ class JsSession:
     def _ensure_running(self) -> None:
         if self._proc is None:
             self._start()
+            if self._replay:
+                self._replay = False
+                self._replay_log()
         elif (code := self._proc.poll()) is not None:
             self._replace(f"the JavaScript kernel had ended ({_describe_status(code)})")
+        if self._notice is not None:
+            write_stderr(self._notice)
+            self._notice = None
 
     def _replace(self, what: str) -> None:
         self.stop()
         self._start()
+        self._forget()
         write_stderr(f"sandlot: {what}; a new one was started ({_RESET})")
+
+    def _forget(self) -> None:
+        """node's state is gone: so is the log of what made it."""
+        self.log, self._log_bytes, self.lost, self._replay = [], 0, None, False
+
+    def _replay_log(self) -> None:
+        """Replays a restored context's log into the node just started. A cell that ended
+        ``ok`` when it first ran and fails now, node dying, or the replay outlasting
+        ``REPLAY_SECS`` leaves the context with a fresh node and says so on the next cell."""
+        replay_id = "replay-" + os.urandom(8).hex()
+        line = json.dumps({"id": replay_id, "replay": self.log},
+                          ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        why = None
+        if not self._send(line):
+            why = "the JavaScript kernel ended before its cells were replayed"
+        else:
+            why = self._wait_replayed(replay_id)
+        if why is None:
+            return
+        self.stop()  # a node still replaying reads EOF and exits, or is killed
+        self._start()
+        self._forget()
+        self._notice = (f"sandlot: this context's JavaScript state was not restored: {why}; "
+                        f"{_RESET}")
+
+    def _wait_replayed(self, replay_id: str) -> str | None:
+        """Waits for the kernel's answer to a replay: None when every cell replayed, else why
+        not."""
+        deadline = time.monotonic() + REPLAY_SECS
+        poller = select.poll()
+        poller.register(self._from_node, select.POLLIN)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return f"replaying its {len(self.log)} cells took over {REPLAY_SECS:g} s"
+            if not poller.poll(int(min(left, 0.1) * 1000) + 1):
+                if self._proc.poll() is not None:
+                    return "the JavaScript kernel exited while its cells were replayed"
+                continue
+            if not self._read_some():
+                return "the JavaScript kernel exited while its cells were replayed"
+            for message in self._messages():
+                if message.get("t") != "replayed" or message.get("c") != replay_id:
+                    self._background(message)
+                    continue
+                failed = message.get("failed")
+                if not isinstance(failed, dict):
+                    return None
+                return (f"replaying cell {failed.get('index', '?')} of {len(self.log)} failed "
+                        f"with {safe_str(failed.get('name'))}: {safe_str(failed.get('value'))}")
 
     def _start(self) -> None:
         node = node_binary()
@@ -243,6 +366,7 @@ class JsSession:
         code = self._proc.wait()
         self.close()
         self._proc = None
+        self._forget()
         what = (f"the JavaScript kernel exited ({_describe_status(code)})"
                 f"{'; ' + why if why else ''}; the next JavaScript cell starts a new one "
                 f"({_RESET})")

@@ -9,7 +9,8 @@ File, version 1: a header of ``HEADER_LEN`` bytes (``SANDLOT-STATE\\n``, ``1\\n`
 SHA-256 in hex and ``\\n``, padded with spaces to a last ``\\n``), then the body. The body is each
 variable's own cloudpickle, one after the other, then the index (a plain pickle of
 ``{"version", "contexts": {id: {"vars": {name: (offset, length)}, "modules_as": {name:
-module}, "bash": {"cwd", "env"} | None}}, "active", "modules", "random"}``; offsets count from
+module}, "bash": {"cwd", "env"} | None, "js": {"cells", "lost"} (when the context ran
+JavaScript)}}, "active", "modules", "random"}``; offsets count from
 the body's start), then the index's length in 8 bytes, little-endian. The body is written from
 ``HEADER_LEN`` on and the header last, so a save cut short never looks whole. Each variable is
 streamed straight into the file (a DataFrame's buffer goes from its own memory to the page cache
@@ -51,6 +52,7 @@ from .bash_session import BashSession, limit_hint
 from .capture import write_stderr
 from .contexts import Context, enter_context, set_context_cwd, set_workdir
 from .digest import MAX_DIGEST_NAME, MAX_DIGESTED, digest_state
+from .js_session import JS_STATE, JsSession
 from .jsonsafe import safe_str
 from .pickling import (
     DEFAULT_OBJECT_SECS,
@@ -199,6 +201,12 @@ def _save_context(name: str, writer: _BodyWriter, bounds: TimeBounds) -> tuple[d
                                                         bounds.remaining()), 0.01))
         except (OSError, EOFError, ValueError) as exc:  # TimeoutError is an OSError
             failed.append({"name": BASH_SESSION, "context": name, "reason": reason_for(exc)})
+    js = state.js if name == state.active_context else ctx.js
+    if js is not None:
+        # The log of the cells that made its node's state: replayed on restore (js_session).
+        entry["js"] = js.saved_state()
+        if js.lost is not None:
+            failed.append({"name": JS_STATE, "context": name, "reason": js.lost})
     return entry, failed
 
 def _save_value(value: object, ns: dict, writer: _BodyWriter,
@@ -536,6 +544,10 @@ def _restore_context(name: str, entry: dict, body: memoryview) -> tuple[int, lis
         if isinstance(cwd, str) and not os.path.isdir(cwd):
             failed.append({"name": BASH_SESSION, "context": name,
                            "reason": f"its working directory {cwd!r} does not exist here"})
+    if "js" in entry:
+        if state.js is not None:
+            state.js.stop()
+        state.js = JsSession.restored(entry.get("js"))
     return count, failed
 
 

@@ -215,3 +215,78 @@ def test_fetch_goes_through_the_proxy_in_the_environment(make_driver):
         assert execution.stderr == ""  # no "experimental" warning either
     finally:
         server.shutdown()
+
+
+# -- JavaScript state across a save and a load (a pause, a fork, a snapshot) ---------------------
+
+
+def _carried(make_driver, tmp_path, parent):
+    """Saves the parent's state and loads it into a fresh driver, as a fork or a resume does."""
+    from test_snapshot import load, save
+
+    saved = save(parent, tmp_path / "state")
+    assert saved["ok"], saved
+    child = make_driver()
+    loaded = load(child, tmp_path / "state")
+    assert loaded["ok"], loaded
+    return saved, child
+
+
+def test_js_declarations_come_back_after_a_load(make_driver, tmp_path):
+    parent = make_driver()
+    assert js(parent, """
+        const path = require('node:path')
+        let count = 1
+        function twice(x) { return x * 2 }
+        class Box { constructor(v) { this.v = v } }
+        console.log('said once')
+    """).status == "ok"
+    assert js(parent, "count += 1").status == "ok"
+    # A cell that failed half-way still declared what it reached, as it did in the parent.
+    failed = js(parent, "globalThis.partial = 'set'; throw new Error('after partial')")
+    assert failed.status == "error"
+    assert js(parent, "const label: string = 'typed'", language="typescript").status == "ok"
+    parent.send({"type": "context_create", "context": "second"})
+    assert parent.next_frame()["ok"]
+    assert js(parent, "const mine = 'second context'", context="second").status == "ok"
+
+    saved, child = _carried(make_driver, tmp_path, parent)
+    assert not [e for e in saved["not_captured"] if e["name"] == "javascript state"], saved
+    first = js(child, "[count, twice(21), new Box(3).v, path.basename('/a/b.txt'), partial, label]")
+    assert text(first) == "[ 2, 42, 3, 'b.txt', 'set', 'typed' ]", first.events
+    # The replay is silent: its output was seen when the cells first ran.
+    assert first.stdout == "" and first.stderr == "", first.events
+    assert text(js(child, "mine", context="second")) == "'second context'"
+    # The child's own state goes on from there, and is carried again by its own save.
+    assert js(child, "count += 10").status == "ok"
+    (tmp_path / "again").mkdir()
+    _, grandchild = _carried(make_driver, tmp_path / "again", child)
+    assert text(js(grandchild, "[count, twice(count)]")) == "[ 12, 24 ]"
+
+
+def test_a_replay_that_fails_says_so_on_the_next_cell(make_driver, tmp_path):
+    parent = make_driver()
+    marker = tmp_path / "marker.txt"
+    marker.write_text("was here")
+    assert js(parent, f"const seen = require('fs').readFileSync({str(marker)!r}, 'utf8')").status == "ok"
+    marker.unlink()  # what the cell read is gone when it runs again
+    _, child = _carried(make_driver, tmp_path, parent)
+    execution = js(child, "typeof seen")
+    assert text(execution) == "'undefined'"
+    assert "JavaScript state was not restored: replaying cell 1 of 1 failed with Error" in execution.stderr
+    assert "ENOENT" in execution.stderr
+    # Said once; the context goes on with a fresh node.
+    again = js(child, "1 + 1")
+    assert text(again) == "2" and again.stderr == ""
+
+
+def test_a_log_past_its_bounds_is_not_carried_and_says_so(make_driver, tmp_path):
+    parent = make_driver()
+    big = "globalThis.big = 1 // " + "x" * (1 << 20)
+    assert js(parent, big).status == "ok"
+    saved, child = _carried(make_driver, tmp_path, parent)
+    lost = [e for e in saved["not_captured"] if e["name"] == "javascript state"]
+    assert lost and "log's bounds" in lost[0]["reason"], saved
+    execution = js(child, "typeof big")
+    assert text(execution) == "'undefined'"
+    assert "JavaScript state was not restored (its cells passed the log's bounds" in execution.stderr

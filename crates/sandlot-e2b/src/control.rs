@@ -69,6 +69,8 @@ pub(crate) fn routes(ctx: &Ctx) -> Router<Ctx> {
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
+        // E2B's snapshot API (`snapshots`), under the same key check.
+        .merge(crate::snapshots::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             require_key,
@@ -196,6 +198,14 @@ async fn create(
         (NO_IDLE_TIMEOUT, timeout, IdleAction::Delete)
     };
     let template = template_of(&req.template_id);
+    // A snapshot's id as the template: a sandbox started from that snapshot (its template is
+    // the snapshot's, filled in by the creation pipeline).
+    let from_snapshot = crate::snapshots::snapshot_of(&req.template_id);
+    let template = if from_snapshot.is_some() {
+        None
+    } else {
+        template
+    };
     let metadata = req.metadata.unwrap_or_default();
     let tier = metadata.get(TIER_METADATA).cloned();
     let create = CreateSandbox {
@@ -210,6 +220,7 @@ async fn create(
         tier,
         // E2B's code runs in the user's home (the workspace, mounted there too).
         workdir: Some(crate::files::HOME.to_owned()),
+        from_snapshot,
         ..Default::default()
     };
     // The creation pipeline every protocol shares (`sandlot_service::admission`): references,

@@ -13,6 +13,8 @@
 //! - `control`: the control plane (create, list, get, kill, timeout, connect, pause/resume),
 //!   each operation a call of the one service (`sandlot_service::Service`: tenant scoping,
 //!   the creation gates, quotas and fair shares, as on `/v1` and MCP)
+//! - `snapshots`: E2B's snapshot API (create, list, delete, and sandboxes started from one)
+//!   over sandlot's snapshots, through the same service
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
 //! - `interpreter`: the code interpreter's `/execute` and `/contexts`
@@ -27,6 +29,7 @@ mod filesystem;
 mod gates;
 mod interpreter;
 mod process;
+mod snapshots;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};

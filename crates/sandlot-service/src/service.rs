@@ -131,6 +131,34 @@ impl<'a, B: Backend> Service<'a, B> {
         self.backend.create_snapshot(id, req).await
     }
 
+    /// `Ok` when snapshot `id` is `who`'s tenant's; another tenant's, or one never taken,
+    /// is the not-found answer, word for word (the runtime's own words for a missing one).
+    pub fn scope_snapshot(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
+        if self.gov.is_none() {
+            return Ok(());
+        }
+        match self.backend.snapshot_tenant(id) {
+            Some(owner) if owner == who.tenant => Ok(()),
+            _ => Err(ApiError::new(
+                ErrorCode::SnapshotNotFound,
+                format!("no snapshot {}", crate::governance::short(id)),
+            )),
+        }
+    }
+
+    /// The snapshots of `who`'s tenant, oldest first.
+    pub async fn snapshots(&self, who: &Principal) -> Result<Vec<Snapshot>, ApiError> {
+        let mut all = self.backend.list_snapshots().await?;
+        all.retain(|s| s.tenant == who.tenant);
+        Ok(all)
+    }
+
+    /// Deletes one of `who`'s snapshots (the sandboxes started from it keep their copies).
+    pub async fn delete_snapshot(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
+        self.scope_snapshot(who, id)?;
+        self.backend.delete_snapshot(id).await
+    }
+
     /// Creates a volume of `who`'s tenant (volume names are per tenant), within its share.
     pub async fn create_volume(
         &self,

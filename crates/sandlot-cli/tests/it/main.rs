@@ -24,6 +24,7 @@ mod e2b_api;
 mod e2b_files;
 mod e2b_pty;
 mod e2b_rpc;
+mod e2b_snap;
 mod e2b_tokens;
 mod env_jail;
 mod events;
