@@ -209,6 +209,7 @@ impl PolicyEngine {
                 errors: vec![e],
                 version: String::new(),
                 latency_us: 0.0,
+                review: None,
             },
             Ok((request, entities)) => {
                 let set = policies(&compiled.per_gate[gate.index()]);
@@ -236,11 +237,36 @@ impl PolicyEngine {
                         errors,
                         version: String::new(),
                         latency_us: 0.0,
+                        review: None,
                     }
                 } else {
-                    let ids: BTreeSet<String> = diag.reason().map(|id| id.to_string()).collect();
-                    let allowed = response.decision() == CedarDecision::Allow;
-                    let reason = if ids.is_empty() {
+                    let mut ids: BTreeSet<String> =
+                        diag.reason().map(|id| id.to_string()).collect();
+                    let mut allowed = response.decision() == CedarDecision::Allow;
+                    // An allow through a `@review` permit is a hold: the reviewing permits
+                    // decide it (review wins over a plain permit; a forbid already won).
+                    let reviewing: BTreeSet<String> = if allowed {
+                        ids.iter()
+                            .filter(|id| compiled.reviews.contains_key(*id))
+                            .cloned()
+                            .collect()
+                    } else {
+                        BTreeSet::new()
+                    };
+                    let review = (!reviewing.is_empty()).then(|| {
+                        reviewing
+                            .iter()
+                            .filter_map(|id| compiled.reviews.get(id).cloned())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    });
+                    if review.is_some() {
+                        allowed = false;
+                        ids = reviewing;
+                    }
+                    let reason = if let Some(r) = &review {
+                        format!("needs review: {r}")
+                    } else if ids.is_empty() {
                         format!("no policy permits {gate}")
                     } else {
                         let verb = if allowed { "permitted" } else { "forbidden" };
@@ -260,6 +286,7 @@ impl PolicyEngine {
                         errors,
                         version: String::new(),
                         latency_us: 0.0,
+                        review,
                     }
                 }
             }
@@ -307,14 +334,16 @@ impl PolicyEngine {
             if d.allowed {
                 return (outcome, d);
             }
-            if !d.errors.is_empty() {
+            // An output gate held for review: the output waits, withheld (nothing here can
+            // wait for a person while the sandbox streams).
+            if !d.errors.is_empty() || d.needs_review() {
                 return withheld(d);
             }
         }
         let d = check(OutputGate::Redact);
         if d.allowed {
             (Outcome::Redact, d)
-        } else if !d.errors.is_empty() {
+        } else if !d.errors.is_empty() || d.needs_review() {
             withheld(d)
         } else {
             (Outcome::Pass, d)
