@@ -569,3 +569,138 @@ fn held_actions_survive_kill_9_and_run_once_after_approval() {
     .expect_error(409, "review_decided");
     assert_eq!(file(&a, &sb, "k0.txt").as_deref(), Some("k0\n"));
 }
+
+/// One loopback HTTP server answering `hello` to anything (one request per connection).
+fn hello_upstream(ip: &str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                );
+            });
+        }
+    });
+    port
+}
+
+/// Egress a `@review` permit holds is refused at once with "review pending" and one review
+/// per sandbox, host and port; approved, the sandbox's next attempt goes through; denied, it
+/// stays refused. The sandbox (no key) cannot decide it.
+#[test]
+fn held_egress_is_refused_until_approved() {
+    let port = hello_upstream("127.0.0.3");
+    let server = TestServer::start_with_env(&[
+        ("SANDLOT_POOL_SIZE", "1"),
+        ("SANDLOT_EGRESS_HOSTS", "api.test=127.0.0.3"),
+    ]);
+    let policies = format!(
+        "{}\n@id(\"review-api\")\n@review(\"a new domain\")\n\
+         permit (principal, action == Sandlot::Action::\"egress\", resource)\n\
+         when {{ context.host == \"api.test\" }};\n",
+        sandlot_policy::DEFAULT_POLICIES
+    );
+    let me = As::key(&server, server.key());
+    me.put_raw("/v1/policies", "text/plain", policies.into_bytes())
+        .expect(200);
+    let allow = json!([format!("api.test:{port}"), "127.0.0.3/32"]);
+    let fetch = format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    r = urllib.request.urlopen('http://api.test:{port}/x', timeout=20); print(r.status, r.read().decode())\n\
+         except urllib.error.HTTPError as e:\n    print(e.code, e.read().decode())\n\
+         except Exception as e:\n    print(0, repr(e))"
+    );
+    let run = |sb: &str| -> String {
+        me.post(&exec_path(sb, ""), &json!({"code": fetch}))
+            .expect(200)["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let sb = me
+        .post("/v1/sandboxes", &json!({"network": allow}))
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = run(&sb);
+    assert!(!out.contains("hello"), "held egress went through: {out}");
+    assert!(out.contains("review pending"), "{out}");
+    let out = run(&sb);
+    assert!(out.contains("review pending"), "{out}");
+    let held = pending(&me, 1);
+    assert_eq!(
+        held.len(),
+        1,
+        "one review per sandbox, host and port: {held:?}"
+    );
+    let r = &held[0];
+    assert_eq!(r["gate"], "egress");
+    assert_eq!(r["request"]["host"], "api.test");
+    assert_eq!(r["key_id"], format!("sandbox:{sb}"));
+    let rid = r["id"].as_str().unwrap().to_owned();
+    // From inside, the sandbox has no key: the API refuses it.
+    let inside = run_in(&me, &sb, &format!(
+        "import urllib.request, urllib.error\n\
+         req = urllib.request.Request('{}/v1/reviews/{rid}/approve', data=b'{{\"reason\": \"me\"}}', headers={{'content-type': 'application/json'}}, method='POST')\n\
+         try:\n    print(urllib.request.urlopen(req, timeout=5).status)\n\
+         except urllib.error.HTTPError as e:\n    print(e.code)\n\
+         except Exception as e:\n    print(0)",
+        server.url()
+    ));
+    assert!(!inside.trim().starts_with("200"), "{inside}");
+    assert_eq!(
+        me.get(&format!("/v1/reviews/{rid}")).expect(200)["review"]["state"],
+        "pending"
+    );
+    decide(&me, &rid, "approve", "known partner").expect(200);
+    let out = run(&sb);
+    assert!(out.starts_with("200 hello"), "{out}");
+    let out = run(&sb);
+    assert!(
+        out.starts_with("200 hello"),
+        "approved for the sandbox's life: {out}"
+    );
+
+    // Another sandbox asks anew; denied, it stays refused.
+    let other = me
+        .post("/v1/sandboxes", &json!({"network": allow}))
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(run(&other).contains("review pending"));
+    let held = pending(&me, 1);
+    let oid = held
+        .iter()
+        .find(|r| r["request"]["sandbox"] == other.as_str())
+        .expect("the other sandbox's review")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    decide(&me, &oid, "deny", "not for this one").expect(200);
+    let out = run(&other);
+    assert!(!out.contains("hello"), "{out}");
+    assert!(out.contains("not for this one"), "{out}");
+}
+
+fn run_in(who: &As<'_>, sb: &str, code: &str) -> String {
+    who.post(&exec_path(sb, ""), &json!({"code": code}))
+        .expect(200)["stdout"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
