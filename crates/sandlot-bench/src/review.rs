@@ -72,6 +72,7 @@ pub fn run(samples: usize, work: &Path) -> anyhow::Result<ReviewBenchResult> {
             },
             code_bytes: 3,
             language: "bash".into(),
+            code: "1+1".into(),
         },
     ));
     anyhow::ensure!(d.needs_review(), "the benchmark policy did not hold: {d:?}");

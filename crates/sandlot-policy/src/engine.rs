@@ -8,7 +8,7 @@ use crate::index::GateIndex;
 use crate::query::{
     Finding, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
-use crate::schema::{DEFAULT_POLICIES, SCHEMA};
+use crate::schema::{DEFAULT_POLICIES, PREVIOUS_SCHEMAS, SCHEMA};
 use crate::set::{compile, describe_all, Compiled, PolicyInfo};
 use arc_swap::ArcSwap;
 use cedar_policy::{Authorizer, Decision as CedarDecision, PolicySet, Schema};
@@ -72,7 +72,13 @@ impl PolicyEngine {
                 write_atomically(path, text)?;
             }
         }
-        let schema_text = fs::read_to_string(&schema_path).map_err(io("reading", &schema_path))?;
+        let mut schema_text =
+            fs::read_to_string(&schema_path).map_err(io("reading", &schema_path))?;
+        if PREVIOUS_SCHEMAS.contains(&schema_text.as_str()) {
+            // A shipped schema never edited: the server's requests have grown since.
+            write_atomically(&schema_path, SCHEMA)?;
+            schema_text = SCHEMA.to_string();
+        }
         let text = fs::read_to_string(&policies_path).map_err(io("reading", &policies_path))?;
         let schema = load_schema(&schema_text, &schema_path)?;
         let compiled = compile(&text, &schema, &schema_text).map_err(|e| match e {
@@ -429,6 +435,7 @@ pub(crate) fn sample_queries() -> Vec<Query> {
             sandbox: sandbox.clone(),
             code_bytes: 3,
             language: "python".into(),
+            code: "1+1".into(),
         },
         GateRequest::ReadFile {
             sandbox: sandbox.clone(),

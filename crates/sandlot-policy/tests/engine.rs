@@ -40,6 +40,7 @@ fn execute(p: &PolicyPrincipal, code_bytes: u64) -> Query {
             sandbox: sandbox(&p.tenant),
             code_bytes,
             language: "python".into(),
+            code: String::new(),
         },
     )
 }
@@ -933,4 +934,63 @@ when {{ context.kind == \"secret\" }};
     );
     assert_eq!(outcome, Outcome::Withhold, "{d:?}");
     assert!(d.needs_review());
+}
+
+/// The execute gate sees the code: a pattern in it can be held (or refused).
+#[test]
+fn code_that_matches_a_pattern_is_held() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"review-rm\")
+@review(\"deleting files recursively\")
+permit (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ context.code like \"*rm -rf*\" }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+    let q = |code: &str| {
+        Query::new(
+            p.clone(),
+            GateRequest::Execute {
+                sandbox: sandbox("acme"),
+                code_bytes: code.len() as u64,
+                language: "bash".into(),
+                code: code.into(),
+            },
+        )
+    };
+    assert!(engine.decide(&q("ls -la")).allowed);
+    let d = engine.decide(&q("cd /workspace && rm -rf cache"));
+    assert_eq!(d.review.as_deref(), Some("deleting files recursively"));
+}
+
+/// A schema file shipped by an earlier sandlot and never edited is replaced with the current
+/// one when the engine opens; an edited one is kept (and refused if it lacks what is sent now).
+#[test]
+fn a_shipped_schema_never_edited_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdir = dir.path().join("policies");
+    fs::create_dir_all(&pdir).unwrap();
+    // The schema shipped before `code` was sent: the same without it and its comment.
+    let old = sandlot_policy::SCHEMA
+        .replace(
+            "  // `code` is the code itself (a policy may hold or refuse code that matches a pattern:\n  // `context.code like \"*rm -rf*\"`).\n",
+            "",
+        )
+        .replace(", code: String }", " }");
+    assert_ne!(old, sandlot_policy::SCHEMA);
+    fs::write(pdir.join(SCHEMA_FILE), &old).unwrap();
+    let engine = PolicyEngine::open(&pdir).unwrap();
+    assert_eq!(engine.info().schema, sandlot_policy::SCHEMA);
+    assert_eq!(
+        fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(),
+        sandlot_policy::SCHEMA
+    );
+    // An edited old schema is not touched: refused, with the way back named.
+    let edited = format!("// mine\n{old}");
+    fs::write(pdir.join(SCHEMA_FILE), &edited).unwrap();
+    let err = PolicyEngine::open(&pdir).unwrap_err().to_string();
+    assert!(err.contains("execute"), "{err}");
+    assert_eq!(fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(), edited);
 }

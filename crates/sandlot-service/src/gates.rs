@@ -245,20 +245,22 @@ impl Governance {
             .map(|_| ())
     }
 
-    /// The `execute` gate of a sandbox, for every interface.
+    /// The `execute` gate of a sandbox for `code`, for every interface (the policy sees the
+    /// code itself, so a pattern in it cannot be run past the gate through another protocol).
     pub fn gate_execute(
         &self,
         who: &Principal,
         sandbox: &Sandbox,
-        code_bytes: usize,
+        code: &str,
         language: sandlot_types::Language,
     ) -> Result<(), sandlot_types::ApiError> {
         self.gate(
             who,
             GateRequest::Execute {
                 sandbox: sandbox_ref(sandbox),
-                code_bytes: code_bytes as u64,
+                code_bytes: code.len() as u64,
                 language: language.as_str().into(),
+                code: code.to_owned(),
             },
             format!("Sandbox::{:?}", sandbox.id),
         )
@@ -302,6 +304,7 @@ impl Governance {
                 sandbox: sandbox_ref(sandbox),
                 code_bytes: req.code.len() as u64,
                 language: req.language.as_str().into(),
+                code: req.code.clone(),
             },
             format!("Sandbox::{:?}", sandbox.id),
             fp,

@@ -179,18 +179,18 @@ impl<'a, B: Backend> Service<'a, B> {
         Ok(self.tokened(self.backend.set_network(id, update).await?))
     }
 
-    /// The `execute` gate of one of `who`'s sandboxes for `code_bytes` of `language`.
+    /// The `execute` gate of one of `who`'s sandboxes for `code` in `language`.
     pub async fn gate_execute(
         &self,
         who: &Principal,
         id: &str,
-        code_bytes: usize,
+        code: &str,
         language: Language,
     ) -> Result<(), ApiError> {
         self.scope_sandbox(who, id)?;
         if let Some(g) = self.gov {
             let sandbox = self.backend.get_sandbox(id).await?;
-            g.gate_execute(who, &sandbox, code_bytes, language)?;
+            g.gate_execute(who, &sandbox, code, language)?;
         }
         Ok(())
     }
@@ -334,8 +334,7 @@ impl<'a, B: Backend + Clone> Service<'a, B> {
         stream: bool,
         dropped: OnDrop,
     ) -> Result<ExecutionHandle<ApiError>, ApiError> {
-        self.gate_execute(who, id, req.code.len(), req.language)
-            .await?;
+        self.gate_execute(who, id, &req.code, req.language).await?;
         Ok(self.spawn_execution(id, req, stream, dropped))
     }
 

@@ -704,3 +704,36 @@ fn run_in(who: &As<'_>, sb: &str, code: &str) -> String {
         .unwrap_or("")
         .to_owned()
 }
+
+/// The execute gate sees the code: code matching a pattern is held whatever the language, and
+/// the same code sent through the job queue (another protocol's path) is refused rather than
+/// run unreviewed.
+#[test]
+fn code_matching_a_pattern_is_held() {
+    let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "1")]);
+    let policies = format!(
+        "{}\n@id(\"review-rmrf\")\n@review(\"recursive deletion\")\n\
+         permit (principal, action == Sandlot::Action::\"execute\", resource)\n\
+         when {{ context.code like \"*rm -rf*\" }};\n",
+        sandlot_policy::DEFAULT_POLICIES
+    );
+    let me = As::key(&server, server.key());
+    me.put_raw("/v1/policies", "text/plain", policies.into_bytes())
+        .expect(200);
+    let sb = server.create_sandbox();
+    let r = me.post(
+        &exec_path(&sb, ""),
+        &json!({"code": "open('/workspace/marker', 'w').write('x')  # rm -rf"}),
+    );
+    let review = r.expect(202)["review"].clone();
+    assert_eq!(review["reason"], "recursive deletion");
+    assert_eq!(file(&me, &sb, "marker"), None);
+    me.post(&exec_path(&sb, ""), &bash("echo fine")).expect(200);
+    let r = me.post(
+        &format!("/v1/sandboxes/{sb}/jobs"),
+        &json!({"code": "open('/workspace/marker', 'w').write('y')  # rm -rf"}),
+    );
+    r.expect_error(403, "policy_denied");
+    assert!(r.message().contains("needs review"), "{}", r.text);
+    assert_eq!(file(&me, &sb, "marker"), None);
+}
