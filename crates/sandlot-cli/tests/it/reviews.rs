@@ -165,6 +165,21 @@ fn held_execution_runs_once_after_approval_and_never_when_denied() {
         .as_array()
         .unwrap()
         .is_empty());
+    // Without a key (a sandbox has none), or with a made-up one: 401, nothing decided.
+    for key in [None, Some("sl_notakey00000000000000000000000000000000")] {
+        let c = server.client_with_key(key);
+        let r = c
+            .post(format!("{}/v1/reviews/{rid}/approve", server.url()))
+            .json(&json!({"reason": "forged"}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        let r = c
+            .get(format!("{}/v1/reviews", server.url()))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+    }
     // The tenant's own keys see it, members included.
     member.get(&format!("/v1/reviews/{rid}")).expect(200);
 
