@@ -6,7 +6,7 @@
 
 use crate::backend::Backend;
 use crate::error::{error_body, HttpError};
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::header::ACCEPT;
@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
 use sandlot_service::execution::{ExecutionHandle, Step};
-use sandlot_service::OnDrop;
+use sandlot_service::{OnDrop, ReviewAsk, Started};
 use sandlot_types::{
     ApiError, ErrorCode, ExecuteRequest, ExecutionRecord, ExecutionResult, OutputEvent,
 };
@@ -37,11 +37,26 @@ pub struct ExecutionList {
     pub executions: Vec<ExecutionRecord>,
 }
 
+/// `POST /v1/sandboxes/{id}/execute` query: for an execution a policy holds for review.
+// Unknown parameters stay ignored, as they were before this query was read.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct HeldQuery {
+    /// Seconds to wait for a person's decision (0 or absent: answer 202 at once; at most
+    /// 300).
+    #[serde(default)]
+    review_wait: Option<u64>,
+    /// The review an earlier call was held for: the re-submission of the same request,
+    /// released once its review is approved.
+    #[serde(default)]
+    review: Option<String>,
+}
+
 pub(crate) async fn execute<B: Backend>(
     State(st): State<AppState<B>>,
     caller: crate::govern::Caller,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
+    ApiQuery(held): ApiQuery<HeldQuery>,
     ApiJson(req): ApiJson<ExecuteRequest>,
 ) -> Result<Response, HttpError> {
     if req.code.len() > st.cfg.max_code_bytes {
@@ -57,10 +72,23 @@ pub(crate) async fn execute<B: Backend>(
     let stream = req.stream || accepts_event_stream(&headers);
     // A client that leaves (a dropped request, a closed stream) does not stop the execution:
     // it is recorded whole.
-    let mut run = st
+    // An execution a policy holds for review waits `review_wait` seconds for a person, or
+    // answers 202 with the review to poll and re-submit with (`?review=<id>`).
+    let ask = ReviewAsk {
+        wait: held.review_wait.unwrap_or(0),
+        review: held.review,
+    };
+    let mut run = match st
         .svc()
-        .start_execution(&caller.0, &id, req, stream, OnDrop::RunOn)
-        .await?;
+        .start_execution_held(&caller.0, &id, req, stream, OnDrop::RunOn, &ask)
+        .await?
+    {
+        Started::Running(run) => run,
+        Started::Held(review) => {
+            let body = crate::reviews::ReviewBody { review: *review };
+            return Ok((axum::http::StatusCode::ACCEPTED, Json(body)).into_response());
+        }
+    };
     if stream {
         return execute_streaming(run).await;
     }

@@ -18,6 +18,7 @@ mod files;
 pub mod govern;
 mod policies;
 pub mod ports;
+mod reviews;
 mod revoke;
 mod sandboxes;
 pub mod shares;
@@ -193,6 +194,10 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
         route(Get, "/v1/policies", policies::get_policies::<B>),
         route(Put, "/v1/policies", policies::put_policies::<B>),
         route(Get, "/v1/decisions", policies::list_decisions::<B>),
+        route(Get, "/v1/reviews", reviews::list::<B>),
+        route(Get, "/v1/reviews/{id}", reviews::get::<B>),
+        route(Post, "/v1/reviews/{id}/approve", reviews::approve::<B>),
+        route(Post, "/v1/reviews/{id}/deny", reviews::deny::<B>),
         route(
             Put,
             "/v1/sandboxes/{id}/network",

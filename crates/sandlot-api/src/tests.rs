@@ -938,6 +938,9 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::JobEnded, 409),
     (ErrorCode::WebhookNotFound, 404),
     (ErrorCode::UnsupportedBundle, 400),
+    (ErrorCode::ReviewNotFound, 404),
+    (ErrorCode::ReviewDenied, 403),
+    (ErrorCode::ReviewDecided, 409),
 ];
 
 #[test]

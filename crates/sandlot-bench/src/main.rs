@@ -33,6 +33,7 @@ mod policy;
 mod record;
 mod report;
 mod restart;
+mod review;
 mod server;
 mod state;
 mod stats;
@@ -95,6 +96,8 @@ enum Bench {
     Audit,
     /// 17. hot 1+1 with audit, metrics and OTLP traces on vs a server with them off (issue 8)
     Record,
+    /// 18. approval decision → held action resumes, in process (issue 23)
+    Review,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -204,6 +207,9 @@ pub struct Opts {
     #[arg(long, default_value_t = 3)]
     paused_starts: usize,
 
+    /// review: timed approvals (each with one waiting caller)
+    #[arg(long, default_value_t = 500)]
+    review_samples: usize,
     /// policy: timed decisions (all gates in turn)
     #[arg(long, default_value_t = 20_000)]
     policy_samples: usize,
@@ -415,6 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         governance: None,
         audit: None,
         record: None,
+        review: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -550,6 +557,24 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Err(e) => failed("audit", e),
         }
     }
+    // In process, no server: the store in the scratch directory.
+    if want(Bench::Review) {
+        eprintln!(
+            "[review] {} approvals, each with a waiting caller",
+            o.review_samples
+        );
+        let watch = bench::Watch::start(&ctx);
+        match review::run(o.review_samples.max(1), &work) {
+            Ok(r) => {
+                review::print(&r);
+                run.review = Some(report::InProcess {
+                    conditions: watch.finish_in_process(),
+                    result: r,
+                })
+            }
+            Err(e) => failed("review", e),
+        }
+    }
     // Starts two servers of its own (record on, record off) and an OTLP sink, and stops them.
     if want(Bench::Record) {
         match record::record(
@@ -594,7 +619,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
             "paused_start": run.paused_start,
             "policy": run.policy, "egress": run.egress, "governance": run.governance,
-            "audit": run.audit, "record": run.record,
+            "audit": run.audit, "record": run.record, "review": run.review,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)

@@ -63,12 +63,12 @@ impl Gate {
         }
     }
 
-    /// The `execute` gate for `code_bytes` of `language`.
-    pub(crate) fn execute(&self, code_bytes: usize, language: Language) -> Result<(), ApiError> {
+    /// The `execute` gate for `code` in `language`.
+    pub(crate) fn execute(&self, code: &str, language: Language) -> Result<(), ApiError> {
         match &self.governed {
             Some(g) => {
                 g.not_contained()?;
-                g.gov.gate_execute(&g.who, &g.sandbox, code_bytes, language)
+                g.gov.gate_execute(&g.who, &g.sandbox, code, language)
             }
             None => Ok(()),
         }

@@ -131,16 +131,16 @@ impl Scope {
         Ok(self.svc().snapshot(&self.who, id, req).await?)
     }
 
-    /// The `execute` gate of sandbox `id` for `code_bytes` of `language`.
+    /// The `execute` gate of sandbox `id` for `code` in `language`.
     pub(crate) async fn gate_execute(
         &self,
         id: &str,
-        code_bytes: usize,
+        code: &str,
         language: Language,
     ) -> Result<(), Error> {
         Ok(self
             .svc()
-            .gate_execute(&self.who, id, code_bytes, language)
+            .gate_execute(&self.who, id, code, language)
             .await?)
     }
 

@@ -287,7 +287,7 @@ impl<B: Backend> Call<'_, B> {
                 let (backend, scope) = (backend.clone(), scope.clone());
                 async move {
                     if let Some(s) = &scope {
-                        s.gate_execute(&id, req.code.len(), language).await?;
+                        s.gate_execute(&id, &req.code, language).await?;
                     }
                     execute_interruptible(backend, id, req, ctx, session).await
                 }

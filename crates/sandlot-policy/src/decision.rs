@@ -22,6 +22,21 @@ pub struct Decision {
     pub version: String,
     /// Time spent deciding, including building the request, in microseconds.
     pub latency_us: f64,
+    /// Set when the request needs a person's approval: a satisfied permit carries
+    /// `@review("why")` and no forbid applies. The decision is then *not* allowed (`allowed`
+    /// is false, so a gate that does not hold actions refuses it: fail closed), `policies`
+    /// names the reviewing permits and this is their `@review` text. Precedence: a satisfied
+    /// forbid denies (no review); a satisfied `@review` permit holds even when an
+    /// unannotated permit is satisfied too (review wins over a plain permit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<String>,
+}
+
+impl Decision {
+    /// Whether the request may go ahead once a person approves it.
+    pub fn needs_review(&self) -> bool {
+        self.review.is_some()
+    }
 }
 
 /// What happens to an output in which the guardrails found something (the one type, in

@@ -8,7 +8,7 @@ use crate::index::GateIndex;
 use crate::query::{
     Finding, GateRequest, OutputGate, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
-use crate::schema::{DEFAULT_POLICIES, SCHEMA};
+use crate::schema::{DEFAULT_POLICIES, PREVIOUS_SCHEMAS, SCHEMA};
 use crate::set::{compile, describe_all, Compiled, PolicyInfo};
 use arc_swap::ArcSwap;
 use cedar_policy::{Authorizer, Decision as CedarDecision, PolicySet, Schema};
@@ -72,7 +72,13 @@ impl PolicyEngine {
                 write_atomically(path, text)?;
             }
         }
-        let schema_text = fs::read_to_string(&schema_path).map_err(io("reading", &schema_path))?;
+        let mut schema_text =
+            fs::read_to_string(&schema_path).map_err(io("reading", &schema_path))?;
+        if PREVIOUS_SCHEMAS.contains(&schema_text.as_str()) {
+            // A shipped schema never edited: the server's requests have grown since.
+            write_atomically(&schema_path, SCHEMA)?;
+            schema_text = SCHEMA.to_string();
+        }
         let text = fs::read_to_string(&policies_path).map_err(io("reading", &policies_path))?;
         let schema = load_schema(&schema_text, &schema_path)?;
         let compiled = compile(&text, &schema, &schema_text).map_err(|e| match e {
@@ -209,6 +215,7 @@ impl PolicyEngine {
                 errors: vec![e],
                 version: String::new(),
                 latency_us: 0.0,
+                review: None,
             },
             Ok((request, entities)) => {
                 let set = policies(&compiled.per_gate[gate.index()]);
@@ -236,11 +243,36 @@ impl PolicyEngine {
                         errors,
                         version: String::new(),
                         latency_us: 0.0,
+                        review: None,
                     }
                 } else {
-                    let ids: BTreeSet<String> = diag.reason().map(|id| id.to_string()).collect();
-                    let allowed = response.decision() == CedarDecision::Allow;
-                    let reason = if ids.is_empty() {
+                    let mut ids: BTreeSet<String> =
+                        diag.reason().map(|id| id.to_string()).collect();
+                    let mut allowed = response.decision() == CedarDecision::Allow;
+                    // An allow through a `@review` permit is a hold: the reviewing permits
+                    // decide it (review wins over a plain permit; a forbid already won).
+                    let reviewing: BTreeSet<String> = if allowed {
+                        ids.iter()
+                            .filter(|id| compiled.reviews.contains_key(*id))
+                            .cloned()
+                            .collect()
+                    } else {
+                        BTreeSet::new()
+                    };
+                    let review = (!reviewing.is_empty()).then(|| {
+                        reviewing
+                            .iter()
+                            .filter_map(|id| compiled.reviews.get(id).cloned())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    });
+                    if review.is_some() {
+                        allowed = false;
+                        ids = reviewing;
+                    }
+                    let reason = if let Some(r) = &review {
+                        format!("needs review: {r}")
+                    } else if ids.is_empty() {
                         format!("no policy permits {gate}")
                     } else {
                         let verb = if allowed { "permitted" } else { "forbidden" };
@@ -260,6 +292,7 @@ impl PolicyEngine {
                         errors,
                         version: String::new(),
                         latency_us: 0.0,
+                        review,
                     }
                 }
             }
@@ -307,14 +340,16 @@ impl PolicyEngine {
             if d.allowed {
                 return (outcome, d);
             }
-            if !d.errors.is_empty() {
+            // An output gate held for review: the output waits, withheld (nothing here can
+            // wait for a person while the sandbox streams).
+            if !d.errors.is_empty() || d.needs_review() {
                 return withheld(d);
             }
         }
         let d = check(OutputGate::Redact);
         if d.allowed {
             (Outcome::Redact, d)
-        } else if !d.errors.is_empty() {
+        } else if !d.errors.is_empty() || d.needs_review() {
             withheld(d)
         } else {
             (Outcome::Pass, d)
@@ -400,6 +435,7 @@ pub(crate) fn sample_queries() -> Vec<Query> {
             sandbox: sandbox.clone(),
             code_bytes: 3,
             language: "python".into(),
+            code: "1+1".into(),
         },
         GateRequest::ReadFile {
             sandbox: sandbox.clone(),

@@ -102,6 +102,9 @@ pub enum GateRequest {
         sandbox: SandboxRef,
         code_bytes: u64,
         language: String,
+        /// The code itself.
+        #[serde(default)]
+        code: String,
     },
     ReadFile {
         sandbox: SandboxRef,
@@ -203,11 +206,13 @@ impl Query {
                 sandbox,
                 code_bytes,
                 language,
+                code,
             } => (
                 sandbox_entity(sandbox, &mut entities)?,
                 vec![
                     ("code_bytes", long(*code_bytes)),
                     ("language", string(language)),
+                    ("code", string(code)),
                 ],
             ),
             GateRequest::ReadFile { sandbox, path } => (

@@ -54,6 +54,8 @@ pub(crate) struct Compiled {
     pub per_gate: Vec<GateIndex>,
     /// `@reason` by policy id.
     pub reasons: HashMap<String, String>,
+    /// `@review` by policy id: permits that hold the request for a person's approval.
+    pub reviews: HashMap<String, String>,
 }
 
 /// `sha256(policies ‖ 0 ‖ schema)`, first 16 hex digits.
@@ -225,6 +227,7 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
     let mut named = Vec::with_capacity(policies.len());
     let mut entries = Vec::with_capacity(policies.len());
     let mut reasons = HashMap::new();
+    let mut reviews = HashMap::new();
     // Each policy's text is a slice of `text`, in order: search from the previous one's end
     // (an earlier policy may contain a later one's text).
     let mut cursor = 0;
@@ -274,6 +277,21 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
         if let Some(r) = &reason {
             reasons.insert(id.clone(), r.clone());
         }
+        if let Some(r) = p.annotation("review") {
+            // On a forbid it would mean nothing (a forbid denies): refused, not ignored.
+            if p.effect() == Effect::Forbid {
+                return Err(PolicyError::Unsupported(format!(
+                    "{} (@id {id:?}) is a forbid with @review; only a permit can hold a request for review",
+                    at()
+                )));
+            }
+            let r = if r.trim().is_empty() {
+                format!("held for review by policy {id}")
+            } else {
+                r.to_string()
+            };
+            reviews.insert(id.clone(), r);
+        }
         entries.push(PolicyEntry {
             id: id.clone(),
             reason,
@@ -318,6 +336,7 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
         entries,
         per_gate,
         reasons,
+        reviews,
     })
 }
 

@@ -40,6 +40,7 @@ fn execute(p: &PolicyPrincipal, code_bytes: u64) -> Query {
             sandbox: sandbox(&p.tenant),
             code_bytes,
             language: "python".into(),
+            code: String::new(),
         },
     )
 }
@@ -818,4 +819,178 @@ fn deep_nesting_is_refused_not_a_crash() {
         "((&&".repeat(5000)
     );
     engine.replace(&text).unwrap();
+}
+
+/// A `@review` permit holds the request: not allowed, the reviewing permit named, its text
+/// the review's reason; a forbid still wins; review wins over a plain permit that also
+/// applies; a request no reviewing permit matches is decided as before.
+#[test]
+fn review_permits_hold_requests_and_forbids_still_win() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"review-big-code\")
+@review(\"large code needs a person's look\")
+permit (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ context.code_bytes > 100 }};
+
+@id(\"review-new-domain\")
+@review(\"egress to a new domain\")
+permit (principal, action == Sandlot::Action::\"egress\", resource)
+when {{ context.host like \"*.new.test\" }};
+
+@id(\"no-huge-code\")
+@reason(\"huge code is refused\")
+forbid (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ context.code_bytes > 10000 }};
+
+@id(\"review-templates\")
+@review(\"\")
+permit (principal, action == Sandlot::Action::\"build_template\", resource)
+when {{ context.packages > 3 }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+
+    let small = engine.decide(&execute(&p, 10));
+    assert!(small.allowed && small.review.is_none(), "{small:?}");
+
+    // Both the plain allow-all-gates permit and the review permit apply: review wins.
+    let big = engine.decide(&execute(&p, 500));
+    assert!(!big.allowed, "{big:?}");
+    assert!(big.needs_review());
+    assert_eq!(
+        big.review.as_deref(),
+        Some("large code needs a person's look")
+    );
+    assert_eq!(big.policies, vec!["review-big-code".to_string()]);
+    assert!(big.reason.starts_with("needs review: "), "{}", big.reason);
+
+    // A forbid wins over a review permit: a deny, not a hold.
+    let huge = engine.decide(&execute(&p, 20000));
+    assert!(!huge.allowed && huge.review.is_none(), "{huge:?}");
+    assert_eq!(huge.policies, vec!["no-huge-code".to_string()]);
+
+    let held = engine.decide(&egress(&p, "api.new.test"));
+    assert_eq!(held.review.as_deref(), Some("egress to a new domain"));
+    let known = engine.decide(&egress(&p, "pkgs.test"));
+    assert!(known.allowed && known.review.is_none());
+
+    // An empty @review gets a generated reason.
+    let build = engine.decide(&Query::new(
+        p.clone(),
+        GateRequest::BuildTemplate {
+            template: "t".into(),
+            packages: 5,
+        },
+    ));
+    assert_eq!(
+        build.review.as_deref(),
+        Some("held for review by policy review-templates")
+    );
+
+    // The decision's JSON carries the review only when there is one.
+    let json = serde_json::to_value(&big).unwrap();
+    assert_eq!(json["review"], "large code needs a person's look");
+    let json = serde_json::to_value(&small).unwrap();
+    assert!(json.get("review").is_none());
+}
+
+/// `@review` on a forbid is refused when the set is loaded (it could never hold anything).
+#[test]
+fn review_on_a_forbid_is_refused() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"bad\")
+@review(\"x\")
+forbid (principal, action == Sandlot::Action::\"execute\", resource);
+"
+    );
+    let err = PolicyEngine::from_text(&set).unwrap_err();
+    assert!(err.to_string().contains("only a permit"), "{err}");
+}
+
+/// An output gate held for review withholds the output (fail closed).
+#[test]
+fn output_held_for_review_is_withheld() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"review-secret-release\")
+@review(\"a secret in output needs a person\")
+permit (principal, action == Sandlot::Action::\"output_withhold\", resource)
+when {{ context.kind == \"secret\" }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+    let (outcome, d) = engine.output_outcome(
+        &p,
+        &sandbox("acme"),
+        &Finding {
+            rule: "aws-access-key-id".into(),
+            kind: "secret".into(),
+            stream: "stdout".into(),
+        },
+    );
+    assert_eq!(outcome, Outcome::Withhold, "{d:?}");
+    assert!(d.needs_review());
+}
+
+/// The execute gate sees the code: a pattern in it can be held (or refused).
+#[test]
+fn code_that_matches_a_pattern_is_held() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"review-rm\")
+@review(\"deleting files recursively\")
+permit (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ context.code like \"*rm -rf*\" }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+    let q = |code: &str| {
+        Query::new(
+            p.clone(),
+            GateRequest::Execute {
+                sandbox: sandbox("acme"),
+                code_bytes: code.len() as u64,
+                language: "bash".into(),
+                code: code.into(),
+            },
+        )
+    };
+    assert!(engine.decide(&q("ls -la")).allowed);
+    let d = engine.decide(&q("cd /workspace && rm -rf cache"));
+    assert_eq!(d.review.as_deref(), Some("deleting files recursively"));
+}
+
+/// A schema file shipped by an earlier sandlot and never edited is replaced with the current
+/// one when the engine opens; an edited one is kept (and refused if it lacks what is sent now).
+#[test]
+fn a_shipped_schema_never_edited_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdir = dir.path().join("policies");
+    fs::create_dir_all(&pdir).unwrap();
+    // The schema shipped before `code` was sent: the same without it and its comment.
+    let old = sandlot_policy::SCHEMA
+        .replace(
+            "  // `code` is the code itself (a policy may hold or refuse code that matches a pattern:\n  // `context.code like \"*rm -rf*\"`).\n",
+            "",
+        )
+        .replace(", code: String }", " }");
+    assert_ne!(old, sandlot_policy::SCHEMA);
+    fs::write(pdir.join(SCHEMA_FILE), &old).unwrap();
+    let engine = PolicyEngine::open(&pdir).unwrap();
+    assert_eq!(engine.info().schema, sandlot_policy::SCHEMA);
+    assert_eq!(
+        fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(),
+        sandlot_policy::SCHEMA
+    );
+    // An edited old schema is not touched: refused, with the way back named.
+    let edited = format!("// mine\n{old}");
+    fs::write(pdir.join(SCHEMA_FILE), &edited).unwrap();
+    let err = PolicyEngine::open(&pdir).unwrap_err().to_string();
+    assert!(err.contains("execute"), "{err}");
+    assert_eq!(fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(), edited);
 }

@@ -15,6 +15,7 @@
 
 use crate::governance::Governance;
 use crate::note::Note;
+use crate::reviews::{fingerprint, review_denied, review_not_found, Gated, ReviewAsk};
 use sandlot_policy::{
     Decision, Finding, GateRequest, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
@@ -244,23 +245,134 @@ impl Governance {
             .map(|_| ())
     }
 
-    /// The `execute` gate of a sandbox, for every interface.
+    /// The `execute` gate of a sandbox for `code`, for every interface (the policy sees the
+    /// code itself, so a pattern in it cannot be run past the gate through another protocol).
     pub fn gate_execute(
         &self,
         who: &Principal,
         sandbox: &Sandbox,
-        code_bytes: usize,
+        code: &str,
         language: sandlot_types::Language,
     ) -> Result<(), sandlot_types::ApiError> {
         self.gate(
             who,
             GateRequest::Execute {
                 sandbox: sandbox_ref(sandbox),
-                code_bytes: code_bytes as u64,
+                code_bytes: code.len() as u64,
                 language: language.as_str().into(),
+                code: code.to_owned(),
             },
             format!("Sandbox::{:?}", sandbox.id),
         )
+    }
+
+    /// The `execute` gate of a sandbox for a caller that can be held (REST): a decision
+    /// that needs review holds the execution of exactly this code in this sandbox and
+    /// context (see [`Governance::gate_held`]).
+    pub async fn gate_execute_held(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        req: &sandlot_types::ExecuteRequest,
+        ask: &ReviewAsk,
+    ) -> Result<Gated, ApiError> {
+        /// The most code a review shows the person deciding.
+        const SHOWN: usize = 64 << 10;
+        let context = req.context.as_deref().unwrap_or("");
+        let fp = fingerprint(&[
+            b"execute",
+            sandbox.id.as_bytes(),
+            req.language.as_str().as_bytes(),
+            context.as_bytes(),
+            req.code.as_bytes(),
+        ]);
+        let mut cut = req.code.len().min(SHOWN);
+        while !req.code.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let summary = serde_json::json!({
+            "sandbox": sandbox.id,
+            "language": req.language.as_str(),
+            "context": req.context,
+            "code_bytes": req.code.len(),
+            "code": &req.code[..cut],
+            "code_truncated": cut < req.code.len(),
+        });
+        self.gate_held(
+            who,
+            GateRequest::Execute {
+                sandbox: sandbox_ref(sandbox),
+                code_bytes: req.code.len() as u64,
+                language: req.language.as_str().into(),
+                code: req.code.clone(),
+            },
+            format!("Sandbox::{:?}", sandbox.id),
+            fp,
+            summary,
+            ask,
+        )
+        .await
+    }
+
+    /// A gate whose caller can be held: allowed → proceed; denied → 403 `policy_denied`;
+    /// held for review → a new pending review (or, re-submitted, the one `ask.review` names,
+    /// which must hold exactly this action: same tenant, gate and fingerprint), waited on for
+    /// `ask.wait` seconds. Approved → released for this call only (proceed); denied → 403
+    /// `review_denied`; still pending → [`Gated::Held`].
+    pub async fn gate_held(
+        &self,
+        who: &Principal,
+        request: GateRequest,
+        resource: String,
+        fp: String,
+        summary: serde_json::Value,
+        ask: &ReviewAsk,
+    ) -> Result<Gated, ApiError> {
+        ask.validate()?;
+        let pp = policy_principal(who);
+        let gate = request.gate();
+        let (id, d) = self.decide(&pp, request, resource.clone(), None);
+        if d.allowed {
+            return Ok(Gated::Proceed);
+        }
+        if !d.needs_review() {
+            return Err(denied(&d, &id));
+        }
+        let review = match &ask.review {
+            Some(rid) => {
+                let r = self.reviews.get_for(who, rid)?;
+                // The operator sees every tenant's reviews, but releases only its own
+                // tenant's actions: a re-submission is an action of the caller's tenant.
+                if r.tenant != who.tenant {
+                    return Err(review_not_found(rid));
+                }
+                if r.gate != gate.as_str() || r.fingerprint != fp {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "review {rid} holds another action; re-submit exactly the request it held"
+                        ),
+                    ));
+                }
+                r
+            }
+            None => self.reviews.hold(&pp, &d, &id, resource, fp, summary)?,
+        };
+        let review = if review.state == "pending" && ask.wait > 0 {
+            self.reviews
+                .wait(&review.id, std::time::Duration::from_secs(ask.wait))
+                .await?
+        } else {
+            review
+        };
+        match review.state.as_str() {
+            "approved" => {
+                self.reviews.release(&review)?;
+                Ok(Gated::Proceed)
+            }
+            "denied" => Err(review_denied(&review)),
+            _ => Ok(Gated::Held(Box::new(review))),
+        }
     }
 
     /// The `build_template` gate: building template `name` with `packages` packages, or
@@ -365,6 +477,71 @@ impl ServerGovernor {
     }
 }
 
+impl ServerGovernor {
+    /// Egress a `@review` permit holds. The connection is refused at once (a proxy
+    /// connection cannot wait minutes for a person) with "review pending" and the review's
+    /// id; the review is made on the first attempt and found again on the next ones (one per
+    /// sandbox, host and port). Once approved, that sandbox may reach that host and port for
+    /// the rest of its life (the code retries: egress is re-playable by design); once denied,
+    /// it may not.
+    fn egress_review(
+        &self,
+        sandbox: &Sandbox,
+        host: &str,
+        port: u16,
+        d: &Decision,
+        decision: String,
+    ) -> sandlot_egress::GateDecision {
+        let host = host.to_ascii_lowercase();
+        let fp = fingerprint(&[
+            b"egress",
+            sandbox.id.as_bytes(),
+            host.as_bytes(),
+            &port.to_be_bytes(),
+        ]);
+        let deny = |why: String| sandlot_egress::GateDecision::deny(why, decision.clone());
+        self.gov.reviews.expire();
+        let found = match self
+            .gov
+            .store
+            .review_by_fingerprint(&sandbox.tenant, "egress", &fp)
+        {
+            Ok(found) => found,
+            Err(e) => return deny(format!("review pending: the review store failed: {e}")),
+        };
+        match found {
+            Some(r) if r.state == "approved" => {
+                sandlot_egress::GateDecision::allow(decision.clone())
+            }
+            Some(r) if r.state == "denied" => deny(format!(
+                "review {} denied by {}: {}",
+                r.id,
+                r.decided_by.as_deref().unwrap_or("?"),
+                r.decision_reason.as_deref().unwrap_or("")
+            )),
+            Some(r) => deny(format!("review pending: {} ({})", r.id, r.reason)),
+            None => {
+                let summary = serde_json::json!({
+                    "sandbox": sandbox.id,
+                    "host": host,
+                    "port": port,
+                });
+                match self.gov.reviews.hold(
+                    &self.principal_of(sandbox),
+                    d,
+                    &decision,
+                    format!("Domain::{host:?}"),
+                    fp,
+                    summary,
+                ) {
+                    Ok(r) => deny(format!("review pending: {} ({})", r.id, r.reason)),
+                    Err(e) => deny(format!("review pending: {}", e.message)),
+                }
+            }
+        }
+    }
+}
+
 impl Governor for ServerGovernor {
     fn egress_gate(
         &self,
@@ -387,6 +564,8 @@ impl Governor for ServerGovernor {
         );
         if d.allowed {
             sandlot_egress::GateDecision::allow(id)
+        } else if d.needs_review() {
+            self.egress_review(sandbox, host, port, &d, id)
         } else {
             let by = d.policies.join(", ");
             sandlot_egress::GateDecision::deny(format!("policy {by}: {}", d.reason), id)

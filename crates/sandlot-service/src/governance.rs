@@ -18,6 +18,8 @@ pub struct Governance {
     pub journal: Journal,
     /// The policy set in force, decided at every gate (`gates.rs`).
     pub policy: sandlot_policy::PolicyEngine,
+    /// Actions the policy held for a person's approval (`reviews.rs`).
+    pub reviews: crate::reviews::Reviews,
     /// Keys port tokens (see [`Governance::port_token`]).
     port_secret: [u8; 32],
     /// How long a port URL handed out stays valid (none: until rotated).
@@ -41,10 +43,12 @@ impl Governance {
         policy: sandlot_policy::PolicyEngine,
         port_secret: [u8; 32],
     ) -> Result<Self, TenancyError> {
+        let journal = Journal::start(store.clone());
         Ok(Self {
             keys: Keys::load(store.clone())?,
             quotas: Quotas::default(),
-            journal: Journal::start(store.clone()),
+            reviews: crate::reviews::Reviews::new(store.clone(), journal.clone()),
+            journal,
             epochs: Arc::new(crate::epochs::Epochs::new(store.clone())),
             store,
             policy,

@@ -207,18 +207,18 @@ impl<'a, B: Backend> Service<'a, B> {
         Ok(self.tokened(self.backend.set_network(id, update).await?))
     }
 
-    /// The `execute` gate of one of `who`'s sandboxes for `code_bytes` of `language`.
+    /// The `execute` gate of one of `who`'s sandboxes for `code` in `language`.
     pub async fn gate_execute(
         &self,
         who: &Principal,
         id: &str,
-        code_bytes: usize,
+        code: &str,
         language: Language,
     ) -> Result<(), ApiError> {
         self.scope_sandbox(who, id)?;
         if let Some(g) = self.gov {
             let sandbox = self.backend.get_sandbox(id).await?;
-            g.gate_execute(who, &sandbox, code_bytes, language)?;
+            g.gate_execute(who, &sandbox, code, language)?;
         }
         Ok(())
     }
@@ -362,8 +362,44 @@ impl<'a, B: Backend + Clone> Service<'a, B> {
         stream: bool,
         dropped: OnDrop,
     ) -> Result<ExecutionHandle<ApiError>, ApiError> {
-        self.gate_execute(who, id, req.code.len(), req.language)
-            .await?;
+        self.gate_execute(who, id, &req.code, req.language).await?;
+        Ok(self.spawn_execution(id, req, stream, dropped))
+    }
+
+    /// [`Service::start_execution`] for a caller that can be held (REST): an execution the
+    /// policy holds for review waits `ask.wait` seconds for a person, then runs once approved,
+    /// or answers [`Started::Held`] with the review to poll and re-submit with.
+    pub async fn start_execution_held(
+        &self,
+        who: &Principal,
+        id: &str,
+        req: ExecuteRequest,
+        stream: bool,
+        dropped: OnDrop,
+        ask: &crate::reviews::ReviewAsk,
+    ) -> Result<Started<ExecutionHandle<ApiError>>, ApiError> {
+        ask.validate()?;
+        self.scope_sandbox(who, id)?;
+        if let Some(g) = self.gov {
+            let sandbox = self.backend.get_sandbox(id).await?;
+            if let crate::reviews::Gated::Held(r) =
+                g.gate_execute_held(who, &sandbox, &req, ask).await?
+            {
+                return Ok(Started::Held(r));
+            }
+        }
+        Ok(Started::Running(
+            self.spawn_execution(id, req, stream, dropped),
+        ))
+    }
+
+    fn spawn_execution(
+        &self,
+        id: &str,
+        req: ExecuteRequest,
+        stream: bool,
+        dropped: OnDrop,
+    ) -> ExecutionHandle<ApiError> {
         let dropped = match dropped {
             OnDrop::RunOn => Dropped::RunOn,
             OnDrop::Interrupt => {
@@ -376,14 +412,20 @@ impl<'a, B: Backend + Clone> Service<'a, B> {
             }
         };
         let (backend, id) = (self.backend.clone(), id.to_owned());
-        Ok(execution::start(
+        execution::start(
             move |tx| async move {
                 let events = stream.then_some(tx);
                 backend.execute(&id, req, events).await
             },
             dropped,
-        ))
+        )
     }
+}
+
+/// What a start that can be held answers: the action running, or the review holding it.
+pub enum Started<T> {
+    Running(T),
+    Held(Box<sandlot_store::ReviewRecord>),
 }
 
 /// What a dropped [`ExecutionHandle`] from [`Service::start_execution`] does to an execution

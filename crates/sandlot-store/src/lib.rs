@@ -55,12 +55,14 @@ use sandlot_types::{
 mod govern;
 mod jobs;
 mod lineage;
+mod reviews;
 mod rows;
 mod schema;
 #[cfg(test)]
 mod tests;
 
 pub use govern::{DecisionRecord, EgressRecord, FindingRecord, Journal, KeyRecord};
+pub use reviews::ReviewRecord;
 pub use rows::{SnapshotRecord, VolumeRecord};
 pub use schema::SCHEMA_VERSION;
 

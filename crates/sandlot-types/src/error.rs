@@ -95,6 +95,13 @@ pub enum ErrorCode {
     WebhookNotFound,
     /// A bundle written by a newer sandlot, or not a bundle at all (400).
     UnsupportedBundle,
+    /// No review with that id (or another tenant's) (404).
+    ReviewNotFound,
+    /// The held action was denied by a person or by its review's timeout; the message says
+    /// who and why (403).
+    ReviewDenied,
+    /// The review was decided already, or its approved action was released already (409).
+    ReviewDecided,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -146,6 +153,9 @@ impl ErrorCode {
             Self::JobEnded => 409,
             Self::WebhookNotFound => 404,
             Self::UnsupportedBundle => 400,
+            Self::ReviewNotFound => 404,
+            Self::ReviewDenied => 403,
+            Self::ReviewDecided => 409,
             Self::Internal => 500,
         }
     }
@@ -194,6 +204,9 @@ impl ErrorCode {
             ErrorCode::JobEnded => "job_ended",
             ErrorCode::WebhookNotFound => "webhook_not_found",
             ErrorCode::UnsupportedBundle => "unsupported_bundle",
+            ErrorCode::ReviewNotFound => "review_not_found",
+            ErrorCode::ReviewDenied => "review_denied",
+            ErrorCode::ReviewDecided => "review_decided",
             ErrorCode::Internal => "internal",
         }
     }

@@ -22,6 +22,7 @@ FLOORS: List[List[str]] = [
     ["_core"],  # configuration, request bodies, the streaming state machine
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
     ["jobs"],  # durable jobs, the event stream, a sandbox's record (the sandbox's methods call it)
+    ["reviews"],  # actions held for a person's approval (/v1/reviews)
     ["sandbox", "templates", "snapshots", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
     ["volumes"],  # a volume's files are a sandbox's files API pointed at the volume

@@ -381,6 +381,7 @@ mod tests {
             governance: None,
             audit: None,
             record: None,
+            review: None,
         }
     }
 

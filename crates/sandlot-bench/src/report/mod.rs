@@ -66,6 +66,8 @@ pub struct Run {
     pub governance: Option<GovernanceResult>,
     pub audit: Option<InProcess<AuditBenchResult>>,
     pub record: Option<RecordResult>,
+    /// Benchmark 18 (issue 23), in the JSON output; not yet a block of BENCHMARKS.md.
+    pub review: Option<InProcess<crate::review::ReviewBenchResult>>,
 }
 
 /// One target of issue 3, 7, 8, 9, 10 or 12 and how this run did against it.

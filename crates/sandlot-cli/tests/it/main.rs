@@ -44,6 +44,7 @@ mod ports;
 mod protocols;
 mod redteam7;
 mod redteam8;
+mod reviews;
 mod soak;
 mod state;
 mod templates;

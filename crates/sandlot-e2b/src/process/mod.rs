@@ -546,14 +546,14 @@ async fn start_call(
         .ok_or_else(|| RpcError::invalid("StartRequest.process is required"))?;
     check_config(&config)?;
     let sandbox = check_running(&ctx.rt, &call.sandbox).await?;
-    // A command is code run in the sandbox: the `execute` gate, as Bash, sized by its
-    // command line (what E2B's `commands.run` sends is `bash -l -c <command>`).
+    // A command is code run in the sandbox: the `execute` gate, as Bash, on its command
+    // line (what E2B's `commands.run` sends is `bash -l -c <command>`).
     let line = std::iter::once(&config.cmd)
         .chain(&config.args)
-        .map(|w| w.len() + 1)
-        .sum::<usize>()
-        .saturating_sub(1);
-    Gate::with_sandbox(&ctx, &call.headers, sandbox).execute(line, Language::Bash)?;
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(" ");
+    Gate::with_sandbox(&ctx, &call.headers, sandbox).execute(&line, Language::Bash)?;
     // A terminal is the command's stdin: no stdin FIFO beside it.
     let wants_stdin = req.stdin == Some(true) && pty.is_none();
     let proc = register(&call.sandbox, config, req.tag, wants_stdin, pty)?;

@@ -242,7 +242,7 @@ fn exempt(path: &str) -> bool {
 fn id_after(seg: &str) -> Option<&'static str> {
     Some(match seg {
         "sandboxes" | "snapshots" | "volumes" | "templates" | "tenants" | "keys" | "jobs"
-        | "webhooks" | "sandbox" | "execution" => "{id}",
+        | "webhooks" | "sandbox" | "execution" | "reviews" => "{id}",
         "contexts" => "{ctx}",
         "artifacts" | "artifact" => "{sha256}",
         "diff" => "{other}",
@@ -308,6 +308,7 @@ pub(crate) fn route_of(path: &str) -> (String, serde_json::Map<String, serde_jso
                         "jobs" => "job",
                         "webhooks" => "webhook",
                         "execution" => "execution",
+                        "reviews" => "review",
                         _ => "id",
                     },
                     "{ctx}" => "context",
@@ -736,6 +737,12 @@ mod tests {
                 "8080",
             ),
             ("/v1/audit/checkpoint", "/v1/audit/checkpoint", "", ""),
+            (
+                "/v1/reviews/rev_1/approve",
+                "/v1/reviews/{id}/approve",
+                "review",
+                "rev_1",
+            ),
             (
                 "/v1/jobs/job_1/events",
                 "/v1/jobs/{id}/events",

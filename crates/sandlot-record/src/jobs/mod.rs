@@ -516,9 +516,8 @@ impl Inner {
         };
         // The service's execute gate, as every protocol's execution passes it; a sandbox that
         // ended since (or is missing) is why the job cannot run.
-        let (code_bytes, language) = (job.request.code.len(), job.request.language);
         sandlot_service::Service::new(&self.rt, Some(g))
-            .gate_execute(&who, sb, code_bytes, language)
+            .gate_execute(&who, sb, &job.request.code, job.request.language)
             .await
             .map_err(|e| match e.code {
                 ErrorCode::SandboxNotFound | ErrorCode::SandboxGone => sandbox_ended_reason(sb),

@@ -80,7 +80,7 @@ async fn submit(
     ctx.rt.get_sandbox(&id).await?;
     // The service's execute gate, as every protocol's execution passes it.
     sandlot_service::Service::new(&ctx.rt, ctx.gov.as_deref())
-        .gate_execute(&caller.0, &id, body.code.len(), body.language)
+        .gate_execute(&caller.0, &id, &body.code, body.language)
         .await?;
     if jobs.stopping.load(Ordering::SeqCst) {
         return Err(HttpError::new(

@@ -63,8 +63,14 @@ from .errors import (
     JobEnded,
     WebhookNotFound,
     UnsupportedBundle,
+    ReviewNotFound,
+    ReviewDenied,
+    ReviewDecided,
+    ReviewPending,
 )
+from .reviews import AsyncReviews, Reviews
 from .models import (
+    Review,
     Artifact,
     BackgroundEntry,
     BackgroundOutput,
@@ -125,6 +131,13 @@ __all__ = [
     "delete_snapshot",
     "Volumes",
     "AsyncVolumes",
+    "Reviews",
+    "AsyncReviews",
+    "Review",
+    "ReviewNotFound",
+    "ReviewDenied",
+    "ReviewDecided",
+    "ReviewPending",
     "VolumeFiles",
     "AsyncVolumeFiles",
     "create_volume",

@@ -37,6 +37,7 @@ from .models import (
     Logs,
     OutputMessage,
     Result,
+    Review,
     Snapshot,
     Volume,
     VolumeMount,
@@ -445,6 +446,28 @@ def execute_body(
     if ctx is not None:
         body["context"] = ctx
     return body
+
+
+def review_params(review_wait: Optional[float], review: Optional[str]) -> Dict[str, str]:
+    """The execute call's query for an action a policy may hold for review."""
+    params: Dict[str, str] = {}
+    if review_wait is not None:
+        params["review_wait"] = str(int(review_wait))
+    if review is not None:
+        params["review"] = str(review)
+    return params
+
+
+def raise_if_held(resp: httpx.Response) -> None:
+    """A 202 from execute: the action is held for review (:class:`~sandlot.ReviewPending`)."""
+    if resp.status_code != 202:
+        return
+    doc = decode_json(resp)
+    review = Review.from_json(doc.get("review") if isinstance(doc, dict) else None)
+    raise errors.ReviewPending(
+        f"held for review {review.id}: {review.reason} (approve it, then call again with review={review.id!r})",
+        review=review,
+    )
 
 
 def execute_timeout(cfg: ConnectionConfig, timeout: Optional[float]) -> httpx.Timeout:

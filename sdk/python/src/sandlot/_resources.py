@@ -384,3 +384,61 @@ class Volume:
 
     def __str__(self) -> str:
         return self.name
+
+
+class Review:
+    """A held action's review, as the server answered it (``raw`` has every field)."""
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        self.raw: Dict[str, Any] = dict(doc)
+
+    def _get(self, name: str) -> Any:
+        return self.raw.get(name)
+
+    @property
+    def id(self) -> str:
+        return str(self.raw.get("id", ""))
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``approved`` or ``denied``."""
+        return str(self.raw.get("state", ""))
+
+    @property
+    def gate(self) -> str:
+        return str(self.raw.get("gate", ""))
+
+    @property
+    def reason(self) -> str:
+        """Why it is held: the holding policies' ``@review`` text."""
+        return str(self.raw.get("reason", ""))
+
+    @property
+    def request(self) -> Dict[str, Any]:
+        """The held request (an execution's sandbox, language and code)."""
+        r = self.raw.get("request")
+        return dict(r) if isinstance(r, Mapping) else {}
+
+    @property
+    def decided_by(self) -> Optional[str]:
+        return self._get("decided_by")
+
+    @property
+    def decision_reason(self) -> Optional[str]:
+        return self._get("decision_reason")
+
+    @property
+    def consumed_at(self) -> Optional[str]:
+        """When the approved action was released (it is released once)."""
+        return self._get("consumed_at")
+
+    @property
+    def expires_at(self) -> str:
+        return str(self.raw.get("expires_at", ""))
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "Review":
+        return cls(doc if isinstance(doc, Mapping) else {})
+
+    def __repr__(self) -> str:
+        return f"Review(id={self.id!r}, gate={self.gate!r}, state={self.state!r})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._execution import Execution
@@ -294,6 +294,31 @@ class UnsupportedBundle(InvalidRequest):
     (``unsupported_bundle``, HTTP 400)."""
 
 
+class ReviewNotFound(NotFoundError):
+    """No review with that id, or another tenant's (``review_not_found``)."""
+
+
+class ReviewDenied(Forbidden):
+    """The action was held for a person's review and denied, by a person or by the review's
+    timeout (``review_denied``, HTTP 403); the message says who, when and why."""
+
+
+class ReviewDecided(SandlotError):
+    """The review was decided already, or the action it approved was released already
+    (``review_decided``, HTTP 409): an approved action runs once."""
+
+
+class ReviewPending(SandlotError):
+    """A policy held the action for a person's review and it was not decided within
+    ``review_wait`` (the server answered 202). ``review`` is the :class:`~sandlot.Review`:
+    poll it (:meth:`Reviews.get`), then call again with ``review=review.id`` to run it once
+    approved."""
+
+    def __init__(self, message: str, *, review: Any) -> None:
+        super().__init__(message, code="review_pending", status=202)
+        self.review = review
+
+
 class ServerError(SandlotError):
     """The server failed (``internal``, ``sandbox_failed``, any 5xx without a known code)."""
 
@@ -392,6 +417,9 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "job_ended": JobEnded,
     "webhook_not_found": WebhookNotFound,
     "unsupported_bundle": UnsupportedBundle,
+    "review_not_found": ReviewNotFound,
+    "review_denied": ReviewDenied,
+    "review_decided": ReviewDecided,
 }
 
 _BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [

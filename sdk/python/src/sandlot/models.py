@@ -34,6 +34,7 @@ from ._resources import (
     LastRestore,
     Limits,
     NotCaptured,
+    Review,
     SandboxInfo,
     Snapshot,
     Template,
@@ -67,4 +68,6 @@ __all__ = [
     "VolumeMount",
     "VolumeUse",
     "Volume",
+    "Review",
 ]
+

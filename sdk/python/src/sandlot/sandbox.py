@@ -26,6 +26,8 @@ from ._core import (
     encode_file_path,
     execute_body,
     execute_timeout,
+    raise_if_held,
+    review_params,
     fork_body,
     is_event_stream,
     port_url,
@@ -345,6 +347,8 @@ class Sandbox:
         *,
         stream: Optional[bool] = None,
         context: ContextArg = None,
+        review_wait: Optional[float] = None,
+        review: Optional[str] = None,
     ) -> Execution:
         """Run ``code`` in the sandbox's session and return the :class:`~sandlot.Execution`.
 
@@ -361,17 +365,23 @@ class Sandbox:
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
         path = sandbox_path(self.id, "execute")
         body = execute_body(code, language, timeout, streaming, context)
-        http_timeout = execute_timeout(self._http.cfg, timeout)
+        held = review_params(review_wait, review)
+        # The read must outlast the wait for a person too.
+        http_timeout = execute_timeout(self._http.cfg, None if timeout is None else timeout + float(review_wait or 0))
         if not streaming:
-            resp = self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
+            resp = self._http.request(
+                "POST", path, json=body, params=held, timeout=http_timeout, headers={"Accept": "application/json"}
+            )
+            raise_if_held(resp)
             return Execution.from_json(decode_json(resp), client=self._http)
         state = StreamState(on_stdout, on_stderr, on_result, on_error, client=self._http)
         resp = self._http.request(
-            "POST", path, json=body, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
+            "POST", path, json=body, params=held, timeout=http_timeout, headers={"Accept": "text/event-stream"}, stream=True
         )
         try:
             if not is_event_stream(resp):
                 resp.read()
+                raise_if_held(resp)
                 ex = Execution.from_json(decode_json(resp), client=self._http)
                 for cb, arg in replay_callbacks(ex, state):
                     cb(arg)
