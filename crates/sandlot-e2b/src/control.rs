@@ -69,6 +69,11 @@ pub(crate) fn routes(ctx: &Ctx) -> Router<Ctx> {
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(fork))
+        .route(
+            "/sandboxes/{id}/metrics",
+            get(crate::metrics::sandbox_metrics),
+        )
+        .route("/sandboxes/metrics", get(crate::metrics::list_metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             require_key,
@@ -216,6 +221,9 @@ async fn create(
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
     // quota admission.
     let sb = ctx.svc().create(&who, create).await?;
+    // A fresh sandbox has a metrics point at once; the sampler takes the next ones.
+    ctx.metrics.start(&ctx.rt);
+    ctx.metrics.sample(&ctx.rt, &sb.id).await;
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
 

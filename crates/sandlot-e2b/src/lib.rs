@@ -16,6 +16,7 @@
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
 //! - `interpreter`: the code interpreter's `/execute` and `/contexts`
+//! - `metrics`: sandboxes' metrics (a bounded history sampled from cgroups and workspaces)
 //! - `error`: E2B's error bodies
 
 mod auth;
@@ -26,6 +27,7 @@ mod files;
 mod filesystem;
 mod gates;
 mod interpreter;
+mod metrics;
 mod process;
 
 use axum::extract::{Request, State};
@@ -61,6 +63,8 @@ pub(crate) struct Ctx {
     pub(crate) interp: Arc<interpreter::Sessions>,
     /// envd's directory watches (`filesystem::watch`).
     pub(crate) watches: Arc<filesystem::watch::Watches>,
+    /// Sandboxes' metrics histories (`metrics`).
+    pub(crate) metrics: Arc<metrics::Metrics>,
 }
 
 impl Ctx {
@@ -74,6 +78,7 @@ impl Ctx {
     pub(crate) fn forget(&self, id: &str) {
         self.interp.forget(id);
         self.watches.forget(id);
+        self.metrics.forget(id);
     }
 }
 
@@ -114,6 +119,7 @@ impl E2b {
                 gov,
                 interp: Default::default(),
                 watches: Default::default(),
+                metrics: Default::default(),
             },
         })
     }
