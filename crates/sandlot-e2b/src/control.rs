@@ -10,6 +10,9 @@
 //!   E2B has no idle timeout, so the sandbox gets the longest one (a year). With `autoPause`
 //!   (or `lifecycle.onTimeout = pause`), the sandbox instead pauses after `timeout` seconds
 //!   without activity, which is the closest sandlot has to "pause instead of kill".
+//!   `autoResume` (`{"enabled": true}`, with a pause on timeout only) makes a request to one
+//!   of the paused sandbox's ports (through the `E2b-Sandbox-Port` traffic path, with the
+//!   sandbox's token) resume it first, as the creating key would (`crate::Wakes`).
 //! - templates `base`, `code-interpreter-v1` (and their tags) are sandlot's `default`
 //!   template; any other name must be a sandlot template (else 404).
 //! - states: `paused` is paused; any other sandbox that has not ended (running, or stopped and
@@ -149,6 +152,9 @@ struct NewSandbox {
     network: Option<Value>,
     #[serde(default)]
     lifecycle: Option<Value>,
+    /// `{"enabled": bool}`: a request to one of the paused sandbox's ports resumes it.
+    #[serde(default)]
+    auto_resume: Option<Value>,
 }
 
 async fn create(
@@ -195,6 +201,23 @@ async fn create(
             .as_ref()
             .and_then(|l| l.get("onTimeout"))
             .is_some_and(|t| t == "pause" || t.get("action").is_some_and(|a| a == "pause"));
+    let auto_resume = req
+        .auto_resume
+        .as_ref()
+        .and_then(|a| a.get("enabled").or(Some(a)))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || req
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.get("autoResume"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    if auto_resume && !pause_on_timeout {
+        return Err(Failure::bad_request(
+            "autoResume needs the sandbox to pause on its timeout (autoPause)",
+        ));
+    }
     let (idle, lifetime, on_idle) = if pause_on_timeout {
         (timeout, NO_IDLE_TIMEOUT, IdleAction::Pause)
     } else {
@@ -221,6 +244,9 @@ async fn create(
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
     // quota admission.
     let sb = ctx.svc().create(&who, create).await?;
+    if auto_resume {
+        ctx.wakes.insert(&sb.id, who.clone());
+    }
     // A fresh sandbox has a metrics point at once; the sampler takes the next ones.
     ctx.metrics.start(&ctx.rt);
     ctx.metrics.sample(&ctx.rt, &sb.id).await;

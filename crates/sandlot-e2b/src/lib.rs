@@ -65,6 +65,56 @@ pub(crate) struct Ctx {
     pub(crate) watches: Arc<filesystem::watch::Watches>,
     /// Sandboxes' metrics histories (`metrics`).
     pub(crate) metrics: Arc<metrics::Metrics>,
+    /// Sandboxes created with E2B's `autoResume`.
+    pub(crate) wakes: Arc<Wakes>,
+}
+
+/// The sandboxes created with E2B's `autoResume`, each with the key that created it: a
+/// request to one of its ports while it is paused resumes it as that key would (its
+/// tenant's quotas and paused/running shares apply as to any resume). Kept in memory: after
+/// a server restart such a sandbox needs `connect` (or `/v1`'s resume) once, as one without
+/// `autoResume` does.
+#[derive(Default)]
+pub(crate) struct Wakes {
+    map: std::sync::Mutex<std::collections::HashMap<String, sandlot_types::Principal>>,
+}
+
+impl Wakes {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, sandlot_types::Principal>>
+    {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn insert(&self, id: &str, who: sandlot_types::Principal) {
+        self.lock().insert(id.to_owned(), who);
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Resumes sandbox `id` when it is paused and was created with `autoResume`. A resume
+    /// that fails (a quota, a concurrent resume or kill) is left to the request that follows,
+    /// which then answers as for any sandbox that is not running.
+    async fn wake(&self, ctx: &Ctx, id: &str) {
+        let Some(who) = self.lock().get(id).cloned() else {
+            return;
+        };
+        match ctx.rt.get_sandbox(id).await {
+            Ok(sb) if sb.state == sandlot_types::SandboxState::Paused => {
+                match ctx.svc().resume(&who, id).await {
+                    Ok(_) => tracing::debug!(sandbox = %id, "E2B auto-resume on a port request"),
+                    Err(e) => {
+                        tracing::debug!(sandbox = %id, error = %e.message, "E2B auto-resume failed")
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(_) => self.forget(id),
+        }
+    }
 }
 
 impl Ctx {
@@ -79,6 +129,7 @@ impl Ctx {
         self.interp.forget(id);
         self.watches.forget(id);
         self.metrics.forget(id);
+        self.wakes.forget(id);
     }
 }
 
@@ -120,6 +171,7 @@ impl E2b {
                 interp: Default::default(),
                 watches: Default::default(),
                 metrics: Default::default(),
+                wakes: Default::default(),
             },
         })
     }
@@ -187,6 +239,9 @@ async fn other_port(ctx: &Ctx, port: u16, req: Request) -> Response {
         Ok(id) => id,
         Err(denied) => return error::Failure::from(denied).into_response(),
     };
+    // A paused sandbox created with `autoResume` wakes for the request (after the token
+    // check: only a client that may reach its ports can wake it).
+    ctx.wakes.wake(ctx, &id).await;
     let path_and_query = req
         .uri()
         .path_and_query()
