@@ -335,7 +335,7 @@ async fn set_timeout(
     b: Result<Json<TimeoutBody>, JsonRejection>,
 ) -> Reply {
     let t = body(b)?.timeout;
-    ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
+    time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -357,7 +357,7 @@ async fn refresh(
         Err(e) => return Err(bad_json(e)),
     };
     let d = d.unwrap_or(DEFAULT_TIMEOUT);
-    ctx.rt.set_timeout(&id, Duration::from_secs(d))?;
+    time_out_in(&ctx, &id, Duration::from_secs(d), false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -389,8 +389,7 @@ async fn connect(
     // A resumed sandbox gets the timeout given; a running one only a later end than it has
     // (a connect never shortens a running sandbox's time, as E2B's does not).
     let sb = match timeout {
-        Some(t) if t > 0 && resumed => ctx.rt.set_timeout(&id, Duration::from_secs(t))?,
-        Some(t) if t > 0 => ctx.rt.extend_timeout(&id, Duration::from_secs(t))?,
+        Some(t) if t > 0 => time_out_in(&ctx, &id, Duration::from_secs(t), !resumed).await?,
         _ => sb,
     };
     let status = if resumed {
@@ -445,7 +444,7 @@ async fn resume(
     }
     let mut sb = ctx.svc().resume(&who, &id).await?;
     if let Some(t) = timeout.filter(|t| *t > 0) {
-        sb = ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
+        sb = time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;
     }
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
@@ -480,10 +479,36 @@ async fn fork(
     let timeout = Duration::from_secs(f.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT));
     let mut out = Vec::new();
     for child in forked.sandboxes {
-        let child = ctx.rt.set_timeout(&child.id, timeout).unwrap_or(child);
+        let child = time_out_in(&ctx, &child.id, timeout, false)
+            .await
+            .unwrap_or(child);
         out.push(json!({ "sandbox": created(&ctx.auth, &child) }));
     }
     Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+/// E2B's timeout of sandbox `id`, `d` from now: when it ends the sandbox, its lifetime (only
+/// ever later with `later_only`: a connect never shortens it); when it pauses the sandbox
+/// (`autoPause`), its idle timeout, so that `set_timeout`, `connect` and `resume` never
+/// turn a pause into a kill.
+async fn time_out_in(
+    ctx: &Ctx,
+    id: &str,
+    d: Duration,
+    later_only: bool,
+) -> Result<Sandbox, RuntimeError> {
+    let sb = ctx.rt.get_sandbox(id).await?;
+    if sb.on_idle == IdleAction::Pause && sb.idle_timeout < NO_IDLE_TIMEOUT {
+        if later_only && sb.idle_timeout >= d.as_secs() {
+            return Ok(sb);
+        }
+        return ctx.rt.set_idle_timeout(id, d);
+    }
+    if later_only {
+        ctx.rt.extend_timeout(id, d)
+    } else {
+        ctx.rt.set_timeout(id, d)
+    }
 }
 
 /// The list filters E2B's SDKs send (`GET /sandboxes`, `GET /v2/sandboxes`).

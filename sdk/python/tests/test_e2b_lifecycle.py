@@ -130,3 +130,21 @@ def test_pause_on_timeout_with_and_without_auto_resume(e2b_env):
     finally:
         wakes.kill()
         sleeps.kill()
+
+
+def test_set_timeout_of_a_pausing_sandbox_pauses_it(e2b_env):
+    # On a sandbox that pauses on its timeout, set_timeout moves the pause (0: now), never
+    # turning it into a kill; connect resumes it with its files.
+    sb = e2b.Sandbox.create(timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}})
+    try:
+        sb.files.write("/home/user/kept.txt", "kept")
+        sb.set_timeout(0)
+        _wait_state(sb, e2b.SandboxState.PAUSED)
+        assert not sb.is_running()
+        resumed = sb.connect(timeout=2)
+        assert resumed.sandbox_id == sb.sandbox_id
+        assert resumed.files.read("/home/user/kept.txt") == "kept"
+        # The timeout a connect gives pauses it again, too.
+        _wait_state(sb, e2b.SandboxState.PAUSED)
+    finally:
+        sb.kill()
