@@ -13,6 +13,9 @@
 //!   `autoResume` (`{"enabled": true}`, with a pause on timeout only) makes a request to one
 //!   of the paused sandbox's ports (through the `E2b-Sandbox-Port` traffic path, with the
 //!   sandbox's token) resume it first, as the creating key would (`crate::Wakes`).
+//!   `autoPauseMemory: false` makes that pause filesystem-only: the sandbox's memory is
+//!   dropped before an E2B request resumes it, so it boots fresh over its files
+//!   (`crate::FilesOnly`).
 //! - templates `base`, `code-interpreter-v1` (and their tags) are sandlot's `default`
 //!   template; any other name must be a sandlot template (else 404).
 //! - states: `paused` is paused; any other sandbox that has not ended (running, or stopped and
@@ -155,6 +158,9 @@ struct NewSandbox {
     /// `{"enabled": bool}`: a request to one of the paused sandbox's ports resumes it.
     #[serde(default)]
     auto_resume: Option<Value>,
+    /// `false`: the pause on timeout keeps the files only (resumes boot fresh).
+    #[serde(default)]
+    auto_pause_memory: Option<bool>,
 }
 
 async fn create(
@@ -218,6 +224,12 @@ async fn create(
             "autoResume needs the sandbox to pause on its timeout (autoPause)",
         ));
     }
+    let files_only = pause_on_timeout && req.auto_pause_memory == Some(false);
+    if files_only && auto_resume {
+        return Err(Failure::bad_request(
+            "a filesystem-only pause (autoPauseMemory: false) cannot auto-resume: connect resumes it",
+        ));
+    }
     let (idle, lifetime, on_idle) = if pause_on_timeout {
         (timeout, NO_IDLE_TIMEOUT, IdleAction::Pause)
     } else {
@@ -246,6 +258,9 @@ async fn create(
     let sb = ctx.svc().create(&who, create).await?;
     if auto_resume {
         ctx.wakes.insert(&sb.id, who.clone());
+    }
+    if files_only {
+        ctx.files_only.insert(&sb.id);
     }
     // A fresh sandbox has a metrics point at once; the sampler takes the next ones.
     ctx.metrics.start(&ctx.rt);
@@ -384,6 +399,7 @@ async fn connect(
     let sb = ctx.rt.get_sandbox(&id).await?;
     let resumed = sb.state == SandboxState::Paused;
     if resumed {
+        ctx.files_only.before_resume(&ctx, &id).await;
         ctx.svc().resume(&who, &id).await?;
     }
     // A resumed sandbox gets the timeout given; a running one only a later end than it has
@@ -442,6 +458,7 @@ async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
+    ctx.files_only.before_resume(&ctx, &id).await;
     let mut sb = ctx.svc().resume(&who, &id).await?;
     if let Some(t) = timeout.filter(|t| *t > 0) {
         sb = time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;

@@ -67,6 +67,50 @@ pub(crate) struct Ctx {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// Sandboxes created with E2B's `autoResume`.
     pub(crate) wakes: Arc<Wakes>,
+    /// Sandboxes created with E2B's `autoPauseMemory: false`.
+    pub(crate) files_only: Arc<FilesOnly>,
+}
+
+/// The sandboxes created with E2B's `autoPauseMemory: false` (a filesystem-only pause): a
+/// pause keeps their files and drops their memory, so they resume as a fresh boot. Sandlot's
+/// pause saves the interpreter's state; for these sandboxes that state is dropped before any
+/// E2B request (control-plane `connect`/`resume`, or one addressed to the sandbox, once its
+/// credentials pass) could resume them. Kept in memory, as [`Wakes`]; a resume through `/v1`
+/// or MCP restores the state.
+#[derive(Default)]
+pub(crate) struct FilesOnly {
+    set: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl FilesOnly {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn insert(&self, id: &str) {
+        self.lock().insert(id.to_owned());
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Before a request may resume sandbox `id`: drops its paused state if it is one of these
+    /// and paused.
+    pub(crate) async fn before_resume(&self, ctx: &Ctx, id: &str) {
+        if !self.contains(id) {
+            return;
+        }
+        match ctx.rt.drop_paused_state(id).await {
+            Ok(true) => tracing::debug!(sandbox = %id, "E2B filesystem-only pause: memory dropped"),
+            Ok(false) => {}
+            Err(_) => self.forget(id),
+        }
+    }
 }
 
 /// The sandboxes created with E2B's `autoResume`, each with the key that created it: a
@@ -130,6 +174,7 @@ impl Ctx {
         self.watches.forget(id);
         self.metrics.forget(id);
         self.wakes.forget(id);
+        self.files_only.forget(id);
     }
 }
 
@@ -172,6 +217,7 @@ impl E2b {
                 watches: Default::default(),
                 metrics: Default::default(),
                 wakes: Default::default(),
+                files_only: Default::default(),
             },
         })
     }
@@ -214,6 +260,18 @@ struct Faces {
 
 async fn dispatch(State(faces): State<Arc<Faces>>, req: Request) -> Response {
     let port = auth::sandbox_port(req.headers());
+    // A filesystem-only paused sandbox loses its memory before any request can resume it
+    // (only once the request's credentials open it).
+    let named = req
+        .headers()
+        .get(auth::SANDBOX_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if named.is_some_and(|id| faces.ctx.files_only.contains(id)) {
+        if let Ok(id) = auth::check_sandbox(&faces.ctx, req.headers()) {
+            faces.ctx.files_only.before_resume(&faces.ctx, &id).await;
+        }
+    }
     let router = match port {
         Some(auth::ENVD_PORT) => faces.envd.clone(),
         Some(INTERPRETER_PORT) => faces.interpreter.clone(),

@@ -135,16 +135,34 @@ def test_pause_on_timeout_with_and_without_auto_resume(e2b_env):
 def test_set_timeout_of_a_pausing_sandbox_pauses_it(e2b_env):
     # On a sandbox that pauses on its timeout, set_timeout moves the pause (0: now), never
     # turning it into a kill; connect resumes it with its files.
-    sb = e2b.Sandbox.create(timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}})
+    sb = e2b_ci.Sandbox.create(timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}})
     try:
         sb.files.write("/home/user/kept.txt", "kept")
+        sb.run_code("x = 41")
         sb.set_timeout(0)
         _wait_state(sb, e2b.SandboxState.PAUSED)
         assert not sb.is_running()
         resumed = sb.connect(timeout=2)
         assert resumed.sandbox_id == sb.sandbox_id
         assert resumed.files.read("/home/user/kept.txt") == "kept"
+        # keep_memory None is a full-memory pause: the interpreter's state is back.
+        assert sb.run_code("x + 1").text == "42"
         # The timeout a connect gives pauses it again, too.
         _wait_state(sb, e2b.SandboxState.PAUSED)
+    finally:
+        sb.kill()
+
+
+def test_a_filesystem_only_pause_keeps_the_files_and_drops_the_memory(e2b_env):
+    sb = e2b_ci.Sandbox.create(timeout=2, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    try:
+        sb.files.write("/home/user/marker.txt", "fs-only")
+        sb.run_code("x = 41")
+        _wait_state(sb, e2b.SandboxState.PAUSED)
+        sb.connect()
+        assert sb.files.read("/home/user/marker.txt") == "fs-only"
+        # A fresh boot: the variable is gone.
+        execution = sb.run_code("x")
+        assert execution.error is not None and execution.error.name == "NameError"
     finally:
         sb.kill()

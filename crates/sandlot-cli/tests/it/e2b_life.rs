@@ -308,3 +308,52 @@ fn e2b_auto_resume() {
     assert_eq!(got.status, 502, "{}", got.text);
     assert_eq!(b_state(), "running");
 }
+
+#[test]
+fn e2b_filesystem_only_pause() {
+    let e = E2b::start();
+    // A filesystem-only pause cannot auto-resume.
+    let got = e.send(e.api(M::POST, "/sandboxes").json(&json!({
+        "templateID": "base", "timeout": 60, "autoPause": true,
+        "autoPauseMemory": false, "autoResume": { "enabled": true },
+    })));
+    assert_eq!(got.status, 400, "{}", got.text);
+
+    let sb = e.create_as(
+        &e.key,
+        json!({ "timeout": 2, "autoPause": true, "autoPauseMemory": false }),
+    );
+    let id = sb["sandboxID"].as_str().unwrap().to_owned();
+    let stdout = |r: &Value| r["stdout"].as_str().unwrap_or("").to_owned();
+    e.server.execute(&id, "x = 41");
+    e.wait_state(&id, "paused");
+    // Requests whose credentials do not open the sandbox drop nothing: a forged token, the
+    // envd token of another sandbox.
+    let other = e.create_as(&e.key, json!({}));
+    for token in [
+        "0".repeat(64),
+        other["envdAccessToken"].as_str().unwrap().to_owned(),
+    ] {
+        let got = e.send(
+            e.server
+                .client_with_key(None)
+                .get(e.url("/health"))
+                .header("E2b-Sandbox-Id", &id)
+                .header("E2b-Sandbox-Port", "49983")
+                .header("X-Access-Token", &token),
+        );
+        assert_eq!(got.status, 401, "{}", got.text);
+    }
+    // `/v1`'s resume (an execution) restores the memory: nothing dropped it.
+    assert_eq!(stdout(&e.server.execute(&id, "print(x + 1)")), "42\n");
+
+    // E2B's connect after the next pause: the files stay, the memory is gone.
+    e.wait_state(&id, "paused");
+    let got = e.send(
+        e.api(M::POST, &format!("/sandboxes/{id}/connect"))
+            .json(&json!({})),
+    );
+    assert_eq!(got.status, 201, "{}", got.text);
+    let r = e.server.execute(&id, "print('x' in globals())");
+    assert_eq!(stdout(&r), "False\n", "{r:#}");
+}
