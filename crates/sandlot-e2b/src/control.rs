@@ -10,6 +10,12 @@
 //!   E2B has no idle timeout, so the sandbox gets the longest one (a year). With `autoPause`
 //!   (or `lifecycle.onTimeout = pause`), the sandbox instead pauses after `timeout` seconds
 //!   without activity, which is the closest sandlot has to "pause instead of kill".
+//!   `autoResume` (`{"enabled": true}`, with a pause on timeout only) makes a request to one
+//!   of the paused sandbox's ports (through the `E2b-Sandbox-Port` traffic path, with the
+//!   sandbox's token) resume it first, as the creating key would (`crate::Wakes`).
+//!   `autoPauseMemory: false` makes that pause filesystem-only: the sandbox's memory is
+//!   dropped before an E2B request resumes it, so it boots fresh over its files
+//!   (`crate::FilesOnly`).
 //! - templates `base`, `code-interpreter-v1` (and their tags) are sandlot's `default`
 //!   template; any other name must be a sandlot template (else 404).
 //! - states: `paused` is paused; any other sandbox that has not ended (running, or stopped and
@@ -71,6 +77,11 @@ pub(crate) fn routes(ctx: &Ctx) -> Router<Ctx> {
         .route("/sandboxes/{id}/fork", post(fork))
         // E2B's snapshot API (`snapshots`), under the same key check.
         .merge(crate::snapshots::routes())
+        .route(
+            "/sandboxes/{id}/metrics",
+            get(crate::metrics::sandbox_metrics),
+        )
+        .route("/sandboxes/metrics", get(crate::metrics::list_metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             require_key,
@@ -146,6 +157,12 @@ struct NewSandbox {
     network: Option<Value>,
     #[serde(default)]
     lifecycle: Option<Value>,
+    /// `{"enabled": bool}`: a request to one of the paused sandbox's ports resumes it.
+    #[serde(default)]
+    auto_resume: Option<Value>,
+    /// `false`: the pause on timeout keeps the files only (resumes boot fresh).
+    #[serde(default)]
+    auto_pause_memory: Option<bool>,
 }
 
 async fn create(
@@ -192,6 +209,29 @@ async fn create(
             .as_ref()
             .and_then(|l| l.get("onTimeout"))
             .is_some_and(|t| t == "pause" || t.get("action").is_some_and(|a| a == "pause"));
+    let auto_resume = req
+        .auto_resume
+        .as_ref()
+        .and_then(|a| a.get("enabled").or(Some(a)))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || req
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.get("autoResume"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    if auto_resume && !pause_on_timeout {
+        return Err(Failure::bad_request(
+            "autoResume needs the sandbox to pause on its timeout (autoPause)",
+        ));
+    }
+    let files_only = pause_on_timeout && req.auto_pause_memory == Some(false);
+    if files_only && auto_resume {
+        return Err(Failure::bad_request(
+            "a filesystem-only pause (autoPauseMemory: false) cannot auto-resume: connect resumes it",
+        ));
+    }
     let (idle, lifetime, on_idle) = if pause_on_timeout {
         (timeout, NO_IDLE_TIMEOUT, IdleAction::Pause)
     } else {
@@ -227,6 +267,15 @@ async fn create(
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
     // quota admission.
     let sb = ctx.svc().create(&who, create).await?;
+    if auto_resume {
+        ctx.wakes.insert(&sb.id, who.clone());
+    }
+    if files_only {
+        ctx.files_only.insert(&sb.id);
+    }
+    // A fresh sandbox has a metrics point at once; the sampler takes the next ones.
+    ctx.metrics.start(&ctx.rt);
+    ctx.metrics.sample(&ctx.rt, &sb.id).await;
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
 
@@ -312,7 +361,7 @@ async fn set_timeout(
     b: Result<Json<TimeoutBody>, JsonRejection>,
 ) -> Reply {
     let t = body(b)?.timeout;
-    ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
+    time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -334,7 +383,7 @@ async fn refresh(
         Err(e) => return Err(bad_json(e)),
     };
     let d = d.unwrap_or(DEFAULT_TIMEOUT);
-    ctx.rt.set_timeout(&id, Duration::from_secs(d))?;
+    time_out_in(&ctx, &id, Duration::from_secs(d), false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -361,13 +410,13 @@ async fn connect(
     let sb = ctx.rt.get_sandbox(&id).await?;
     let resumed = sb.state == SandboxState::Paused;
     if resumed {
+        ctx.files_only.before_resume(&ctx, &id).await;
         ctx.svc().resume(&who, &id).await?;
     }
     // A resumed sandbox gets the timeout given; a running one only a later end than it has
     // (a connect never shortens a running sandbox's time, as E2B's does not).
     let sb = match timeout {
-        Some(t) if t > 0 && resumed => ctx.rt.set_timeout(&id, Duration::from_secs(t))?,
-        Some(t) if t > 0 => ctx.rt.extend_timeout(&id, Duration::from_secs(t))?,
+        Some(t) if t > 0 => time_out_in(&ctx, &id, Duration::from_secs(t), !resumed).await?,
         _ => sb,
     };
     let status = if resumed {
@@ -420,9 +469,10 @@ async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
+    ctx.files_only.before_resume(&ctx, &id).await;
     let mut sb = ctx.svc().resume(&who, &id).await?;
     if let Some(t) = timeout.filter(|t| *t > 0) {
-        sb = ctx.rt.set_timeout(&id, Duration::from_secs(t))?;
+        sb = time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;
     }
     Ok((StatusCode::CREATED, Json(created(&ctx.auth, &sb))).into_response())
 }
@@ -457,10 +507,36 @@ async fn fork(
     let timeout = Duration::from_secs(f.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT));
     let mut out = Vec::new();
     for child in forked.sandboxes {
-        let child = ctx.rt.set_timeout(&child.id, timeout).unwrap_or(child);
+        let child = time_out_in(&ctx, &child.id, timeout, false)
+            .await
+            .unwrap_or(child);
         out.push(json!({ "sandbox": created(&ctx.auth, &child) }));
     }
     Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+/// E2B's timeout of sandbox `id`, `d` from now: when it ends the sandbox, its lifetime (only
+/// ever later with `later_only`: a connect never shortens it); when it pauses the sandbox
+/// (`autoPause`), its idle timeout, so that `set_timeout`, `connect` and `resume` never
+/// turn a pause into a kill.
+async fn time_out_in(
+    ctx: &Ctx,
+    id: &str,
+    d: Duration,
+    later_only: bool,
+) -> Result<Sandbox, RuntimeError> {
+    let sb = ctx.rt.get_sandbox(id).await?;
+    if sb.on_idle == IdleAction::Pause && sb.idle_timeout < NO_IDLE_TIMEOUT {
+        if later_only && sb.idle_timeout >= d.as_secs() {
+            return Ok(sb);
+        }
+        return ctx.rt.set_idle_timeout(id, d);
+    }
+    if later_only {
+        ctx.rt.extend_timeout(id, d)
+    } else {
+        ctx.rt.set_timeout(id, d)
+    }
 }
 
 /// The list filters E2B's SDKs send (`GET /sandboxes`, `GET /v2/sandboxes`).

@@ -250,7 +250,14 @@ async fn execute(
         }
     };
     let count_key = format!("{context}/{}", language_name(language));
-    let stream = ndjson(initial, run, finished, session, count_key);
+    let stream = ndjson(
+        initial,
+        run,
+        finished,
+        session,
+        count_key,
+        (ctx.rt.clone(), id.clone()),
+    );
     Ok((
         [(CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(stream),
@@ -363,13 +370,20 @@ fn sh_quote(v: &str) -> String {
 
 /// The response body: each event as one JSON line, as it comes; then the execution count
 /// and `end_of_execution`.
+///
+/// An execution that fails because its sandbox was killed (or is otherwise gone: `sandbox`
+/// is checked after the failure) ends the body with an error instead: the connection is cut
+/// without the last chunk, which the SDKs see as a transport error; they then ask envd's
+/// `/health` (502 for a gone sandbox) and raise "the sandbox was killed while the request
+/// was in progress", as against E2B, instead of returning an execution that looks finished.
 fn ndjson(
     initial: Vec<OutputEvent>,
     mut run: ExecutionHandle<RuntimeError>,
     finished: Option<Result<ExecutionResult, RuntimeError>>,
     session: Arc<Session>,
     count_key: String,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    sandbox: (Runtime, String),
+) -> impl futures::Stream<Item = Result<Bytes, SandboxGone>> + Send {
     async_stream::stream! {
         let mut saw_error = false;
         for ev in initial {
@@ -393,6 +407,20 @@ fn ndjson(
             saw_error |= matches!(ev, OutputEvent::Error(_));
             yield Ok(line(&event_json(&ev)));
         }
+        // A kill ends the execution as its processes die (`SandboxDied`) or as a failure; the
+        // registry no longer has the sandbox by then (the kill removes it first).
+        let died = match &result {
+            Ok(r) => !r.sandbox_alive,
+            Err(_) => true,
+        };
+        if died {
+            let (rt, id) = &sandbox;
+            if matches!(rt.get_sandbox(id).await, Err(ref e) if gone(e)) {
+                tracing::debug!(sandbox = %id, "E2B execution's sandbox is gone: cutting its stream");
+                yield Err(SandboxGone);
+                return;
+            }
+        }
         match result {
             Ok(r) => {
                 if let (Some(e), false) = (&r.error, saw_error) {
@@ -413,6 +441,19 @@ fn ndjson(
         }
         yield Ok(line(&json!({ "type": "end_of_execution" })));
     }
+}
+
+/// Why an execution's body ends without its last chunk: its sandbox was killed meanwhile.
+#[derive(Debug, thiserror::Error)]
+#[error("the sandbox was killed while the execution ran")]
+pub(crate) struct SandboxGone;
+
+/// Whether a runtime failure says the sandbox no longer exists.
+fn gone(e: &RuntimeError) -> bool {
+    matches!(
+        e,
+        RuntimeError::SandboxNotFound { .. } | RuntimeError::SandboxGone { .. }
+    )
 }
 
 fn line(v: &Value) -> Bytes {

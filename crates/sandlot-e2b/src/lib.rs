@@ -18,6 +18,7 @@
 //! - `files`: envd's `GET/POST /files` and `/health`
 //! - `connect`, `process`, `filesystem`: envd's Connect RPC services
 //! - `interpreter`: the code interpreter's `/execute` and `/contexts`
+//! - `metrics`: sandboxes' metrics (a bounded history sampled from cgroups and workspaces)
 //! - `error`: E2B's error bodies
 
 mod auth;
@@ -28,6 +29,7 @@ mod files;
 mod filesystem;
 mod gates;
 mod interpreter;
+mod metrics;
 mod process;
 mod snapshots;
 
@@ -64,6 +66,102 @@ pub(crate) struct Ctx {
     pub(crate) interp: Arc<interpreter::Sessions>,
     /// envd's directory watches (`filesystem::watch`).
     pub(crate) watches: Arc<filesystem::watch::Watches>,
+    /// Sandboxes' metrics histories (`metrics`).
+    pub(crate) metrics: Arc<metrics::Metrics>,
+    /// Sandboxes created with E2B's `autoResume`.
+    pub(crate) wakes: Arc<Wakes>,
+    /// Sandboxes created with E2B's `autoPauseMemory: false`.
+    pub(crate) files_only: Arc<FilesOnly>,
+}
+
+/// The sandboxes created with E2B's `autoPauseMemory: false` (a filesystem-only pause): a
+/// pause keeps their files and drops their memory, so they resume as a fresh boot. Sandlot's
+/// pause saves the interpreter's state; for these sandboxes that state is dropped before any
+/// E2B request (control-plane `connect`/`resume`, or one addressed to the sandbox, once its
+/// credentials pass) could resume them. Kept in memory, as [`Wakes`]; a resume through `/v1`
+/// or MCP restores the state.
+#[derive(Default)]
+pub(crate) struct FilesOnly {
+    set: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl FilesOnly {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn insert(&self, id: &str) {
+        self.lock().insert(id.to_owned());
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Before a request may resume sandbox `id`: drops its paused state if it is one of these
+    /// and paused.
+    pub(crate) async fn before_resume(&self, ctx: &Ctx, id: &str) {
+        if !self.contains(id) {
+            return;
+        }
+        match ctx.rt.drop_paused_state(id).await {
+            Ok(true) => tracing::debug!(sandbox = %id, "E2B filesystem-only pause: memory dropped"),
+            Ok(false) => {}
+            Err(_) => self.forget(id),
+        }
+    }
+}
+
+/// The sandboxes created with E2B's `autoResume`, each with the key that created it: a
+/// request to one of its ports while it is paused resumes it as that key would (its
+/// tenant's quotas and paused/running shares apply as to any resume). Kept in memory: after
+/// a server restart such a sandbox needs `connect` (or `/v1`'s resume) once, as one without
+/// `autoResume` does.
+#[derive(Default)]
+pub(crate) struct Wakes {
+    map: std::sync::Mutex<std::collections::HashMap<String, sandlot_types::Principal>>,
+}
+
+impl Wakes {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, sandlot_types::Principal>>
+    {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn insert(&self, id: &str, who: sandlot_types::Principal) {
+        self.lock().insert(id.to_owned(), who);
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Resumes sandbox `id` when it is paused and was created with `autoResume`. A resume
+    /// that fails (a quota, a concurrent resume or kill) is left to the request that follows,
+    /// which then answers as for any sandbox that is not running.
+    async fn wake(&self, ctx: &Ctx, id: &str) {
+        let Some(who) = self.lock().get(id).cloned() else {
+            return;
+        };
+        match ctx.rt.get_sandbox(id).await {
+            Ok(sb) if sb.state == sandlot_types::SandboxState::Paused => {
+                match ctx.svc().resume(&who, id).await {
+                    Ok(_) => tracing::debug!(sandbox = %id, "E2B auto-resume on a port request"),
+                    Err(e) => {
+                        tracing::debug!(sandbox = %id, error = %e.message, "E2B auto-resume failed")
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(_) => self.forget(id),
+        }
+    }
 }
 
 impl Ctx {
@@ -77,6 +175,9 @@ impl Ctx {
     pub(crate) fn forget(&self, id: &str) {
         self.interp.forget(id);
         self.watches.forget(id);
+        self.metrics.forget(id);
+        self.wakes.forget(id);
+        self.files_only.forget(id);
     }
 }
 
@@ -117,6 +218,9 @@ impl E2b {
                 gov,
                 interp: Default::default(),
                 watches: Default::default(),
+                metrics: Default::default(),
+                wakes: Default::default(),
+                files_only: Default::default(),
             },
         })
     }
@@ -159,6 +263,18 @@ struct Faces {
 
 async fn dispatch(State(faces): State<Arc<Faces>>, req: Request) -> Response {
     let port = auth::sandbox_port(req.headers());
+    // A filesystem-only paused sandbox loses its memory before any request can resume it
+    // (only once the request's credentials open it).
+    let named = req
+        .headers()
+        .get(auth::SANDBOX_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if named.is_some_and(|id| faces.ctx.files_only.contains(id)) {
+        if let Ok(id) = auth::check_sandbox(&faces.ctx, req.headers()) {
+            faces.ctx.files_only.before_resume(&faces.ctx, &id).await;
+        }
+    }
     let router = match port {
         Some(auth::ENVD_PORT) => faces.envd.clone(),
         Some(INTERPRETER_PORT) => faces.interpreter.clone(),
@@ -184,6 +300,9 @@ async fn other_port(ctx: &Ctx, port: u16, req: Request) -> Response {
         Ok(id) => id,
         Err(denied) => return error::Failure::from(denied).into_response(),
     };
+    // A paused sandbox created with `autoResume` wakes for the request (after the token
+    // check: only a client that may reach its ports can wake it).
+    ctx.wakes.wake(ctx, &id).await;
     let path_and_query = req
         .uri()
         .path_and_query()

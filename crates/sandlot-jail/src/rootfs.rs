@@ -37,7 +37,6 @@ pub const ETC_ENTRIES: &[&str] = &[
     "magic.mime",
     "mime.types",
     "nsswitch.conf",
-    "profile",
     "protocols",
     "python3",
     "python3.11",
@@ -266,7 +265,15 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
             bind_ro(&host, &target)?;
         }
     }
-    let files: [(&str, String); 5] = [
+    let files: [(&str, String); 6] = [
+        // Login shells (E2B's commands are `bash -l -c ...`) read /etc/profile, and a
+        // distribution's resets PATH, dropping the sandbox's Python environment from it
+        // (`python` not found). Sandlot's keeps the PATH the sandbox was started with and does
+        // what else a login shell's profile does: the interactive bashrc.
+        (
+            "profile",
+            "if [ \"${PS1-}\" ] && [ \"${BASH-}\" ] && [ \"$BASH\" != /bin/sh ] && [ -f /etc/bash.bashrc ]; then\n  . /etc/bash.bashrc\nfi\n".into(),
+        ),
         (
             "passwd",
             format!(

@@ -78,6 +78,24 @@ impl Runtime {
         Ok(info)
     }
 
+    /// Drops a paused sandbox's saved interpreter state, so that its next resume boots fresh
+    /// processes over its files (E2B's filesystem-only pause). Under its turn, so never in the
+    /// middle of a resume; a sandbox that is not paused is left alone. Answers whether a state
+    /// was dropped.
+    pub async fn drop_paused_state(&self, id: &str) -> Result<bool, RuntimeError> {
+        let e = self.entry(id)?;
+        let turn = self.turn(&e).await;
+        if e.state() != SandboxState::Paused {
+            return Ok(false);
+        }
+        let path = self.paused_state(&e.id);
+        let meta = meta_of(&path);
+        let dropped = std::fs::remove_file(&path).is_ok();
+        let _ = std::fs::remove_file(&meta);
+        drop(turn);
+        Ok(dropped)
+    }
+
     /// Saves the sandbox's state and stops its processes; call with its turn (given back
     /// when the sandbox is paused, or kept by a restart when the processes died saving).
     pub(crate) async fn pause_with(&self, e: &Arc<Entry>, turn: Turn) -> Result<(), RuntimeError> {

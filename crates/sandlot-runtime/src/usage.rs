@@ -124,6 +124,15 @@ impl Runtime {
         })
     }
 
+    /// Bytes the workspace of sandbox `id` uses (on Btrfs as of the last transaction commit,
+    /// at most 30 s old), for E2B's sandbox metrics. Blocking: a quota lookup.
+    pub fn workspace_bytes(&self, id: &str) -> Result<u64, RuntimeError> {
+        let e = self.entry(id)?;
+        self.workspaces()?
+            .usage(&e.id)
+            .map_err(|err| crate::workspace::workspace_error("usage", err))
+    }
+
     /// What the recovery at this server's start found and how long it took.
     pub fn recovery(&self) -> Option<crate::Recovery> {
         crate::util::lock(&self.inner.registry.recovery).clone()

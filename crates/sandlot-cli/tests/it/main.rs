@@ -22,6 +22,7 @@ mod diff;
 mod disk_caps;
 mod e2b_api;
 mod e2b_files;
+mod e2b_life;
 mod e2b_pty;
 mod e2b_rpc;
 mod e2b_snap;

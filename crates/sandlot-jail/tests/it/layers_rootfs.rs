@@ -174,6 +174,7 @@ fn etc_holds_only_the_allowlist_and_the_generated_files() {
             "etc": names("/etc"),
             "passwd": std::fs::read_to_string("/etc/passwd").ok(),
             "resolv.conf": std::fs::read_to_string("/etc/resolv.conf").ok(),
+            "profile": std::fs::read_to_string("/etc/profile").ok(),
         })
     });
     // What the host has of the allowlist, plus the files the base root writes itself.
@@ -182,7 +183,14 @@ fn etc_holds_only_the_allowlist_and_the_generated_files() {
         .filter(|n| std::fs::symlink_metadata(Path::new("/etc").join(n)).is_ok())
         .map(|n| n.to_string())
         .collect();
-    for generated in ["passwd", "group", "hostname", "hosts", "resolv.conf"] {
+    for generated in [
+        "passwd",
+        "group",
+        "hostname",
+        "hosts",
+        "resolv.conf",
+        "profile",
+    ] {
         expected.insert(generated.into());
     }
     let etc: BTreeSet<String> = serde_json::from_value(got["etc"].clone()).unwrap();
@@ -209,6 +217,10 @@ fn etc_holds_only_the_allowlist_and_the_generated_files() {
         got["resolv.conf"], "",
         "no resolver: the sandbox has no network"
     );
+    // Sandlot's own profile: a login shell keeps the sandbox's PATH (the host's resets it).
+    let profile = got["profile"].as_str().unwrap();
+    assert!(!profile.contains("PATH"), "{profile}");
+    assert!(profile.contains("/etc/bash.bashrc"), "{profile}");
 }
 
 #[test]

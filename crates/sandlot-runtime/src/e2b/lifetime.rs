@@ -21,6 +21,32 @@ impl Runtime {
         self.timeout_to(id, d, true)
     }
 
+    /// Sets a sandbox's idle timeout to `d` and counts it from now (E2B's `set_timeout` on a
+    /// sandbox that pauses on its timeout: it pauses `d` from now, or later if it is used
+    /// meanwhile; `0` pauses it at the next housekeeping round). Recorded like every other
+    /// change of the sandbox.
+    pub fn set_idle_timeout(&self, id: &str, d: Duration) -> Result<Sandbox, RuntimeError> {
+        if d > Duration::from_secs(365 * 24 * 3600) {
+            return Err(RuntimeError::OverOneYear { field: "timeout" });
+        }
+        let e = self.entry(id)?;
+        if lock(&e.slot).ended {
+            return Err(RuntimeError::SandboxGone {
+                id: id.to_string(),
+                state: "ending",
+                reason: "it is being removed".into(),
+            });
+        }
+        self.touch(&e);
+        let info = {
+            let mut info = lock(&e.info);
+            info.idle_timeout = d.as_secs();
+            info.clone()
+        };
+        self.save(&e);
+        Ok(info)
+    }
+
     fn timeout_to(&self, id: &str, d: Duration, later_only: bool) -> Result<Sandbox, RuntimeError> {
         // The same bound as a lifetime given at creation.
         if d > Duration::from_secs(365 * 24 * 3600) {
