@@ -283,6 +283,7 @@ impl<B: Backend> Call<'_, B> {
                     timeout,
                     stream: false,
                     context: None,
+                    on_failure: Default::default(),
                 };
                 let (backend, scope) = (backend.clone(), scope.clone());
                 async move {

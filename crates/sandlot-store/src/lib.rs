@@ -483,6 +483,8 @@ impl Store {
                         context: None,
                         restarted: None,
                         background_bytes: 0,
+                        rolled_back: false,
+                        rollback: None,
                     };
                     write_result(&tx, &result.id, &result)?;
                 }

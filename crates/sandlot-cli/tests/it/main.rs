@@ -43,6 +43,7 @@ mod ports;
 mod protocols;
 mod redteam7;
 mod redteam8;
+mod rollback;
 mod soak;
 mod state;
 mod templates;
