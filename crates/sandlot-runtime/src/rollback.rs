@@ -92,18 +92,30 @@ impl Runtime {
         let t0 = Instant::now();
         let cap = new_id("rbk_");
         let state = self.capture_state(&cap);
-        let (turn, saved) = self
-            .save_state(e, turn, live, &state, saved::Durability::Transient)
-            .await?;
-        if let Err(err) = self.snapshot_workspace(&e.id, &cap, None).await {
-            let _ = std::fs::remove_file(&state);
-            return Err(match err {
-                RuntimeError::Workspace { source, .. } => RuntimeError::CaptureFailed {
-                    reason: format!("the workspace could not be snapshotted: {source}"),
-                },
-                other => other,
-            });
-        }
+        // The save (in the driver) and the snapshot (a kernel ioctl) are independent: side by
+        // side, the capture costs the longer of the two. The sandbox runs no cell meanwhile
+        // (its turn is held), so both see the state between cells.
+        let (saving, snapshot) = tokio::join!(
+            self.save_state(e, turn, live, &state, saved::Durability::Transient),
+            self.snapshot_workspace(&e.id, &cap, None),
+        );
+        let snapshot_err = snapshot.err().map(|err| match err {
+            RuntimeError::Workspace { source, .. } => RuntimeError::CaptureFailed {
+                reason: format!("the workspace could not be snapshotted: {source}"),
+            },
+            other => other,
+        });
+        let (turn, saved) = match (saving, snapshot_err) {
+            (Ok(saved), None) => saved,
+            (Ok(_), Some(err)) => {
+                self.drop_capture_files(&cap).await;
+                return Err(err);
+            }
+            (Err(err), _) => {
+                self.drop_capture_files(&cap).await;
+                return Err(err);
+            }
+        };
         // The marker last: a capture is whole (and a restart rolls back to it) only with it.
         let marker = Marker {
             sandbox: e.id.clone(),
