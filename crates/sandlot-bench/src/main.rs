@@ -33,6 +33,7 @@ mod policy;
 mod record;
 mod report;
 mod restart;
+mod rollback;
 mod server;
 mod state;
 mod stats;
@@ -95,6 +96,8 @@ enum Bench {
     Audit,
     /// 17. hot 1+1 with audit, metrics and OTLP traces on vs a server with them off (issue 8)
     Record,
+    /// 18. a cell with and without `on_failure: rollback`, succeeding and failing (issue 23)
+    Rollback,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -194,7 +197,7 @@ pub struct Opts {
     /// fork: timed forks of 100 (children deleted between them)
     #[arg(long, default_value_t = 3)]
     fork100_iters: usize,
-    /// pause, snapshot: timed pause/resume rounds and creates from a snapshot, per sandbox kind
+    /// pause, snapshot, rollback: timed pause/resume rounds and creates from a snapshot, per sandbox kind; rounds of cells with and without rollback
     #[arg(long, default_value_t = 20)]
     state_iters: usize,
     /// paused-start: numbers of paused sandboxes on disk to restart the server with
@@ -415,6 +418,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         governance: None,
         audit: None,
         record: None,
+        rollback: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -464,6 +468,12 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         match state::pause(&mut ctx) {
             Ok(r) => run.pause = Some(r),
             Err(e) => failed("pause", e),
+        }
+    }
+    if want(Bench::Rollback) {
+        match rollback::rollback(&mut ctx) {
+            Ok(r) => run.rollback = Some(r),
+            Err(e) => failed("rollback", e),
         }
     }
     if want(Bench::Snapshot) {

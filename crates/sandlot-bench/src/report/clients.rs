@@ -318,6 +318,7 @@ mod tests {
             governance: None,
             audit: None,
             record: None,
+            rollback: None,
         }
     }
 

@@ -345,6 +345,7 @@ mod tests {
             governance: Some(g),
             audit: None,
             record: None,
+            rollback: None,
         }
     }
 

@@ -263,6 +263,7 @@ mod tests {
                 result,
             }),
             record,
+            rollback: None,
         }
     }
 

@@ -600,6 +600,7 @@ mod tests {
             governance: None,
             audit: None,
             record: None,
+            rollback: None,
         }
     }
 
