@@ -355,11 +355,12 @@ class AsyncSandbox:
         *,
         stream: Optional[bool] = None,
         context: ContextArg = None,
+        on_failure: Optional[str] = None,
     ) -> Execution:
         """See :meth:`Sandbox.run_code`; callbacks may be coroutine functions."""
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
         path = sandbox_path(self.id, "execute")
-        body = execute_body(code, language, timeout, streaming, context)
+        body = execute_body(code, language, timeout, streaming, context, on_failure)
         http_timeout = execute_timeout(self._http.cfg, timeout)
         if not streaming:
             resp = await self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})

@@ -345,6 +345,7 @@ class Sandbox:
         *,
         stream: Optional[bool] = None,
         context: ContextArg = None,
+        on_failure: Optional[str] = None,
     ) -> Execution:
         """Run ``code`` in the sandbox's session and return the :class:`~sandlot.Execution`.
 
@@ -355,12 +356,15 @@ class Sandbox:
         execution is returned with ``end_state == "timeout"`` (see
         :meth:`Execution.raise_for_error`). ``context`` is a code context of the sandbox (an
         independent namespace, see :attr:`contexts`): a :class:`~sandlot.Context` or its id;
-        the ``default`` context when ``None``. The request is never re-sent
+        the ``default`` context when ``None``. ``on_failure="rollback"`` saves the sandbox's variables (every context) and workspace files
+        before the cell and puts them back if it fails (an error, a timeout, out of memory, killed,
+        or output withheld by the guardrails): :attr:`Execution.rolled_back` says so. Background
+        processes, sockets and volumes are not rolled back. The request is never re-sent
         once it may have reached the server.
         """
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
         path = sandbox_path(self.id, "execute")
-        body = execute_body(code, language, timeout, streaming, context)
+        body = execute_body(code, language, timeout, streaming, context, on_failure)
         http_timeout = execute_timeout(self._http.cfg, timeout)
         if not streaming:
             resp = self._http.request("POST", path, json=body, timeout=http_timeout, headers={"Accept": "application/json"})
