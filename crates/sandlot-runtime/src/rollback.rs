@@ -183,6 +183,18 @@ impl Runtime {
         if let Err(err) = cleared {
             return (turn, Err(err));
         }
+        if lock(&e.slot).ended {
+            // Being deleted: its workspace goes with it, so nothing is put back.
+            self.drop_capture_files(&cap.id).await;
+            return (
+                turn,
+                Err(RuntimeError::SandboxGone {
+                    id: e.id.clone(),
+                    state: "ending",
+                    reason: "it is being removed".into(),
+                }),
+            );
+        }
         let tenant = lock(&e.info).tenant.clone();
         let (rt, id, capid) = (self.clone(), e.id.clone(), cap.id.clone());
         let swapped = blocking("putting a workspace back", move || {
