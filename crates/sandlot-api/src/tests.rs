@@ -122,6 +122,20 @@ fn sample_events() -> Vec<OutputEvent> {
     ]
 }
 
+fn sample_result_rolled_back() -> sandlot_types::Rollback {
+    sandlot_types::Rollback {
+        reason: "guardrails".into(),
+        variables: 2,
+        not_restored: vec![sandlot_types::NotCaptured {
+            name: "sock".into(),
+            context: "default".into(),
+            reason: "cannot pickle 'socket' object".into(),
+        }],
+        capture_ms: 1.0,
+        restore_ms: 2.0,
+    }
+}
+
 fn sample_result(id: &str) -> ExecutionResult {
     ExecutionResult {
         id: "ex1".into(),
@@ -157,6 +171,8 @@ fn sample_result(id: &str) -> ExecutionResult {
             lost: vec!["python state".into(), "bash session".into()],
         }),
         background_bytes: 12,
+        rolled_back: false,
+        rollback: None,
     }
 }
 
@@ -1583,6 +1599,7 @@ fn samples_validate_against_the_schemas() {
                 timeout: Some(1.5),
                 stream: true,
                 context: Some("ctx_1".into()),
+                on_failure: sandlot_types::OnFailure::Rollback,
             }),
         ),
         (
@@ -1593,6 +1610,7 @@ fn samples_validate_against_the_schemas() {
                 timeout: None,
                 stream: false,
                 context: None,
+                on_failure: Default::default(),
             }),
         ),
         ("ExecutionResult", to(&sample_result("sb"))),
@@ -1603,6 +1621,20 @@ fn samples_validate_against_the_schemas() {
                 error: None,
                 exit_code: None,
                 outputs: vec![],
+                ..sample_result("sb")
+            }),
+        ),
+        (
+            "ExecutionResult",
+            to(&ExecutionResult {
+                rolled_back: true,
+                rollback: Some(sandlot_types::Rollback {
+                    reason: "error".into(),
+                    variables: 3,
+                    not_restored: vec![],
+                    capture_ms: 4.5,
+                    restore_ms: 120.0,
+                }),
                 ..sample_result("sb")
             }),
         ),
@@ -1768,9 +1800,24 @@ fn schema_properties_match_the_types() {
                 timeout: Some(1.0),
                 stream: true,
                 context: Some("ctx_1".into()),
+                on_failure: sandlot_types::OnFailure::Rollback,
             }),
         ),
-        ("ExecutionResult", to(&sample_result("sb"))),
+        (
+            "ExecutionResult",
+            to(&ExecutionResult {
+                rolled_back: true,
+                rollback: Some(sandlot_types::Rollback {
+                    reason: "timeout".into(),
+                    variables: 1,
+                    not_restored: vec![],
+                    capture_ms: 1.0,
+                    restore_ms: 2.0,
+                }),
+                ..sample_result("sb")
+            }),
+        ),
+        ("Rollback", to(&sample_result_rolled_back())),
         ("Artifact", to(&sample_artifact())),
         ("ExecutionRecord", to(&sample_records("sb")[0])),
         ("ExecError", to(&sample_error())),
@@ -2006,6 +2053,7 @@ async fn the_service_scopes_gates_and_claims_before_the_runtime() {
         timeout: None,
         stream: false,
         context: None,
+        on_failure: Default::default(),
     };
 
     // Another tenant's sandbox is a missing one, for every operation.

@@ -34,6 +34,7 @@ mod record;
 mod report;
 mod restart;
 mod review;
+mod rollback;
 mod server;
 mod state;
 mod stats;
@@ -98,6 +99,8 @@ enum Bench {
     Record,
     /// 18. approval decision → held action resumes, in process (issue 23)
     Review,
+    /// 19. a cell with and without `on_failure: rollback`, succeeding and failing (issue 23)
+    Rollback,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -197,7 +200,7 @@ pub struct Opts {
     /// fork: timed forks of 100 (children deleted between them)
     #[arg(long, default_value_t = 3)]
     fork100_iters: usize,
-    /// pause, snapshot: timed pause/resume rounds and creates from a snapshot, per sandbox kind
+    /// pause, snapshot, rollback: timed pause/resume rounds and creates from a snapshot, per sandbox kind; rounds of cells with and without rollback
     #[arg(long, default_value_t = 20)]
     state_iters: usize,
     /// paused-start: numbers of paused sandboxes on disk to restart the server with
@@ -422,6 +425,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         audit: None,
         record: None,
         review: None,
+        rollback: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -471,6 +475,12 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         match state::pause(&mut ctx) {
             Ok(r) => run.pause = Some(r),
             Err(e) => failed("pause", e),
+        }
+    }
+    if want(Bench::Rollback) {
+        match rollback::rollback(&mut ctx) {
+            Ok(r) => run.rollback = Some(r),
+            Err(e) => failed("rollback", e),
         }
     }
     if want(Bench::Snapshot) {
@@ -619,7 +629,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "fork": run.fork, "pause": run.pause, "snapshot": run.snapshot,
             "paused_start": run.paused_start,
             "policy": run.policy, "egress": run.egress, "governance": run.governance,
-            "audit": run.audit, "record": run.record, "review": run.review,
+            "audit": run.audit, "record": run.record, "review": run.review, "rollback": run.rollback,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)

@@ -455,6 +455,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         timeout: args.timeout,
         stream: false,
         context: None,
+        on_failure: Default::default(),
     };
     let target = match args.url.filter(|u| !u.is_empty()) {
         Some(url) => run::Target::Server(url),

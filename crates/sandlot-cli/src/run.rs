@@ -162,6 +162,7 @@ async fn execute_on_server(
 ) -> anyhow::Result<ExecutionResult> {
     let req = ExecuteRequest {
         context: None,
+        on_failure: Default::default(),
         ..req
     };
     let mut stream = client.execute_stream(id, req).await?;

@@ -289,6 +289,7 @@ fn exec_request() -> ExecuteRequest {
         timeout: Some(5.0),
         stream: false,
         context: None,
+        on_failure: Default::default(),
     }
 }
 

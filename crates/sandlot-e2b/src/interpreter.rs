@@ -213,6 +213,7 @@ async fn execute(
         timeout: Some(ctx.rt.max_exec_timeout()),
         stream: false,
         context: Some(context.clone()),
+        on_failure: Default::default(),
     };
     let running = Arc::new(AtomicBool::new(false));
     // A client that goes away interrupts the execution (once the user's code runs: not the
@@ -286,6 +287,7 @@ async fn run_with_env(
         timeout: Some(30.0),
         stream: false,
         context: req.context.clone(),
+        on_failure: Default::default(),
     };
     if !env.is_empty() {
         let set = hidden(set_env_code(req.language, &env));

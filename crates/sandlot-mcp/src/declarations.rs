@@ -22,6 +22,9 @@ pub struct RunPythonArgs {
     /// Seconds before the execution is interrupted (default 60, at most 3600)
     #[serde(default)]
     pub timeout: Option<f64>,
+    /// `rollback`: if the code fails (raises, times out, runs out of memory), the sandbox's variables and workspace files go back to what they were before it; `keep` (default): its effects stay
+    #[serde(default)]
+    pub on_failure: OnFailureArg,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -36,6 +39,30 @@ pub struct RunBashArgs {
     /// Seconds before the script is interrupted (default 60, at most 3600)
     #[serde(default)]
     pub timeout: Option<f64>,
+    /// `rollback`: if the script fails (exits non-zero, times out), the sandbox's variables and workspace files go back to what they were before it; `keep` (default): its effects stay
+    #[serde(default)]
+    pub on_failure: OnFailureArg,
+}
+
+/// What a failing execution leaves behind (`sandlot_types::OnFailure`, with a schema).
+#[derive(Debug, Default, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailureArg {
+    /// The sandbox keeps what the code did
+    #[default]
+    Keep,
+    /// The sandbox's variables and files go back to what they were before the code
+    Rollback,
+}
+
+impl From<OnFailureArg> for sandlot_types::OnFailure {
+    fn from(a: OnFailureArg) -> Self {
+        match a {
+            OnFailureArg::Keep => sandlot_types::OnFailure::Keep,
+            OnFailureArg::Rollback => sandlot_types::OnFailure::Rollback,
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]

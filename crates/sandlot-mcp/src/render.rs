@@ -108,6 +108,12 @@ pub fn render(r: &ExecutionResult, notes: Vec<String>) -> CallToolResult {
             restarted.lost.join(", ")
         )));
     }
+    if let Some(rb) = r.rollback.as_ref().filter(|_| r.rolled_back) {
+        b.out.push(ContentBlock::text(format!(
+            "[rolled back ({}): the sandbox's variables and files are as they were before this code]",
+            rb.reason
+        )));
+    }
     if b.out.is_empty() {
         b.out.push(ContentBlock::text("(no output)"));
     }

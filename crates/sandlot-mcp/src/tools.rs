@@ -77,13 +77,25 @@ pub(crate) async fn call<B: Backend>(
         "run_python" => {
             let a: RunPythonArgs = args(&req)?;
             Ok(call
-                .run(a.code, Language::Python, a.timeout, a.sandbox_id)
+                .run(
+                    a.code,
+                    Language::Python,
+                    a.timeout,
+                    a.on_failure.into(),
+                    a.sandbox_id,
+                )
                 .await)
         }
         "run_bash" => {
             let a: RunBashArgs = args(&req)?;
             Ok(call
-                .run(a.code, Language::Bash, a.timeout, a.sandbox_id)
+                .run(
+                    a.code,
+                    Language::Bash,
+                    a.timeout,
+                    a.on_failure.into(),
+                    a.sandbox_id,
+                )
                 .await)
         }
         "write_file" => {
@@ -266,6 +278,7 @@ impl<B: Backend> Call<'_, B> {
         code: String,
         language: Language,
         timeout: Option<f64>,
+        on_failure: sandlot_types::OnFailure,
         explicit: Option<String>,
     ) -> CallToolResult {
         // Counted so `sandlot mcp` lets it end (interrupted) before exiting at EOF.
@@ -283,6 +296,7 @@ impl<B: Backend> Call<'_, B> {
                     timeout,
                     stream: false,
                     context: None,
+                    on_failure,
                 };
                 let (backend, scope) = (backend.clone(), scope.clone());
                 async move {

@@ -116,6 +116,8 @@ pub(crate) fn execution(
         context: None,
         restarted: None,
         background_bytes: 0,
+        rolled_back: false,
+        rollback: None,
     });
     ExecutionRecord {
         id: id.to_owned(),

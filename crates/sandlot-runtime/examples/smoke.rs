@@ -46,6 +46,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             timeout: Some(10.0),
             stream: false,
             context: None,
+            on_failure: Default::default(),
         };
         let r = rt.execute(&id, req, None).await?;
         println!(

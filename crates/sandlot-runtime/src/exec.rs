@@ -10,8 +10,8 @@ use crate::sandbox::{Budgeted, Live, Pumped};
 use crate::util::{lock, new_id, now_rfc3339};
 use crate::Runtime;
 use sandlot_types::{
-    Artifact, EndState, ExecError, ExecuteRequest, ExecutionRecord, ExecutionResult, OutputEvent,
-    Truncation,
+    Artifact, EndState, ExecError, ExecuteRequest, ExecutionRecord, ExecutionResult, OnFailure,
+    Outcome as GuardOutcome, OutputEvent, Rollback, Truncation,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -70,6 +70,13 @@ impl Runtime {
         let (turn, live, restarted_before) = self.ready_live(&e, turn).await?;
         // Checked under the lock: a context deleted by a request queued ahead is gone.
         live.check_context(req.context.as_deref())?;
+        // Before the cell: its variables and files, when a failure is to be rolled back.
+        let (turn, capture) = if req.on_failure == OnFailure::Rollback {
+            let (turn, cap) = self.capture(&e, turn, &live).await?;
+            (turn, Some(cap))
+        } else {
+            (turn, None)
+        };
         self.touch(&e);
         let exec_id = new_id("ex_");
         let record = ExecutionRecord {
@@ -102,11 +109,50 @@ impl Runtime {
             &self.inner.storage.artifacts,
         )
         .await;
-        if let Some(task) = guard {
-            let _ = task.await;
-        }
-        self.guard_result(&mut result).await;
-        result.restarted = if result.sandbox_alive {
+        let streamed = match guard {
+            Some(task) => task.await.unwrap_or(GuardOutcome::Pass),
+            None => GuardOutcome::Pass,
+        };
+        let guarded = self.guard_result(&mut result).await.max(streamed);
+        let failure = capture.as_ref().and_then(|_| {
+            let contained = lock(&e.info).contained.is_some();
+            failure_reason(&result, guarded, contained)
+        });
+        let (turn, rolled) = match (capture, failure) {
+            (Some(cap), Some(reason)) => {
+                let capture_ms = cap.capture_ms;
+                let (turn, restored) = self.roll_back(&e, turn, cap).await;
+                match restored {
+                    Ok(r) => {
+                        result.rolled_back = true;
+                        result.rollback = Some(Rollback {
+                            reason: reason.to_string(),
+                            variables: r.variables,
+                            not_restored: r.not_restored,
+                            capture_ms,
+                            restore_ms: r.restore_ms,
+                        });
+                    }
+                    Err(err) => {
+                        tracing::warn!(sandbox = %id, error = %err, "rolling back a failed cell failed");
+                        if let Some(e) = result.error.as_mut() {
+                            e.value = format!("{}\n[the rollback failed: {err}]", e.value);
+                        }
+                    }
+                }
+                (turn, true)
+            }
+            (Some(cap), None) => {
+                self.discard_capture(cap).await;
+                (turn, false)
+            }
+            (None, _) => (turn, false),
+        };
+        result.restarted = if rolled {
+            // The rollback replaced the processes (or, contained, left none) itself.
+            drop(turn);
+            restarted_before
+        } else if result.sandbox_alive {
             drop(turn);
             restarted_before
         } else {
@@ -147,6 +193,7 @@ impl Runtime {
                 "cpu_time_ms": result.cpu_time_ms,
                 "peak_memory_bytes": result.peak_memory_bytes,
                 "restarted": result.restarted.is_some(),
+                "rolled_back": result.rolled_back,
             }),
         );
         Ok(result)
@@ -187,6 +234,26 @@ impl Runtime {
 /// (and restarted in place). With the kill signalled without waiting, an execution answers
 /// within its timeout plus this plus a few milliseconds, whatever its code does.
 const GRACE: Duration = Duration::from_secs(1);
+
+/// Why an execution asked to roll back on failure counts as failed, or `None` when it
+/// succeeded: how it ended, or its output withheld or its sandbox contained by the guardrails.
+fn failure_reason(
+    r: &ExecutionResult,
+    guarded: GuardOutcome,
+    contained: bool,
+) -> Option<&'static str> {
+    if contained || guarded >= GuardOutcome::Withhold {
+        return Some("guardrails");
+    }
+    match r.end_state {
+        EndState::Ok => None,
+        EndState::Error => Some("error"),
+        EndState::Timeout => Some("timeout"),
+        EndState::Interrupted => Some("interrupted"),
+        EndState::Oom => Some("oom"),
+        EndState::Killed => Some("killed"),
+    }
+}
 
 /// Why an execution's processes have to restart, from how it ended.
 fn restart_reason(r: &ExecutionResult) -> &'static str {
@@ -560,6 +627,8 @@ pub async fn run(
         context: Some(context_of(req).to_string()),
         restarted: None,
         background_bytes: live.pump.background_bytes(),
+        rolled_back: false,
+        rollback: None,
     }
 }
 

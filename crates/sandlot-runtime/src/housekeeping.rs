@@ -31,6 +31,8 @@ impl Runtime {
             }
             let _ = cg.remove();
         }
+        // Cells cut short with a rollback capture roll back before the workspaces are listed.
+        self.recover_rollbacks();
         let stopped = inner
             .storage
             .store

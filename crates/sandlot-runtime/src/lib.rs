@@ -56,6 +56,7 @@ mod recorder;
 mod registry;
 mod request;
 mod restart;
+mod rollback;
 mod sandbox;
 mod sandboxes;
 mod saved;

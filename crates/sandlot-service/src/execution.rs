@@ -172,6 +172,8 @@ mod tests {
             context: None,
             restarted: None,
             background_bytes: 0,
+            rolled_back: false,
+            rollback: None,
         }
     }
 

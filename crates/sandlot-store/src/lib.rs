@@ -485,6 +485,8 @@ impl Store {
                         context: None,
                         restarted: None,
                         background_bytes: 0,
+                        rolled_back: false,
+                        rollback: None,
                     };
                     write_result(&tx, &result.id, &result)?;
                 }

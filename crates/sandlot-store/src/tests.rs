@@ -121,6 +121,8 @@ fn result_for(rec: &ExecutionRecord) -> ExecutionResult {
         context: None,
         restarted: None,
         background_bytes: 0,
+        rolled_back: false,
+        rollback: None,
     }
 }
 

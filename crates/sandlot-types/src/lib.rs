@@ -504,6 +504,46 @@ pub struct ExecuteRequest {
     /// default context when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// What a cell that fails leaves behind: its effects (`keep`, the default) or the
+    /// sandbox's variables and files as they were before it (`rollback`).
+    #[serde(default, skip_serializing_if = "OnFailure::is_keep")]
+    pub on_failure: OnFailure,
+}
+
+/// What happens to a sandbox's state when an execution fails (errors, times out, runs out of
+/// memory, or fails its guardrails).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// The sandbox keeps whatever the cell did (the behaviour without the field).
+    #[default]
+    Keep,
+    /// The sandbox's variables and workspace files are saved before the cell and put back
+    /// when it fails; the result says `rolled_back`.
+    Rollback,
+}
+
+impl OnFailure {
+    pub fn is_keep(&self) -> bool {
+        *self == OnFailure::Keep
+    }
+}
+
+/// How a failed execution's rollback went, in its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollback {
+    /// Why the cell counted as failed: `error`, `timeout`, `oom`, `interrupted`, `killed`,
+    /// `guardrails`.
+    pub reason: String,
+    /// Variables put back (over every code context).
+    pub variables: u64,
+    /// What the capture could not hold and so was not put back (unpicklable values).
+    #[serde(default)]
+    pub not_restored: Vec<NotCaptured>,
+    /// Milliseconds the capture before the cell took.
+    pub capture_ms: f64,
+    /// Milliseconds putting the state back took.
+    pub restore_ms: f64,
 }
 
 /// How an execution ended.
@@ -610,6 +650,12 @@ pub struct ExecutionResult {
     /// buffer when this execution ended: `GET /v1/sandboxes/{id}/background` reads them.
     #[serde(default)]
     pub background_bytes: u64,
+    /// The execution asked for `on_failure: rollback`, failed, and the sandbox's variables and
+    /// files are back as they were before it (`rollback` says why and what).
+    #[serde(default)]
+    pub rolled_back: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
 }
 
 /// Which output stream a piece of text came from.

@@ -382,6 +382,7 @@ mod tests {
             audit: None,
             record: None,
             review: None,
+            rollback: None,
         }
     }
 

@@ -86,6 +86,7 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.governance.is_some()
         || run.audit.is_some()
         || run.record.is_some()
+        || run.rollback.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -170,6 +171,9 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
     }
     if let Some(r) = &run.record {
         doc = upsert_result_block(&doc, "record", RECORD_HEADING, &record_block(run, r));
+    }
+    if let Some(r) = &run.rollback {
+        doc = upsert_result_block(&doc, "rollback", ROLLBACK_HEADING, &rollback_block(run, r));
     }
 
     let mut rows: Vec<(String, String)> = block(&doc, "targets")
@@ -310,6 +314,9 @@ pub fn print_report(run: &Run) {
             "== 17. the record on vs off ==\n{}",
             strip_md(&record_block(run, r))
         );
+    }
+    if let Some(r) = &run.rollback {
+        println!("== 18. rollback ==\n{}", strip_md(&rollback_block(run, r)));
     }
     println!("== targets ==");
     for t in targets(run) {

@@ -346,6 +346,7 @@ mod tests {
             audit: None,
             record: None,
             review: None,
+            rollback: None,
         }
     }
 

@@ -29,6 +29,7 @@ mod clients;
 mod doc;
 mod governance;
 mod record;
+mod rollback;
 mod state;
 
 pub use blocks::*;
@@ -36,6 +37,7 @@ pub use clients::*;
 pub use doc::*;
 pub use governance::*;
 pub use record::*;
+pub use rollback::*;
 pub use state::*;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -68,6 +70,7 @@ pub struct Run {
     pub record: Option<RecordResult>,
     /// Benchmark 18 (issue 23), in the JSON output; not yet a block of BENCHMARKS.md.
     pub review: Option<InProcess<crate::review::ReviewBenchResult>>,
+    pub rollback: Option<crate::rollback::RollbackResult>,
 }
 
 /// One target of issue 3, 7, 8, 9, 10 or 12 and how this run did against it.
@@ -251,6 +254,7 @@ const TARGET_KEYS: &[&str] = &[
     "audit-append",
     "audit-verify",
     "record-hot",
+    "rollback-added",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -478,6 +482,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
     clients_targets(run, &mut t);
     governance_targets(run, &mut t);
     record_targets(run, &mut t);
+    rollback_targets(run, &mut t);
     t
 }
 

@@ -264,6 +264,7 @@ mod tests {
             }),
             record,
             review: None,
+            rollback: None,
         }
     }
 

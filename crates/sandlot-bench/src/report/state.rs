@@ -601,6 +601,7 @@ mod tests {
             audit: None,
             record: None,
             review: None,
+            rollback: None,
         }
     }
 

@@ -83,6 +83,7 @@ impl Remote {
             timeout,
             stream: true,
             context: None,
+            on_failure: Default::default(),
         };
         let limit = timeout
             .filter(|t| t.is_finite() && *t > 0.0)

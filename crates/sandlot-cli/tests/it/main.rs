@@ -46,6 +46,7 @@ mod protocols;
 mod redteam7;
 mod redteam8;
 mod reviews;
+mod rollback;
 mod soak;
 mod state;
 mod templates;

@@ -1299,3 +1299,38 @@ fn http_tools_pass_the_policy() {
     f.delete();
     a.delete();
 }
+
+#[test]
+fn run_python_and_run_bash_can_roll_back_a_failure() {
+    let server = TestServer::start();
+    let mut mcp = Mcp::new(&server);
+    mcp.initialize();
+    assert_ok(&mcp.call(
+        "run_python",
+        json!({"code": "x = 1\nopen('/workspace/k.txt', 'w').write('k')"}),
+    ));
+    let r = mcp.call(
+        "run_python",
+        json!({"code": "import os\nx = 2\nos.remove('/workspace/k.txt')\nraise ValueError('v')", "on_failure": "rollback"}),
+    );
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(text(&r).contains("[rolled back (error)"), "{r}");
+    let r = mcp.call(
+        "run_bash",
+        json!({"code": "rm /workspace/k.txt; exit 3", "on_failure": "rollback"}),
+    );
+    assert!(text(&r).contains("[rolled back (error)"), "{r}");
+    let r = mcp.call(
+        "run_python",
+        json!({"code": "(x, open('/workspace/k.txt').read())"}),
+    );
+    assert_ok(&r);
+    assert!(text(&r).contains("(1, 'k')"), "{r}");
+    // Anything but keep or rollback is invalid params, and nothing ran.
+    let r = mcp.call(
+        "run_python",
+        json!({"code": "x = 3", "on_failure": "sometimes"}),
+    );
+    assert_rpc_error(&r, -32602);
+    assert!(text(&mcp.call("run_python", json!({"code": "x"}))).contains('1'));
+}

@@ -416,6 +416,7 @@ pub(super) async fn launch(
             timeout: Some(timeout),
             stream: false,
             context: None,
+            on_failure: Default::default(),
         };
         match rt.execute(sandbox, req, None).await {
             Err(RuntimeError::BadTimeout { max, .. }) if timeout > max && max > 0.0 => {

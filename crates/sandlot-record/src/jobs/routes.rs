@@ -94,6 +94,7 @@ async fn submit(
         timeout: body.timeout,
         stream: false,
         context: body.context,
+        on_failure: Default::default(),
     };
     let job_id = new_job_id();
     let job = job_record(

@@ -38,6 +38,7 @@ fn request(code: &str) -> ExecuteRequest {
         timeout: Some(5.0),
         stream: false,
         context: None,
+        on_failure: Default::default(),
     }
 }
 

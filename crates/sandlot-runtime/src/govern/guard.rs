@@ -349,9 +349,9 @@ impl Runtime {
 
     /// Scans a finished execution's result (recording each finding) and applies the
     /// outcomes; a contained execution keeps none of its output.
-    pub(crate) async fn guard_result(&self, r: &mut ExecutionResult) {
+    pub(crate) async fn guard_result(&self, r: &mut ExecutionResult) -> Outcome {
         let Some(scanner) = self.scanner_for(&r.sandbox_id) else {
-            return;
+            return Outcome::Pass;
         };
         let (id, exec_id) = (r.sandbox_id.clone(), r.id.clone());
         let mut worst = Outcome::Pass;
@@ -415,6 +415,7 @@ impl Runtime {
                 traceback: vec![],
             });
         }
+        worst
     }
 
     /// Scans a file about to be downloaded: its bytes as they may leave, or `None` (withheld).

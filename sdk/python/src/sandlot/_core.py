@@ -432,14 +432,30 @@ def state_timeout(cfg: ConnectionConfig, n: int = 1) -> httpx.Timeout:
 LANGUAGES = ("python", "bash", "javascript", "typescript")
 
 
+# What a failing execution leaves behind (the server's `OnFailure`).
+ON_FAILURE = ("keep", "rollback")
+
+
 def execute_body(
-    code: str, language: str, timeout: Optional[float], stream: bool, context: ContextArg = None
+    code: str,
+    language: str,
+    timeout: Optional[float],
+    stream: bool,
+    context: ContextArg = None,
+    on_failure: Optional[str] = None,
 ) -> Dict[str, Any]:
     if language not in LANGUAGES:
         raise errors.InvalidArgument(
             f"language must be one of {', '.join(map(repr, LANGUAGES))}, not {language!r}", code="invalid_argument"
         )
+    if on_failure is not None and on_failure not in ON_FAILURE:
+        raise errors.InvalidArgument(
+            f"on_failure must be one of {', '.join(map(repr, ON_FAILURE))}, not {on_failure!r}",
+            code="invalid_argument",
+        )
     body: Dict[str, Any] = {"code": code, "language": language, "stream": stream}
+    if on_failure is not None and on_failure != "keep":
+        body["on_failure"] = on_failure
     if timeout is not None:
         body["timeout"] = float(timeout)
     ctx = context_id(context)

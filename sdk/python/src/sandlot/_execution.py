@@ -425,6 +425,20 @@ class Execution:
         return Restarted.from_json(r) if isinstance(r, Mapping) else None
 
     @property
+    def rolled_back(self) -> bool:
+        """True when the execution asked for ``on_failure="rollback"``, failed, and the
+        sandbox's variables and files are back as they were before it (see :attr:`rollback`)."""
+        return bool(self.raw.get("rolled_back", False))
+
+    @property
+    def rollback(self) -> Optional["Rollback"]:
+        """How the rollback went: why the cell counted as failed (``reason``: ``error``,
+        ``timeout``, ``oom``, ``interrupted``, ``killed`` or ``guardrails``), the variables put
+        back, what could not be (``not_restored``), and what the capture and the restore cost."""
+        r = self.raw.get("rollback")
+        return Rollback.from_json(r) if isinstance(r, Mapping) else None
+
+    @property
     def background_bytes(self) -> int:
         """Bytes of background output (written while no execution ran) waiting on the server
         when this execution ended; read them with ``sandbox.background_output()``."""
@@ -617,6 +631,31 @@ class Restarted:
     def from_json(cls, d: Mapping[str, Any]) -> "Restarted":
         lost = d.get("lost")
         return cls(reason=str(d.get("reason", "")), lost=[str(x) for x in lost] if isinstance(lost, list) else [])
+
+
+@dataclass
+class Rollback:
+    """A failed execution's rollback (:attr:`Execution.rollback`): ``reason`` (``error``,
+    ``timeout``, ``oom``, ``interrupted``, ``killed``, ``guardrails``), ``variables`` put back,
+    ``not_restored`` (dicts with ``name``, ``context``, ``reason``), ``capture_ms`` and
+    ``restore_ms``."""
+
+    reason: str
+    variables: int = 0
+    not_restored: List[Dict[str, Any]] = field(default_factory=list)
+    capture_ms: float = 0.0
+    restore_ms: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Rollback":
+        nr = d.get("not_restored")
+        return cls(
+            reason=str(d.get("reason", "")),
+            variables=int(d.get("variables") or 0),
+            not_restored=[dict(x) for x in nr if isinstance(x, Mapping)] if isinstance(nr, list) else [],
+            capture_ms=float(d.get("capture_ms") or 0.0),
+            restore_ms=float(d.get("restore_ms") or 0.0),
+        )
 
 
 # -- background output ----------------------------------------------------------------------

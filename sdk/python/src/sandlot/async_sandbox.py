@@ -359,11 +359,12 @@ class AsyncSandbox:
         context: ContextArg = None,
         review_wait: Optional[float] = None,
         review: Optional[str] = None,
+        on_failure: Optional[str] = None,
     ) -> Execution:
         """See :meth:`Sandbox.run_code`; callbacks may be coroutine functions."""
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
         path = sandbox_path(self.id, "execute")
-        body = execute_body(code, language, timeout, streaming, context)
+        body = execute_body(code, language, timeout, streaming, context, on_failure)
         held = review_params(review_wait, review)
         # The read must outlast the wait for a person too.
         http_timeout = execute_timeout(self._http.cfg, None if timeout is None else timeout + float(review_wait or 0))

@@ -24,6 +24,7 @@ from ._execution import (
     Logs,
     OutputMessage,
     Restarted,
+    Rollback,
     Result,
     Truncation,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "Context",
     "Template",
     "Restarted",
+    "Rollback",
     "BackgroundEntry",
     "BackgroundOutput",
     "NotCaptured",

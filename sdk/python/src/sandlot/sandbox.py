@@ -349,6 +349,7 @@ class Sandbox:
         context: ContextArg = None,
         review_wait: Optional[float] = None,
         review: Optional[str] = None,
+        on_failure: Optional[str] = None,
     ) -> Execution:
         """Run ``code`` in the sandbox's session and return the :class:`~sandlot.Execution`.
 
@@ -359,12 +360,15 @@ class Sandbox:
         execution is returned with ``end_state == "timeout"`` (see
         :meth:`Execution.raise_for_error`). ``context`` is a code context of the sandbox (an
         independent namespace, see :attr:`contexts`): a :class:`~sandlot.Context` or its id;
-        the ``default`` context when ``None``. The request is never re-sent
+        the ``default`` context when ``None``. ``on_failure="rollback"`` saves the sandbox's variables (every context) and workspace files
+        before the cell and puts them back if it fails (an error, a timeout, out of memory, killed,
+        or output withheld by the guardrails): :attr:`Execution.rolled_back` says so. Background
+        processes, sockets and volumes are not rolled back. The request is never re-sent
         once it may have reached the server.
         """
         streaming = stream if stream is not None else any(cb is not None for cb in (on_stdout, on_stderr, on_result, on_error))
         path = sandbox_path(self.id, "execute")
-        body = execute_body(code, language, timeout, streaming, context)
+        body = execute_body(code, language, timeout, streaming, context, on_failure)
         held = review_params(review_wait, review)
         # The read must outlast the wait for a person too.
         http_timeout = execute_timeout(self._http.cfg, None if timeout is None else timeout + float(review_wait or 0))
