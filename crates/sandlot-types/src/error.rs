@@ -95,6 +95,9 @@ pub enum ErrorCode {
     WebhookNotFound,
     /// A bundle written by a newer sandlot, or not a bundle at all (400).
     UnsupportedBundle,
+    /// A request with the console's session cookie that its pages did not make: no or a wrong
+    /// `X-Sandlot-CSRF` token, or another origin (403).
+    CsrfFailed,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -146,6 +149,7 @@ impl ErrorCode {
             Self::JobEnded => 409,
             Self::WebhookNotFound => 404,
             Self::UnsupportedBundle => 400,
+            Self::CsrfFailed => 403,
             Self::Internal => 500,
         }
     }
@@ -194,6 +198,7 @@ impl ErrorCode {
             ErrorCode::JobEnded => "job_ended",
             ErrorCode::WebhookNotFound => "webhook_not_found",
             ErrorCode::UnsupportedBundle => "unsupported_bundle",
+            ErrorCode::CsrfFailed => "csrf_failed",
             ErrorCode::Internal => "internal",
         }
     }

@@ -63,6 +63,7 @@ from .errors import (
     JobEnded,
     WebhookNotFound,
     UnsupportedBundle,
+    CsrfFailed,
 )
 from .models import (
     Artifact,
@@ -206,6 +207,7 @@ __all__ = [
     "JobEnded",
     "WebhookNotFound",
     "UnsupportedBundle",
+    "CsrfFailed",
     "ServerError",
     "SandboxFailed",
     "StateCorrupt",

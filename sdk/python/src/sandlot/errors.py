@@ -50,6 +50,7 @@ __all__ = [
     "KeyNotFound",
     "InvalidPolicy",
     "SandboxContained",
+    "CsrfFailed",
     "ServerError",
     "SandboxFailed",
     "StateCorrupt",
@@ -294,6 +295,11 @@ class UnsupportedBundle(InvalidRequest):
     (``unsupported_bundle``, HTTP 400)."""
 
 
+class CsrfFailed(Forbidden):
+    """A request with the web console's session cookie that its pages did not make: no or a
+    wrong ``X-Sandlot-CSRF`` token, or another origin (``csrf_failed``, HTTP 403)."""
+
+
 class ServerError(SandlotError):
     """The server failed (``internal``, ``sandbox_failed``, any 5xx without a known code)."""
 
@@ -392,6 +398,7 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "job_ended": JobEnded,
     "webhook_not_found": WebhookNotFound,
     "unsupported_bundle": UnsupportedBundle,
+    "csrf_failed": CsrfFailed,
 }
 
 _BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [
