@@ -338,14 +338,15 @@ impl Page<'_> {
             ),
             None => (String::new(), String::new(), " hidden"),
         };
+        // The page's own fragment goes in last, so nothing in it is taken for a placeholder.
         let html = PAGE
-            .replace("{{main}}", self.main)
             .replace("{{title}}", &escape(self.title))
             .replace("{{script}}", &escape(self.script))
             .replace("{{csrf}}", &escape(&csrf))
             .replace("{{who}}", &escape(&who))
             .replace("{{nav_hidden}}", nav_hidden)
-            .replace("{{sandbox}}", &escape(self.sandbox));
+            .replace("{{sandbox}}", &escape(self.sandbox))
+            .replace("{{main}}", self.main);
         (
             status,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],

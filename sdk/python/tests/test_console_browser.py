@@ -121,6 +121,10 @@ def test_the_console_in_a_browser(sandlot_url: str, browser) -> None:
         d.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]").click()
         _wait("the sandboxes page", lambda: d.find_element(By.ID, "sandboxes"))
         _wait("the live stream", lambda: d.find_element(By.ID, "live-state").text == "live")
+        paint = d.execute_script(
+            "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+            "return p ? p.startTime : null")
+        print(f"console: the sandboxes page's first contentful paint after {paint} ms")
 
         # The session cookie is HttpOnly: page script does not see it.
         assert "sandlot_session" not in d.execute_script("return document.cookie")
