@@ -262,14 +262,26 @@ fn csrf_failed(message: &str) -> HttpError {
 
 /// The console's routes, every response with the security headers.
 pub fn router(console: Arc<Console>) -> Router {
+    // Each route answers methods it does not serve itself (405), so that answer has the
+    // console's headers too.
     Router::new()
-        .route("/console", get(home))
+        .route("/console", get(home).fallback(method_not_allowed))
         .route(
             "/console/session",
-            axum::routing::post(sign_in).delete(sign_out),
+            axum::routing::post(sign_in)
+                .delete(sign_out)
+                .fallback(method_not_allowed),
         )
-        .route("/console/sandboxes/{id}", get(sandbox_page))
-        .route("/console/assets/{name}", get(asset))
+        .route(
+            "/console/sandboxes/{id}",
+            get(sandbox_page).fallback(method_not_allowed),
+        )
+        .route(
+            "/console/assets/{name}",
+            get(asset).fallback(method_not_allowed),
+        )
+        // Anything else under /console is the console's own 404, with its headers.
+        .route("/console/{*rest}", axum::routing::any(unknown_page))
         .with_state(console)
         .layer(axum::middleware::from_fn(security_headers))
 }
@@ -456,6 +468,25 @@ async fn sandbox_page(
         sandbox: &id,
     }
     .render(StatusCode::OK)
+}
+
+async fn method_not_allowed() -> Response {
+    sandlot_http::error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        sandlot_http::METHOD_NOT_ALLOWED,
+        "this console path does not serve that method",
+    )
+}
+
+async fn unknown_page() -> Response {
+    Page {
+        title: "Not found",
+        main: NOT_FOUND,
+        script: "console.js",
+        signed_in: None,
+        sandbox: "",
+    }
+    .render(StatusCode::NOT_FOUND)
 }
 
 #[derive(Deserialize)]

@@ -189,6 +189,12 @@ fn sign_in_sets_an_http_only_strict_cookie_that_acts_only_with_its_csrf_token() 
     let missing = b.send(b.req("GET", "/console/assets/nope.js"));
     assert_eq!(missing.status, 404);
     missing.assert_console_headers("a missing asset");
+    let unknown = b.send(b.req("GET", "/console/no/such/page"));
+    assert_eq!(unknown.status, 404);
+    unknown.assert_console_headers("an unknown console page");
+    let wrong_method = b.send(b.req("PUT", "/console"));
+    assert_eq!(wrong_method.status, 405);
+    wrong_method.assert_console_headers("a method the console does not serve");
 
     // A bad key: 401, no cookie, in JSON and from the form.
     let bad = b.send(
