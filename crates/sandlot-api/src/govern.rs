@@ -60,7 +60,14 @@ pub(crate) async fn authenticate<B: Backend>(
     if !(is_v1 || is_mcp) || is_public(path) || path.starts_with("/v1/ports/") {
         return next.run(req).await;
     }
-    let principal = match principal_of(gov, req.headers()) {
+    // The console's session cookie stands in for a key on `/v1` when no key is sent.
+    let by_cookie = match st.console.as_deref() {
+        Some(console) if is_v1 && bearer(req.headers()).is_none() => {
+            console.authenticate(req.headers())
+        }
+        _ => None,
+    };
+    let principal = match by_cookie.unwrap_or_else(|| principal_of(gov, req.headers())) {
         Ok(p) => p,
         Err(e) => {
             // Read what a small body the client sent, so the connection stays usable for its

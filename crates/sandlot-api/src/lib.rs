@@ -73,6 +73,9 @@ pub struct Extensions {
     pub sandbox_header: Option<Router>,
     /// API keys, tenants and quotas; `None` serves every request as the local admin.
     pub governance: Option<Arc<sandlot_service::Governance>>,
+    /// The web console, whose session cookie `/v1` accepts from the console's own pages
+    /// (`sandlot_console::Console::authenticate`).
+    pub console: Option<Arc<sandlot_console::Console>>,
 }
 
 /// [`router`] with `ext` added.
@@ -88,6 +91,7 @@ pub(crate) struct AppState<B> {
     /// Requests carrying [`SANDBOX_ID_HEADER`] go to E2B's envd router (which checks its own
     /// tokens); without that router they are `/v1` requests like any other.
     pub(crate) by_header: bool,
+    pub(crate) console: Option<Arc<sandlot_console::Console>>,
 }
 
 impl<B: Backend> AppState<B> {
@@ -104,6 +108,7 @@ impl<B: Clone> Clone for AppState<B> {
             cfg: self.cfg.clone(),
             gov: self.gov.clone(),
             by_header: self.by_header,
+            console: self.console.clone(),
         }
     }
 }
@@ -324,6 +329,7 @@ pub(crate) fn router_with<B: Backend>(backend: B, cfg: ApiConfig, ext: Extension
         cfg: Arc::new(cfg),
         gov: ext.governance.clone(),
         by_header: ext.sandbox_header.is_some(),
+        console: ext.console.clone(),
     };
     let mut app = Router::new();
     for r in routes::<B>() {
@@ -378,7 +384,7 @@ async fn refuse_pages(req: Request, next: Next) -> Response {
         .is_some_and(|v| v.as_bytes() != b"none")
         || headers.contains_key(axum::http::header::ORIGIN);
     let path = req.uri().path();
-    if !from_page || is_ports_path(path) {
+    if !from_page || is_ports_path(path) || is_console_request(path, headers) {
         return next.run(req).await;
     }
     // Each protocol's own error shape: REST under /v1, JSON-RPC at /mcp, E2B's elsewhere.
@@ -398,6 +404,18 @@ async fn refuse_pages(req: Request, next: Next) -> Response {
         )
             .into_response()
     }
+}
+
+/// The console's own pages, and `/v1` requests its pages make: with its session cookie and no
+/// key of their own (authentication then asks the console to check their CSRF token and
+/// origin, `govern.rs`).
+fn is_console_request(path: &str, headers: &axum::http::HeaderMap) -> bool {
+    path == "/console"
+        || path.starts_with("/console/")
+        || (path.starts_with("/v1/")
+            && !headers.contains_key(SANDBOX_ID_HEADER)
+            && sandlot_http::bearer(headers).is_none()
+            && sandlot_console::has_session_cookie(headers))
 }
 
 /// `/v1/sandboxes/{id}/ports/...` or `/v1/ports/...`.

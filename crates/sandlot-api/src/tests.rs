@@ -957,6 +957,7 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::ReviewNotFound, 404),
     (ErrorCode::ReviewDenied, 403),
     (ErrorCode::ReviewDecided, 409),
+    (ErrorCode::CsrfFailed, 403),
 ];
 
 #[test]
@@ -2129,4 +2130,10 @@ async fn the_service_scopes_gates_and_claims_before_the_runtime() {
     let open = Service::new(&fake, None);
     open.delete(&other, "sb").await.unwrap();
     assert_eq!(fake.calls().last().map(String::as_str), Some("delete sb"));
+}
+
+/// The ports proxy strips the console's session cookie by name: the same name the console sets.
+#[test]
+fn the_ports_proxy_strips_the_consoles_own_cookie() {
+    assert_eq!(sandlot_ports::CONSOLE_COOKIE, sandlot_console::COOKIE);
 }

@@ -195,6 +195,11 @@ pub const VARS: &[Var] = &[
         help: "E2B sandbox tokens (envdAccessToken, trafficAccessToken) stop working this many seconds after the control plane hands them out; clients get fresh ones from E2B's connect (Sandbox.connect); POST /v1/sandboxes/{id}/ports/rotate ends them at once",
     },
     Var {
+        name: CONSOLE_SECURE_COOKIE,
+        default: "0: plain HTTP (sandlot serves no TLS itself)",
+        help: "1: the console's session cookie is marked Secure and its pages expect https:// origins; set when a TLS-terminating proxy serves sandlot",
+    },
+    Var {
         name: WEBHOOK_ALLOW_PRIVATE,
         default: "0: loopback and private addresses refused",
         help: "1: webhooks may target loopback and private addresses",
@@ -213,6 +218,7 @@ pub const JOBS_CONCURRENCY: &str = "SANDLOT_JOBS_CONCURRENCY";
 pub const WEBHOOK_ALLOW_PRIVATE: &str = "SANDLOT_WEBHOOK_ALLOW_PRIVATE";
 pub const PORT_URL_TTL: &str = "SANDLOT_PORT_URL_TTL";
 pub const ENVD_TOKEN_TTL: &str = "SANDLOT_ENVD_TOKEN_TTL";
+pub const CONSOLE_SECURE_COOKIE: &str = "SANDLOT_CONSOLE_SECURE_COOKIE";
 
 /// The variables `serve` and an embedded `run` read (besides their own flags' ones).
 pub const RUNTIME_VARS: &[&str] = &[DATA_DIR, ENV_DIR, PYTHON, PIP_INDEX_URL, JAIL_LIB, LOG];
@@ -237,6 +243,7 @@ pub const SERVE_VARS: &[&str] = &[
     OTLP_ENDPOINT,
     JOBS_CONCURRENCY,
     WEBHOOK_ALLOW_PRIVATE,
+    CONSOLE_SECURE_COOKIE,
 ];
 /// The variables `sandlot env` reads.
 pub const ENV_VARS: &[&str] = &[ENV_DIR, DATA_DIR, PYTHON, PIP_INDEX_URL, LOG];

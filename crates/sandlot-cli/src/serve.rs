@@ -73,15 +73,30 @@ pub async fn serve(listen: SocketAddr, dirs: Dirs, capacity: Capacity) -> anyhow
     })
     .await
     .context("could not start the record (audit, metrics, events, jobs)")?;
+    // The web console at /console: its sessions stand in for a key on /v1 (`sandlot-console`).
+    let console = sandlot_console::Console::new(
+        governance.clone(),
+        sandlot_console::ConsoleConfig {
+            secure_cookie: std::env::var(crate::config::CONSOLE_SECURE_COOKIE)
+                .is_ok_and(|v| v == "1"),
+            ..Default::default()
+        },
+        {
+            let rt = rt.clone();
+            Box::new(move |id: &str| rt.sandbox_tenant(id))
+        },
+    );
     let ext = sandlot_api::Extensions {
         // The record's routes are authenticated and scoped by the REST adapter's layer, like
         // `/v1`'s own.
         routes: e2b
             .routes()
             .merge(mcp)
-            .merge(sandlot_record::router(recording.clone())),
+            .merge(sandlot_record::router(recording.clone()))
+            .merge(sandlot_console::router(console.clone())),
         sandbox_header: Some(e2b.sandbox_router()),
         governance,
+        console: Some(console),
     };
     let app = sandlot_api::router_extended(rt.clone(), ApiConfig::for_runtime(&rt_cfg), ext);
     let app = with_record(app, recording.clone());

@@ -18,6 +18,12 @@
 //! in [`MAX_RESPONSE_HEAD_BYTES`] and [`MAX_RESPONSE_HEADERS`], or the client gets 502
 //! `port_unreachable`; its `Service-Worker-Allowed` header is dropped (it would let a page of
 //! the app install a service worker over the server's whole origin).
+//!
+//! The app's pages share the server's origin with the web console (`sandlot-console`): the
+//! console's session cookie ([`CONSOLE_COOKIE`]) is taken out of the `Cookie` the app gets, an
+//! app's `Set-Cookie` of that name is dropped (it could replace the console's session), and so
+//! is its `Cross-Origin-Opener-Policy` (the console's pages set `same-origin`, so a console
+//! window an app's page opens is cut off from it, unless that page had set the same).
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -51,6 +57,10 @@ const SERVER_ONLY: [&str; 5] = [
     "e2b-sandbox-id",
     "e2b-sandbox-port",
 ];
+
+/// The web console's session cookie (`sandlot_console::COOKIE`; the same name, checked by a
+/// test in `sandlot-api`, which sees both crates).
+pub const CONSOLE_COOKIE: &str = "sandlot_session";
 
 /// Forwards `req` to `127.0.0.1:port` inside sandbox `id` as `path_and_query` (origin form,
 /// e.g. `/static/app.js?v=2`), and answers with the app's response.
@@ -244,6 +254,7 @@ fn outgoing(
     for name in SERVER_ONLY {
         h.remove(name);
     }
+    strip_console_cookie(h);
     for name in [
         "x-forwarded-host",
         "x-forwarded-proto",
@@ -273,6 +284,36 @@ fn outgoing(
     Request::from_parts(parts, body)
 }
 
+/// Takes the console's session cookie out of the request's `Cookie` headers (the app's own
+/// cookies stay, in their order).
+fn strip_console_cookie(h: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = h
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| {
+            let pairs: Vec<&[u8]> = v
+                .as_bytes()
+                .split(|b| *b == b';')
+                .map(<[u8]>::trim_ascii)
+                .filter(|p| !p.is_empty() && cookie_name(p) != CONSOLE_COOKIE.as_bytes())
+                .collect();
+            (!pairs.is_empty())
+                .then(|| HeaderValue::from_bytes(&pairs.join(&b"; "[..])).ok())
+                .flatten()
+        })
+        .collect();
+    h.remove(header::COOKIE);
+    for v in kept {
+        h.append(header::COOKIE, v);
+    }
+}
+
+/// The name of a `name=value...` cookie pair or `Set-Cookie` value.
+fn cookie_name(pair: &[u8]) -> &[u8] {
+    let name = pair.split(|b| *b == b'=').next().unwrap_or(pair);
+    name.trim_ascii()
+}
+
 /// The part of the client's path in front of the forwarded one (`/v1/sandboxes/sb/ports/80`),
 /// if there is one.
 fn forwarded_prefix(client_path: &str, path_and_query: &str) -> Option<String> {
@@ -294,6 +335,17 @@ fn strip_response_headers(h: &mut HeaderMap, switching: bool) {
     }
     strip_hop_by_hop(h);
     h.remove("service-worker-allowed");
+    h.remove("cross-origin-opener-policy");
+    let cookies: Vec<HeaderValue> = h
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter(|v| cookie_name(v.as_bytes()) != CONSOLE_COOKIE.as_bytes())
+        .cloned()
+        .collect();
+    h.remove(header::SET_COOKIE);
+    for v in cookies {
+        h.append(header::SET_COOKIE, v);
+    }
     if let Some(Some(protocol)) = kept {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, protocol);
@@ -332,6 +384,41 @@ mod tests {
             Some("/v1/sandboxes/sb/ports/80")
         );
         assert_eq!(forwarded_prefix("/a", "/a"), None);
+    }
+
+    #[test]
+    fn the_console_cookie_never_reaches_an_app_nor_comes_from_one() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            "a=1; sandlot_session=abc; b=2".parse().unwrap(),
+        );
+        h.append(header::COOKIE, "sandlot_session=def".parse().unwrap());
+        h.append(header::COOKIE, "c=3".parse().unwrap());
+        strip_console_cookie(&mut h);
+        let left: Vec<&[u8]> = h
+            .get_all(header::COOKIE)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(left, [&b"a=1; b=2"[..], b"c=3"]);
+
+        let mut h = HeaderMap::new();
+        h.append(
+            header::SET_COOKIE,
+            "sandlot_session=x; Path=/".parse().unwrap(),
+        );
+        h.append(header::SET_COOKIE, " sandlot_session =y".parse().unwrap());
+        h.append(header::SET_COOKIE, "app=1; Path=/".parse().unwrap());
+        h.insert("cross-origin-opener-policy", "same-origin".parse().unwrap());
+        strip_response_headers(&mut h, false);
+        let left: Vec<&[u8]> = h
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(left, [&b"app=1; Path=/"[..]]);
+        assert!(!h.contains_key("cross-origin-opener-policy"));
     }
 
     #[test]

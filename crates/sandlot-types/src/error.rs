@@ -102,6 +102,9 @@ pub enum ErrorCode {
     ReviewDenied,
     /// The review was decided already, or its approved action was released already (409).
     ReviewDecided,
+    /// A request with the console's session cookie that its pages did not make: no or a wrong
+    /// `X-Sandlot-CSRF` token, or another origin (403).
+    CsrfFailed,
     /// Something went wrong on the server (500).
     Internal,
 }
@@ -156,6 +159,7 @@ impl ErrorCode {
             Self::ReviewNotFound => 404,
             Self::ReviewDenied => 403,
             Self::ReviewDecided => 409,
+            Self::CsrfFailed => 403,
             Self::Internal => 500,
         }
     }
@@ -207,6 +211,7 @@ impl ErrorCode {
             ErrorCode::ReviewNotFound => "review_not_found",
             ErrorCode::ReviewDenied => "review_denied",
             ErrorCode::ReviewDecided => "review_decided",
+            ErrorCode::CsrfFailed => "csrf_failed",
             ErrorCode::Internal => "internal",
         }
     }

@@ -17,6 +17,7 @@ mod attacks;
 mod audit;
 mod audit_flood;
 mod cli;
+mod console;
 mod contexts;
 mod diff;
 mod disk_caps;

@@ -67,6 +67,7 @@ from .errors import (
     ReviewDenied,
     ReviewDecided,
     ReviewPending,
+    CsrfFailed,
 )
 from .reviews import AsyncReviews, Reviews
 from .models import (
@@ -221,6 +222,7 @@ __all__ = [
     "JobEnded",
     "WebhookNotFound",
     "UnsupportedBundle",
+    "CsrfFailed",
     "ServerError",
     "SandboxFailed",
     "StateCorrupt",

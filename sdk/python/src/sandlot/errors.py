@@ -50,6 +50,7 @@ __all__ = [
     "KeyNotFound",
     "InvalidPolicy",
     "SandboxContained",
+    "CsrfFailed",
     "ServerError",
     "SandboxFailed",
     "StateCorrupt",
@@ -319,6 +320,11 @@ class ReviewPending(SandlotError):
         self.review = review
 
 
+class CsrfFailed(Forbidden):
+    """A request with the web console's session cookie that its pages did not make: no or a
+    wrong ``X-Sandlot-CSRF`` token, or another origin (``csrf_failed``, HTTP 403)."""
+
+
 class ServerError(SandlotError):
     """The server failed (``internal``, ``sandbox_failed``, any 5xx without a known code)."""
 
@@ -420,6 +426,7 @@ _BY_CODE: Dict[str, Type[SandlotError]] = {
     "review_not_found": ReviewNotFound,
     "review_denied": ReviewDenied,
     "review_decided": ReviewDecided,
+    "csrf_failed": CsrfFailed,
 }
 
 _BY_STATUS: List[Tuple[int, Type[SandlotError], str]] = [
