@@ -107,15 +107,29 @@ _saved_shown: list = [None, 0]  # [execution id, images shown in it]
 
 
 def show_saved_images() -> None:
-    """Makes ``PIL.Image.Image.save`` to a file also show the image (a ``display_data`` PNG),
-    as E2B's code interpreter does; once per process, no-op without Pillow."""
+    """Makes ``PIL.Image.Image.save`` to a file, and ``Image.show()``, show the image (a
+    ``display_data`` PNG), as E2B's code interpreter does; once per process, no-op without
+    Pillow. Without the viewer, ``show()`` would look for a desktop image viewer the sandbox
+    has not and show nothing."""
     try:
-        from PIL import Image
+        from PIL import Image, ImageShow
     except ImportError:
         return
     original = Image.Image.save
     if getattr(original, "_sandlot_shows", False):
         return
+
+    class CellViewer(ImageShow.Viewer):
+        """``Image.show()`` inside a cell: the image as the cell's display output."""
+
+        def show(self, image, **options) -> int:
+            if state.phase != "cell" or \
+                    threading.current_thread() is not threading.main_thread():
+                return 0
+            _display_counted(image)
+            return 1
+
+    ImageShow.register(CellViewer, order=-1)  # before any desktop viewer
 
     def save(self, fp, *args, **kwargs):
         result = original(self, fp, *args, **kwargs)
@@ -139,6 +153,11 @@ def _show_saved(image, fp, caller) -> None:
         return
     if caller.f_globals.get("__name__", "").split(".")[0] in ("matplotlib", "PIL"):
         return
+    _display_counted(image)
+
+
+def _display_counted(image) -> None:
+    """Displays ``image``, at most MAX_SAVED_IMAGES times per execution; never raises."""
     if _saved_shown[0] != state.exec_id:
         _saved_shown[:] = [state.exec_id, 0]
     if _saved_shown[1] >= MAX_SAVED_IMAGES:

@@ -384,6 +384,20 @@ def test_a_pil_image_saved_to_a_file_is_shown(shared):
     assert base64.b64decode(frame["data"]["image/png"]).startswith(PNG_MAGIC)
 
 
+def test_image_show_displays_the_image_in_the_cell(shared):
+    # E2B's code interpreter shows `Image.show()` as the cell's PNG; the sandbox has no
+    # desktop viewer for PIL to start.
+    execution = shared.run(code("""
+        from PIL import Image
+        Image.new("RGBA", (16, 16), "blue").show()
+        print("shown")
+    """))
+    assert execution.status == "ok", execution.events
+    assert execution.timeline() == ["display_data", ("stdout", "shown\n"), "done"]
+    (frame,) = execution.of_type("display_data")
+    assert base64.b64decode(frame["data"]["image/png"]).startswith(PNG_MAGIC)
+
+
 def test_saved_images_shown_are_bounded_per_cell(shared):
     execution = shared.run(code("""
         from PIL import Image

@@ -200,6 +200,19 @@ def test_saved_pil_image_is_returned_as_png(sbx):
     assert sbx.files.read("/home/user/blue.png", format="bytes").startswith(PNG_MAGIC)
 
 
+def test_image_show_is_returned_as_png(sbx):
+    execution = sbx.run_code(code("""
+        import numpy
+        from PIL import Image
+        Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype("uint8")).convert("RGBA").show()
+        print("shown")
+    """))
+    assert execution.error is None, execution.error
+    assert execution.logs.stdout == ["shown\n"]
+    (result,) = execution.results
+    assert base64.b64decode(result.png).startswith(PNG_MAGIC)
+
+
 def test_sandlots_own_sdk_gets_the_same_chart_and_data(sandbox):
     execution = sandbox.run_code(code("""
         import matplotlib.pyplot as plt
