@@ -270,9 +270,17 @@ fn populate_etc(etc: &Path) -> Result<(), JailError> {
         // distribution's resets PATH, dropping the sandbox's Python environment from it
         // (`python` not found). Sandlot's keeps the PATH the sandbox was started with and does
         // what else a login shell's profile does: the interactive bashrc.
+        //
+        // E2B's sandboxes give their user password-less `sudo`, and scripts (and models) put
+        // it in front of commands out of habit. A sandlot sandbox has no root to become and no
+        // setuid binary, so a login shell's `sudo` is a function that drops sudo's options and
+        // runs the command as the sandbox's user: it grants nothing, and a command that needs
+        // root fails with its own permission error.
         (
             "profile",
-            "if [ \"${PS1-}\" ] && [ \"${BASH-}\" ] && [ \"$BASH\" != /bin/sh ] && [ -f /etc/bash.bashrc ]; then\n  . /etc/bash.bashrc\nfi\n".into(),
+            "if [ \"${PS1-}\" ] && [ \"${BASH-}\" ] && [ \"$BASH\" != /bin/sh ] && [ -f /etc/bash.bashrc ]; then\n  . /etc/bash.bashrc\nfi\n\
+             if [ \"${BASH-}\" ]; then\n  sudo() {\n    while [ $# -gt 0 ]; do\n      case \"$1\" in\n        -u|-g|-p|-C|-h|-r|-t|-U|-D) shift 2 ;;\n        --) shift; break ;;\n        -*) shift ;;\n        *) break ;;\n      esac\n    done\n    \"$@\"\n  }\nfi\n"
+                .into(),
         ),
         (
             "passwd",

@@ -48,6 +48,21 @@ def test_cwd_envs_and_a_fresh_process_each_time(sbx):
     assert sbx.files.read("/home/user/from_cmd.txt") == "data"
 
 
+def test_sudo_runs_the_command_as_the_user_and_grants_nothing(sbx):
+    # E2B's scripts put `sudo` in front of commands; a sandlot sandbox has no root to become:
+    # the command runs as the sandbox's user, and one that needs root still fails.
+    r = sbx.commands.run("echo $FOO", envs={"FOO": "bar"})
+    assert r.stdout.strip() == "bar"
+    r = sbx.commands.run('sudo echo "[$FOO]"')
+    assert r.stdout.strip() == "[]"
+    r = sbx.commands.run("id -u; sudo -E -u root id -u; sudo -- whoami")
+    uid = r.stdout.split()[0]
+    assert r.stdout.split() == [uid, uid, "user"], r.stdout
+    assert uid != "0"
+    with pytest.raises(e2b.CommandExitException):
+        sbx.commands.run("sudo touch /etc/owned")
+
+
 def test_background_command_list_connect_and_kill(sbx):
     h = sbx.commands.run("echo started; sleep 60", background=True)
     assert h.pid > 0

@@ -221,6 +221,7 @@ fn etc_holds_only_the_allowlist_and_the_generated_files() {
     let profile = got["profile"].as_str().unwrap();
     assert!(!profile.contains("PATH"), "{profile}");
     assert!(profile.contains("/etc/bash.bashrc"), "{profile}");
+    assert!(profile.contains("sudo()"), "{profile}");
 }
 
 #[test]
