@@ -1,6 +1,7 @@
 """The E2B JavaScript SDKs (`e2b`, `@e2b/code-interpreter`, installed from the npm registry
 into sdk/e2b-js/node_modules with `npm ci`) run the acceptance script (sdk/e2b-js/acceptance.mjs)
-under Node against a real `sandlot serve`.
+and the JavaScript twins of issue 21's scenarios (sdk/e2b-js/twins.mjs) under Node against a
+real `sandlot serve`.
 
 Without Node or the installed modules the test skips locally and fails under CI=1 (CI must
 provision them: `npm ci --prefix sdk/e2b-js`)."""
@@ -31,7 +32,8 @@ def _missing() -> str | None:
 
 
 @pytest.mark.timeout(900)  # the node script's own bound is 600 s
-def test_js_sdk_acceptance_script(sandlot_url: str):
+@pytest.mark.parametrize("script, done", [("acceptance.mjs", "ACCEPTANCE OK"), ("twins.mjs", "TWINS OK")])
+def test_js_sdk_script(sandlot_url: str, script: str, done: str):
     why = _missing()
     if why:
         if os.environ.get("CI"):
@@ -45,7 +47,7 @@ def test_js_sdk_acceptance_script(sandlot_url: str):
     }
     env.pop("E2B_DOMAIN", None)
     proc = subprocess.run(
-        ["node", "acceptance.mjs"],
+        ["node", script],
         cwd=JS_DIR,
         env=env,
         capture_output=True,
@@ -54,4 +56,4 @@ def test_js_sdk_acceptance_script(sandlot_url: str):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "ACCEPTANCE OK" in proc.stdout, out
+    assert done in proc.stdout, out
