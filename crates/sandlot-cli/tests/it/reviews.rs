@@ -159,6 +159,7 @@ fn held_execution_runs_once_after_approval_and_never_when_denied() {
     decide(&a, &rid, "approve", "mine").expect_error(403, "forbidden");
     decide(&member, &rid, "approve", "ok").expect_error(403, "forbidden");
     decide(&beta, &rid, "approve", "ok").expect_error(404, "review_not_found");
+    decide(&beta, &rid, "deny", "no").expect_error(404, "review_not_found");
     beta.get(&format!("/v1/reviews/{rid}"))
         .expect_error(404, "review_not_found");
     assert!(beta.get("/v1/reviews").expect(200)["reviews"]

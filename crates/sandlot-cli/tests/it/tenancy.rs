@@ -516,6 +516,9 @@ fn probes(owned: &Owned, own_sandbox: &str) -> Vec<(String, String, String, &'st
             "volumes" => "volume_not_found",
             "templates" => "template_not_found",
             "artifacts" => "file_not_found",
+            // Alpha owns no review here (one needs a holding policy): another tenant's real
+            // review is 404 on each of these routes in reviews.rs.
+            "reviews" => "review_not_found",
             other => panic!("a route of an unknown kind {other}: {path}: add it to this test"),
         };
         let fill = |mine: bool, other: &str| {
@@ -528,6 +531,7 @@ fn probes(owned: &Owned, own_sandbox: &str) -> Vec<(String, String, String, &'st
                 ("jobs", false) => "job_neverseen0000".into(),
                 ("webhooks", true) => owned.webhook.clone(),
                 ("webhooks", false) => "wh_neverseen0000".into(),
+                ("reviews", _) => "rev_neverseen0000".into(),
                 (_, true) => owned.sandbox.clone(),
                 (_, false) => "sb_neverseen0000".into(),
             };
@@ -589,6 +593,9 @@ fn body_for(path: &str, method: &str) -> Option<Value> {
         "GET" | "DELETE" => None,
         _ if path.ends_with("/execute") => {
             Some(json!({ "code": "open('f.txt','w').write('pwned')" }))
+        }
+        _ if path.ends_with("/approve") || path.ends_with("/deny") => {
+            Some(json!({ "reason": "decided by another tenant" }))
         }
         _ => Some(json!({})),
     }
