@@ -97,9 +97,9 @@ enum Bench {
     Audit,
     /// 17. hot 1+1 with audit, metrics and OTLP traces on vs a server with them off (issue 8)
     Record,
-    /// 18. approval decision → held action resumes, in process (issue 23)
+    /// 19. approval decision → held action resumes, in process (issue 23)
     Review,
-    /// 19. a cell with and without `on_failure: rollback`, succeeding and failing (issue 23)
+    /// 18. a cell with and without `on_failure: rollback`, succeeding and failing (issue 23)
     Rollback,
 }
 

@@ -68,7 +68,7 @@ pub struct Run {
     pub governance: Option<GovernanceResult>,
     pub audit: Option<InProcess<AuditBenchResult>>,
     pub record: Option<RecordResult>,
-    /// Benchmark 18 (issue 23), in the JSON output; not yet a block of BENCHMARKS.md.
+    /// Benchmark 19 (issue 23), in the JSON output; not yet a block of BENCHMARKS.md.
     pub review: Option<InProcess<crate::review::ReviewBenchResult>>,
     pub rollback: Option<crate::rollback::RollbackResult>,
 }
