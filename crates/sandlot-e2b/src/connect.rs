@@ -14,8 +14,9 @@
 //! needed is the framing, the error format and the deadline, a few hundred lines.
 //!
 //! Bounds: a request message is at most [`MAX_MESSAGE`] bytes (larger: `resource_exhausted`,
-//! as connect-go answers); a request stream holds exactly one envelope, uncompressed (anything
-//! else: `invalid_argument`/`unimplemented`); `Connect-Timeout-Ms` (at most 10 digits, as the
+//! as connect-go answers); a server stream's request holds exactly one envelope, uncompressed
+//! (anything else: `invalid_argument`/`unimplemented`), a client stream's any number, each
+//! bounded the same way and read as it arrives; `Connect-Timeout-Ms` (at most 10 digits, as the
 //! spec says) bounds the call, past it the call ends with `deadline_exceeded`.
 
 use crate::auth::Denied;
@@ -248,14 +249,24 @@ impl Call {
 /// The checks every call starts with: the method, the content type, no compression, the
 /// token; then the deadline and the body within [`MAX_MESSAGE`].
 async fn open(ctx: &Ctx, req: Request, streaming: bool) -> Result<(Call, Bytes), RpcError> {
+    let (parts, body) = req.into_parts();
+    let call = check(ctx, &parts, streaming)?;
+    let limit = MAX_MESSAGE + if streaming { 5 } else { 0 };
+    let body = read_body(body, limit).await?;
+    Ok((call, body))
+}
+
+/// The checks of every call before its body: POST, the content type, no compression, the
+/// sandbox's credentials, the deadline.
+fn check(ctx: &Ctx, req: &axum::http::request::Parts, streaming: bool) -> Result<Call, RpcError> {
     let want = if streaming { STREAM_JSON } else { JSON };
-    if req.method() != Method::POST {
+    if req.method != Method::POST {
         return Err(RpcError::new(
             Code::Unimplemented,
-            format!("{} is not served: Connect calls are POST", req.method()),
+            format!("{} is not served: Connect calls are POST", req.method),
         ));
     }
-    let headers = req.headers().clone();
+    let headers = req.headers.clone();
     let ctype = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -296,16 +307,101 @@ async fn open(ctx: &Ctx, req: Request, streaming: bool) -> Result<(Call, Bytes),
             Some(Instant::now() + Duration::from_millis(ms))
         }
     };
-    let limit = MAX_MESSAGE + if streaming { 5 } else { 0 };
-    let body = read_body(req.into_body(), limit).await?;
-    Ok((
-        Call {
-            sandbox,
-            headers,
-            deadline,
-        },
-        body,
-    ))
+    Ok(Call {
+        sandbox,
+        headers,
+        deadline,
+    })
+}
+
+/// The messages of a client stream, decoded one envelope at a time as the body arrives; at
+/// most [`MAX_MESSAGE`] bytes each, uncompressed, no flags (a client sends no end-of-stream
+/// envelope: its stream ends with the body). A malformed one ends the stream with its error.
+pub(crate) type Incoming<T> = BoxStream<'static, Result<T, RpcError>>;
+
+fn incoming<T: DeserializeOwned + Send + 'static>(body: Body) -> Incoming<T> {
+    use http_body_util::BodyExt;
+    let state = (body, Vec::<u8>::new(), false);
+    futures::stream::unfold(state, |(mut body, mut buf, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            if buf.len() >= 5 {
+                let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+                if len > MAX_MESSAGE {
+                    return Some((Err(too_large()), (body, buf, true)));
+                }
+                if buf.len() >= 5 + len {
+                    let rest = buf.split_off(5 + len);
+                    let frame = std::mem::replace(&mut buf, rest);
+                    let item = unwrap_envelope(&frame).and_then(decode::<T>);
+                    let failed = item.is_err();
+                    return Some((item, (body, buf, failed)));
+                }
+            }
+            match body.frame().await {
+                None if buf.is_empty() => return None,
+                None => {
+                    let e = RpcError::invalid(format!(
+                        "malformed envelope: the request stream ended inside a message ({} bytes left)",
+                        buf.len()
+                    ));
+                    return Some((Err(e), (body, buf, true)));
+                }
+                Some(Err(e)) => {
+                    let e = RpcError::invalid(format!("reading the request body: {e}"));
+                    return Some((Err(e), (body, buf, true)));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// A client-streaming call (`StreamInput`): `f` gets the request messages as they arrive and
+/// answers one message; the answer is an enveloped message and the end-of-stream, or the
+/// end-of-stream with the error. The call's deadline bounds the whole stream.
+pub(crate) async fn client_stream<T, R, F, Fut>(ctx: Ctx, req: Request, f: F) -> Response
+where
+    T: DeserializeOwned + Send + 'static,
+    R: Serialize,
+    F: FnOnce(Ctx, Call, Incoming<T>) -> Fut,
+    Fut: Future<Output = Result<R, RpcError>>,
+{
+    let answered = async {
+        let (parts, body) = req.into_parts();
+        let call = check(&ctx, &parts, true)?;
+        let deadline = call.deadline;
+        let fut = f(ctx.clone(), call, incoming::<T>(body));
+        match deadline {
+            None => fut.await,
+            Some(d) => tokio::time::timeout_at(d, fut)
+                .await
+                .unwrap_or_else(|_| Err(deadline_exceeded())),
+        }
+    }
+    .await;
+    let frames = match answered {
+        Ok(r) => {
+            let json = serde_json::to_vec(&r).unwrap_or_else(|_| b"{}".to_vec());
+            [
+                envelope(0, &json),
+                envelope(END_STREAM, &end_of_stream(None)),
+            ]
+            .concat()
+        }
+        Err(e) => envelope(END_STREAM, &end_of_stream(Some(&e))).to_vec(),
+    };
+    let mut resp = (StatusCode::OK, Body::from(frames)).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(STREAM_JSON));
+    resp
 }
 
 /// Reads a request body of at most `limit` bytes. A larger one is refused with
@@ -595,23 +691,6 @@ fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     b.extend_from_slice(payload);
     Bytes::from(b)
-}
-
-/// What is not served (StreamInput): a clear `unimplemented`, in a server stream's shape.
-pub(crate) async fn unimplemented_stream(
-    ctx: Ctx,
-    req: Request,
-    message: &'static str,
-) -> Response {
-    server_stream(
-        ctx,
-        req,
-        None::<serde_json::Value>,
-        move |_, _, _: serde_json::Value| async move {
-            Err::<Messages<serde_json::Value>, _>(RpcError::new(Code::Unimplemented, message))
-        },
-    )
-    .await
 }
 
 #[cfg(test)]

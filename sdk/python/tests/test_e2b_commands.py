@@ -90,6 +90,50 @@ def test_stdin_is_sent_and_closed(sbx):
     assert (r.stdout, r.exit_code) == ("HELLO\n", 0)
 
 
+def test_stdin_streamed_in_order_on_one_stream(sbx):
+    h = sbx.commands.run("tr a-z A-Z", background=True, stdin=True)
+
+    def chunks():
+        for word in ["one ", "two ", "three\n"]:
+            time.sleep(0.05)  # sent as the iterable yields them, on one request
+            yield word
+
+    sbx.commands.stream_input(h.pid, chunks())
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "ONE TWO THREE\n"
+    # A process that is not there: the SDK's not-found error, nothing written anywhere.
+    with pytest.raises(e2b.NotFoundException):
+        sbx.commands.stream_input(999_999, ["lost"])
+
+
+def test_async_stdin_handle_and_pty_stream(e2b_env):
+    async def main() -> None:
+        sb = await e2b.AsyncSandbox.create(timeout=120)
+        try:
+            h = await sb.commands.run("cat", background=True, stdin=True)
+            handle = sb.commands.stream_input(h.pid)
+            for part in ["a", "b", "c\n"]:
+                await handle.send(part)
+            await handle.close()
+            await sb.commands.close_stdin(h.pid)
+            assert (await h.wait()).stdout == "abc\n"
+            out = bytearray()
+            pty = await sb.pty.create(e2b.PtySize(rows=24, cols=80), on_data=out.extend)
+            term = sb.pty.stream_input(pty.pid)
+            await term.send("echo streamed-$((6*7))\n")
+            await term.close()
+            for _ in range(200):
+                if b"streamed-42" in out:
+                    break
+                await asyncio.sleep(0.02)
+            assert b"streamed-42" in out, out
+            assert await sb.pty.kill(pty.pid) is True
+        finally:
+            await sb.kill()
+
+    asyncio.run(main())
+
+
 def test_a_background_server_does_not_hold_the_sandbox(e2b_env):
     from e2b_code_interpreter import Sandbox
 

@@ -347,13 +347,13 @@ fn connect_framing_tokens_and_unknown_sandboxes() {
     );
     assert_eq!(a.envelopes()[0], (0, json!({"start": {}})));
     assert_eq!(a.stream_error().as_deref(), Some("deadline_exceeded"));
-    // (PTY sessions are served now: `e2b_pty.rs`.) StreamInput, a client stream, is not.
+    // (PTY sessions are served now: `e2b_pty.rs`.) StreamInput to a process not there.
     let a = sb.stream(
         "process.Process/StreamInput",
         json!({"start": {"process": {"pid": 1000}}}),
         &[],
     );
-    assert_eq!(a.stream_error().as_deref(), Some("unimplemented"));
+    assert_eq!(a.stream_error().as_deref(), Some("not_found"));
 
     // The sandbox still works after all that.
     let (out, _, end) = sb.run("echo still here", json!({}));
@@ -729,6 +729,69 @@ fn commands_run_side_by_side_and_their_pipes_resist_the_sandbox() {
             let a = sb.unary("process.Process/SendInput", msg);
             assert_eq!(a.status, want, "{:?}", a.json());
         }
+        // StreamInput, a client stream: several envelopes on one request, written in order.
+        let frames = |msgs: &[Value]| -> Vec<u8> {
+            msgs.iter()
+                .flat_map(|m| envelope(0, m.to_string().as_bytes()))
+                .collect()
+        };
+        let start = json!({"start": {"process": {"pid": pid}}});
+        let data = |b: &str| json!({"data": {"input": {"stdin": b}}});
+        let a = sb.raw(
+            "process.Process/StreamInput",
+            "application/connect+json",
+            frames(&[
+                start.clone(),
+                data("d29y"),
+                json!({"keepalive": {}}),
+                data("bGQK"),
+            ]),
+            &sb.auth(),
+        );
+        assert_eq!(a.stream_error(), None, "{:?}", a.envelopes());
+        // Hostile streams end with their error and write nothing.
+        let huge = [vec![0u8], (1u32 << 30).to_be_bytes().to_vec()].concat();
+        let compressed = envelope(1, start.to_string().as_bytes());
+        let truncated = envelope(0, start.to_string().as_bytes())[..9].to_vec();
+        for (body, want) in [
+            (frames(&[data("eHh4Cg==")]), "invalid_argument"),
+            (frames(&[start.clone(), start.clone()]), "invalid_argument"),
+            (
+                frames(&[json!({"start": {"process": {"pid": pid}}, "data": {}})]),
+                "invalid_argument",
+            ),
+            (frames(&[json!({})]), "invalid_argument"),
+            (frames(&[start.clone(), data("!!")]), "invalid_argument"),
+            (huge, "resource_exhausted"),
+            (compressed, "unimplemented"),
+            (truncated, "invalid_argument"),
+            (b"not an envelope".to_vec(), "resource_exhausted"), // "ot a": 1.8 GB announced
+            (vec![0u8, 0, 0], "invalid_argument"),
+        ] {
+            let a = sb.raw(
+                "process.Process/StreamInput",
+                "application/connect+json",
+                body,
+                &sb.auth(),
+            );
+            assert_eq!(
+                a.stream_error().as_deref(),
+                Some(want),
+                "{:?}",
+                a.envelopes()
+            );
+        }
+        // Another sandbox's token opens nothing.
+        let a = sb.raw(
+            "process.Process/StreamInput",
+            "application/connect+json",
+            frames(&[start.clone(), data("eHh4Cg==")]),
+            &[
+                ("E2b-Sandbox-Id", sb.id.as_str()),
+                ("X-Access-Token", "forged"),
+            ],
+        );
+        assert_eq!(a.stream_error().as_deref(), Some("unauthenticated"));
         let a = sb.unary(
             "process.Process/CloseStdin",
             json!({"process": {"tag": "in"}}),
@@ -743,7 +806,7 @@ fn commands_run_side_by_side_and_their_pipes_resist_the_sandbox() {
             .collect();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HELLO\n",
+            "HELLO\nWORLD\n",
             "{:?}",
             a.envelopes()
         );

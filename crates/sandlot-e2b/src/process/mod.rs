@@ -60,7 +60,8 @@
 //! written while no stream is attached is discarded. A wrapper killed by anything but
 //! `SendSignal` (say `kill -9` from a cell) ends with `signal: killed`; a program killed by a
 //! signal while its wrapper lives ends with `exit status 128+N`, as a shell reports it.
-//! `StreamInput` (a client stream) is not served, and the `user` is the sandbox's one user.
+//! `StreamInput` (a client stream) writes each `data` message as `SendInput` would, in order;
+//! the `user` is the sandbox's one user.
 //!
 //! Policy: `Start` passes the `execute` gate (language `bash`, the command line's length as
 //! its code size) before anything is registered; stdin sent to a running command is its
@@ -244,6 +245,25 @@ struct Selected {
 struct SendInputRequest {
     #[serde(default)]
     process: Option<Selector>,
+    #[serde(default)]
+    input: Option<ProcessInput>,
+}
+
+/// `StreamInputRequest`: one of `start` (the process), `data` (input) and `keepalive`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StreamInputRequest {
+    #[serde(default)]
+    start: Option<Selected>,
+    #[serde(default)]
+    data: Option<StreamInputData>,
+    #[serde(default)]
+    keepalive: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StreamInputData {
     #[serde(default)]
     input: Option<ProcessInput>,
 }
@@ -717,37 +737,46 @@ async fn send_input(State(ctx): State<Ctx>, req: Request) -> Response {
             let input = req
                 .input
                 .ok_or_else(|| RpcError::invalid("SendInputRequest.input is required"))?;
-            if let Some(data) = input.pty {
-                return pty_input(&call, req.process.as_ref(), &data).await;
-            }
-            let proc = stdin_of(&call, req.process.as_ref()).await?;
-            let bytes = unbase64(input.stdin.as_deref().unwrap_or(""))
-                .ok_or_else(|| RpcError::invalid("input.stdin is not valid base64"))?;
-            let mut stdin = proc.stdin.lock().await;
-            let Some(w) = stdin.as_mut() else {
-                return Err(RpcError::new(
-                    Code::FailedPrecondition,
-                    format!("the stdin of process {} is closed", proc.pid),
-                ));
-            };
-            match tokio::time::timeout(INPUT_WAIT, w.write_all(&bytes)).await {
-                Ok(Ok(())) => Ok(Empty {}),
-                Ok(Err(e)) => Err(RpcError::new(
-                    Code::FailedPrecondition,
-                    format!("the stdin of process {} cannot be written: {e}", proc.pid),
-                )),
-                Err(_) => Err(RpcError::new(
-                    Code::DeadlineExceeded,
-                    format!(
-                        "process {} did not read its stdin for {} s",
-                        proc.pid,
-                        INPUT_WAIT.as_secs()
-                    ),
-                )),
-            }
+            write_input(&call, req.process.as_ref(), input).await
         },
     )
     .await
+}
+
+/// Writes one `ProcessInput` to the selected process: its stdin, or its PTY's terminal.
+async fn write_input(
+    call: &Call,
+    sel: Option<&Selector>,
+    input: ProcessInput,
+) -> Result<Empty, RpcError> {
+    if let Some(data) = input.pty {
+        return pty_input(call, sel, &data).await;
+    }
+    let proc = stdin_of(call, sel).await?;
+    let bytes = unbase64(input.stdin.as_deref().unwrap_or(""))
+        .ok_or_else(|| RpcError::invalid("input.stdin is not valid base64"))?;
+    let mut stdin = proc.stdin.lock().await;
+    let Some(w) = stdin.as_mut() else {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("the stdin of process {} is closed", proc.pid),
+        ));
+    };
+    match tokio::time::timeout(INPUT_WAIT, w.write_all(&bytes)).await {
+        Ok(Ok(())) => Ok(Empty {}),
+        Ok(Err(e)) => Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("the stdin of process {} cannot be written: {e}", proc.pid),
+        )),
+        Err(_) => Err(RpcError::new(
+            Code::DeadlineExceeded,
+            format!(
+                "process {} did not read its stdin for {} s",
+                proc.pid,
+                INPUT_WAIT.as_secs()
+            ),
+        )),
+    }
 }
 
 /// Writes input to a PTY session's terminal (bounded: see the module's doc).
@@ -833,13 +862,49 @@ async fn close_stdin(State(ctx): State<Ctx>, req: Request) -> Response {
     .await
 }
 
+/// `StreamInput`, a client stream: a `start` naming the process, then `data` messages written
+/// in order (each as `SendInput` writes it, with its bounds), `keepalive`s ignored; answered
+/// once the client ends its stream. A `data` before the `start`, a second `start`, or a
+/// message with none of the three ends the call with `invalid_argument`.
 async fn stream_input(State(ctx): State<Ctx>, req: Request) -> Response {
-    // A client-streaming call: answered as a stream whose end carries the error, which is
-    // how Connect clients read the answer of any streaming call.
-    connect::unimplemented_stream(
+    connect::client_stream(
         ctx,
         req,
-        "StreamInput is not supported by sandlot: send stdin with SendInput",
+        |_ctx, call: Call, mut messages: connect::Incoming<StreamInputRequest>| async move {
+            let mut target: Option<Selector> = None;
+            while let Some(message) = messages.next().await {
+                let message = message?;
+                match (message.start, message.data, message.keepalive) {
+                    (Some(start), None, None) => {
+                        if target.is_some() {
+                            return Err(RpcError::invalid(
+                                "StreamInput takes one start message, first",
+                            ));
+                        }
+                        find(&call.sandbox, start.process.as_ref())?;
+                        target = Some(start.process.ok_or_else(|| {
+                            RpcError::invalid("StreamInputRequest.start.process is required")
+                        })?);
+                    }
+                    (None, Some(data), None) => {
+                        let sel = target.as_ref().ok_or_else(|| {
+                            RpcError::invalid("StreamInput starts with a start message")
+                        })?;
+                        let input = data.input.ok_or_else(|| {
+                            RpcError::invalid("StreamInputRequest.data.input is required")
+                        })?;
+                        write_input(&call, Some(sel), input).await?;
+                    }
+                    (None, None, Some(_)) => {}
+                    _ => {
+                        return Err(RpcError::invalid(
+                            "a StreamInputRequest holds exactly one of start, data and keepalive",
+                        ))
+                    }
+                }
+            }
+            Ok(Empty {})
+        },
     )
     .await
 }
