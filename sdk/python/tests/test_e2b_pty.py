@@ -83,12 +83,15 @@ def test_pty_input_is_bounded(sbx):
     assert code == 0
 
 
-def test_a_command_whose_sandbox_is_killed_raises_promptly(e2b_env):
+@pytest.mark.parametrize("when", ["listed", "at once"])
+def test_a_command_whose_sandbox_is_killed_raises_promptly(e2b_env, when):
     sb = e2b.Sandbox.create(timeout=120)
     cmd = sb.commands.run("sleep 60", background=True)
-    # Killed once it runs (a kill racing its launch ends it with -1: a separate case).
+    # Killed once it is listed, or at once (racing its launch: nothing will report its end,
+    # and the stream still ends as a lost sandbox's, not after the launch's 10 s bound).
     deadline = time.monotonic() + 10
-    while cmd.pid not in [p.pid for p in sb.commands.list()] and time.monotonic() < deadline:
+    while when == "listed" and cmd.pid not in [p.pid for p in sb.commands.list()] \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     t = time.monotonic()
     sb.kill()

@@ -366,8 +366,25 @@ pub(super) async fn launch_and_tail(
     )
     .await;
     control.remove_names().await;
-    Ok((end, control.processes_gone()))
+    // A sandbox's kill ends its processes one after another: the command's pipes can close
+    // before the driver is seen dead. An end that is not a normal exit (no exit, or killed by
+    // a signal, 128+N) waits a moment for the others, so a killed sandbox's command is
+    // reported as lost, not as killed by a signal.
+    let mut gone = control.processes_gone();
+    if !gone && (!end.exited || end.exit_code < 0 || end.exit_code > 128) {
+        let until = tokio::time::Instant::now() + PROCESSES_GONE_WAIT;
+        while !gone && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            gone = control.processes_gone();
+        }
+    }
+    Ok((end, gone))
 }
+
+/// How often a command that has not reported yet checks that its sandbox's processes live.
+const GONE_CHECK: Duration = Duration::from_millis(100);
+/// How long an abnormal end waits for the sandbox's other processes to be seen gone.
+const PROCESSES_GONE_WAIT: Duration = Duration::from_millis(300);
 
 /// One output of a command: a pipe (stdout or stderr) or its terminal.
 pub(super) enum Source {
@@ -496,6 +513,10 @@ pub(super) async fn tail(
     let mut keeping = report_at.is_some();
     let report = tokio::time::sleep_until(report_at.unwrap_or(far));
     tokio::pin!(report);
+    // While the command has not reported, its sandbox may be killed under it: then nothing
+    // will report, and the wait ends when its processes are seen gone, not at `report_by`.
+    let mut check = tokio::time::interval(GONE_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             r = out.read(&mut obuf), if out_open => match r {
@@ -536,6 +557,13 @@ pub(super) async fn tail(
                 keeping = false;
                 control.launched();
                 drop(stdin_guard.take());
+            }
+            _ = check.tick(), if keeping => {
+                if control.processes_gone() {
+                    keeping = false;
+                    control.launched();
+                    drop(stdin_guard.take());
+                }
             }
         }
     }
