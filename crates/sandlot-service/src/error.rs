@@ -130,6 +130,11 @@ fn file_code(e: &FileError) -> ErrorCode {
     }
 }
 
+/// An id or name as an error message quotes it: at most 64 characters of what was sent.
+pub fn short(id: &str) -> String {
+    id.chars().take(64).collect()
+}
+
 #[cfg(test)]
 mod mapping_tests {
     use super::*;

@@ -173,9 +173,7 @@ pub fn local_principal() -> Principal {
     }
 }
 
-pub fn short(id: &str) -> String {
-    id.chars().take(64).collect()
-}
+pub use crate::error::short;
 
 pub fn sandbox_not_found(id: &str) -> ApiError {
     ApiError::new(

@@ -57,10 +57,7 @@ impl ReviewAsk {
             if !valid_review_id(id) {
                 return Err(ApiError::new(
                     ErrorCode::InvalidArgument,
-                    format!(
-                        "review {:?} is not a review id",
-                        crate::governance::short(id)
-                    ),
+                    format!("review {:?} is not a review id", crate::error::short(id)),
                 ));
             }
         }
@@ -111,7 +108,7 @@ fn store_error(e: sandlot_store::StoreError) -> ApiError {
 pub fn review_not_found(id: &str) -> ApiError {
     ApiError::new(
         ErrorCode::ReviewNotFound,
-        format!("no review {}", crate::governance::short(id)),
+        format!("no review {}", crate::error::short(id)),
     )
 }
 
