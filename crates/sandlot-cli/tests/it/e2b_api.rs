@@ -14,20 +14,21 @@ use serde_json::{json, Value};
 const ENVD: &str = "49983";
 const JUPYTER: &str = "49999";
 
-struct E2b {
-    server: TestServer,
-    key: String,
+/// A server and its E2B key (also `e2b_life.rs`'s).
+pub(crate) struct E2b {
+    pub(crate) server: TestServer,
+    pub(crate) key: String,
 }
 
 /// A status, a body as text, and the body as JSON (`Null` when it is not).
-struct Got {
-    status: u16,
-    text: String,
-    json: Value,
+pub(crate) struct Got {
+    pub(crate) status: u16,
+    pub(crate) text: String,
+    pub(crate) json: Value,
 }
 
 impl E2b {
-    fn start() -> E2b {
+    pub(crate) fn start() -> E2b {
         let server = TestServer::start();
         let key = std::fs::read_to_string(server.data_dir().join("e2b-api-key"))
             .expect("the server writes its E2B key on start")
@@ -36,11 +37,11 @@ impl E2b {
         E2b { server, key }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.url())
     }
 
-    fn send(&self, req: RequestBuilder) -> Got {
+    pub(crate) fn send(&self, req: RequestBuilder) -> Got {
         let resp = req.send().expect("request");
         let status = resp.status().as_u16();
         let text = resp.text().unwrap_or_default();

@@ -4,47 +4,13 @@
 //! (its stream is cut, envd's `/health` then says 502), and `autoResume` (a port request
 //! wakes only a sandbox created with it, and only with that sandbox's own credentials).
 
-use crate::common;
-
-use common::TestServer;
+use crate::e2b_api::{E2b, Got};
 use reqwest::blocking::RequestBuilder;
 use reqwest::Method as M;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-struct E2b {
-    server: TestServer,
-    key: String,
-}
-
-struct Got {
-    status: u16,
-    text: String,
-    json: Value,
-}
-
 impl E2b {
-    fn start() -> E2b {
-        let server = TestServer::start();
-        let key = std::fs::read_to_string(server.data_dir().join("e2b-api-key"))
-            .expect("the server writes its E2B key on start")
-            .trim()
-            .to_owned();
-        E2b { server, key }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
-    }
-
-    fn send(&self, req: RequestBuilder) -> Got {
-        let resp = req.send().expect("request");
-        let status = resp.status().as_u16();
-        let text = resp.text().unwrap_or_default();
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Got { status, text, json }
-    }
-
     /// A control-plane request with `key` as `X-API-KEY`.
     fn api_as(&self, key: &str, method: M, path: &str) -> RequestBuilder {
         self.server
@@ -53,7 +19,8 @@ impl E2b {
             .header("X-API-KEY", key)
     }
 
-    fn api(&self, method: M, path: &str) -> RequestBuilder {
+    /// A control-plane request with the server's E2B key alone.
+    fn control(&self, method: M, path: &str) -> RequestBuilder {
         self.api_as(&self.key, method, path)
     }
 
@@ -69,7 +36,7 @@ impl E2b {
     }
 
     fn state(&self, id: &str) -> String {
-        let got = self.send(self.api(M::GET, &format!("/sandboxes/{id}")));
+        let got = self.send(self.control(M::GET, &format!("/sandboxes/{id}")));
         assert_eq!(got.status, 200, "{}", got.text);
         got.json["state"].as_str().unwrap().to_owned()
     }
@@ -106,7 +73,7 @@ fn e2b_metrics() {
     let b_id = theirs["sandboxID"].as_str().unwrap().to_owned();
 
     // A fresh sandbox has a point at once, with E2B's fields.
-    let got = e.send(e.api(M::GET, &format!("/sandboxes/{id}/metrics")));
+    let got = e.send(e.control(M::GET, &format!("/sandboxes/{id}/metrics")));
     assert_eq!(got.status, 200, "{}", got.text);
     let points = got.json.as_array().unwrap();
     assert!(!points.is_empty(), "{}", got.text);
@@ -130,7 +97,7 @@ fn e2b_metrics() {
     let at = p["timestampUnix"].as_i64().unwrap();
 
     // Ranges: inclusive, in Unix seconds; one before the sandbox existed is empty.
-    let range = |q: &str| e.send(e.api(M::GET, &format!("/sandboxes/{id}/metrics?{q}")));
+    let range = |q: &str| e.send(e.control(M::GET, &format!("/sandboxes/{id}/metrics?{q}")));
     let got = range(&format!("start={}&end={}", at - 1, at + 1));
     assert!(!got.json.as_array().unwrap().is_empty(), "{}", got.text);
     let got = range(&format!("start={}&end={}", at - 3600, at - 1800));
@@ -144,7 +111,7 @@ fn e2b_metrics() {
 
     // Another tenant's sandbox and an unknown one: 404 alike.
     for other in [b_id.as_str(), "sb_doesnotexist"] {
-        let got = e.send(e.api(M::GET, &format!("/sandboxes/{other}/metrics")));
+        let got = e.send(e.control(M::GET, &format!("/sandboxes/{other}/metrics")));
         assert_eq!(got.status, 404, "{other}: {}", got.text);
     }
     // Tenant b sees its own.
@@ -160,7 +127,7 @@ fn e2b_metrics() {
 
     // The list: the latest point of each of the caller's own, others' and unknown ids left
     // out alike.
-    let got = e.send(e.api(
+    let got = e.send(e.control(
         M::GET,
         &format!("/sandboxes/metrics?sandbox_ids={id},{b_id},sb_nope"),
     ));
@@ -169,7 +136,7 @@ fn e2b_metrics() {
     assert_eq!(listed.keys().collect::<Vec<_>>(), vec![&id], "{}", got.text);
     assert!(listed[&id]["memTotal"].is_number());
     let many: Vec<String> = (0..101).map(|i| format!("sb_{i}")).collect();
-    let got = e.send(e.api(
+    let got = e.send(e.control(
         M::GET,
         &format!("/sandboxes/metrics?sandbox_ids={}", many.join(",")),
     ));
@@ -177,15 +144,16 @@ fn e2b_metrics() {
 
     // A killed sandbox has no metrics (404), and is not listed.
     assert_eq!(
-        e.send(e.api(M::DELETE, &format!("/sandboxes/{id}"))).status,
+        e.send(e.control(M::DELETE, &format!("/sandboxes/{id}")))
+            .status,
         204
     );
     assert_eq!(
-        e.send(e.api(M::GET, &format!("/sandboxes/{id}/metrics")))
+        e.send(e.control(M::GET, &format!("/sandboxes/{id}/metrics")))
             .status,
         404
     );
-    let got = e.send(e.api(M::GET, &format!("/sandboxes/metrics?sandbox_ids={id}")));
+    let got = e.send(e.control(M::GET, &format!("/sandboxes/metrics?sandbox_ids={id}")));
     assert_eq!(got.json["sandboxes"], json!({}), "{}", got.text);
 }
 
@@ -207,7 +175,7 @@ fn e2b_execution_of_a_killed_sandbox_is_cut() {
         .expect("the execution starts");
     assert_eq!(resp.status(), 200);
     let killer = {
-        let req = e.api(M::DELETE, &format!("/sandboxes/{id}"));
+        let req = e.control(M::DELETE, &format!("/sandboxes/{id}"));
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(1500));
             req.send().unwrap().status().as_u16()
@@ -246,7 +214,7 @@ fn e2b_auto_resume() {
     let b_key = e.server.tenant("b").quotas(json!({})).key();
     // autoResume needs a pause on timeout.
     let got =
-        e.send(e.api(M::POST, "/sandboxes").json(
+        e.send(e.control(M::POST, "/sandboxes").json(
             &json!({ "templateID": "base", "timeout": 60, "autoResume": { "enabled": true } }),
         ));
     assert_eq!(got.status, 400, "{}", got.text);
@@ -313,7 +281,7 @@ fn e2b_auto_resume() {
 fn e2b_filesystem_only_pause() {
     let e = E2b::start();
     // A filesystem-only pause cannot auto-resume.
-    let got = e.send(e.api(M::POST, "/sandboxes").json(&json!({
+    let got = e.send(e.control(M::POST, "/sandboxes").json(&json!({
         "templateID": "base", "timeout": 60, "autoPause": true,
         "autoPauseMemory": false, "autoResume": { "enabled": true },
     })));
@@ -350,7 +318,7 @@ fn e2b_filesystem_only_pause() {
     // E2B's connect after the next pause: the files stay, the memory is gone.
     e.wait_state(&id, "paused");
     let got = e.send(
-        e.api(M::POST, &format!("/sandboxes/{id}/connect"))
+        e.control(M::POST, &format!("/sandboxes/{id}/connect"))
             .json(&json!({})),
     );
     assert_eq!(got.status, 201, "{}", got.text);
