@@ -164,23 +164,29 @@ impl Metrics {
             .map(|sb| sb.id.clone())
             .collect();
         self.retain(&keep);
-        for sb in all.iter().filter(|sb| sb.state == SandboxState::Running) {
-            self.sample(rt, &sb.id).await;
+        for sb in all
+            .into_iter()
+            .filter(|sb| sb.state == SandboxState::Running)
+        {
+            self.sample_of(rt, sb).await;
         }
     }
 
     /// Samples sandbox `id` now (nothing when it is not running).
     pub(crate) async fn sample(&self, rt: &Runtime, id: &str) {
-        let Ok(sb) = rt.get_sandbox(id).await else {
-            return;
-        };
-        if sb.state != SandboxState::Running {
-            return;
+        if let Ok(sb) = rt.get_sandbox(id).await {
+            if sb.state == SandboxState::Running {
+                self.sample_of(rt, sb).await;
+            }
         }
-        let rt2 = rt.clone();
+    }
+
+    /// Samples running sandbox `sb` as listed (no second lookup).
+    async fn sample_of(&self, rt: &Runtime, sb: sandlot_types::Sandbox) {
+        let (rt2, id) = (rt.clone(), sb.id.clone());
         let taken = tokio::task::spawn_blocking(move || measure(&rt2, &sb)).await;
         if let Ok(Some(s)) = taken {
-            self.push(id, s);
+            self.push(&id, s);
         }
     }
 }
