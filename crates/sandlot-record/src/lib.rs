@@ -1,7 +1,7 @@
 //! The record: what happened on this server, kept and told. Every request leaves an audit
 //! record (`audit/`), a span and its metrics (`observe.rs`); lifecycle events are streamed
 //! and sent to webhooks (`events.rs`, `webhooks.rs`); executions can be queued as durable jobs
-//! (`jobs/`); what came from what is answered by `lineage.rs`, and a sandbox's run is
+//! (`jobs/`); the KPIs' history is served at `/v1/kpis` (`kpis.rs`); what came from what is answered by `lineage.rs`, and a sandbox's run is
 //! written as a bundle to replay (`bundle.rs`).
 //!
 //! The record sits below the adapters: it shares the HTTP plumbing of the REST adapter
@@ -21,6 +21,7 @@ pub mod audit;
 pub mod bundle;
 pub mod events;
 pub mod jobs;
+pub mod kpis;
 pub mod lineage;
 pub mod observe;
 pub mod webhooks;
@@ -76,6 +77,7 @@ pub struct Recording {
     pub hub: events::Hub,
     pub webhooks: webhooks::Webhooks,
     pub jobs: jobs::Jobs,
+    pub kpis: kpis::Kpis,
 }
 
 impl Recording {
@@ -96,6 +98,7 @@ impl Recording {
         let hub = events::Hub::start(&ctx).await?;
         let webhooks = webhooks::Webhooks::start(&ctx).await?;
         let jobs = jobs::Jobs::start(&ctx).await?;
+        let kpis = kpis::Kpis::start(&ctx, jobs.queued_reader()).await?;
         Ok(Arc::new(Self {
             ctx,
             audit,
@@ -103,6 +106,7 @@ impl Recording {
             hub,
             webhooks,
             jobs,
+            kpis,
         }))
     }
 
@@ -110,6 +114,7 @@ impl Recording {
     /// checkpoint, webhooks get a moment to deliver what is queued, traces are flushed.
     pub async fn shutdown(&self) {
         self.jobs.shutdown().await;
+        self.kpis.shutdown().await;
         self.hub.shutdown().await;
         self.webhooks.shutdown().await;
         self.audit.shutdown().await;
@@ -125,6 +130,7 @@ pub fn router(rec: Arc<Recording>) -> Router {
         .merge(events::routes(rec.clone()))
         .merge(webhooks::routes(rec.clone()))
         .merge(jobs::routes(rec.clone()))
+        .merge(kpis::routes(rec.clone()))
         .merge(lineage::routes(rec.clone()))
         .merge(bundle::routes(rec))
 }
@@ -144,6 +150,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
     ("get", "/v1/jobs/{id}/events"),
+    ("get", "/v1/kpis"),
     ("get", "/v1/lineage/artifact/{sha256}"),
     ("get", "/v1/lineage/execution/{id}"),
     ("get", "/v1/lineage/sandbox/{id}"),
@@ -192,6 +199,7 @@ mod tests {
             include_str!("bundle.rs"),
             include_str!("events.rs"),
             include_str!("jobs/routes.rs"),
+            include_str!("kpis.rs"),
             include_str!("lineage.rs"),
             include_str!("observe.rs"),
             include_str!("webhooks.rs"),

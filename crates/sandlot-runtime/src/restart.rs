@@ -85,6 +85,9 @@ impl Runtime {
         } else {
             reason::CRASHED
         };
+        // The fault is detected now (this request found the processes gone): the time to
+        // recover runs from here to fresh processes ready (the KPI, `sandlot_recovery_seconds`).
+        let detected = Instant::now();
         let restarted = match self.count_restart(e, why) {
             Ok(r) => r,
             Err(err) => {
@@ -93,7 +96,9 @@ impl Runtime {
             }
         };
         let (turn, booted) = self.reboot_in_task(e.clone(), turn).await?;
-        Ok((turn, booted?, Some(restarted)))
+        let booted = booted?;
+        sandlot_telemetry::metrics().recovered(why, detected.elapsed());
+        Ok((turn, booted, Some(restarted)))
     }
 
     /// After an execution or request in which the processes died or were killed: counts the
@@ -109,6 +114,8 @@ impl Runtime {
             drop(turn);
             return None;
         }
+        // The fault (OOM, timeout, a crash seen by the execution) is detected now.
+        let t0 = Instant::now();
         let restarted = match self.count_restart(e, why) {
             Ok(r) => r,
             Err(err) => {
@@ -124,10 +131,11 @@ impl Runtime {
         };
         let rt = self.clone();
         let e = e.clone();
+        let why = why.to_owned();
         tokio::spawn(async move {
-            let t0 = Instant::now();
             match rt.reboot(&e).await {
                 Ok(_) => {
+                    sandlot_telemetry::metrics().recovered(&why, t0.elapsed());
                     tracing::debug!(sandbox = %e.id, took = ?t0.elapsed(), "restarted in place")
                 }
                 Err(err) => {

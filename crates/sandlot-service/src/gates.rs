@@ -76,7 +76,11 @@ impl Governance {
         mut detail: Option<serde_json::Value>,
     ) -> String {
         let id = decision_id();
-        sandlot_telemetry::metrics().policy_decision(d.gate.as_str(), d.allowed);
+        sandlot_telemetry::metrics().policy_decision_of(
+            d.gate.as_str(),
+            d.allowed,
+            d.needs_review(),
+        );
         Note::add_decision(&id);
         if !d.errors.is_empty() {
             let errors = serde_json::json!(d.errors);

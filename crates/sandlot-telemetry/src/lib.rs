@@ -13,6 +13,7 @@
 //! [`trace`] sets up OpenTelemetry (OTLP over HTTP, only when configured) and [`logs`] the log
 //! subscriber (text, or one JSON object per line).
 
+pub mod kpi;
 pub mod logs;
 pub mod trace;
 
@@ -43,6 +44,12 @@ const LATENCY_BUCKETS: [f64; 16] = [
 /// Containment buckets (seconds): from the finding to the sandbox's processes being killed.
 const CONTAINMENT_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
+/// Recovery buckets (seconds): from a fault detected to fresh processes answering (a restart
+/// in place boots from the template's zygote: tens to hundreds of milliseconds).
+const RECOVERY_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+];
+
 /// How many detections may wait for their containment at once (older ones are dropped).
 const PENDING_CONTAINMENTS: usize = 4096;
 
@@ -52,6 +59,10 @@ fn latency_histogram() -> Histogram {
 
 fn containment_histogram() -> Histogram {
     Histogram::new(CONTAINMENT_BUCKETS)
+}
+
+fn recovery_histogram() -> Histogram {
+    Histogram::new(RECOVERY_BUCKETS)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -229,6 +240,15 @@ pub struct Metrics {
     containment_duration: Histogram,
     /// When a finding that contains was detected, by sandbox, until its containment.
     pending_containments: Mutex<HashMap<String, Instant>>,
+    /// Restarts in place by why (`oom`, `timeout`, `crashed`, ...): fault detected → answering.
+    recovery: Family<ReasonLabels, Histogram, fn() -> Histogram>,
+    /// The last hour's and day's KPIs (`kpi.rs`), fed by the calls above.
+    kpis: Arc<kpi::Kpis>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 /// The process's one set of metrics.
@@ -299,6 +319,8 @@ impl Metrics {
             containments: Counter::default(),
             containment_duration: containment_histogram(),
             pending_containments: Mutex::default(),
+            recovery: Family::new_with_constructor(recovery_histogram),
+            kpis: Arc::default(),
         };
         registry.register(
             "http_requests",
@@ -385,6 +407,19 @@ impl Metrics {
             Unit::Seconds,
             m.containment_duration.clone(),
         );
+        registry.register_with_unit(
+            "recovery",
+            "Restarts in place by reason (oom, timeout, crashed, server_restarted, ...): from the fault detected to fresh processes ready to answer",
+            Unit::Seconds,
+            m.recovery.clone(),
+        );
+        let kpis = m.kpis.clone();
+        m.add_source(
+            "policy_violation_ratio",
+            "Denied policy decisions over all decisions in the last hour (held-for-review bookkeeping excluded; 0 when none)",
+            None,
+            Box::new(move || vec![(String::new(), kpis.violation_ratio(kpi::unix_now()))]),
+        );
         registry.register_collector(Box::new(m.sources.clone()));
         Self { registry, ..m }
     }
@@ -420,6 +455,9 @@ impl Metrics {
                 method,
             })
             .observe(elapsed.as_secs_f64());
+        self.kpis.record(kpi::Sample::Http {
+            server_error: status >= 500,
+        });
     }
 
     /// A creation or execution request ended (its response fully sent or dropped).
@@ -432,17 +470,57 @@ impl Metrics {
             Operation::CreateSandbox => &self.create_duration,
             Operation::Execute => &self.execute_request_duration,
         };
-        family.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        let secs = elapsed.as_secs_f64();
+        family.get_or_create(&labels).observe(secs);
+        self.kpis.record(match op {
+            Operation::CreateSandbox => kpi::Sample::Create { secs, ok },
+            Operation::Execute => kpi::Sample::Execute { secs, ok },
+        });
     }
 
     /// A policy decision at `gate` (`create_sandbox`, `execute`, ...).
     pub fn policy_decision(&self, gate: &str, allowed: bool) {
+        self.policy_decision_of(gate, allowed, false);
+    }
+
+    /// A policy decision at `gate` that may have held the action for a person's review
+    /// (`outcome="review"`: neither allowed nor denied yet; the person's decision is counted
+    /// at the gate `review`). The KPIs' violation rate counts every allow and deny except the
+    /// `review_held` bookkeeping.
+    pub fn policy_decision_of(&self, gate: &str, allowed: bool, held: bool) {
+        let outcome = if held { "review" } else { allow_deny(allowed) };
         self.policy_decisions
             .get_or_create(&GateLabels {
                 gate: self.gates.intern(gate),
-                outcome: allow_deny(allowed),
+                outcome,
             })
             .inc();
+        if !held && gate != "review_held" {
+            self.kpis.record(kpi::Sample::Decision { denied: !allowed });
+        }
+    }
+
+    /// A sandbox answered again `elapsed` after its fault (`reason`: `oom`, `timeout`,
+    /// `crashed`, `server restarted`, `interrupt ignored`) was detected: its restart in place.
+    pub fn recovered(&self, reason: &str, elapsed: Duration) {
+        let reason = match reason {
+            "oom" => "oom",
+            "timeout" => "timeout",
+            "crashed" => "crashed",
+            "server restarted" => "server_restarted",
+            "interrupt ignored" => "interrupt_ignored",
+            _ => "other",
+        };
+        let secs = elapsed.as_secs_f64();
+        self.recovery
+            .get_or_create(&ReasonLabels { reason })
+            .observe(secs);
+        self.kpis.record(kpi::Sample::Recovery { secs });
+    }
+
+    /// The KPI history (`GET /v1/kpis`).
+    pub fn kpis(&self) -> &kpi::Kpis {
+        &self.kpis
     }
 
     /// An egress attempt the proxy allowed or refused.
@@ -466,6 +544,7 @@ impl Metrics {
         self.guardrail_findings
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+        self.kpis.record(kpi::Sample::Finding);
     }
 
     /// A finding that contains `sandbox` was detected now: its `contained` event measures the
@@ -515,6 +594,10 @@ impl Metrics {
                         })
                         .observe(ms / 1e3);
                 }
+                // An interruption is the caller's own doing, not a failure.
+                self.kpis.record(kpi::Sample::Execution {
+                    failed: !matches!(end_state, "ok" | "interrupted"),
+                });
                 match end_state {
                     "oom" => {
                         self.ooms.inc();
@@ -549,7 +632,9 @@ impl Metrics {
                 self.containments.inc();
                 let detected = lock(&self.pending_containments).remove(&ev.sandbox_id);
                 if let Some(t) = detected {
-                    self.containment_duration.observe(t.elapsed().as_secs_f64());
+                    let secs = t.elapsed().as_secs_f64();
+                    self.containment_duration.observe(secs);
+                    self.kpis.record(kpi::Sample::Containment { secs });
                 }
             }
             _ => {}
@@ -721,6 +806,29 @@ mod tests {
             text.contains("sandlot_policy_decisions_total{gate=\"execute\",outcome=\"deny\"} 1")
         );
         assert!(text.contains("sandlot_jobs_queued 7"));
+        m.policy_decision("execute", true);
+        m.policy_decision_of("egress", false, true);
+        m.policy_decision("review_held", false);
+        m.recovered("oom", Duration::from_millis(40));
+        m.recovered("server restarted", Duration::from_millis(60));
+        let text = m.render();
+        assert!(
+            text.contains("sandlot_policy_decisions_total{gate=\"egress\",outcome=\"review\"} 1")
+        );
+        // Of the execute deny, the execute allow (the hold and its bookkeeping not counted).
+        assert!(
+            text.contains("sandlot_policy_violation_ratio 0.5"),
+            "{text}"
+        );
+        assert!(text.contains("sandlot_recovery_seconds_count{reason=\"oom\"} 1"));
+        assert!(text.contains("sandlot_recovery_seconds_count{reason=\"server_restarted\"} 1"));
+        let kpis = m.kpis().report(kpi::Window::Hour, kpi::unix_now());
+        let s = &kpis["summary"];
+        assert_eq!(s["recovery"]["count"], 2);
+        assert_eq!(s["containment"]["count"], 1);
+        assert_eq!(s["error_rate"]["executions"], 5);
+        assert_eq!(s["error_rate"]["failed"], 3);
+        assert_eq!(s["policy_violation_rate"]["decisions"], 2);
         assert!(text.contains("sandlot_sandboxes{state=\"running\"} 2"));
         assert!(!text.contains("sb_"), "no ids in labels: {text}");
         assert!(text.ends_with("# EOF\n"));

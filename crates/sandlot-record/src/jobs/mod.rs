@@ -275,6 +275,12 @@ impl Jobs {
     pub fn depth(&self) -> (usize, usize) {
         self.inner.depth()
     }
+
+    /// Reads the number of queued jobs without holding the component (the KPIs' sampler).
+    pub fn queued_reader(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let weak = Arc::downgrade(&self.inner);
+        move || weak.upgrade().map_or(0, |i| i.depth().0 as u64)
+    }
 }
 
 fn sandbox_ended_reason(sb: &str) -> String {
