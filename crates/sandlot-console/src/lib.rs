@@ -276,6 +276,7 @@ pub fn router(console: Arc<Console>) -> Router {
             "/console/sandboxes/{id}",
             get(sandbox_page).fallback(method_not_allowed),
         )
+        .route("/console/kpis", get(kpis_page).fallback(method_not_allowed))
         .route(
             "/console/assets/{name}",
             get(asset).fallback(method_not_allowed),
@@ -328,6 +329,7 @@ const SIGN_IN: &str = include_str!("../assets/sign-in.html");
 const SANDBOXES: &str = include_str!("../assets/sandboxes.html");
 const SANDBOX: &str = include_str!("../assets/sandbox.html");
 const NOT_FOUND: &str = include_str!("../assets/not-found.html");
+const KPIS: &str = include_str!("../assets/kpis.html");
 const NO_AUTH: &str = include_str!("../assets/no-auth.html");
 
 /// One page: the frame (`page.html`) around `main`, with its script and, signed in, the nav,
@@ -466,6 +468,28 @@ async fn sandbox_page(
         script: "sandbox.js",
         signed_in: Some((&principal, &csrf)),
         sandbox: &id,
+    }
+    .render(StatusCode::OK)
+}
+
+/// `GET /console/kpis`: the server's KPIs, drawn from `/v1/kpis` (the page tells a key that
+/// is not the operator's that they are the operator's).
+async fn kpis_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    if c.gov.is_none() {
+        return no_auth_page();
+    }
+    let Some((principal, csrf)) = c.page_session(&headers) else {
+        return Redirect::to("/console").into_response();
+    };
+    if !is_navigation(&headers) {
+        return not_a_navigation();
+    }
+    Page {
+        title: "KPIs",
+        main: KPIS,
+        script: "kpis.js",
+        signed_in: Some((&principal, &csrf)),
+        sandbox: "",
     }
     .render(StatusCode::OK)
 }
@@ -667,6 +691,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../assets/render.js"),
     ),
+    (
+        "kpis.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/kpis.js"),
+    ),
 ];
 
 async fn asset(Path(name): Path<String>) -> Response {
@@ -752,7 +781,7 @@ mod tests {
 
     #[test]
     fn assets_have_no_inline_script_and_pages_load_only_files() {
-        for html in [PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH] {
+        for html in [PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH, KPIS] {
             assert!(!html.contains("<script>"), "inline script");
             assert!(!html.contains("style="), "inline style");
             assert!(!has_event_handler(html), "an inline event handler");

@@ -544,8 +544,18 @@ mod tests {
                     ok: true,
                 },
             );
-            k.record_at(t, Sample::Execution { failed: t % 2 == 0 });
-            k.record_at(t, Sample::Decision { denied: t % 3 == 0 });
+            k.record_at(
+                t,
+                Sample::Execution {
+                    failed: t.is_multiple_of(2),
+                },
+            );
+            k.record_at(
+                t,
+                Sample::Decision {
+                    denied: t.is_multiple_of(3),
+                },
+            );
             k.record_at(t, Sample::Recovery { secs: 0.2 });
             t += 7;
         }
@@ -645,7 +655,7 @@ mod tests {
         let last = r["series"]["jobs_queued"].as_array().unwrap();
         assert_eq!(last.last().unwrap(), 4);
         assert_eq!(last[0], serde_json::Value::Null);
-        assert_eq!(r["start"].as_u64().unwrap() % FINE_SECS, 0);
+        assert!(r["start"].as_u64().unwrap().is_multiple_of(FINE_SECS));
     }
 
     #[test]

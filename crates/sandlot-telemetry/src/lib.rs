@@ -61,6 +61,15 @@ fn containment_histogram() -> Histogram {
     Histogram::new(CONTAINMENT_BUCKETS)
 }
 
+/// Why a sandbox restarted in place, as `sandlot_recovery_seconds{reason}` says.
+const RECOVERY_REASONS: [&str; 5] = [
+    "oom",
+    "timeout",
+    "crashed",
+    "server_restarted",
+    "interrupt_ignored",
+];
+
 fn recovery_histogram() -> Histogram {
     Histogram::new(RECOVERY_BUCKETS)
 }
@@ -413,6 +422,16 @@ impl Metrics {
             Unit::Seconds,
             m.recovery.clone(),
         );
+        // Series that exist from the start, at zero, so a board's `rate()` has them before the
+        // first finding or restart (and a scrape shows what can be counted).
+        for outcome in ["pass", "redact", "withhold", "contain"] {
+            let _ = m
+                .guardrail_findings
+                .get_or_create(&OutcomeLabels { outcome });
+        }
+        for reason in RECOVERY_REASONS {
+            let _ = m.recovery.get_or_create(&ReasonLabels { reason });
+        }
         let kpis = m.kpis.clone();
         m.add_source(
             "policy_violation_ratio",
@@ -504,12 +523,13 @@ impl Metrics {
     /// `crashed`, `server restarted`, `interrupt ignored`) was detected: its restart in place.
     pub fn recovered(&self, reason: &str, elapsed: Duration) {
         let reason = match reason {
-            "oom" => "oom",
-            "timeout" => "timeout",
-            "crashed" => "crashed",
             "server restarted" => "server_restarted",
             "interrupt ignored" => "interrupt_ignored",
-            _ => "other",
+            r => RECOVERY_REASONS
+                .iter()
+                .find(|k| **k == r)
+                .copied()
+                .unwrap_or("other"),
         };
         let secs = elapsed.as_secs_f64();
         self.recovery
@@ -822,6 +842,8 @@ mod tests {
         );
         assert!(text.contains("sandlot_recovery_seconds_count{reason=\"oom\"} 1"));
         assert!(text.contains("sandlot_recovery_seconds_count{reason=\"server_restarted\"} 1"));
+        assert!(text.contains("sandlot_recovery_seconds_count{reason=\"crashed\"} 0"));
+        assert!(text.contains("sandlot_guardrail_findings_total{outcome=\"redact\"} 0"));
         let kpis = m.kpis().report(kpi::Window::Hour, kpi::unix_now());
         let s = &kpis["summary"];
         assert_eq!(s["recovery"]["count"], 2);

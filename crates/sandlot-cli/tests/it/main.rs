@@ -36,6 +36,7 @@ mod host_layout;
 mod hygiene;
 mod jobs;
 mod js;
+mod kpis;
 mod lifecycle;
 mod lineage;
 mod mcp;

@@ -70,6 +70,7 @@ from .errors import (
     CsrfFailed,
 )
 from .reviews import AsyncReviews, Reviews
+from .kpi import AsyncKpis, Kpis, async_kpis, kpis
 from .models import (
     Review,
     Artifact,
@@ -135,6 +136,10 @@ __all__ = [
     "AsyncVolumes",
     "Reviews",
     "AsyncReviews",
+    "Kpis",
+    "AsyncKpis",
+    "kpis",
+    "async_kpis",
     "Review",
     "ReviewNotFound",
     "ReviewDenied",
