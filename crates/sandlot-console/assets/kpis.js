@@ -46,7 +46,7 @@ function sparkline(label, ...seriesList) {
     let points = [];
     const flush = () => {
       // A lone value is drawn as a short dash, so it shows.
-      if (points.length === 1) points.push([points[0][0] + 2, points[0][1]]);
+      if (points.length === 1) points.push([points[0][0] + 4, points[0][1]]);
       if (points.length > 1) {
         const line = document.createElementNS(SVG, 'polyline');
         line.setAttribute('points', points.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' '));
@@ -171,6 +171,9 @@ async function live() {
     delay = Math.min(delay * 2, 30000);
   }
 }
+
+const here = document.querySelector('nav a[href="/console/kpis"]');
+if (here) here.setAttribute('aria-current', 'page');
 
 for (const b of document.querySelectorAll('button[data-window]')) {
   b.addEventListener('click', () => {
