@@ -362,3 +362,93 @@ fn metric_names_and_queries_are_read_right() {
         vec!["sandlot_a_total", "sandlot_b"]
     );
 }
+
+#[test]
+fn the_console_kpi_page_is_for_a_signed_in_navigation() {
+    let server = TestServer::start();
+    let http = common::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = |p: &str| format!("{}{p}", server.url());
+    let csp = |r: &reqwest::blocking::Response| {
+        r.headers()
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // Signed out: back to the sign-in page.
+    let r = http.get(url("/console/kpis")).send().unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/console");
+    assert!(csp(&r).starts_with("default-src 'self'; script-src 'self'"));
+    // Signed in (the operator).
+    let r = http
+        .post(url("/console/session"))
+        .json(&json!({ "key": server.key() }))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let cookie = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("sandlot_session="))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_owned();
+    let cookie = format!("sandlot_session={cookie}");
+    let r = http
+        .get(url("/console/kpis"))
+        .header("cookie", &cookie)
+        .header("sec-fetch-dest", "document")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(csp(&r).contains("frame-ancestors 'none'"));
+    let page = r.text().unwrap();
+    assert!(page.contains("/console/assets/kpis.js"), "{page}");
+    assert!(
+        page.contains("href=\"/console/kpis\""),
+        "the nav links the page"
+    );
+    let marker = "<meta name=\"sandlot-csrf\" content=\"";
+    let at = page.find(marker).unwrap() + marker.len();
+    let csrf = &page[at..at + page[at..].find('"').unwrap()];
+    // A script's fetch of the page (or a frame) gets no token.
+    let r = http
+        .get(url("/console/kpis"))
+        .header("cookie", &cookie)
+        .header("sec-fetch-dest", "empty")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(!r.text().unwrap().contains("sandlot-csrf"));
+    // The page's own call: the cookie with its token reads the KPIs; without it, refused.
+    let r = http
+        .get(url("/v1/kpis?window=1d"))
+        .header("cookie", &cookie)
+        .header("x-sandlot-csrf", csrf)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = http
+        .get(url("/v1/kpis"))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.text().unwrap().contains("csrf_failed"));
+    let r = http
+        .post(url("/console/kpis"))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let r = http.get(url("/console/assets/kpis.js")).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let js = r.text().unwrap();
+    assert!(!js.contains("setInterval") && !js.contains("innerHTML"));
+}
