@@ -452,3 +452,58 @@ fn the_console_kpi_page_is_for_a_signed_in_navigation() {
     let js = r.text().unwrap();
     assert!(!js.contains("setInterval") && !js.contains("innerHTML"));
 }
+
+#[test]
+fn a_held_action_is_a_queued_review_not_a_violation_until_a_person_denies_it() {
+    let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "1")]);
+    let policies = format!(
+        "{}\n@id(\"review-bash\")\n@review(\"bash runs only after a person looks at it\")\n\
+         permit (principal, action == Sandlot::Action::\"execute\", resource)\n\
+         when {{ context.language == \"bash\" }};\n",
+        sandlot_policy::DEFAULT_POLICIES
+    );
+    let r = server.put_bytes("/v1/policies", policies.into_bytes());
+    assert_eq!(r.status, 200, "{}", r.text);
+    let asker = server.tenant("acme").role("admin").key();
+    let a = As::key(&server, &asker);
+    let sb = a.post("/v1/sandboxes", &json!({})).expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = kpis(&server, "1h");
+    let r = a.post(
+        &format!("/v1/sandboxes/{sb}/execute"),
+        &json!({ "code": "echo held", "language": "bash" }),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let review = r.body["review"]["id"]
+        .as_str()
+        .or_else(|| r.body["id"].as_str())
+        .unwrap_or_else(|| panic!("{}", r.text))
+        .to_owned();
+    let held = kpis(&server, "1h");
+    assert_eq!(held["queues"]["reviews_pending"], 1, "{:#}", held["queues"]);
+    let violations = |k: &Value, f: &str| n(&k["summary"]["policy_violation_rate"][f]);
+    // Held is neither allowed nor denied.
+    assert_eq!(violations(&held, "denied"), violations(&before, "denied"));
+    let text = scrape(&server);
+    assert!(
+        text.contains("sandlot_policy_decisions_total{gate=\"execute\",outcome=\"review\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("sandlot_reviews_pending "), "{text}");
+    // The operator denies it: one decision, denied; the queue is empty again.
+    server
+        .post(
+            &format!("/v1/reviews/{review}/deny"),
+            &json!({ "reason": "not today" }),
+        )
+        .expect(200);
+    let after = kpis(&server, "1h");
+    assert_eq!(after["queues"]["reviews_pending"], 0);
+    assert_eq!(
+        violations(&after, "denied"),
+        violations(&before, "denied") + 1
+    );
+    assert!(violations(&after, "decisions") > violations(&held, "decisions"));
+}
