@@ -57,6 +57,9 @@ pub struct ConsoleResult {
     /// Requests for one sandbox (`GET /v1/sandboxes/{id}`) the page made while drawing the
     /// list, at most, over the loads (0: one request for the whole list).
     pub row_requests: usize,
+    /// Event streams the page asked for and was refused (or that ended) while it drew the
+    /// list, over all loads: the page draws the list without its stream and retries it.
+    pub streams_refused: usize,
     /// The floor: `GET /v1/sandboxes` from the harness's client, and the body's size.
     pub list_api: Summary,
     pub list_bytes: usize,
@@ -165,7 +168,7 @@ fn measure(
         Samples::new(),
         Samples::new(),
     );
-    let (mut rows, mut row_requests) = (usize::MAX, 0);
+    let (mut rows, mut row_requests, mut streams_refused) = (usize::MAX, 0, 0);
     for i in 0..=o.console_loads {
         browser.navigate("about:blank")?;
         browser.navigate(&format!("{base}/console"))?;
@@ -185,6 +188,7 @@ fn measure(
         }
         rows = rows.min(drew);
         row_requests = row_requests.max(v["row_requests"].as_u64().unwrap_or(0) as usize);
+        streams_refused += v["streams_refused"].as_u64().unwrap_or(0) as usize;
         if i == 0 {
             continue;
         }
@@ -216,6 +220,7 @@ fn measure(
         paused: false,
         rows,
         row_requests,
+        streams_refused,
         list_api: list_api.summary(),
         list_bytes,
         fcp: fcp.summary(),
@@ -241,6 +246,8 @@ return {
   fcp: fcp ? fcp.startTime : null,
   rows: document.querySelectorAll('#sandboxes tbody tr').length,
   row_requests: paths.filter((p) => p.startsWith('/v1/sandboxes/')).length,
+  // An event stream's request only shows here once it has ended: one that was refused.
+  streams_refused: paths.filter((p) => p === '/v1/events').length,
 };";
 
 /// Signs in through the page's own form, as a person does: the key is typed into the field

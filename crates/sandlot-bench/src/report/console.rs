@@ -18,7 +18,8 @@ pub fn console_block(run: &Run, r: &ConsoleResult) -> String {
     let _ = writeln!(
         o,
         "Headless Chromium {} over WebDriver, signed in through the console's form; {} sandboxes \
-         created for it ({}), {} rows drawn on every load, {} per-sandbox requests while drawing.\n",
+         created for it ({}), {} rows drawn on every load, {} per-sandbox requests while drawing, \
+         {} event streams refused while drawing (the list is drawn without it).\n",
         r.browser,
         r.created,
         if r.paused {
@@ -27,7 +28,8 @@ pub fn console_block(run: &Run, r: &ConsoleResult) -> String {
             "live and idle"
         },
         r.rows,
-        r.row_requests
+        r.row_requests,
+        r.streams_refused
     );
     o.push_str(SUMMARY_HEADER);
     summary_row(
