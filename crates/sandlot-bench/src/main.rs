@@ -754,4 +754,33 @@ mod tests {
         assert_eq!(cli.opts.hot_iters, 200);
         assert!(Cli::try_parse_from(["sandlot-bench", "nope"]).is_err());
     }
+
+    #[test]
+    fn console_options() {
+        let cli = Cli::try_parse_from(["sandlot-bench", "console"]).unwrap();
+        assert_eq!(cli.benchmarks, vec![Bench::Console]);
+        // The largest --n is how many are listed: 1000 by default.
+        assert_eq!(cli.opts.n.iter().max(), Some(&1000));
+        assert_eq!((cli.opts.console_loads, cli.opts.console_lines), (20, 120));
+        assert!(!cli.opts.console_pause);
+        assert_eq!(cli.opts.chromedriver, PathBuf::from("chromedriver"));
+        cli.opts.validate().unwrap();
+        let cli = Cli::try_parse_from([
+            "sandlot-bench",
+            "console",
+            "--n",
+            "50",
+            "--console-pause",
+            "--chromium",
+            "/opt/c/chrome",
+            "--console-lines",
+            "10",
+        ])
+        .unwrap();
+        assert!(cli.opts.console_pause);
+        assert_eq!(cli.opts.chromium, PathBuf::from("/opt/c/chrome"));
+        // Fewer lines than 100 counted ones is refused before anything starts.
+        let e = cli.opts.validate().unwrap_err().to_string();
+        assert!(e.contains("--console-lines"), "{e}");
+    }
 }
