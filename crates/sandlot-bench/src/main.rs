@@ -14,7 +14,9 @@
 //! request to a loopback server, (15) hot `1+1` and create with governance on against a
 //! `SANDLOT_AUTH=off` server in the same run, and (issue 8) (16) the audit log's append rate and
 //! `verify` of a million records, in process, and (17) hot `1+1` on a server with audit, metrics
-//! and OTLP traces on against one with them off, in the same run. Prints medians and p99s
+//! and OTLP traces on against one with them off, in the same run, and (issue 23) (20) the
+//! console in headless Chromium: first paint of the Sandboxes page with N sandboxes listed and
+//! a live output line's way from the sandbox to the page. Prints medians and p99s
 //! and, with `--write`, updates BENCHMARKS.md. Every loop is bounded in count and time; all
 //! traffic goes to loopback.
 
@@ -22,6 +24,7 @@ mod audit;
 mod bench;
 mod burst;
 mod clients;
+mod console;
 mod disk;
 mod egress;
 mod governance;
@@ -38,6 +41,7 @@ mod rollback;
 mod server;
 mod state;
 mod stats;
+mod webdriver;
 
 use anyhow::Context;
 use clap::{Args, Parser, ValueEnum};
@@ -48,7 +52,7 @@ use std::process::ExitCode;
 #[command(
     name = "sandlot-bench",
     about = "Benchmarks a sandlot server against its peers, in one run, over HTTP on loopback",
-    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients\n  sandlot-bench policy egress governance\n  sandlot-bench audit record"
+    after_help = "Examples:\n  sandlot-bench --env-dir /work/env-cache all --write BENCHMARKS.md\n  sandlot-bench create hot restart burst disk --quiet-seconds 5\n  sandlot-bench fork pause snapshot paused-start --paused-n 100,1000\n  sandlot-bench hot clients\n  sandlot-bench policy egress governance\n  sandlot-bench audit record\n  sandlot-bench console --n 1000 --console-pause"
 )]
 struct Cli {
     /// The benchmarks to run, on one server (in the order of the list below, whatever the
@@ -101,6 +105,8 @@ enum Bench {
     Review,
     /// 18. a cell with and without `on_failure: rollback`, succeeding and failing (issue 23)
     Rollback,
+    /// 20. the console in headless Chromium: first paint with N listed, live output line (issue 23)
+    Console,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -150,7 +156,7 @@ pub struct Opts {
     #[arg(long)]
     no_jupyter: bool,
 
-    /// density: numbers of live sandboxes to measure at
+    /// density: numbers of live sandboxes to measure at; console: the largest is how many are listed
     #[arg(long, value_delimiter = ',', default_value = "100,500,1000")]
     n: Vec<usize>,
     /// density: hot executions on random sandboxes at each level
@@ -232,6 +238,22 @@ pub struct Opts {
     /// audit: records appended to a fresh log, then verified
     #[arg(long, default_value_t = 1_000_000)]
     audit_records: u64,
+    /// console: timed loads of the Sandboxes page (after one untimed)
+    #[arg(long, default_value_t = 20)]
+    console_loads: usize,
+    /// console: lines the live cell prints, 50 ms apart (the first 3 are not counted)
+    #[arg(long, default_value_t = 120)]
+    console_lines: usize,
+    /// console: pause each listed sandbox once created (the list is the same; the host keeps
+    /// their state on disk instead of ~10 MiB of memory each)
+    #[arg(long)]
+    console_pause: bool,
+    /// console: the Chromium to drive (a bare name is looked up on PATH)
+    #[arg(long, value_name = "PATH", default_value = "chromium")]
+    chromium: PathBuf,
+    /// console: the chromedriver that drives it (Debian's chromium-driver)
+    #[arg(long, value_name = "PATH", default_value = "chromedriver")]
+    chromedriver: PathBuf,
     /// record: what the on server records (a part alone shows what it costs; the target is
     /// judged on all)
     #[arg(long, value_enum, default_value_t = record::RecordOn::All)]
@@ -318,9 +340,17 @@ impl Opts {
             (1..=100_000_000).contains(&self.audit_records),
             "--audit-records must be 1..=100000000"
         );
+        anyhow::ensure!(
+            (1..=1000).contains(&self.console_loads)
+                && (LIVE_MIN_LINES..=10_000).contains(&self.console_lines),
+            "--console-loads must be 1..=1000 and --console-lines {LIVE_MIN_LINES}..=10000"
+        );
         Ok(())
     }
 }
+
+/// The live cell prints at least this many lines: 100 counted after the first 3.
+const LIVE_MIN_LINES: usize = 103;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -426,6 +456,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         record: None,
         review: None,
         rollback: None,
+        console: None,
     };
     if want(Bench::Create) {
         match bench::create(&mut ctx) {
@@ -500,6 +531,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         match bench::density(&mut ctx) {
             Ok(r) => run.density = Some(r),
             Err(e) => failed("density", e),
+        }
+    }
+    // After density (whose sandboxes are gone by then): it makes N of its own to list.
+    if want(Bench::Console) {
+        match console::console(&mut ctx) {
+            Ok(r) => run.console = Some(r),
+            Err(e) => failed("console", e),
         }
     }
     // In process, no server: only the harness's own threads run while it measures.
@@ -630,6 +668,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             "paused_start": run.paused_start,
             "policy": run.policy, "egress": run.egress, "governance": run.governance,
             "audit": run.audit, "record": run.record, "review": run.review, "rollback": run.rollback,
+            "console": run.console,
             "server_warnings": problems.len(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)
@@ -714,5 +753,34 @@ mod tests {
         assert_eq!(cli.benchmarks, vec![Bench::Clients, Bench::Hot]);
         assert_eq!(cli.opts.hot_iters, 200);
         assert!(Cli::try_parse_from(["sandlot-bench", "nope"]).is_err());
+    }
+
+    #[test]
+    fn console_options() {
+        let cli = Cli::try_parse_from(["sandlot-bench", "console"]).unwrap();
+        assert_eq!(cli.benchmarks, vec![Bench::Console]);
+        // The largest --n is how many are listed: 1000 by default.
+        assert_eq!(cli.opts.n.iter().max(), Some(&1000));
+        assert_eq!((cli.opts.console_loads, cli.opts.console_lines), (20, 120));
+        assert!(!cli.opts.console_pause);
+        assert_eq!(cli.opts.chromedriver, PathBuf::from("chromedriver"));
+        cli.opts.validate().unwrap();
+        let cli = Cli::try_parse_from([
+            "sandlot-bench",
+            "console",
+            "--n",
+            "50",
+            "--console-pause",
+            "--chromium",
+            "/opt/c/chrome",
+            "--console-lines",
+            "10",
+        ])
+        .unwrap();
+        assert!(cli.opts.console_pause);
+        assert_eq!(cli.opts.chromium, PathBuf::from("/opt/c/chrome"));
+        // Fewer lines than 100 counted ones is refused before anything starts.
+        let e = cli.opts.validate().unwrap_err().to_string();
+        assert!(e.contains("--console-lines"), "{e}");
     }
 }

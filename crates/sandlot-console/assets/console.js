@@ -19,6 +19,8 @@ export class ApiError extends Error {
 // Every request of the page, ended at once when the person signs out (so none reaches the
 // server after the session has gone).
 const pageRequests = new AbortController();
+/** Aborted when the person signs out: a page's own controllers follow it (AbortSignal.any). */
+export const pageSignal = pageRequests.signal;
 
 /** Calls the API as the signed-in session. `body`: a JS value (sent as JSON) or a Blob/File. */
 export async function api(method, path, body, options = {}) {

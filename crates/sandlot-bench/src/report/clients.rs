@@ -383,6 +383,7 @@ mod tests {
             record: None,
             review: None,
             rollback: None,
+            console: None,
         }
     }
 

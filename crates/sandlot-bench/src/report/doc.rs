@@ -87,6 +87,7 @@ pub(super) fn measured_anything(run: &Run) -> bool {
         || run.audit.is_some()
         || run.record.is_some()
         || run.rollback.is_some()
+        || run.console.is_some()
 }
 
 /// The updated document: this run's blocks, targets upserted, a history row appended.
@@ -174,6 +175,9 @@ pub fn update_doc(doc: &str, run: &Run) -> String {
     }
     if let Some(r) = &run.rollback {
         doc = upsert_result_block(&doc, "rollback", ROLLBACK_HEADING, &rollback_block(run, r));
+    }
+    if let Some(r) = &run.console {
+        doc = upsert_result_block(&doc, "console", CONSOLE_HEADING, &console_block(run, r));
     }
 
     let mut rows: Vec<(String, String)> = block(&doc, "targets")
@@ -317,6 +321,9 @@ pub fn print_report(run: &Run) {
     }
     if let Some(r) = &run.rollback {
         println!("== 18. rollback ==\n{}", strip_md(&rollback_block(run, r)));
+    }
+    if let Some(r) = &run.console {
+        println!("== 20. console ==\n{}", strip_md(&console_block(run, r)));
     }
     println!("== targets ==");
     for t in targets(run) {

@@ -347,6 +347,7 @@ mod tests {
             record: None,
             review: None,
             rollback: None,
+            console: None,
         }
     }
 

@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 
 mod blocks;
 mod clients;
+mod console;
 mod doc;
 mod governance;
 mod record;
@@ -34,6 +35,7 @@ mod state;
 
 pub use blocks::*;
 pub use clients::*;
+pub use console::*;
 pub use doc::*;
 pub use governance::*;
 pub use record::*;
@@ -71,6 +73,7 @@ pub struct Run {
     /// Benchmark 19 (issue 23), in the JSON output; not yet a block of BENCHMARKS.md.
     pub review: Option<InProcess<crate::review::ReviewBenchResult>>,
     pub rollback: Option<crate::rollback::RollbackResult>,
+    pub console: Option<crate::console::ConsoleResult>,
 }
 
 /// One target of issue 3, 7, 8, 9, 10 or 12 and how this run did against it.
@@ -255,6 +258,8 @@ const TARGET_KEYS: &[&str] = &[
     "audit-verify",
     "record-hot",
     "rollback-added",
+    "console-paint",
+    "console-live",
 ];
 
 /// The density level the targets are judged at: N = 1000 if measured.
@@ -483,6 +488,7 @@ pub fn targets(run: &Run) -> Vec<Target> {
     governance_targets(run, &mut t);
     record_targets(run, &mut t);
     rollback_targets(run, &mut t);
+    console_targets(run, &mut t);
     t
 }
 

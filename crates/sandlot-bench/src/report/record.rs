@@ -265,6 +265,7 @@ mod tests {
             record,
             review: None,
             rollback: None,
+            console: None,
         }
     }
 

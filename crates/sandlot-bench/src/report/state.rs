@@ -602,6 +602,7 @@ mod tests {
             record: None,
             review: None,
             rollback: None,
+            console: None,
         }
     }
 
