@@ -13,12 +13,21 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The events of an SSE response, read on a thread: (event, id, data).
+/// The events of an SSE response, read on a thread: (event, id, data). Dropping it closes the
+/// connection at the next line the server sends (an event or a keep-alive comment).
 struct SseReader {
     rx: mpsc::Receiver<(String, String, Value)>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Drop for SseReader {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::Relaxed);
+    }
 }
 
 impl SseReader {
@@ -30,10 +39,15 @@ impl SseReader {
             .unwrap()
             .starts_with("text/event-stream"));
         let (tx, rx) = mpsc::channel();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let closed = dropped.clone();
         std::thread::spawn(move || {
             let (mut name, mut id, mut data) = (String::new(), String::new(), String::new());
             for line in BufReader::new(resp).lines() {
                 let Ok(line) = line else { return };
+                if closed.load(Ordering::Relaxed) {
+                    return;
+                }
                 if let Some(v) = line.strip_prefix("event:") {
                     name = v.trim().to_owned();
                 } else if let Some(v) = line.strip_prefix("id:") {
@@ -52,7 +66,7 @@ impl SseReader {
                 }
             }
         });
-        SseReader { rx }
+        SseReader { rx, dropped }
     }
 
     /// Every event that arrives within `quiet` of the previous one (at most `max` in all).
@@ -228,6 +242,34 @@ fn the_event_stream_tells_each_tenant_its_own_lifecycle() {
         let resp = server.client().get(url("")).send().unwrap();
         resp.status().as_u16() == 200
     }));
+    // A stream whose client closed frees its slot within two keep-alive writes (2 s apart)
+    // even with nothing happening: a console tab closed or reloaded does not hold it for long.
+    // (`everyone` still holds one of default's four.)
+    let hold_all = |within: Duration| -> Vec<reqwest::blocking::Response> {
+        let deadline = Instant::now() + within;
+        let mut held = Vec::new();
+        while held.len() < 3 && Instant::now() < deadline {
+            let r = server.client().get(url("")).send().unwrap();
+            match r.status().as_u16() {
+                200 => held.push(r),
+                429 => std::thread::sleep(Duration::from_millis(200)),
+                other => panic!("events answered {other}"),
+            }
+        }
+        held
+    };
+    let held = hold_all(Duration::from_secs(20));
+    assert_eq!(held.len(), 3, "the three free slots never came free");
+    drop(held);
+    let again = Instant::now();
+    let held = hold_all(Duration::from_secs(9));
+    assert_eq!(
+        held.len(),
+        3,
+        "closed streams still held their slots {:?} after the close",
+        again.elapsed()
+    );
+    drop(held);
     // Beta's own slots are its own.
     let r = beta.get(url("")).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
