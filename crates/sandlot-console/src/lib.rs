@@ -8,8 +8,9 @@
 //! 1. `GET /console` without a session is the sign-in page (one field: an API key).
 //!    `POST /console/session` (form or JSON) authenticates the key exactly as `/v1` does and
 //!    answers `Set-Cookie: sandlot_session=<256 random bits>; HttpOnly; SameSite=Strict;
-//!    Path=/; Max-Age=...` (`Secure` when configured, behind TLS). The key stays in the server's
-//!    memory ([`sessions`]); the cookie holds only the id.
+//!    Path=/; Max-Age=...` (`Secure` when configured, behind TLS). The server keeps the key's
+//!    id (not the key) under the sha256 of the session id, in memory and in the store, so a
+//!    session survives a restart ([`sessions`]); the cookie holds only the id.
 //! 2. Each session has a CSRF token, put in the pages' `<meta name="sandlot-csrf">` (never in a
 //!    cookie). The REST adapter's authentication asks [`Console::authenticate`] for a request
 //!    with the cookie and no `Authorization`: it is accepted only with `X-Sandlot-CSRF` equal to
@@ -85,8 +86,12 @@ impl Console {
         cfg: ConsoleConfig,
         sandbox_tenant: SandboxTenant,
     ) -> Arc<Self> {
+        let sessions = match &gov {
+            Some(g) => Sessions::open(cfg.limits, g.store.clone()),
+            None => Sessions::new(cfg.limits),
+        };
         Arc::new(Self {
-            sessions: Sessions::new(cfg.limits),
+            sessions,
             gov,
             cfg,
             sandbox_tenant,
@@ -120,7 +125,7 @@ impl Console {
             };
             live = true;
             if same_token(sent, &session.csrf) {
-                return self.principal_of_key(gov, id, &session.key);
+                return self.principal_of_key(gov, id, &session.key_id);
             }
         }
         if !live {
@@ -133,14 +138,14 @@ impl Console {
         }))
     }
 
-    /// The session's key, authenticated now; a key that no longer authenticates ends it.
+    /// The principal of the session's key, looked up now; a key revoked (or gone) ends it.
     fn principal_of_key(
         &self,
         gov: &Governance,
         id: &str,
-        key: &str,
+        key_id: &str,
     ) -> Result<Principal, HttpError> {
-        gov.keys.authenticate(key).map_err(|e| {
+        gov.keys.principal_by_id(key_id).map_err(|e| {
             self.sessions.remove(id);
             HttpError::new(
                 ErrorCode::Unauthenticated,
@@ -207,7 +212,7 @@ impl Console {
             return None;
         };
         let session = self.sessions.resolve(id)?;
-        let principal = self.principal_of_key(gov, id, &session.key).ok()?;
+        let principal = self.principal_of_key(gov, id, &session.key_id).ok()?;
         Some((principal, session.csrf))
     }
 
@@ -541,7 +546,7 @@ async fn sign_in(State(c): State<Arc<Console>>, req: Request) -> Response {
             };
         }
     };
-    let created = match c.sessions.create(&key) {
+    let created = match c.sessions.create(&principal.key_id) {
         Ok(s) => s,
         Err(sessions::Full) => {
             return HttpError::new(
