@@ -7,6 +7,12 @@ const tbody = document.querySelector('#sandboxes tbody');
 const empty = document.getElementById('empty');
 const liveState = document.getElementById('live-state');
 const rows = new Map();
+// The operator sees every tenant's sandboxes (GET /v1/sandboxes?tenant=*), narrowed by the
+// tenant filter; another tenant's row is shown, not acted on (its page and actions are that
+// tenant's keys').
+let me = null;
+const isOperator = () => me && me.role === 'admin' && me.tenant === 'default';
+const tenantInput = document.getElementById('tenant');
 
 function button(label, onclick) {
   return h('button', { type: 'button', onclick }, label);
@@ -41,7 +47,8 @@ function actions(sb) {
 }
 
 function row(sb) {
-  const link = h('a', { href: `/console/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id);
+  const own = !me || sb.tenant === me.tenant;
+  const link = own ? h('a', { href: `/console/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id) : sb.id;
   return h('tr', { 'data-id': sb.id },
     h('td', {}, link),
     h('td', { class: `state-${word(sb.state)}` }, sb.state),
@@ -49,10 +56,15 @@ function row(sb) {
     h('td', {}, sb.tenant || ''),
     h('td', { 'data-created': sb.created_at, title: sb.created_at }, age(sb.created_at)),
     h('td', {}, String(sb.restart_count ?? 0)),
-    h('td', { class: 'actions' }, actions(sb)));
+    h('td', { class: 'actions' }, own ? actions(sb) : h('span', { class: 'muted' }, `${sb.tenant}'s`)));
 }
 
 function upsert(sb) {
+  const only = tenantInput.value.trim();
+  if (isOperator() && only && sb.tenant !== only) {
+    drop(sb.id);
+    return;
+  }
   const tr = row(sb);
   const old = rows.get(sb.id);
   if (old) old.replaceWith(tr);
@@ -80,7 +92,9 @@ async function refresh(id) {
 }
 
 async function reload() {
-  const list = await api('GET', '/v1/sandboxes');
+  let path = '/v1/sandboxes';
+  if (isOperator()) path += `?tenant=${encodeURIComponent(tenantInput.value.trim() || '*')}`;
+  const list = await api('GET', path);
   const seen = new Set();
   const sorted = list.sandboxes.slice().sort((a, b) => a.created_at.localeCompare(b.created_at));
   for (const sb of sorted) {
@@ -138,4 +152,17 @@ setInterval(() => {
   for (const td of tbody.querySelectorAll('td[data-created]')) td.textContent = age(td.dataset.created);
 }, 15000);
 
-live();
+document.getElementById('tenant-filter').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  reload().catch((e) => say(`Could not list the sandboxes: ${e.message}`, true));
+});
+
+(async () => {
+  try {
+    me = await api('GET', '/v1/whoami');
+    document.getElementById('tenant-filter').hidden = !isOperator();
+  } catch (_) {
+    // Signed out: the list says so.
+  }
+  live();
+})();

@@ -282,6 +282,18 @@ pub fn router(console: Arc<Console>) -> Router {
             get(sandbox_page).fallback(method_not_allowed),
         )
         .route(
+            "/console/policy",
+            get(policy_page).fallback(method_not_allowed),
+        )
+        .route(
+            "/console/approvals",
+            get(approvals_page).fallback(method_not_allowed),
+        )
+        .route(
+            "/console/record",
+            get(record_page).fallback(method_not_allowed),
+        )
+        .route(
             "/console/assets/{name}",
             get(asset).fallback(method_not_allowed),
         )
@@ -333,6 +345,9 @@ const SIGN_IN: &str = include_str!("../assets/sign-in.html");
 const SANDBOXES: &str = include_str!("../assets/sandboxes.html");
 const SANDBOX: &str = include_str!("../assets/sandbox.html");
 const NOT_FOUND: &str = include_str!("../assets/not-found.html");
+const POLICY: &str = include_str!("../assets/policy.html");
+const APPROVALS: &str = include_str!("../assets/approvals.html");
+const RECORD: &str = include_str!("../assets/record.html");
 const NO_AUTH: &str = include_str!("../assets/no-auth.html");
 
 /// One page: the frame (`page.html`) around `main`, with its script and, signed in, the nav,
@@ -473,6 +488,50 @@ async fn sandbox_page(
         sandbox: &id,
     }
     .render(StatusCode::OK)
+}
+
+/// A page of the signed-in console that shows what the session's key may read through `/v1`
+/// (the page itself holds no data: its script asks the API, which scopes every answer).
+fn signed_in_page(
+    c: &Console,
+    headers: &HeaderMap,
+    title: &str,
+    main: &str,
+    script: &str,
+) -> Response {
+    if c.gov.is_none() {
+        return no_auth_page();
+    }
+    let Some((principal, csrf)) = c.page_session(headers) else {
+        return Redirect::to("/console").into_response();
+    };
+    if !is_navigation(headers) {
+        return not_a_navigation();
+    }
+    Page {
+        title,
+        main,
+        script,
+        signed_in: Some((&principal, &csrf)),
+        sandbox: "",
+    }
+    .render(StatusCode::OK)
+}
+
+/// `GET /console/policy`: the set in force, its history and diffs (operator), decisions, and
+/// the "what if" evaluator.
+async fn policy_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Policy", POLICY, "policy.js")
+}
+
+/// `GET /console/approvals`: the held actions, to approve or deny.
+async fn approvals_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Approvals", APPROVALS, "approvals.js")
+}
+
+/// `GET /console/record`: the audit chain's state, its export, and lineage graphs.
+async fn record_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Record", RECORD, "record.js")
 }
 
 async fn method_not_allowed() -> Response {
@@ -672,6 +731,26 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../assets/render.js"),
     ),
+    (
+        "policy.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/policy.js"),
+    ),
+    (
+        "diff.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/diff.js"),
+    ),
+    (
+        "approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/approvals.js"),
+    ),
+    (
+        "record.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/record.js"),
+    ),
 ];
 
 async fn asset(Path(name): Path<String>) -> Response {
@@ -757,7 +836,9 @@ mod tests {
 
     #[test]
     fn assets_have_no_inline_script_and_pages_load_only_files() {
-        for html in [PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH] {
+        for html in [
+            PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH, POLICY, APPROVALS, RECORD,
+        ] {
             assert!(!html.contains("<script>"), "inline script");
             assert!(!html.contains("style="), "inline style");
             assert!(!has_event_handler(html), "an inline event handler");
