@@ -184,9 +184,10 @@ function draw(g, caption) {
       svg('rect', { width: W, height: H, rx: 5 }),
       svg('text', { x: 8, y: H / 2 + 5 }, n.label.length > 34 ? `${n.label.slice(0, 33)}…` : n.label),
       svg('title', {}, `${n.kind} ${n.id}`));
-    return n.href ? svg('a', { href: n.href, 'aria-label': `${n.label} (${n.kind})` }, box) : box;
+    // The link's name is its visible text (no aria-label that could differ from it).
+    return n.href ? svg('a', { href: n.href }, box) : box;
   });
-  const figure = svg('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-labelledby': 'lineage-caption' },
+  const figure = svg('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'group', 'aria-labelledby': 'lineage-caption' },
     svg('defs', {}, svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
       svg('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrow' }))),
     edges, nodes);
