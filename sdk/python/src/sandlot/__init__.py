@@ -70,6 +70,7 @@ from .errors import (
     CsrfFailed,
 )
 from .reviews import AsyncReviews, Reviews
+from .policies import AsyncPolicies, Policies, PolicyEvaluation, PolicyVersion
 from .models import (
     Review,
     Artifact,
@@ -135,6 +136,10 @@ __all__ = [
     "AsyncVolumes",
     "Reviews",
     "AsyncReviews",
+    "Policies",
+    "AsyncPolicies",
+    "PolicyEvaluation",
+    "PolicyVersion",
     "Review",
     "ReviewNotFound",
     "ReviewDenied",
