@@ -433,4 +433,36 @@ mod tests {
         assert!(s2.is_empty(), "expired rows are swept when loaded");
         assert!(store.list_console_sessions().unwrap().is_empty());
     }
+
+    #[test]
+    fn an_evicted_or_expired_session_leaves_the_store_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("s.db")).unwrap());
+        let s = Sessions::open(limits(1, 100), store.clone());
+        let a = s.create("k").unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = s.create("k").unwrap();
+        let rows = store.list_console_sessions().unwrap();
+        assert_eq!(
+            rows.len(),
+            1,
+            "the key's older session is gone from the store"
+        );
+        assert_eq!(rows[0].id_sha256, id_hash(&b.id));
+        assert!(s.resolve(&a.id).is_none());
+
+        let s = Sessions::open(
+            Limits {
+                idle: Duration::from_millis(20),
+                ..Limits::default()
+            },
+            store.clone(),
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(s.resolve(&b.id).is_none());
+        assert!(
+            store.list_console_sessions().unwrap().is_empty(),
+            "an expired session found at use is removed from the store"
+        );
+    }
 }
