@@ -298,6 +298,23 @@ def test_the_policy_approvals_and_record_pages(sandlot_url: str, browser) -> Non
         _put_policies(url, held)
         _sign_in(d, url)
 
+        # The operator sees every tenant's sandboxes, with their tenant, and filters by tenant.
+        tenant = "console" + str(int(time.time() * 1000))[-8:]
+        _api(url, "POST", "/v1/tenants", {"name": tenant})
+        tkey = _api(url, "POST", "/v1/keys", {"tenant": tenant, "role": "member"})
+        status, theirs = _key_api(url, tkey["key"], "POST", "/v1/sandboxes", {})
+        assert status == 201, theirs
+        d.get(f"{url}/console")
+        _wait("the other tenant's row", lambda: theirs["id"] in _row_ids(d))
+        row = d.find_element(By.CSS_SELECTOR, f"#sandboxes tbody tr[data-id='{theirs['id']}']")
+        assert tenant in row.text and not row.find_elements(By.TAG_NAME, "button"), row.text
+        d.find_element(By.ID, "tenant").send_keys(tenant)
+        d.find_element(By.CSS_SELECTOR, "#tenant-filter button[type=submit]").click()
+        _wait("only that tenant's rows", lambda: _row_ids(d) == [theirs["id"]])
+        _axe(d, "sandboxes (every tenant)")
+        _key_api(url, tkey["key"], "DELETE", f"/v1/sandboxes/{theirs['id']}")
+        _api(url, "DELETE", f"/v1/keys/{tkey['id']}")
+
         # Policy: the set in force, its history (this test's set on top), and a what-if.
         d.get(f"{url}/console/policy")
         _wait("the policy text", lambda: "console-review" in d.find_element(By.ID, "current-text").text)
