@@ -23,6 +23,10 @@ pub(crate) struct ListQuery {
     /// Include ended sandboxes (deleted, expired, lost).
     #[serde(default)]
     all: bool,
+    /// The operator's only: one tenant's sandboxes, or `*` for every tenant's (the console's
+    /// operator view); anyone else naming a tenant but their own gets 403.
+    #[serde(default)]
+    tenant: Option<String>,
 }
 
 pub(crate) async fn create<B: Backend>(
@@ -39,8 +43,11 @@ pub(crate) async fn list<B: Backend>(
     caller: Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SandboxList>, HttpError> {
+    let tenant = crate::policies::scoped_tenant(&caller, q.tenant.as_deref())?;
     let mut sandboxes = st.backend.list_sandboxes(q.all).await?;
-    sandboxes.retain(|s| s.tenant == caller.tenant());
+    if let Some(tenant) = tenant {
+        sandboxes.retain(|s| s.tenant == tenant);
+    }
     Ok(Json(SandboxList { sandboxes }))
 }
 

@@ -17,6 +17,12 @@ const tbody = document.querySelector('#sandboxes tbody');
 const empty = document.getElementById('empty');
 const liveState = document.getElementById('live-state');
 const rows = new Map();
+// The operator sees every tenant's sandboxes (GET /v1/sandboxes?tenant=*), narrowed by the
+// tenant filter; another tenant's row is shown, not acted on (its page and actions are that
+// tenant's keys').
+let me = null;
+const isOperator = () => me && me.role === 'admin' && me.tenant === 'default';
+const tenantInput = document.getElementById('tenant');
 
 function button(label, action) {
   return h('button', { type: 'button', 'data-action': action }, label);
@@ -72,7 +78,8 @@ tbody.addEventListener('click', async (ev) => {
 });
 
 function row(sb) {
-  const link = h('a', { href: `/console/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id);
+  const own = !me || sb.tenant === me.tenant;
+  const link = own ? h('a', { href: `/console/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id) : sb.id;
   return h('tr', { role: 'row', 'data-id': sb.id },
     h('td', { role: 'cell' }, link),
     h('td', { role: 'cell', class: `state-${word(sb.state)}` }, sb.state),
@@ -80,10 +87,16 @@ function row(sb) {
     h('td', { role: 'cell' }, sb.tenant || ''),
     h('td', { role: 'cell', 'data-created': sb.created_at, title: sb.created_at }, age(sb.created_at)),
     h('td', { role: 'cell' }, String(sb.restart_count ?? 0)),
-    h('td', { role: 'cell', class: 'actions' }, actions(sb)));
+    h('td', { role: 'cell', class: 'actions' },
+      own ? actions(sb) : h('span', { class: 'muted' }, `${sb.tenant}'s`)));
 }
 
 function upsert(sb) {
+  const only = tenantInput.value.trim();
+  if (isOperator() && only && sb.tenant !== only) {
+    drop(sb.id);
+    return;
+  }
   const tr = row(sb);
   const old = rows.get(sb.id);
   if (old) old.replaceWith(tr);
@@ -111,9 +124,21 @@ async function refresh(id) {
 }
 
 let firstDraw = true;
+let reloadPending = false;
+
+function reloadSoon() {
+  if (reloadPending) return;
+  reloadPending = true;
+  setTimeout(() => {
+    reloadPending = false;
+    reload().catch((e) => say(`Could not list the sandboxes: ${e.message}`, true));
+  }, 250);
+}
 
 async function reload() {
-  const list = await api('GET', '/v1/sandboxes');
+  let path = '/v1/sandboxes';
+  if (isOperator()) path += `?tenant=${encodeURIComponent(tenantInput.value.trim() || '*')}`;
+  const list = await api('GET', path);
   if (firstDraw) performance.mark('sandlot:list-fetched');
   // Newest first, as upsert() puts a new one on top. RFC 3339 UTC times of one format sort
   // as strings (plain comparison: localeCompare is far slower over a thousand).
@@ -154,7 +179,8 @@ async function live() {
   let delay = 1000;
   for (;;) {
     try {
-      const resp = await api('GET', '/v1/events', undefined, {
+      // The operator's list shows every tenant's sandboxes, so it follows every tenant's events.
+      const resp = await api('GET', isOperator() ? '/v1/events?tenant=*' : '/v1/events', undefined, {
         raw: true,
         signal,
         headers: { Accept: 'text/event-stream' },
@@ -169,6 +195,11 @@ async function live() {
         }
         if (!ev || typeof ev.sandbox_id !== 'string') return;
         if (ENDED.has(name)) drop(ev.sandbox_id);
+        // Another tenant's sandbox cannot be fetched one by one (its /v1 reads are that
+        // tenant's): the list is read again, at most once per burst.
+        else if (me && ev.tenant && ev.tenant !== me.tenant) {
+          if (name !== 'executed') reloadSoon();
+        }
         else if (name !== 'executed') refresh(ev.sandbox_id);
       });
     } catch (e) {
@@ -210,4 +241,17 @@ setInterval(() => {
   for (const td of tbody.querySelectorAll('td[data-created]')) td.textContent = age(td.dataset.created);
 }, 15000);
 
-live();
+document.getElementById('tenant-filter').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  reload().catch((e) => say(`Could not list the sandboxes: ${e.message}`, true));
+});
+
+(async () => {
+  try {
+    me = await api('GET', '/v1/whoami');
+    document.getElementById('tenant-filter').hidden = !isOperator();
+  } catch (_) {
+    // Signed out: the list says so.
+  }
+  live();
+})();

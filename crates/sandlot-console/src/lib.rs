@@ -8,8 +8,9 @@
 //! 1. `GET /console` without a session is the sign-in page (one field: an API key).
 //!    `POST /console/session` (form or JSON) authenticates the key exactly as `/v1` does and
 //!    answers `Set-Cookie: sandlot_session=<256 random bits>; HttpOnly; SameSite=Strict;
-//!    Path=/; Max-Age=...` (`Secure` when configured, behind TLS). The key stays in the server's
-//!    memory ([`sessions`]); the cookie holds only the id.
+//!    Path=/; Max-Age=...` (`Secure` when configured, behind TLS). The server keeps the key's
+//!    id (not the key) under the sha256 of the session id, in memory and in the store, so a
+//!    session survives a restart ([`sessions`]); the cookie holds only the id.
 //! 2. Each session has a CSRF token, put in the pages' `<meta name="sandlot-csrf">` (never in a
 //!    cookie). The REST adapter's authentication asks [`Console::authenticate`] for a request
 //!    with the cookie and no `Authorization`: it is accepted only with `X-Sandlot-CSRF` equal to
@@ -85,8 +86,12 @@ impl Console {
         cfg: ConsoleConfig,
         sandbox_tenant: SandboxTenant,
     ) -> Arc<Self> {
+        let sessions = match &gov {
+            Some(g) => Sessions::open(cfg.limits, g.store.clone()),
+            None => Sessions::new(cfg.limits),
+        };
         Arc::new(Self {
-            sessions: Sessions::new(cfg.limits),
+            sessions,
             gov,
             cfg,
             sandbox_tenant,
@@ -120,7 +125,7 @@ impl Console {
             };
             live = true;
             if same_token(sent, &session.csrf) {
-                return self.principal_of_key(gov, id, &session.key);
+                return self.principal_of_key(gov, id, &session.key_id);
             }
         }
         if !live {
@@ -133,14 +138,14 @@ impl Console {
         }))
     }
 
-    /// The session's key, authenticated now; a key that no longer authenticates ends it.
+    /// The principal of the session's key, looked up now; a key revoked (or gone) ends it.
     fn principal_of_key(
         &self,
         gov: &Governance,
         id: &str,
-        key: &str,
+        key_id: &str,
     ) -> Result<Principal, HttpError> {
-        gov.keys.authenticate(key).map_err(|e| {
+        gov.keys.principal_by_id(key_id).map_err(|e| {
             self.sessions.remove(id);
             HttpError::new(
                 ErrorCode::Unauthenticated,
@@ -207,7 +212,7 @@ impl Console {
             return None;
         };
         let session = self.sessions.resolve(id)?;
-        let principal = self.principal_of_key(gov, id, &session.key).ok()?;
+        let principal = self.principal_of_key(gov, id, &session.key_id).ok()?;
         Some((principal, session.csrf))
     }
 
@@ -278,6 +283,18 @@ pub fn router(console: Arc<Console>) -> Router {
         )
         .route("/console/kpis", get(kpis_page).fallback(method_not_allowed))
         .route(
+            "/console/policy",
+            get(policy_page).fallback(method_not_allowed),
+        )
+        .route(
+            "/console/approvals",
+            get(approvals_page).fallback(method_not_allowed),
+        )
+        .route(
+            "/console/record",
+            get(record_page).fallback(method_not_allowed),
+        )
+        .route(
             "/console/assets/{name}",
             get(asset).fallback(method_not_allowed),
         )
@@ -330,6 +347,9 @@ const SANDBOXES: &str = include_str!("../assets/sandboxes.html");
 const SANDBOX: &str = include_str!("../assets/sandbox.html");
 const NOT_FOUND: &str = include_str!("../assets/not-found.html");
 const KPIS: &str = include_str!("../assets/kpis.html");
+const POLICY: &str = include_str!("../assets/policy.html");
+const APPROVALS: &str = include_str!("../assets/approvals.html");
+const RECORD: &str = include_str!("../assets/record.html");
 const NO_AUTH: &str = include_str!("../assets/no-auth.html");
 
 /// One page: the frame (`page.html`) around `main`, with its script and, signed in, the nav,
@@ -472,26 +492,54 @@ async fn sandbox_page(
     .render(StatusCode::OK)
 }
 
-/// `GET /console/kpis`: the server's KPIs, drawn from `/v1/kpis` (the page tells a key that
-/// is not the operator's that they are the operator's).
-async fn kpis_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+/// A page of the signed-in console that shows what the session's key may read through `/v1`
+/// (the page itself holds no data: its script asks the API, which scopes every answer).
+fn signed_in_page(
+    c: &Console,
+    headers: &HeaderMap,
+    title: &str,
+    main: &str,
+    script: &str,
+) -> Response {
     if c.gov.is_none() {
         return no_auth_page();
     }
-    let Some((principal, csrf)) = c.page_session(&headers) else {
+    let Some((principal, csrf)) = c.page_session(headers) else {
         return Redirect::to("/console").into_response();
     };
-    if !is_navigation(&headers) {
+    if !is_navigation(headers) {
         return not_a_navigation();
     }
     Page {
-        title: "KPIs",
-        main: KPIS,
-        script: "kpis.js",
+        title,
+        main,
+        script,
         signed_in: Some((&principal, &csrf)),
         sandbox: "",
     }
     .render(StatusCode::OK)
+}
+
+/// `GET /console/kpis`: the server's KPIs, drawn from `/v1/kpis` (the page tells a key that
+/// is not the operator's that they are the operator's).
+async fn kpis_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "KPIs", KPIS, "kpis.js")
+}
+
+/// `GET /console/policy`: the set in force, its history and diffs (operator), decisions, and
+/// the "what if" evaluator.
+async fn policy_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Policy", POLICY, "policy.js")
+}
+
+/// `GET /console/approvals`: the held actions, to approve or deny.
+async fn approvals_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Approvals", APPROVALS, "approvals.js")
+}
+
+/// `GET /console/record`: the audit chain's state, its export, and lineage graphs.
+async fn record_page(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    signed_in_page(&c, &headers, "Record", RECORD, "record.js")
 }
 
 async fn method_not_allowed() -> Response {
@@ -565,7 +613,7 @@ async fn sign_in(State(c): State<Arc<Console>>, req: Request) -> Response {
             };
         }
     };
-    let created = match c.sessions.create(&key) {
+    let created = match c.sessions.create(&principal.key_id) {
         Ok(s) => s,
         Err(sessions::Full) => {
             return HttpError::new(
@@ -696,6 +744,26 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../assets/kpis.js"),
     ),
+    (
+        "policy.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/policy.js"),
+    ),
+    (
+        "diff.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/diff.js"),
+    ),
+    (
+        "approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/approvals.js"),
+    ),
+    (
+        "record.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/record.js"),
+    ),
 ];
 
 async fn asset(Path(name): Path<String>) -> Response {
@@ -781,7 +849,9 @@ mod tests {
 
     #[test]
     fn assets_have_no_inline_script_and_pages_load_only_files() {
-        for html in [PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH, KPIS] {
+        for html in [
+            PAGE, SIGN_IN, SANDBOXES, SANDBOX, NOT_FOUND, NO_AUTH, POLICY, APPROVALS, RECORD, KPIS,
+        ] {
             assert!(!html.contains("<script>"), "inline script");
             assert!(!html.contains("style="), "inline style");
             assert!(!has_event_handler(html), "an inline event handler");

@@ -149,6 +149,20 @@ impl PolicyEngine {
         Ok(self.info())
     }
 
+    /// An engine over this engine's schema and `policies`, validated exactly as
+    /// [`PolicyEngine::replace`] validates, with no files and nothing put in force: what a
+    /// "what if" against a draft set decides with.
+    pub fn draft(&self, policies: &str) -> Result<PolicyEngine, PolicyError> {
+        let compiled = compile(policies, &self.inner.schema, &self.inner.schema_text)?;
+        Ok(Self::build(
+            None,
+            self.inner.schema.clone(),
+            self.inner.schema_text.clone(),
+            policies.to_string(),
+            compiled,
+        ))
+    }
+
     /// The set in force: version, policies (id, reason, effect, text) and the schema.
     pub fn info(&self) -> PolicyInfo {
         let cur = self.inner.current.load();

@@ -142,6 +142,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/audit"),
     ("put", "/v1/audit"),
     ("get", "/v1/audit/checkpoint"),
+    ("get", "/v1/audit/status"),
     ("post", "/v1/audit/seal"),
     ("get", "/v1/sandboxes/{id}/bundle"),
     ("get", "/v1/events"),

@@ -44,6 +44,16 @@ impl Governance {
         port_secret: [u8; 32],
     ) -> Result<Self, TenancyError> {
         let journal = Journal::start(store.clone());
+        // The set the server starts with is the first of the history (or the newest again:
+        // recorded only when it differs from the last one recorded).
+        if let Err(e) = store.record_policy_version(
+            &policy.version(),
+            &policy.text(),
+            "startup",
+            &sandlot_runtime::now_rfc3339(),
+        ) {
+            tracing::warn!(error = %e, "could not record the policy set in force in its history");
+        }
         Ok(Self {
             keys: Keys::load(store.clone())?,
             quotas: Quotas::default(),
@@ -55,6 +65,41 @@ impl Governance {
             port_secret,
             port_url_ttl: None,
         })
+    }
+
+    /// Puts `text` in force (validated exactly as [`sandlot_policy::PolicyEngine::replace`]
+    /// does) and keeps it in the policy history, with who put it there. A refused set changes
+    /// nothing and is not recorded.
+    pub fn replace_policy(
+        &self,
+        text: &str,
+        key_prefix: &str,
+    ) -> Result<sandlot_policy::PolicyInfo, sandlot_policy::PolicyError> {
+        let info = self.policy.replace(text)?;
+        if let Err(e) = self.store.record_policy_version(
+            &info.version,
+            text,
+            key_prefix,
+            &sandlot_runtime::now_rfc3339(),
+        ) {
+            // The set is in force (its file written); the history misses it, which is said.
+            tracing::warn!(error = %e, version = %info.version, "could not record a policy version");
+        }
+        Ok(info)
+    }
+
+    /// "What if": how the set in force, or `draft` (validated exactly as a `PUT` would be),
+    /// decides `query`, without acting and without journaling it as a decision: nothing is
+    /// held, run or recorded, and the answer is only returned to the caller.
+    pub fn what_if(
+        &self,
+        query: &sandlot_policy::Query,
+        draft: Option<&str>,
+    ) -> Result<sandlot_policy::Decision, sandlot_policy::PolicyError> {
+        match draft {
+            Some(text) => Ok(self.policy.draft(text)?.decide(query)),
+            None => Ok(self.policy.decide(query)),
+        }
     }
 
     /// The capability URL token of sandbox `id`'s exposed ports, for whoever holds it (a

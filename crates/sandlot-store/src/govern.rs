@@ -37,6 +37,16 @@ pub struct DecisionRecord {
     pub detail: Option<serde_json::Value>,
 }
 
+/// What [`Store::list_decisions_filtered`] narrows by (None: any).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecisionFilter<'a> {
+    pub tenant: Option<&'a str>,
+    pub gate: Option<&'a str>,
+    pub allowed: Option<bool>,
+    pub policy: Option<&'a str>,
+    pub limit: usize,
+}
+
 /// One egress attempt through the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressRecord {
@@ -365,6 +375,37 @@ impl Store {
                      ORDER BY at DESC, rowid DESC LIMIT ?3"
             ))?;
             let rows = stmt.query_map(params![tenant, gate, limit as i64], decision_from_row)?;
+            rows.collect()
+        };
+        govern("list policy decisions", run())
+    }
+
+    /// Decisions, newest first, at most `filter.limit`, narrowed by every filter given: the
+    /// tenant, the gate, the outcome (`allowed`), and a policy id among the deciding ones.
+    pub fn list_decisions_filtered(
+        &self,
+        filter: &DecisionFilter<'_>,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<Vec<DecisionRecord>> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions \
+                     WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR gate = ?2) \
+                     AND (?3 IS NULL OR allowed = ?3) \
+                     AND (?4 IS NULL OR EXISTS \
+                          (SELECT 1 FROM json_each(decisions.policies) WHERE value = ?4)) \
+                     ORDER BY at DESC, rowid DESC LIMIT ?5"
+            ))?;
+            let rows = stmt.query_map(
+                params![
+                    filter.tenant,
+                    filter.gate,
+                    filter.allowed,
+                    filter.policy,
+                    filter.limit as i64
+                ],
+                decision_from_row,
+            )?;
             rows.collect()
         };
         govern("list policy decisions", run())

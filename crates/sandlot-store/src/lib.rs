@@ -52,6 +52,7 @@ use sandlot_types::{
     EndState, ExecError, ExecutionRecord, ExecutionResult, Sandbox, SandboxState, Truncation,
 };
 
+mod console;
 mod govern;
 mod jobs;
 mod lineage;
@@ -61,7 +62,8 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
-pub use govern::{DecisionRecord, EgressRecord, FindingRecord, Journal, KeyRecord};
+pub use console::{PolicyVersionRecord, SessionRecord};
+pub use govern::{DecisionFilter, DecisionRecord, EgressRecord, FindingRecord, Journal, KeyRecord};
 pub use reviews::ReviewRecord;
 pub use rows::{SnapshotRecord, VolumeRecord};
 pub use schema::SCHEMA_VERSION;

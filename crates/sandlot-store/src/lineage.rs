@@ -613,7 +613,8 @@ mod tests {
                 .execute_batch(
                     "DROP TRIGGER execution_lineage_insert; DROP TRIGGER artifact_lineage_result;
                      DROP TABLE inputs; DROP TABLE execution_lineage; DROP TABLE artifact_lineage;
-                     DROP TABLE port_epochs; DROP TABLE reviews; PRAGMA user_version = 6;",
+                     DROP TABLE port_epochs; DROP TABLE reviews; DROP TABLE policy_versions;
+                     DROP TABLE console_sessions; PRAGMA user_version = 6;",
                 )
                 .unwrap();
         }

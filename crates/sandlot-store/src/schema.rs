@@ -1,7 +1,7 @@
 //! The schema and its migrations (`PRAGMA user_version`), and opening a file in WAL mode: what
 //! [`crate::Store::open`] does before the first statement.
 
-use crate::{jobs, lineage, reviews, StoreError};
+use crate::{console, jobs, lineage, reviews, StoreError};
 use rusqlite::{Connection, TransactionBehavior};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     SCHEMA_V8,
     SCHEMA_V9,
     reviews::SCHEMA_V10,
+    console::SCHEMA_V11,
 ];
 
 pub(crate) const SCHEMA_V1: &str = "

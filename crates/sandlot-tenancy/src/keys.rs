@@ -151,6 +151,35 @@ impl Keys {
         })
     }
 
+    /// The principal of the stored key with id `key_id`, or why it is refused (unknown or
+    /// revoked): what a console session, which keeps the key's id and never the key, is
+    /// checked against at every use.
+    pub fn principal_by_id(&self, key_id: &str) -> Result<Principal, TenancyError> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let rec = state
+            .keys
+            .values()
+            .find(|k| k.info.id == key_id)
+            .ok_or(TenancyError::UnknownKey)?;
+        if rec.info.revoked_at.is_some() {
+            return Err(TenancyError::RevokedKey {
+                prefix: display_prefix(&rec.info.prefix),
+            });
+        }
+        let plan = state
+            .tenants
+            .get(&rec.info.tenant)
+            .map(|t| t.plan.clone())
+            .unwrap_or_default();
+        Ok(Principal {
+            key_id: rec.info.id.clone(),
+            key_prefix: display_prefix(&rec.info.prefix),
+            tenant: rec.info.tenant.clone(),
+            role: rec.info.role,
+            plan,
+        })
+    }
+
     /// Creates a key for an existing tenant; the response is the only place the key appears.
     pub fn create_key(&self, req: CreateKey) -> Result<CreatedKey, TenancyError> {
         if self.tenant(&req.tenant).is_none() {

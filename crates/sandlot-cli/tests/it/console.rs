@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::TestServer;
+use common::{As, TestServer};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
@@ -477,4 +477,361 @@ fn a_tenant_sees_its_own_a_revoked_key_ends_its_sessions_and_sessions_are_bounde
         (401, "unauthenticated")
     );
     assert!(again.session_cookie().is_none());
+}
+
+/// The operator's console lists every tenant's sandboxes (`?tenant=*`, or one tenant's); a
+/// tenant's key lists only its own and may not name another tenant; the Policy, Approvals and
+/// Record pages are served to a session only; and a session survives the server's `kill -9`:
+/// the same cookie and CSRF token work after the restart, while the store holds only the
+/// sha256 of the session id, and revoking the key still ends a restored session.
+#[test]
+fn the_operator_sees_every_tenant_and_sessions_survive_kill_9() {
+    use sha2::{Digest, Sha256};
+    let mut server = TestServer::start();
+    let own = server.create_sandbox();
+    let acme = server.tenant("acme").role("admin").create();
+    let theirs = As::key(&server, &acme.key)
+        .post("/v1/sandboxes", &json!({}))
+        .expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let operator_key = server.key().to_owned();
+
+    let (op_cookie, op_csrf, acme_cookie, acme_csrf) = {
+        let mut op = Browser::new(&server);
+        op.sign_in(&operator_key);
+        let ids = |got: &Got| -> Vec<(String, String)> {
+            let mut v: Vec<(String, String)> = got.json()["sandboxes"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{}", got.text))
+                .iter()
+                .map(|s| {
+                    (
+                        s["id"].as_str().unwrap().to_owned(),
+                        s["tenant"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let mut both = vec![
+            (own.clone(), "default".to_owned()),
+            (theirs.clone(), "acme".to_owned()),
+        ];
+        both.sort();
+        assert_eq!(
+            ids(&op.send(op.script("GET", "/v1/sandboxes?tenant=*"))),
+            both
+        );
+        assert_eq!(
+            ids(&op.send(op.script("GET", "/v1/sandboxes?tenant=acme"))),
+            [(theirs.clone(), "acme".to_owned())]
+        );
+        assert_eq!(
+            ids(&op.send(op.script("GET", "/v1/sandboxes"))),
+            [(own.clone(), "default".to_owned())],
+            "without ?tenant= the operator's own, as before"
+        );
+
+        let mut b = Browser::new(&server);
+        b.sign_in(&acme.key);
+        for asked in ["*", "default"] {
+            let got = b.send(b.script("GET", &format!("/v1/sandboxes?tenant={asked}")));
+            assert_eq!(
+                (got.status, got.code().as_str()),
+                (403, "forbidden"),
+                "{asked}"
+            );
+            let got = b.send(b.script("GET", &format!("/v1/decisions?tenant={asked}")));
+            assert_eq!(
+                (got.status, got.code().as_str()),
+                (403, "forbidden"),
+                "{asked}"
+            );
+        }
+        assert_eq!(
+            ids(&b.send(b.script("GET", "/v1/sandboxes?tenant=acme"))),
+            [(theirs.clone(), "acme".to_owned())]
+        );
+
+        // The new pages: served to a session (with the console's headers), not to a stranger.
+        for page in ["/console/policy", "/console/approvals", "/console/record"] {
+            let got = b.send(b.req("GET", page));
+            assert_eq!(got.status, 200, "{page}: {}", got.text);
+            got.assert_console_headers(page);
+            assert_eq!(got.csrf(), b.csrf.clone().unwrap());
+            let framed = b.send(b.req("GET", page).header("sec-fetch-dest", "iframe"));
+            assert_eq!(framed.status, 403, "{page} in a frame");
+            let stranger = Browser::new(&server);
+            let got = stranger.send(stranger.req("GET", page));
+            assert_eq!(got.status, 303, "{page} signed out");
+        }
+        for asset in ["policy.js", "diff.js", "approvals.js", "record.js"] {
+            let got = b.send(b.req("GET", &format!("/console/assets/{asset}")));
+            assert_eq!(got.status, 200, "{asset}");
+            got.assert_console_headers(asset);
+        }
+        (
+            op.cookie.clone().unwrap(),
+            op.csrf.clone().unwrap(),
+            b.cookie.clone().unwrap(),
+            b.csrf.clone().unwrap(),
+        )
+    };
+
+    // The store holds the sessions by the sha256 of their ids, never the ids.
+    let rows = std::process::Command::new("sqlite3")
+        .arg(server.data_dir().join("sandlot.db"))
+        .arg("SELECT id_sha256 || ' ' || key_id || ' ' || csrf FROM console_sessions")
+        .output()
+        .expect("sqlite3");
+    let rows = String::from_utf8_lossy(&rows.stdout).into_owned();
+    assert!(
+        !rows.contains(&op_cookie) && !rows.contains(&acme_cookie),
+        "{rows}"
+    );
+    for cookie in [&op_cookie, &acme_cookie] {
+        let hash = hex::encode(Sha256::digest(cookie.as_bytes()));
+        assert!(rows.contains(&hash), "{rows}");
+    }
+    assert!(!rows.contains(&acme.key), "the key is never stored");
+
+    server.kill9();
+    server.restart();
+
+    let restored = |cookie: &str, csrf: &str| {
+        let mut b = Browser::new(&server);
+        b.cookie = Some(cookie.to_owned());
+        b.csrf = Some(csrf.to_owned());
+        b
+    };
+    let op = restored(&op_cookie, &op_csrf);
+    let who = op.send(op.script("GET", "/v1/whoami"));
+    assert_eq!(
+        (who.status, who.json()["tenant"].as_str()),
+        (200, Some("default")),
+        "the operator's session survives kill -9: {}",
+        who.text
+    );
+    let page = op.send(op.req("GET", "/console/policy"));
+    assert_eq!((page.status, page.csrf()), (200, op_csrf.clone()));
+    let b = restored(&acme_cookie, &acme_csrf);
+    assert_eq!(b.send(b.script("GET", "/v1/whoami")).status, 200);
+    // Without its token the restored cookie still acts on nothing.
+    let forged = b.send(b.req("GET", "/v1/whoami"));
+    assert_eq!(
+        (forged.status, forged.code().as_str()),
+        (403, "csrf_failed")
+    );
+
+    // Revoking the key ends the restored session, and its row.
+    server.delete(&format!("/v1/keys/{}", acme.id)).expect(200);
+    let after = b.send(b.script("GET", "/v1/whoami"));
+    assert_eq!(
+        (after.status, after.code().as_str()),
+        (401, "unauthenticated")
+    );
+    let rows = std::process::Command::new("sqlite3")
+        .arg(server.data_dir().join("sandlot.db"))
+        .arg("SELECT count(*) FROM console_sessions")
+        .output()
+        .expect("sqlite3");
+    assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), "1");
+}
+
+/// `POST /v1/policies/evaluate` answers as the gate would without acting (no decision is
+/// journaled, nothing is held or run), against the set in force or a draft; a bad draft is a
+/// 400 with the validator's message and a too large one 413; only admin keys may ask, and a
+/// tenant's admin only as its own tenant. The policy history keeps every set with who put it
+/// in force (the operator's only), decisions filter by outcome and policy, and the audit
+/// status (the operator's only) says the chain verified.
+#[test]
+fn what_if_decides_without_acting_and_history_and_audit_status_are_the_operators() {
+    // A checkpoint every second, for the audit status's last checkpoint.
+    let server = TestServer::start_with_env(&[("SANDLOT_AUDIT_CHECKPOINT_SECONDS", "1")]);
+    let op = As::key(&server, server.key());
+    let acme = server.tenant("acme").role("admin").create();
+    let member = server.tenant("beta").create();
+    let (acme_as, member_as) = (As::key(&server, &acme.key), As::key(&server, &member.key));
+
+    // History: the set the server started with, then one the operator puts in force.
+    let first = op.get("/v1/policies/versions").expect(200).clone();
+    assert_eq!(first["versions"].as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first["versions"][0]["set_by"], "startup");
+    let review = format!(
+        "{}\n@id(\"review-os\")\n@review(\"code that imports os\")\n\
+         permit (principal, action == Sandlot::Action::\"execute\", resource)\n\
+         when {{ context.code like \"*import os*\" }};\n",
+        sandlot_policy::DEFAULT_POLICIES
+    );
+    op.put_raw("/v1/policies", "text/plain", review.clone())
+        .expect(200);
+    let list = op.get("/v1/policies/versions").expect(200).clone();
+    let versions = list["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{list}");
+    assert_eq!(versions[0]["version"], list["current"]);
+    assert!(versions[0]["set_by"].as_str().unwrap().starts_with("sl_"));
+    assert!(versions[0].get("text").is_none(), "the list has no texts");
+    let seq = versions[0]["seq"].as_i64().unwrap();
+    let one = op
+        .get(&format!("/v1/policies/versions/{seq}"))
+        .expect(200)
+        .clone();
+    assert_eq!(one["text"], review.as_str());
+    let by_version = op
+        .get(&format!(
+            "/v1/policies/versions/{}",
+            versions[1]["version"].as_str().unwrap()
+        ))
+        .expect(200)
+        .clone();
+    assert_eq!(by_version["text"], sandlot_policy::DEFAULT_POLICIES);
+    op.get("/v1/policies/versions/nope")
+        .expect_error(404, "not_found");
+    for who in [&acme_as, &member_as] {
+        who.get("/v1/policies/versions")
+            .expect_error(403, "forbidden");
+        who.get(&format!("/v1/policies/versions/{seq}"))
+            .expect_error(403, "forbidden");
+    }
+
+    // What if: the set in force holds code that imports os, permits other code.
+    let ask = |who: &As, body: Value| who.post("/v1/policies/evaluate", &body);
+    let held = ask(
+        &op,
+        json!({"request": {"gate": "execute", "code": "import os\nos.listdir('.')"}}),
+    );
+    let held = held.expect(200).clone();
+    assert_eq!(held["decision"], "review", "{held}");
+    assert_eq!(held["needs_review"], true);
+    assert_eq!(held["policies"], json!(["review-os"]));
+    assert_eq!(held["dry_run"], true);
+    let ok = ask(
+        &op,
+        json!({"request": {"gate": "execute", "code": "print(1)"}}),
+    );
+    let ok = ok.expect(200).clone();
+    assert_eq!(
+        (ok["decision"].as_str(), ok["allowed"].as_bool()),
+        (Some("allow"), Some(true)),
+        "{ok}"
+    );
+    assert_eq!(ok["policies"], json!(["allow-all-gates"]));
+    // A draft without the execute permit: the default deny.
+    let draft = "@id(\"only-tiers\")\npermit (principal, action == Sandlot::Action::\"select_tier\", resource);\n";
+    let denied = ask(
+        &op,
+        json!({"request": {"gate": "execute", "code": "print(1)"}, "policies": draft}),
+    );
+    let denied = denied.expect(200).clone();
+    assert_eq!(
+        (denied["decision"].as_str(), denied["draft"].as_bool()),
+        (Some("deny"), Some(true)),
+        "{denied}"
+    );
+    assert_eq!(denied["policies"], json!([]));
+    // As another tenant's principal (the operator may), egress with defaults filled in.
+    let as_acme = ask(
+        &op,
+        json!({"request": {"gate": "egress", "host": "example.test", "principal": {"tenant": "acme"}}}),
+    );
+    let as_acme = as_acme.expect(200).clone();
+    assert_eq!(as_acme["query"]["principal"]["tenant"], "acme");
+    assert_eq!(as_acme["query"]["request"]["port"], 443);
+
+    // Nothing acted: no decision about the what-if's sandbox was journaled, no review held.
+    let decisions = op
+        .get("/v1/decisions?tenant=*&limit=1000")
+        .expect(200)
+        .clone();
+    assert!(
+        !decisions.to_string().contains("sb_whatif"),
+        "a what-if is not a decision: {decisions}"
+    );
+    assert_eq!(op.get("/v1/reviews").expect(200)["reviews"], json!([]));
+
+    // Attacks: a malformed draft, a too large one, an unknown gate, a member key, a tenant's
+    // admin asking as another tenant.
+    let bad = ask(
+        &op,
+        json!({"request": {"gate": "execute"}, "policies": "permit (principal"}),
+    );
+    bad.expect_error(400, "invalid_request");
+    assert!(bad.message().contains("draft"), "{}", bad.message());
+    let no_id = ask(
+        &op,
+        json!({"request": {"gate": "execute"}, "policies": "permit (principal, action, resource);"}),
+    );
+    no_id.expect_error(400, "invalid_request");
+    let huge = "/".repeat(sandlot_policy::MAX_POLICY_BYTES + 1);
+    ask(
+        &op,
+        json!({"request": {"gate": "execute"}, "policies": huge}),
+    )
+    .expect_error(413, "payload_too_large");
+    ask(&op, json!({"request": {"gate": "launch_missiles"}})).expect_error(400, "invalid_request");
+    ask(&op, json!({"request": "execute"})).expect_error(400, "invalid_request");
+    ask(&op, json!({"request": {"gate": "execute"}, "extra": 1}))
+        .expect_error(400, "invalid_request");
+    ask(&member_as, json!({"request": {"gate": "execute"}})).expect_error(403, "forbidden");
+    ask(
+        &acme_as,
+        json!({"request": {"gate": "execute", "principal": {"tenant": "default"}}}),
+    )
+    .expect_error(403, "forbidden");
+    let mine = ask(
+        &acme_as,
+        json!({"request": {"gate": "execute", "code": "print(2)"}}),
+    );
+    assert_eq!(mine.expect(200)["query"]["principal"]["tenant"], "acme");
+
+    // Decisions filter by outcome and deciding policy (a real, denied decision first).
+    let sb = server.create_sandbox();
+    server.execute(&sb, "print(3)");
+    let allowed = op
+        .get("/v1/decisions?gate=execute&outcome=allowed&policy=allow-all-gates")
+        .expect(200)
+        .clone();
+    let rows = allowed["decisions"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{allowed}");
+    assert!(rows
+        .iter()
+        .all(|d| d["allowed"] == true && d["gate"] == "execute"));
+    let none = op
+        .get("/v1/decisions?outcome=denied&policy=allow-all-gates")
+        .expect(200)
+        .clone();
+    assert_eq!(none["decisions"], json!([]));
+    op.get("/v1/decisions?outcome=maybe")
+        .expect_error(400, "invalid_request");
+
+    // The audit chain's status: the operator's, verified, cached while nothing changes.
+    let s = op.get("/v1/audit/status").expect(200).clone();
+    assert_eq!(s["verified"], true, "{s}");
+    assert!(s["verified_to"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["records"].as_u64().unwrap() >= s["verified_to"].as_u64().unwrap());
+    assert!(s["verifier_key"].as_str().unwrap().contains('+'));
+    for who in [&acme_as, &member_as] {
+        who.get("/v1/audit/status").expect_error(403, "forbidden");
+    }
+    let s = wait_for_checkpoint(&op);
+    assert!(s["checkpoint"]["seq"].as_u64().unwrap() >= 1, "{s}");
+    assert!(
+        !s["checkpoint"]["key_id"].as_str().unwrap().is_empty(),
+        "{s}"
+    );
+}
+
+/// The audit status once a checkpoint is signed (the server signs one a second here).
+fn wait_for_checkpoint(op: &As) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let s = op.get("/v1/audit/status").expect(200).clone();
+        if !s["checkpoint"].is_null() || std::time::Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }

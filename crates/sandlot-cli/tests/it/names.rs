@@ -578,7 +578,7 @@ fn a_data_dir_of_schema_8_keeps_its_volumes_and_templates() {
         CREATE TABLE t8 (name TEXT PRIMARY KEY NOT NULL, tenant TEXT NOT NULL);
         INSERT INTO t8 SELECT name, tenant FROM template_owners;
         DROP TABLE template_owners; ALTER TABLE t8 RENAME TO template_owners;
-        DROP TABLE reviews;
+        DROP TABLE reviews; DROP TABLE policy_versions; DROP TABLE console_sessions;
         PRAGMA user_version = 8;
         COMMIT;";
     let out = std::process::Command::new("sqlite3")

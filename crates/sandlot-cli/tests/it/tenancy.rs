@@ -490,11 +490,14 @@ fn probes(owned: &Owned, own_sandbox: &str) -> Vec<(String, String, String, &'st
     let doc: Value = serde_json::from_str(sandlot_api::OPENAPI_JSON).unwrap();
     let mut out = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
-        // `/v1/ports/{token}/...` is a capability URL (whoever holds the token), not a tenant's.
+        // `/v1/ports/{token}/...` is a capability URL (whoever holds the token), not a tenant's;
+        // `/v1/policies/versions/{v}` is the operator's alone (403 for every tenant's key,
+        // it/console.rs), not a tenant's object.
         if !path.contains('{')
             || path.starts_with("/v1/tenants")
             || path.starts_with("/v1/keys")
             || path.starts_with("/v1/ports/")
+            || path.starts_with("/v1/policies/versions/")
         {
             continue;
         }

@@ -67,6 +67,9 @@ pub struct Audit {
     /// The reverse proxies whose `X-Forwarded-For` names the client
     /// (`SANDLOT_TRUSTED_PROXIES`); empty: the TCP peer is the source.
     trusted_proxies: Arc<[ipnet::IpNet]>,
+    /// The last full verification (`GET /v1/audit/status`), reused while the log has not
+    /// grown and redone at most every [`routes::VERIFY_EVERY`]; the lock makes it one at a time.
+    verified: Arc<tokio::sync::Mutex<Option<routes::Verified>>>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -177,6 +180,7 @@ impl Audit {
             rt: ctx.rt.clone(),
             dir,
             trusted_proxies,
+            verified: Arc::default(),
         })
     }
 

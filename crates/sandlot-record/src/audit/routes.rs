@@ -177,9 +177,134 @@ async fn seal(
     }
 }
 
+/// A full verification of the log is redone at most this often (a status asked for more often
+/// answers the last one, saying when it ran and up to which record).
+pub(crate) const VERIFY_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The last full verification of the log.
+#[derive(Debug, Clone)]
+pub(crate) struct Verified {
+    report: sandlot_audit::VerifyReport,
+    ran: std::time::Instant,
+    at: String,
+}
+
+/// `GET /v1/audit/status`.
+#[derive(Serialize)]
+struct StatusView {
+    /// `ok`, `unavailable` or `corrupt` (the writer's view).
+    state: &'static str,
+    reason: Option<String>,
+    enabled: bool,
+    /// Records written so far.
+    records: u64,
+    /// The chain, hashes and signed checkpoints were proven for records `verified_from..=
+    /// verified_to` (`verified_to` 0: nothing yet); `verified` false when that proof failed.
+    verified: bool,
+    verified_from: u64,
+    verified_to: u64,
+    /// Why the proof failed.
+    failure: Option<serde_json::Value>,
+    /// When the proof ran, and how long it took.
+    verified_at: String,
+    verify_seconds: f64,
+    /// The latest signed checkpoint: how many records it covers, the time of the last of them,
+    /// and the signing key's id (`<origin>+<id>+<key>`'s middle part).
+    checkpoint: Option<CheckpointSummary>,
+    checkpoints: usize,
+    verifier_key: String,
+}
+
+#[derive(Serialize)]
+struct CheckpointSummary {
+    seq: u64,
+    at: Option<String>,
+    key_id: String,
+}
+
+/// `GET /v1/audit/status` (operator): the chain's state, verified over the files (cached: a
+/// log that has not grown is not verified again, and one that has is at most every
+/// [`VERIFY_EVERY`]), and the latest checkpoint.
+async fn status(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+) -> Result<Json<StatusView>, HttpError> {
+    caller.require_operator()?;
+    let log = rec.audit.log.clone();
+    let now = log.status();
+    let verified = {
+        let mut cache = rec.audit.verified.lock().await;
+        let fresh = cache
+            .as_ref()
+            .is_some_and(|v| v.report.records == now.records || v.ran.elapsed() < VERIFY_EVERY);
+        if !fresh {
+            let dir = rec.audit.dir.clone();
+            let t0 = std::time::Instant::now();
+            let report = tokio::task::spawn_blocking(move || sandlot_audit::verify(&dir, None))
+                .await
+                .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?
+                .map_err(|e| HttpError::new(ErrorCode::Internal, e.to_string()))?;
+            *cache = Some(Verified {
+                report,
+                ran: t0,
+                at: sandlot_audit::now_rfc3339(),
+            });
+        }
+        cache.clone().expect("set above")
+    };
+    let r = &verified.report;
+    let checkpoint = match log.latest_checkpoint() {
+        Some((seq, _)) => {
+            let dir = rec.audit.dir.clone();
+            let q = sandlot_audit::Query {
+                from: Some(seq),
+                to: Some(seq),
+                ..Default::default()
+            };
+            let at = tokio::task::spawn_blocking(move || {
+                sandlot_audit::read_records(&dir, &q, seq.saturating_sub(1), 1, SCAN_CAP)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|(records, _)| records.into_iter().next())
+            .map(|r| r.at);
+            Some(CheckpointSummary {
+                seq,
+                at,
+                key_id: now.verifier_key.split('+').nth(1).unwrap_or("").to_owned(),
+            })
+        }
+        None => None,
+    };
+    Ok(Json(StatusView {
+        state: now.state,
+        reason: now.reason,
+        enabled: rec.audit.enabled(),
+        records: now.records,
+        verified: r.failure.is_none(),
+        verified_from: r.from,
+        verified_to: if r.failure.is_none() {
+            r.records
+        } else {
+            r.records.min(now.records)
+        },
+        failure: r
+            .failure
+            .as_ref()
+            .and_then(|f| serde_json::to_value(f).ok()),
+        verified_at: verified.at,
+        verify_seconds: r.seconds,
+        checkpoint,
+        checkpoints: r.checkpoints,
+        verifier_key: now.verifier_key,
+    }))
+}
+
 pub(crate) fn routes(rec: Arc<Recording>) -> Router {
     Router::new()
         .route("/v1/audit", get(list).put(put))
+        .route("/v1/audit/status", get(status))
         .route("/v1/audit/checkpoint", get(checkpoint))
         .route("/v1/audit/seal", post(seal))
         .with_state(rec)

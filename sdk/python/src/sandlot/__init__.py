@@ -71,6 +71,7 @@ from .errors import (
 )
 from .reviews import AsyncReviews, Reviews
 from .kpi import AsyncKpis, Kpis, async_kpis, kpis
+from .policies import AsyncPolicies, Policies, PolicyEvaluation, PolicyVersion
 from .models import (
     Review,
     Artifact,
@@ -140,6 +141,10 @@ __all__ = [
     "AsyncKpis",
     "kpis",
     "async_kpis",
+    "Policies",
+    "AsyncPolicies",
+    "PolicyEvaluation",
+    "PolicyVersion",
     "Review",
     "ReviewNotFound",
     "ReviewDenied",

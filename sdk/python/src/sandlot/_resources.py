@@ -442,3 +442,62 @@ class Review:
 
     def __repr__(self) -> str:
         return f"Review(id={self.id!r}, gate={self.gate!r}, state={self.state!r})"
+
+
+# The policy history and the what-if evaluator's answers (sandlot.policies).
+
+
+@dataclass(frozen=True)
+class PolicyEvaluation:
+    """How a request would be decided (``POST /v1/policies/evaluate``)."""
+
+    decision: str
+    allowed: bool
+    needs_review: bool
+    policies: List[str] = field(default_factory=list)
+    reasons: List[str] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+    #: The version of the set that decided (the draft's when one was given).
+    version: str = ""
+    draft: bool = False
+    #: The principal and request decided, with the server's defaults filled in.
+    query: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "PolicyEvaluation":
+        d = d if isinstance(d, Mapping) else {}
+        return cls(
+            decision=str(d.get("decision", "")),
+            allowed=bool(d.get("allowed", False)),
+            needs_review=bool(d.get("needs_review", False)),
+            policies=[str(p) for p in d.get("policies") or []],
+            reasons=[str(r) for r in d.get("reasons") or []],
+            errors=[str(e) for e in d.get("errors") or []],
+            version=str(d.get("version", "")),
+            draft=bool(d.get("draft", False)),
+            query=dict(d.get("query") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class PolicyVersion:
+    """One policy set that was put in force."""
+
+    seq: int
+    version: str
+    #: The prefix of the key that put it in force (``startup``: the set the server started with).
+    set_by: str
+    at: str
+    #: The Cedar text (from :meth:`Policies.version` only).
+    text: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> "PolicyVersion":
+        d = d if isinstance(d, Mapping) else {}
+        return cls(
+            seq=int(d.get("seq", 0)),
+            version=str(d.get("version", "")),
+            set_by=str(d.get("set_by", "")),
+            at=str(d.get("at", "")),
+            text=d.get("text"),
+        )

@@ -35,6 +35,8 @@ from ._resources import (
     LastRestore,
     Limits,
     NotCaptured,
+    PolicyEvaluation,
+    PolicyVersion,
     Review,
     SandboxInfo,
     Snapshot,
@@ -71,5 +73,6 @@ __all__ = [
     "VolumeUse",
     "Volume",
     "Review",
+    "PolicyEvaluation",
+    "PolicyVersion",
 ]
-
