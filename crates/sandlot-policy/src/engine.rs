@@ -216,6 +216,7 @@ impl PolicyEngine {
                 version: String::new(),
                 latency_us: 0.0,
                 review: None,
+                on_failure: None,
             },
             Ok((request, entities)) => {
                 let set = policies(&compiled.per_gate[gate.index()]);
@@ -244,6 +245,7 @@ impl PolicyEngine {
                         version: String::new(),
                         latency_us: 0.0,
                         review: None,
+                        on_failure: None,
                     }
                 } else {
                     let mut ids: BTreeSet<String> =
@@ -284,6 +286,11 @@ impl PolicyEngine {
                             .collect::<Vec<_>>()
                             .join("; ")
                     };
+                    // An allow through an `@on_failure("rollback")` permit requires rollback
+                    // (any one such permit suffices: the caller cannot opt out).
+                    let on_failure = (allowed
+                        && ids.iter().any(|id| compiled.rollbacks.contains(id)))
+                    .then(|| "rollback".to_owned());
                     Decision {
                         gate,
                         allowed,
@@ -293,6 +300,7 @@ impl PolicyEngine {
                         version: String::new(),
                         latency_us: 0.0,
                         review,
+                        on_failure,
                     }
                 }
             }

@@ -994,3 +994,48 @@ fn a_shipped_schema_never_edited_is_upgraded() {
     assert!(err.contains("execute"), "{err}");
     assert_eq!(fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(), edited);
 }
+
+/// `@on_failure("rollback")` on a permit: an allow through it carries the requirement (for the
+/// tier the permit names only); a plain allow does not; on a forbid, or with another value,
+/// the set is refused.
+#[test]
+fn on_failure_rollback_permits_require_rollback_for_their_tier() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"trusted-rolls-back\")
+@on_failure(\"rollback\")
+permit (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ resource.tier == \"trusted\" }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+    let plain = engine.decide(&execute(&p, 10));
+    assert!(plain.allowed && plain.on_failure.is_none(), "{plain:?}");
+    assert!(serde_json::to_value(&plain)
+        .unwrap()
+        .get("on_failure")
+        .is_none());
+    let mut sb = sandbox("acme");
+    sb.tier = "trusted".into();
+    let trusted = engine.decide(&Query::new(
+        p.clone(),
+        GateRequest::Execute {
+            sandbox: sb,
+            code_bytes: 10,
+            language: "python".into(),
+            code: String::new(),
+        },
+    ));
+    assert!(trusted.allowed, "{trusted:?}");
+    assert_eq!(trusted.on_failure.as_deref(), Some("rollback"));
+    assert!(trusted.policies.contains(&"trusted-rolls-back".to_string()));
+
+    for bad in [
+        "@id(\"x\")\n@on_failure(\"rollback\")\nforbid (principal, action == Sandlot::Action::\"execute\", resource);",
+        "@id(\"x\")\n@on_failure(\"keep\")\npermit (principal, action == Sandlot::Action::\"execute\", resource);",
+    ] {
+        let err = PolicyEngine::from_text(&format!("{DEFAULT_POLICIES}\n{bad}\n")).unwrap_err();
+        assert!(err.to_string().contains("@on_failure"), "{err}");
+    }
+}
