@@ -86,6 +86,7 @@ fn sample_sandbox(id: &str) -> Sandbox {
         network: vec!["pkgs.test".into()],
         secrets: vec!["token".into()],
         contained: Some("its canary was printed".into()),
+        mounts: Vec::new(),
         port_token: Some("sb.0123456789abcdef0123456789abcdef".into()),
     }
 }

@@ -479,6 +479,11 @@ pub(crate) fn sample_queries() -> Vec<Query> {
             sandbox,
             finding,
         },
+        GateRequest::MountHostPath {
+            host: "/srv/data".into(),
+            target: "/mnt/data".into(),
+            tier: "trusted".into(),
+        },
     ];
     debug_assert_eq!(requests.len(), Gate::ALL.len());
     requests

@@ -44,6 +44,7 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         network: vec!["pkgs.test".to_owned()],
         secrets: vec!["token".to_owned()],
         contained: None,
+        mounts: Vec::new(),
         port_token: None,
     }
 }
