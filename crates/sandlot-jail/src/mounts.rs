@@ -89,7 +89,9 @@ pub fn mount_writable(
         )));
     }
     let mut trees = volumes.into_iter();
-    for (tree, target) in trees.by_ref().zip(&cfg.volumes) {
+    // The config's list drives the zip: `Zip` asks its first iterator first, and a tree it
+    // took after the volumes ran out would be lost to the host paths.
+    for (target, tree) in cfg.volumes.iter().zip(trees.by_ref()) {
         attach_volume(tree, target)?;
     }
     attach_host_paths(trees.collect(), &cfg.host_mounts)?;
