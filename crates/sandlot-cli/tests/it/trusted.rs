@@ -331,3 +331,46 @@ fn a_policy_requires_rollback_for_the_trusted_tier() {
         "{list:#?}"
     );
 }
+
+/// A sandbox's host paths are part of it: after a pause and resume, and after the server is
+/// killed (`kill -9`) and started again (its record read back from the store), it mounts them
+/// again, read-only as before.
+#[test]
+fn host_paths_survive_pause_resume_and_a_server_kill() {
+    let h = host();
+    let data = s(&h.root.join("data"));
+    let one = s(&h.root.join("one.txt"));
+    let mounts =
+        json!([{"host": data, "path": "/mnt/data"}, {"host": one, "path": "/mnt/one.txt"}]);
+    let mut server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "1")]);
+    put_policies(&server, policies(&h.root));
+    let id = create(&server, "trusted", mounts.clone()).expect(201)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let check = |server: &TestServer| {
+        let seen = py(server, &id, PROBE);
+        assert_eq!(seen["read"], "from the host", "{seen:#}");
+        assert_eq!(seen["one"], "one file", "{seen:#}");
+        assert_eq!(seen["create"], "EROFS", "{seen:#}");
+        assert_eq!(seen["exec"], "EACCES", "{seen:#}");
+    };
+    check(&server);
+
+    server
+        .post(&format!("/v1/sandboxes/{id}/pause"), &json!({}))
+        .expect(200);
+    server
+        .post(&format!("/v1/sandboxes/{id}/resume"), &json!({}))
+        .expect(200);
+    check(&server);
+
+    server.kill9();
+    server.restart();
+    let sb = server
+        .get(&format!("/v1/sandboxes/{id}"))
+        .expect(200)
+        .clone();
+    assert_eq!(sb["mounts"], mounts, "{sb:#}");
+    check(&server);
+}
