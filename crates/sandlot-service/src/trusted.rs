@@ -47,7 +47,8 @@ pub fn apply_policy_rollback(mut req: ExecuteRequest) -> ExecuteRequest {
 use crate::governance::Governance;
 use sandlot_policy::GateRequest;
 use sandlot_types::{
-    ApiError, CreateSandbox, ErrorCode, HostMount, Principal, MAX_HOST_MOUNTS, TRUSTED_TIER,
+    ApiError, CreateSandbox, ErrorCode, HostMount, Principal, ISOLATED_TIER, MAX_HOST_MOUNTS,
+    TRUSTED_TIER,
 };
 
 /// Host paths no grant can name: the kernel's and the devices' pseudo-filesystems.
@@ -129,6 +130,7 @@ pub fn gate_mounts(
     who: &Principal,
     req: &CreateSandbox,
 ) -> Result<(), ApiError> {
+    check_internal(&req.network, req.tier.as_deref().unwrap_or(ISOLATED_TIER))?;
     if req.mounts.is_empty() {
         return Ok(());
     }
@@ -144,8 +146,35 @@ pub fn gate_mounts(
             "host paths are granted by the policy; this server runs without one",
         ));
     };
-    let tier = req.tier.as_deref().unwrap_or(sandlot_types::ISOLATED_TIER);
+    let tier = req.tier.as_deref().unwrap_or(ISOLATED_TIER);
     g.gate_host_paths(who, &req.mounts, tier)
+}
+
+// ---------------------------------------------------------------------------------------
+// Internal services.
+//
+// The operator names services on the host's network (`SANDLOT_INTERNAL_SERVICES=db=127.0.0.1:
+// 5432`); a trusted-tier sandbox whose allowlist lists `service:db` reaches exactly that
+// address and port through its egress proxy (CONNECT db:5432), every attempt passing the
+// `egress` gate (resource `Domain::"db"`) and recorded like any egress. The allowlist is the
+// creation's (and `select_tier`'s) context, so a policy may refuse a service by name
+// (`context.allow.contains("service:db")`). Only the trusted tier may list one.
+
+/// `allow` on tier `tier`: a `service:` entry outside the trusted tier is 403.
+pub fn check_internal(allow: &[String], tier: &str) -> Result<(), ApiError> {
+    if tier == TRUSTED_TIER {
+        return Ok(());
+    }
+    match allow
+        .iter()
+        .find(|e| e.starts_with(sandlot_egress::SERVICE_PREFIX))
+    {
+        Some(e) => Err(ApiError::new(
+            ErrorCode::PolicyDenied,
+            format!("{e}: internal services are reachable from the trusted tier only; this sandbox's tier is {tier}"),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl Governance {

@@ -374,3 +374,114 @@ fn host_paths_survive_pause_resume_and_a_server_kill() {
     assert_eq!(sb["mounts"], mounts, "{sb:#}");
     check(&server);
 }
+
+/// Asks the sandbox's egress proxy (inside its namespace) to `CONNECT target`; on a 200 sends
+/// `ping` through the tunnel and reads the answer. Prints `[status, echoed]`.
+fn connect_code(target: &str) -> String {
+    format!(
+        r#"
+import json, socket
+s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+s.sendall(b'CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n')
+head = b''
+while b'\r\n\r\n' not in head:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    head += chunk
+status = int(head.split(b' ')[1]) if head else 0
+echoed = None
+if status == 200:
+    s.sendall(b'ping')
+    echoed = s.recv(16).decode()
+print(json.dumps([status, echoed]))
+"#
+    )
+}
+
+/// An internal service the operator names (`SANDLOT_INTERNAL_SERVICES`) is reachable through
+/// the egress proxy from a trusted sandbox that lists `service:<name>`, at exactly its address
+/// and port; an isolated sandbox cannot list it (403), a name the sandbox does not list or the
+/// server does not know, another port, and the address itself stay refused; every attempt is
+/// recorded.
+#[test]
+fn internal_services_are_reachable_from_granted_trusted_sandboxes_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 16];
+                if let Ok(n) = conn.read(&mut buf) {
+                    let _ = conn.write_all(&buf[..n]);
+                }
+            });
+        }
+    });
+    let services = format!("db=127.0.0.1:{port},other=127.0.0.1:{}", port + 1);
+    let server = TestServer::start_with_env(&[
+        ("SANDLOT_POOL_SIZE", "1"),
+        ("SANDLOT_INTERNAL_SERVICES", &services),
+    ]);
+
+    // Only the trusted tier lists a service, at creation and in a later allowlist.
+    let r = server.post("/v1/sandboxes", &json!({"network": ["service:db"]}));
+    r.expect_error(403, "policy_denied");
+    assert!(r.message().contains("trusted tier only"), "{}", r.message());
+    let isolated = server.create_sandbox_with(&json!({"network": ["pkgs.test"]}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    common::As::key(&server, server.key())
+        .put(
+            &format!("/v1/sandboxes/{isolated}/network"),
+            &json!({"allow": ["service:db"]}),
+        )
+        .expect_error(403, "policy_denied");
+    assert_eq!(
+        py(&server, &isolated, &connect_code(&format!("db:{port}"))),
+        json!([403, null])
+    );
+
+    let sb = server.create_sandbox_with(&json!({"tier": "trusted", "network": ["service:db"]}));
+    assert_eq!(sb["network"], json!(["service:db"]));
+    let id = sb["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        py(&server, &id, &connect_code(&format!("db:{port}"))),
+        json!([200, "ping"])
+    );
+    for refused in [
+        format!("db:{}", port + 1),
+        format!("other:{}", port + 1),
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("nope:{port}"),
+    ] {
+        assert_eq!(
+            py(&server, &id, &connect_code(&refused)),
+            json!([403, null]),
+            "{refused}"
+        );
+    }
+    let egress = server
+        .get(&format!("/v1/sandboxes/{id}/egress"))
+        .expect(200)["egress"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        egress.iter().any(|e| e["host"] == "db"
+            && e["port"] == port
+            && e["allowed"] == true
+            && e["ip"] == "127.0.0.1"),
+        "{egress:#?}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|e| e["host"] == "db" && e["port"] == port + 1 && e["allowed"] == false),
+        "{egress:#?}"
+    );
+}
