@@ -617,12 +617,22 @@ mod tests {
         assert!(rules.names_service("db") && !rules.names_service("pkgs.test"));
         assert_eq!(rules.services(), ["db".to_string()]);
         assert!(rules.entries().contains(&"service:db".to_string()));
-        assert!(rules.check_host(&Host::parse("db").unwrap(), 5432, true).is_ok());
-        assert!(rules.check_host(&Host::parse("other").unwrap(), 5432, true).is_err());
+        assert!(rules
+            .check_host(&Host::parse("db").unwrap(), 5432, true)
+            .is_ok());
+        assert!(rules
+            .check_host(&Host::parse("other").unwrap(), 5432, true)
+            .is_err());
         // A service entry opens no address range.
         assert!(rules.opens_special().is_none());
         assert!(rules.check_addr("127.0.0.1".parse().unwrap()).is_err());
-        for bad in ["service:", "service:DB", "service:a.b", "service:-x", "service:a/b"] {
+        for bad in [
+            "service:",
+            "service:DB",
+            "service:a.b",
+            "service:-x",
+            "service:a/b",
+        ] {
             assert!(NetworkRules::parse(&[bad.into()]).is_err(), "{bad}");
         }
         let only = NetworkRules::parse(&["service:db".into()]).unwrap();
@@ -630,7 +640,12 @@ mod tests {
         let svc = crate::parse_services("db=127.0.0.1:5432, cache=[::1]:6379").unwrap();
         assert_eq!(svc["db"], "127.0.0.1:5432".parse().unwrap());
         assert_eq!(svc["cache"], "[::1]:6379".parse().unwrap());
-        for bad in ["db", "db=127.0.0.1", "DB=127.0.0.1:1", "db=1.2.3.4:1,db=1.2.3.4:2"] {
+        for bad in [
+            "db",
+            "db=127.0.0.1",
+            "DB=127.0.0.1:1",
+            "db=1.2.3.4:1,db=1.2.3.4:2",
+        ] {
             assert!(crate::parse_services(bad).is_err(), "{bad}");
         }
     }
