@@ -69,11 +69,11 @@ def _prepare(template, lib):
 def _spawn(sock, lib, msg, fds):
     sandbox_id = msg.get("id", "")
     # Control stream, stdout, stderr, then the workspace and up to 8 volumes' mounts.
-    if not 3 <= len(fds) <= 12:
+    if not 3 <= len(fds) <= 16:
         for fd in fds:
             os.close(fd)
         _send(sock, {"op": "error", "id": sandbox_id,
-                     "message": f"expected 3 to 12 fds, got {len(fds)}"})
+                     "message": f"expected 3 to 16 fds, got {len(fds)}"})
         return
     threads = _native_threads()
     if threads != 1:
@@ -95,7 +95,7 @@ def _spawn(sock, lib, msg, fds):
 def _child(lib, jail, env, fds):
     try:
         workspace = fds[3] if len(fds) >= 4 else -1  # -1: a tmpfs workspace
-        volumes = fds[4:]  # the named volumes' detached mounts, in the jail config's order
+        volumes = fds[4:]  # the volumes' then the host paths' detached mounts, in the config's order
         array = (ctypes.c_int * max(len(volumes), 1))(*volumes)
         rc = lib.sandlot_child_enter(jail, len(jail), fds[0], fds[1], fds[2], workspace,
                                      array, len(volumes))

@@ -86,6 +86,10 @@ fn sample_sandbox(id: &str) -> Sandbox {
         network: vec!["pkgs.test".into()],
         secrets: vec!["token".into()],
         contained: Some("its canary was printed".into()),
+        mounts: vec![sandlot_types::HostMount {
+            host: "/srv/data".into(),
+            path: "/mnt/data".into(),
+        }],
         port_token: Some("sb.0123456789abcdef0123456789abcdef".into()),
     }
 }
@@ -1564,6 +1568,10 @@ fn samples_validate_against_the_schemas() {
             path: "/workspace/data".into(),
             read_only: false,
         }],
+        mounts: vec![sandlot_types::HostMount {
+            host: "/srv/data".into(),
+            path: "/mnt/data".into(),
+        }],
         ports: vec![8000],
         all_ports: false,
         tier: Some("trusted".into()),
@@ -1789,6 +1797,10 @@ fn schema_properties_match_the_types() {
                     hosts: vec!["example.com".into()],
                     header: "X-Key".into(),
                     value: "v".into(),
+                }],
+                mounts: vec![sandlot_types::HostMount {
+                    host: "/srv/data".into(),
+                    path: "/mnt/data".into(),
                 }],
                 ..Default::default()
             }),

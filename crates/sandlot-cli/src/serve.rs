@@ -366,10 +366,18 @@ fn governance(
             .context("could not load tenants and API keys")?
             .with_port_url_ttl(port_url_ttl),
     );
+    // The operator's internal services (issue 23): reachable by name from trusted-tier
+    // sandboxes whose allowlist names them (`service:<name>`), at exactly this address.
+    let services = match std::env::var("SANDLOT_INTERNAL_SERVICES") {
+        Ok(spec) if !spec.trim().is_empty() => sandlot_egress::parse_services(&spec)
+            .context("SANDLOT_INTERNAL_SERVICES must be name=ip:port[,name=ip:port...]")?,
+        _ => Default::default(),
+    };
     rt.install_governor(
         Arc::new(sandlot_service::gates::ServerGovernor::new(gov.clone())),
         hosts,
         extra_roots,
+        services,
     );
     rt.set_idle_pause_gate(sandlot_service::shares::idle_pause_gate(gov.clone()));
     sandlot_service::shares::sync_disk_caps(rt, &gov);

@@ -215,6 +215,8 @@ async fn execute(
         context: Some(context.clone()),
         on_failure: Default::default(),
     };
+    // A policy that requires rollback for what it allowed (issue 23) holds here too.
+    let req = sandlot_service::trusted::apply_policy_rollback(req);
     let running = Arc::new(AtomicBool::new(false));
     // A client that goes away interrupts the execution (once the user's code runs: not the
     // env_vars set before it).

@@ -72,7 +72,10 @@ pub use error::EgressError;
 pub use hooks::{EgressEvent, EgressHooks, GateDecision, NullHooks};
 pub use intercept::ExtraRoots;
 pub use netns::{listen_in_netns, listen_in_netns_fd};
-pub use rules::{DomainPattern, Host, NetworkRules, DEFAULT_CONNECT_PORT, DEFAULT_HTTP_PORT};
+pub use rules::{
+    valid_service_name, DomainPattern, Host, NetworkRules, DEFAULT_CONNECT_PORT, DEFAULT_HTTP_PORT,
+    SERVICE_PREFIX,
+};
 pub use secrets::{Secret, MIN_CANARY_LEN};
 
 use proxy::{Policy, SandboxEntry};
@@ -118,6 +121,10 @@ pub struct EgressConfig {
     pub body_scan_bytes: usize,
     /// Roots trusted for intercepted upstreams besides the system's.
     pub extra_roots: ExtraRoots,
+    /// The operator's internal services by name (`SANDLOT_INTERNAL_SERVICES`): a sandbox whose
+    /// allowlist names `service:<name>` reaches exactly this address and port through the
+    /// proxy (private and loopback addresses included), nothing else of it.
+    pub services: HashMap<String, std::net::SocketAddr>,
 }
 
 impl Default for EgressConfig {
@@ -131,8 +138,35 @@ impl Default for EgressConfig {
             max_connections: 64,
             body_scan_bytes: 64 << 10,
             extra_roots: ExtraRoots::default(),
+            services: HashMap::new(),
         }
     }
+}
+
+/// Parses the operator's internal services, `name=ip:port[,name=ip:port...]` (the server's
+/// `SANDLOT_INTERNAL_SERVICES`; an IPv6 address in brackets): each name once, valid as
+/// [`valid_service_name`] says.
+pub fn parse_services(spec: &str) -> Result<HashMap<String, std::net::SocketAddr>, EgressError> {
+    let mut out = HashMap::new();
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = |reason: &str| EgressError::BadRule {
+            entry: item.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (name, addr) = item
+            .split_once('=')
+            .ok_or_else(|| bad("an internal service is name=ip:port"))?;
+        if !rules::valid_service_name(name) {
+            return Err(bad("a service name is 1 to 63 of a-z 0-9 -"));
+        }
+        let addr: std::net::SocketAddr = addr
+            .parse()
+            .map_err(|_| bad("the address is ip:port ([v6]:port)"))?;
+        if out.insert(name.to_owned(), addr).is_some() {
+            return Err(bad("a service is named once"));
+        }
+    }
+    Ok(out)
 }
 
 /// Parses a hosts override map, `name=ip,name=ip` (the server's `SANDLOT_EGRESS_HOSTS`); a

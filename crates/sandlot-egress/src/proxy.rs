@@ -366,6 +366,26 @@ impl Conn {
                 rest: body,
             }
         };
+        // An internal service the list names: exactly the operator's address and port, never
+        // resolved, never any other port (its address is private or loopback: the ranges are
+        // not checked for it, and nothing else reaches them through this entry).
+        if let Host::Domain(name) = &target.host {
+            if policy.rules.names_service(name) {
+                let addr = *cfg.services.get(name).ok_or_else(|| {
+                    Refusal::denied(format!("{name} is not an internal service of this server"))
+                })?;
+                attempt.ip = Some(addr.ip());
+                if target.port != addr.port() {
+                    return Err(Refusal::denied(format!(
+                        "internal service {name} is reachable on port {} only",
+                        addr.port()
+                    )));
+                }
+                self.gate(attempt, addr.port(), addr.ip(), parts.method.as_str())?;
+                let stream = connect(addr.ip(), addr.port(), cfg.connect_timeout).await?;
+                return Ok((target, addr.ip(), stream, body, policy));
+            }
+        }
         let addrs = self
             .resolve(&target)
             .await
@@ -499,12 +519,27 @@ impl Conn {
         policy.borrow_and_update();
         // Nothing of the upstream's reaches the sandbox before its ClientHello is checked: a
         // protocol where the server speaks first is not TLS, and gets no say.
+        // An internal service's protocol is its own (a database's, not TLS): its tunnel is
+        // plain TCP both ways from the start, to the operator's one address and port.
+        let service = matches!(&target.host, Host::Domain(name) if self.entry.policy().rules.names_service(name));
         let (hello_checked, checked) = tokio::sync::oneshot::channel::<()>();
+        let mut hello_checked = Some(hello_checked);
+        if service {
+            if let Some(h) = hello_checked.take() {
+                let _ = h.send(());
+            }
+        }
         let outcome = {
             let up = async {
-                let first = first_bytes(&mut client_r, &target.host, cfg.head_timeout).await?;
+                let first = if service {
+                    Vec::new()
+                } else {
+                    first_bytes(&mut client_r, &target.host, cfg.head_timeout).await?
+                };
                 if !first.is_empty() {
-                    let _ = hello_checked.send(());
+                    if let Some(h) = hello_checked.take() {
+                        let _ = h.send(());
+                    }
                 }
                 if up_w.write_all(&first).await.is_ok() {
                     let _ = tokio::io::copy(&mut client_r, &mut up_w).await;
@@ -750,11 +785,16 @@ async fn revoked(
         if now.cut {
             return "egress from this sandbox was cut (containment)".into();
         }
-        if let Err(why) = now
-            .rules
-            .check_host(host, port, connect)
-            .and_then(|()| now.rules.check_addr(ip))
-        {
+        let still = match host {
+            // An internal service still listed keeps its tunnel (its address is the
+            // operator's, in a range no list opens).
+            Host::Domain(name) if now.rules.names_service(name) => Ok(()),
+            _ => now
+                .rules
+                .check_host(host, port, connect)
+                .and_then(|()| now.rules.check_addr(ip)),
+        };
+        if let Err(why) = still {
             return format!("the allowlist changed: {why}");
         }
     }

@@ -203,6 +203,23 @@ fn split_port(entry: &str) -> Result<(&str, Option<u16>), String> {
 pub struct NetworkRules {
     domains: Vec<(DomainPattern, Option<u16>)>,
     nets: Vec<(IpNet, Option<u16>)>,
+    /// `service:<name>` entries: the operator's named internal services (issue 23's trusted
+    /// tier), reached by name at exactly the address and port the operator configured.
+    services: Vec<String>,
+}
+
+/// The prefix of an allowlist entry naming an internal service.
+pub const SERVICE_PREFIX: &str = "service:";
+
+/// Whether `name` is a valid internal service name: 1 to 63 of `a-z 0-9 -`, starting with a
+/// letter or digit (so it is never an IP, a CIDR or a domain with dots).
+pub fn valid_service_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 impl NetworkRules {
@@ -221,6 +238,17 @@ impl NetworkRules {
             };
             if entry.is_empty() || entry.trim() != entry {
                 return Err(bad("empty, or with surrounding whitespace".into()));
+            }
+            if let Some(name) = entry.strip_prefix(SERVICE_PREFIX) {
+                if !valid_service_name(name) {
+                    return Err(bad(
+                        "a service name is 1 to 63 of a-z 0-9 - (service:<name>)".into(),
+                    ));
+                }
+                if !rules.services.iter().any(|s| s == name) {
+                    rules.services.push(name.to_owned());
+                }
+                continue;
             }
             if entry.contains("://") {
                 return Err(bad("an entry is a domain, IP or CIDR, not a URL".into()));
@@ -266,7 +294,17 @@ impl NetworkRules {
 
     /// Whether the list is empty (no egress).
     pub fn is_empty(&self) -> bool {
-        self.domains.is_empty() && self.nets.is_empty()
+        self.domains.is_empty() && self.nets.is_empty() && self.services.is_empty()
+    }
+
+    /// Whether the list names internal service `name` (`service:<name>`).
+    pub fn names_service(&self, name: &str) -> bool {
+        self.services.iter().any(|s| s == name)
+    }
+
+    /// The internal services the list names.
+    pub fn services(&self) -> &[String] {
+        &self.services
     }
 
     /// The entries, as they parse back.
@@ -279,6 +317,7 @@ impl NetworkRules {
                     .iter()
                     .map(|(n, port)| with_port(n.to_string(), *port)),
             )
+            .chain(self.services.iter().map(|n| format!("{SERVICE_PREFIX}{n}")))
             .collect()
     }
 
@@ -290,6 +329,8 @@ impl NetworkRules {
             return Err("this sandbox has no network allowlist (egress is off)".into());
         }
         let ports: Vec<Option<u16>> = match host {
+            // The proxy connects it to the operator's address and checks the port there.
+            Host::Domain(name) if self.names_service(name) => return Ok(()),
             Host::Domain(name) => {
                 let named: Vec<Option<u16>> = self
                     .domains
@@ -568,6 +609,45 @@ mod tests {
         assert!(ck(&r, &host("[2001:db8::1]")).is_ok());
         assert!(ck(&r, &host("8.8.8.8")).is_err());
         assert!(ck(&r, &host("::ffff:198.51.100.9")).is_ok());
+    }
+
+    #[test]
+    fn service_entries_name_internal_services_only() {
+        let rules = NetworkRules::parse(&["service:db".into(), "pkgs.test".into()]).unwrap();
+        assert!(rules.names_service("db") && !rules.names_service("pkgs.test"));
+        assert_eq!(rules.services(), ["db".to_string()]);
+        assert!(rules.entries().contains(&"service:db".to_string()));
+        assert!(rules
+            .check_host(&Host::parse("db").unwrap(), 5432, true)
+            .is_ok());
+        assert!(rules
+            .check_host(&Host::parse("other").unwrap(), 5432, true)
+            .is_err());
+        // A service entry opens no address range.
+        assert!(rules.opens_special().is_none());
+        assert!(rules.check_addr("127.0.0.1".parse().unwrap()).is_err());
+        for bad in [
+            "service:",
+            "service:DB",
+            "service:a.b",
+            "service:-x",
+            "service:a/b",
+        ] {
+            assert!(NetworkRules::parse(&[bad.into()]).is_err(), "{bad}");
+        }
+        let only = NetworkRules::parse(&["service:db".into()]).unwrap();
+        assert!(!only.is_empty());
+        let svc = crate::parse_services("db=127.0.0.1:5432, cache=[::1]:6379").unwrap();
+        assert_eq!(svc["db"], "127.0.0.1:5432".parse().unwrap());
+        assert_eq!(svc["cache"], "[::1]:6379".parse().unwrap());
+        for bad in [
+            "db",
+            "db=127.0.0.1",
+            "DB=127.0.0.1:1",
+            "db=1.2.3.4:1,db=1.2.3.4:2",
+        ] {
+            assert!(crate::parse_services(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

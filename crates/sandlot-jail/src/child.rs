@@ -199,10 +199,12 @@ fn setup_fds(
     workspace: RawFd,
     volumes: &[RawFd],
 ) -> Result<(Option<OwnedFd>, Vec<OwnedFd>), JailError> {
-    if volumes.len() > crate::config::MAX_VOLUMES || (workspace < 0 && !volumes.is_empty()) {
-        return Err(JailError::Protocol(
-            "volumes need a disk workspace and are at most 8".into(),
-        ));
+    // `volumes` holds the named volumes' mounts, then the host paths' (see `mount_writable`).
+    let most = crate::config::MAX_VOLUMES + crate::config::MAX_HOST_MOUNTS;
+    if volumes.len() > most || (workspace < 0 && !volumes.is_empty()) {
+        return Err(JailError::Protocol(format!(
+            "volumes and host paths need a disk workspace and are at most {most}"
+        )));
     }
     // Lift them all above 4 first so that moving one never clobbers another.
     let lift = |fd: RawFd| -> Result<RawFd, JailError> {

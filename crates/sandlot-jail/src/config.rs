@@ -32,6 +32,22 @@ pub struct JailConfig {
     /// attached at its path under `/workspace`.
     #[serde(default)]
     pub volumes: Vec<VolumeTarget>,
+    /// Read-only host paths (the trusted tier's grants), in the order of their detached mounts
+    /// after the volumes' fds: each is attached at its path under `/mnt`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_mounts: Vec<HostMountTarget>,
+}
+
+/// Most host paths one sandbox may mount (`sandlot_types::MAX_HOST_MOUNTS` too).
+pub const MAX_HOST_MOUNTS: usize = 4;
+
+/// Where a host path is attached: `path` is absolute, `/mnt/<plain components>` (checked again
+/// in the child); `file` when the host path is a file (its mount point is an empty file).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostMountTarget {
+    pub path: String,
+    pub file: bool,
 }
 
 /// Most volumes one sandbox may mount.
@@ -58,6 +74,7 @@ impl Default for JailConfig {
             landlock: true,
             seccomp: true,
             volumes: Vec::new(),
+            host_mounts: Vec::new(),
         }
     }
 }

@@ -80,16 +80,21 @@ pub fn mount_writable(
         Some(tree) => move_workspace(tree)?,
         None => mount_workspace_tmpfs(cfg)?,
     }
-    if volumes.len() != cfg.volumes.len() {
+    if volumes.len() != cfg.volumes.len() + cfg.host_mounts.len() {
         return Err(JailError::Protocol(format!(
-            "{} volume mounts for {} volumes",
+            "{} mounts for {} volumes and {} host paths",
             volumes.len(),
-            cfg.volumes.len()
+            cfg.volumes.len(),
+            cfg.host_mounts.len()
         )));
     }
-    for (tree, target) in volumes.into_iter().zip(&cfg.volumes) {
+    let mut trees = volumes.into_iter();
+    // The config's list drives the zip: `Zip` asks its first iterator first, and a tree it
+    // took after the volumes ran out would be lost to the host paths.
+    for (target, tree) in cfg.volumes.iter().zip(trees.by_ref()) {
         attach_volume(tree, target)?;
     }
+    attach_host_paths(trees.collect(), &cfg.host_mounts)?;
     // E2B's home is the same workspace, volumes included: code written for E2B works in
     // `/home/user` and `pwd` there says so (a symlink would resolve to `/workspace`). The bind
     // keeps the workspace's nosuid and nodev.
@@ -276,6 +281,105 @@ fn attach_volume(tree: OwnedFd, target: &crate::config::VolumeTarget) -> Result<
         return Err(sys("attach a volume")(nix::Error::last()));
     }
     restrict_mount(&tree, target.read_only).map_err(sys("restrict a volume's mount"))
+}
+
+/// `mount_setattr(2)`'s noexec.
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// Attaches the trusted tier's read-only host paths (detached mounts the server made with
+/// `open_tree(OPEN_TREE_CLONE)` without `AT_RECURSIVE`, so no submount of the host path comes
+/// along, from an fd opened without following any symlink) at their paths under `/mnt`. `/mnt`
+/// of the shared base root is read-only: a small tmpfs of the sandbox's own is mounted there
+/// for the mount points, then made read-only itself. Each attached mount is forced read-only,
+/// nosuid, nodev and noexec (the server set them already; setting only ever restricts, and the
+/// flags are locked in this less privileged namespace: code in the sandbox cannot clear them).
+fn attach_host_paths(
+    trees: Vec<OwnedFd>,
+    targets: &[crate::config::HostMountTarget],
+) -> Result<(), JailError> {
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let sys = |step: &'static str| move |source| JailError::Sys { step, source };
+    mount(
+        Some("tmpfs"),
+        "/mnt",
+        Some("tmpfs"),
+        FLAGS | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k,nr_inodes=256"),
+    )
+    .step("mount /mnt")?;
+    for (tree, target) in trees.into_iter().zip(targets) {
+        let rel = target.path.strip_prefix("/mnt/").unwrap_or("");
+        let parts: Vec<&str> = rel.split('/').collect();
+        if rel.is_empty()
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || *p == "." || *p == ".." || p.len() > 255)
+        {
+            return Err(JailError::Protocol(format!(
+                "host path target {:?} is not /mnt/<plain components>",
+                target.path
+            )));
+        }
+        // Only this sandbox's fresh tmpfs is under /mnt: no link can be there to follow.
+        let mut at = std::path::PathBuf::from("/mnt");
+        for (i, part) in parts.iter().enumerate() {
+            at.push(part);
+            let last = i + 1 == parts.len();
+            if last && target.file {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&at)
+                    .map_err(|e| sys("make a host file's mount point")(io_errno(&e)))?;
+            } else {
+                match std::fs::create_dir(&at) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(sys("make a host path's mount point")(io_errno(&e))),
+                }
+            }
+        }
+        let dest = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+            .map_err(|_| JailError::Protocol("host path target holds NUL".into()))?;
+        // SAFETY: move_mount(2) from a detached tree we own (F_EMPTY_PATH) onto a
+        // NUL-terminated absolute path; the kernel only reads the strings.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                dest.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        };
+        if rc != 0 {
+            return Err(sys("attach a host path")(nix::Error::last()));
+        }
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        mount_setattr(tree.as_raw_fd(), c"", libc::AT_EMPTY_PATH, &attr)
+            .map_err(sys("make a host path read-only, nosuid, nodev and noexec"))?;
+    }
+    mount(
+        None::<&str>,
+        "/mnt",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | FLAGS | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .step("make /mnt read-only")
+}
+
+fn io_errno(e: &std::io::Error) -> nix::Error {
+    nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Forces nosuid and nodev (and read-only when asked) on the mount `tree` is (a detached or an

@@ -70,6 +70,8 @@ pub fn enter_base_root(cfg: &ZygoteConfig) -> Result<(), JailError> {
         "root",
         "run",
         "var/tmp",
+        // Where a trusted-tier sandbox's read-only host paths appear (`mounts::attach_host`).
+        "mnt",
     ] {
         fs::create_dir_all(root.join(dir)).at("mkdir", root.join(dir))?;
     }

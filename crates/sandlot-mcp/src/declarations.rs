@@ -138,6 +138,21 @@ pub struct CreateSandboxArgs {
     /// policy allows it)
     #[serde(default)]
     pub tier: Option<String>,
+    /// Read-only host paths to mount (trusted tier only; each granted by the operator's
+    /// policy): `[{"host": "/srv/data", "path": "/mnt/data"}]`
+    #[serde(default)]
+    pub mounts: Vec<MountArg>,
+}
+
+/// A read-only host path mounted into a trusted-tier sandbox.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub struct MountArg {
+    /// The host directory or file (absolute, no symlinks)
+    pub host: String,
+    /// Where it appears: a path under /mnt
+    pub path: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

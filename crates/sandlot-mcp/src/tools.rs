@@ -423,6 +423,14 @@ impl<B: Backend> Call<'_, B> {
             env: a.env,
             idle_timeout: a.idle_timeout,
             tier: a.tier,
+            mounts: a
+                .mounts
+                .into_iter()
+                .map(|m| sandlot_types::HostMount {
+                    host: m.host,
+                    path: m.path,
+                })
+                .collect(),
             metadata: BTreeMap::from([("created_by".to_string(), "mcp".to_string())]),
             ..Default::default()
         };

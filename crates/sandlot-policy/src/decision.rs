@@ -30,6 +30,11 @@ pub struct Decision {
     /// unannotated permit is satisfied too (review wins over a plain permit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<String>,
+    /// Set on an allow through a permit annotated `@on_failure("rollback")`: the action (an
+    /// `execute`) must run with `on_failure: rollback` whatever its caller asked — the
+    /// sandbox's state is saved before it and restored if it fails. Only `"rollback"` exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<String>,
 }
 
 impl Decision {

@@ -230,6 +230,7 @@ impl PolicyEngine {
                 version: String::new(),
                 latency_us: 0.0,
                 review: None,
+                on_failure: None,
             },
             Ok((request, entities)) => {
                 let set = policies(&compiled.per_gate[gate.index()]);
@@ -258,6 +259,7 @@ impl PolicyEngine {
                         version: String::new(),
                         latency_us: 0.0,
                         review: None,
+                        on_failure: None,
                     }
                 } else {
                     let mut ids: BTreeSet<String> =
@@ -298,6 +300,11 @@ impl PolicyEngine {
                             .collect::<Vec<_>>()
                             .join("; ")
                     };
+                    // An allow through an `@on_failure("rollback")` permit requires rollback
+                    // (any one such permit suffices: the caller cannot opt out).
+                    let on_failure = (allowed
+                        && ids.iter().any(|id| compiled.rollbacks.contains(id)))
+                    .then(|| "rollback".to_owned());
                     Decision {
                         gate,
                         allowed,
@@ -307,6 +314,7 @@ impl PolicyEngine {
                         version: String::new(),
                         latency_us: 0.0,
                         review,
+                        on_failure,
                     }
                 }
             }
@@ -484,6 +492,11 @@ pub(crate) fn sample_queries() -> Vec<Query> {
             outcome: OutputGate::Contain,
             sandbox,
             finding,
+        },
+        GateRequest::MountHostPath {
+            host: "/srv/data".into(),
+            target: "/mnt/data".into(),
+            tier: "trusted".into(),
         },
     ];
     debug_assert_eq!(requests.len(), Gate::ALL.len());

@@ -18,10 +18,11 @@ pub enum Gate {
     OutputRedact,
     OutputWithhold,
     OutputContain,
+    MountHostPath,
 }
 
 impl Gate {
-    pub const ALL: [Gate; 10] = [
+    pub const ALL: [Gate; 11] = [
         Gate::CreateSandbox,
         Gate::SelectTier,
         Gate::Execute,
@@ -32,6 +33,7 @@ impl Gate {
         Gate::OutputRedact,
         Gate::OutputWithhold,
         Gate::OutputContain,
+        Gate::MountHostPath,
     ];
 
     /// The Cedar action id (`Sandlot::Action::"<this>"`), also the serde name.
@@ -47,6 +49,7 @@ impl Gate {
             Gate::OutputRedact => "output_redact",
             Gate::OutputWithhold => "output_withhold",
             Gate::OutputContain => "output_contain",
+            Gate::MountHostPath => "mount_host_path",
         }
     }
 

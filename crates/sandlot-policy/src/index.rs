@@ -75,6 +75,7 @@ const TEMPLATE: &str = "Sandlot::Template";
 const DOMAIN: &str = "Sandlot::Domain";
 const TIER: &str = "Sandlot::Tier";
 const OUTPUT: &str = "Sandlot::Output";
+const HOST_PATH: &str = "Sandlot::HostPath";
 
 fn s(v: &str) -> Option<Val<'_>> {
     Some(Val::Str(Cow::Borrowed(v)))
@@ -106,6 +107,10 @@ fn value<'a>(q: &'a Query, var: Var, attr: Option<&str>) -> Option<Val<'a>> {
             ) => s(template),
             (R::SelectTier { tier, .. }, None) => Some(Val::Entity(TIER, Cow::Borrowed(tier))),
             (R::SelectTier { tier, .. }, Some("name")) => s(tier),
+            (R::MountHostPath { host, .. }, None) => {
+                Some(Val::Entity(HOST_PATH, Cow::Borrowed(host)))
+            }
+            (R::MountHostPath { host, .. }, Some("path")) => s(host),
             (R::Egress { host, .. }, None) => Some(Val::Entity(DOMAIN, lower(host))),
             (R::Egress { host, .. }, Some("name")) => Some(Val::Str(lower(host))),
             (
@@ -161,6 +166,8 @@ fn value<'a>(q: &'a Query, var: Var, attr: Option<&str>) -> Option<Val<'a>> {
             (R::Egress { ip, .. }, "ip") => s(ip),
             (R::Egress { method, .. }, "method") => s(method),
             (R::BuildTemplate { packages, .. }, "packages") => long(*packages),
+            (R::MountHostPath { target, .. }, "target") => s(target),
+            (R::MountHostPath { tier, .. }, "tier") => s(tier),
             (R::Output { finding, .. }, "rule") => s(&finding.rule),
             (R::Output { finding, .. }, "kind") => s(&finding.kind),
             (R::Output { finding, .. }, "stream") => s(&finding.stream),

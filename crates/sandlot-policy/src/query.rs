@@ -128,6 +128,13 @@ pub enum GateRequest {
         template: String,
         packages: u64,
     },
+    /// Resource `HostPath::"<host path>"`: a read-only host path a trusted-tier sandbox asks
+    /// to mount at `target` (context also the tier asked for).
+    MountHostPath {
+        host: String,
+        target: String,
+        tier: String,
+    },
     /// Resource `Output::"<sandbox id>/<stream>/<rule>"` with the sandbox.
     Output {
         outcome: OutputGate,
@@ -147,6 +154,7 @@ impl GateRequest {
             GateRequest::Egress { .. } => Gate::Egress,
             GateRequest::BuildTemplate { .. } => Gate::BuildTemplate,
             GateRequest::Output { outcome, .. } => outcome.gate(),
+            GateRequest::MountHostPath { .. } => Gate::MountHostPath,
         }
     }
 }
@@ -250,6 +258,14 @@ impl Query {
                 let uid = n.uid(&n.template, template);
                 entities.push(entity(uid.clone(), [("name", string(template))], None)?);
                 (uid, vec![("packages", long(*packages))])
+            }
+            GateRequest::MountHostPath { host, target, tier } => {
+                let uid = n.uid(&n.host_path, host);
+                entities.push(entity(uid.clone(), [("path", string(host))], None)?);
+                (
+                    uid,
+                    vec![("target", string(target)), ("tier", string(tier))],
+                )
             }
             GateRequest::Output {
                 sandbox, finding, ..

@@ -29,6 +29,83 @@ namespace Sandlot {
   entity Domain = { name: String };
   entity Tier = { name: String };
   entity Output = { sandbox: Sandbox };
+  // A host file or directory (its absolute path) a trusted-tier sandbox asks to mount.
+  entity HostPath = { path: String };
+
+  // What a sandbox creation asks for (also the context of the tier choice).
+  type SandboxRequest = {
+    memory_mb: Long,
+    cpu_millis: Long,
+    pids: Long,
+    disk_mb: Long,
+    network: Bool,        // true when any egress is asked for
+    allow: Set<String>,   // the egress allowlist asked for (domains, CIDRs)
+    tier: String,         // the tier asked for
+    ports: Long,          // how many ports are exposed
+  };
+
+  // A guardrail finding in a sandbox's output.
+  type Finding = {
+    rule: String,   // the detector rule, e.g. "aws-access-key-id"
+    kind: String,   // "secret" | "canary"
+    stream: String, // "stdout" | "stderr" | "result" | "file" | "egress"
+  };
+
+  action create_sandbox appliesTo { principal: Key, resource: Template, context: SandboxRequest };
+  action select_tier appliesTo { principal: Key, resource: Tier, context: SandboxRequest };
+  // `code` is the code itself (a policy may hold or refuse code that matches a pattern:
+  // `context.code like "*rm -rf*"`).
+  action execute appliesTo {
+    principal: Key, resource: Sandbox, context: { code_bytes: Long, language: String, code: String }
+  };
+  // `bytes` is the size written (0 for a read).
+  action read_file, write_file appliesTo {
+    principal: Key, resource: Sandbox, context: { path: String, bytes: Long }
+  };
+  // `ip` is "" before name resolution; `method` is "CONNECT", "GET", ...
+  action egress appliesTo {
+    principal: Key, resource: Domain,
+    context: { host: String, port: Long, ip: String, method: String }
+  };
+  action build_template appliesTo { principal: Key, resource: Template, context: { packages: Long } };
+  // Output outcomes: tried contain, withhold, redact in that order; the first permitted wins,
+  // none permitted = the output passes.
+  action output_redact, output_withhold, output_contain appliesTo {
+    principal: Key, resource: Output, context: Finding
+  };
+  // A read-only host path mounted at `target` (under /mnt) in a sandbox of tier `tier`; asked
+  // at creation (and again by whoever forks it). The shipped set permits it for no one.
+  action mount_host_path appliesTo {
+    principal: Key, resource: HostPath, context: { target: String, tier: String }
+  };
+}
+"#;
+
+/// Schemas shipped before, word for word: a schema file on disk equal to one of them was never
+/// edited, and is replaced with [`SCHEMA`] when the engine opens (an edited one is kept, and
+/// refused if it lacks what the server sends now).
+pub(crate) const PREVIOUS_SCHEMAS: &[&str] = &[
+    r#"// The sandlot policy schema (Cedar). Policies in policies.cedar are validated strictly
+// against it on load and on every replace. The server fills in exactly these attributes and
+// context fields; an edited schema must keep them (the server refuses to start otherwise).
+namespace Sandlot {
+  // A tenant: owns keys, sandboxes, templates. `plan` is "local" for the bootstrap tenant
+  // `default`, "free" for new tenants unless set otherwise.
+  entity Tenant = { plan: String };
+
+  // The principal of every request: an API key. Its uid is the key id.
+  entity Key in [Tenant] = {
+    tenant: Tenant,
+    role: String,   // "admin" | "member"
+    plan: String,   // the tenant's plan, copied for convenience
+    prefix: String, // the key's public prefix (the 8 characters after "sl_")
+  };
+
+  entity Sandbox in [Tenant] = { tenant: Tenant, template: String, tier: String };
+  entity Template = { name: String };
+  entity Domain = { name: String };
+  entity Tier = { name: String };
+  entity Output = { sandbox: Sandbox };
 
   // What a sandbox creation asks for (also the context of the tier choice).
   type SandboxRequest = {
@@ -72,12 +149,7 @@ namespace Sandlot {
     principal: Key, resource: Output, context: Finding
   };
 }
-"#;
-
-/// Schemas shipped before, word for word: a schema file on disk equal to one of them was never
-/// edited, and is replaced with [`SCHEMA`] when the engine opens (an edited one is kept, and
-/// refused if it lacks what the server sends now).
-pub(crate) const PREVIOUS_SCHEMAS: &[&str] = &[
+"#,
     r#"// The sandlot policy schema (Cedar). Policies in policies.cedar are validated strictly
 // against it on load and on every replace. The server fills in exactly these attributes and
 // context fields; an edited schema must keep them (the server refuses to start otherwise).
@@ -207,6 +279,7 @@ pub(crate) struct Names {
     pub domain: EntityTypeName,
     pub tier: EntityTypeName,
     pub output: EntityTypeName,
+    pub host_path: EntityTypeName,
     actions: Vec<EntityUid>,
 }
 
@@ -223,6 +296,7 @@ impl Names {
             domain: ty("Sandlot::Domain"),
             tier: ty("Sandlot::Tier"),
             output: ty("Sandlot::Output"),
+            host_path: ty("Sandlot::HostPath"),
             actions: Gate::ALL
                 .iter()
                 .map(|g| {

@@ -56,6 +56,9 @@ pub(crate) struct Compiled {
     pub reasons: HashMap<String, String>,
     /// `@review` by policy id: permits that hold the request for a person's approval.
     pub reviews: HashMap<String, String>,
+    /// Permits carrying `@on_failure("rollback")`: an allow through one makes the action (an
+    /// execution) run with `on_failure: rollback` whatever the caller asked.
+    pub rollbacks: HashSet<String>,
 }
 
 /// `sha256(policies ‖ 0 ‖ schema)`, first 16 hex digits.
@@ -228,6 +231,7 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
     let mut entries = Vec::with_capacity(policies.len());
     let mut reasons = HashMap::new();
     let mut reviews = HashMap::new();
+    let mut rollbacks = HashSet::new();
     // Each policy's text is a slice of `text`, in order: search from the previous one's end
     // (an earlier policy may contain a later one's text).
     let mut cursor = 0;
@@ -292,6 +296,17 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
             };
             reviews.insert(id.clone(), r);
         }
+        if let Some(f) = p.annotation("on_failure") {
+            // Only a permit can require something of what it lets run, and only rollback is
+            // a thing to require: anything else is refused, not ignored.
+            if p.effect() == Effect::Forbid || f != "rollback" {
+                return Err(PolicyError::Unsupported(format!(
+                    "{} (@id {id:?}) has @on_failure({f:?}); only a permit may carry it and only \"rollback\" is known",
+                    at()
+                )));
+            }
+            rollbacks.insert(id.clone());
+        }
         entries.push(PolicyEntry {
             id: id.clone(),
             reason,
@@ -337,6 +352,7 @@ fn compile_here(text: &str, schema: &Schema, schema_text: &str) -> Result<Compil
         per_gate,
         reasons,
         reviews,
+        rollbacks,
     })
 }
 

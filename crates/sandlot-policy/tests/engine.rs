@@ -173,6 +173,8 @@ fn shipped_defaults_decide_every_gate() {
             Gate::SelectTier => allowed(&d, &["isolated-tier"]),
             // The sample is the operator's, with packages.
             Gate::BuildTemplate => allowed(&d, &["templates-with-packages-operator"]),
+            // Host paths are granted by the operator's own permit only.
+            Gate::MountHostPath => denied(&d, &[]),
             _ => allowed(&d, &["allow-all-gates"]),
         }
     }
@@ -973,7 +975,8 @@ fn a_shipped_schema_never_edited_is_upgraded() {
     let pdir = dir.path().join("policies");
     fs::create_dir_all(&pdir).unwrap();
     // The schema shipped before `code` was sent: the same without it and its comment.
-    let old = sandlot_policy::SCHEMA
+    // (Nor the host paths, added after `code`.)
+    let old = without_host_paths(sandlot_policy::SCHEMA)
         .replace(
             "  // `code` is the code itself (a policy may hold or refuse code that matches a pattern:\n  // `context.code like \"*rm -rf*\"`).\n",
             "",
@@ -993,4 +996,76 @@ fn a_shipped_schema_never_edited_is_upgraded() {
     let err = PolicyEngine::open(&pdir).unwrap_err().to_string();
     assert!(err.contains("execute"), "{err}");
     assert_eq!(fs::read_to_string(pdir.join(SCHEMA_FILE)).unwrap(), edited);
+}
+
+/// The schema without what the trusted tier's host paths added (issue 23): the one shipped
+/// before them.
+fn without_host_paths(schema: &str) -> String {
+    schema
+        .replace(
+            "  // A host file or directory (its absolute path) a trusted-tier sandbox asks to mount.\n  entity HostPath = { path: String };\n",
+            "",
+        )
+        .replace(
+            "  // A read-only host path mounted at `target` (under /mnt) in a sandbox of tier `tier`; asked\n  // at creation (and again by whoever forks it). The shipped set permits it for no one.\n  action mount_host_path appliesTo {\n    principal: Key, resource: HostPath, context: { target: String, tier: String }\n  };\n",
+            "",
+        )
+}
+
+/// The schema shipped just before host paths is upgraded too.
+#[test]
+fn the_schema_before_host_paths_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdir = dir.path().join("policies");
+    fs::create_dir_all(&pdir).unwrap();
+    let old = without_host_paths(sandlot_policy::SCHEMA);
+    assert_ne!(old, sandlot_policy::SCHEMA);
+    fs::write(pdir.join(SCHEMA_FILE), &old).unwrap();
+    let engine = PolicyEngine::open(&pdir).unwrap();
+    assert_eq!(engine.info().schema, sandlot_policy::SCHEMA);
+}
+
+/// `@on_failure("rollback")` on a permit: an allow through it carries the requirement (for the
+/// tier the permit names only); a plain allow does not; on a forbid, or with another value,
+/// the set is refused.
+#[test]
+fn on_failure_rollback_permits_require_rollback_for_their_tier() {
+    let set = format!(
+        "{DEFAULT_POLICIES}
+@id(\"trusted-rolls-back\")
+@on_failure(\"rollback\")
+permit (principal, action == Sandlot::Action::\"execute\", resource)
+when {{ resource.tier == \"trusted\" }};
+"
+    );
+    let engine = PolicyEngine::from_text(&set).unwrap();
+    let p = principal("acme", "free");
+    let plain = engine.decide(&execute(&p, 10));
+    assert!(plain.allowed && plain.on_failure.is_none(), "{plain:?}");
+    assert!(serde_json::to_value(&plain)
+        .unwrap()
+        .get("on_failure")
+        .is_none());
+    let mut sb = sandbox("acme");
+    sb.tier = "trusted".into();
+    let trusted = engine.decide(&Query::new(
+        p.clone(),
+        GateRequest::Execute {
+            sandbox: sb,
+            code_bytes: 10,
+            language: "python".into(),
+            code: String::new(),
+        },
+    ));
+    assert!(trusted.allowed, "{trusted:?}");
+    assert_eq!(trusted.on_failure.as_deref(), Some("rollback"));
+    assert!(trusted.policies.contains(&"trusted-rolls-back".to_string()));
+
+    for bad in [
+        "@id(\"x\")\n@on_failure(\"rollback\")\nforbid (principal, action == Sandlot::Action::\"execute\", resource);",
+        "@id(\"x\")\n@on_failure(\"keep\")\npermit (principal, action == Sandlot::Action::\"execute\", resource);",
+    ] {
+        let err = PolicyEngine::from_text(&format!("{DEFAULT_POLICIES}\n{bad}\n")).unwrap_err();
+        assert!(err.to_string().contains("@on_failure"), "{err}");
+    }
 }

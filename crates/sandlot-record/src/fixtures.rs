@@ -56,6 +56,7 @@ pub(crate) fn sandbox(id: &str, tenant: &str, state: SandboxState) -> Sandbox {
         network: Vec::new(),
         secrets: Vec::new(),
         contained: None,
+        mounts: Vec::new(),
         port_token: None,
     }
 }

@@ -235,6 +235,10 @@ pub enum RuntimeError {
     },
     #[error("preparing a volume's mount: {source}")]
     VolumeMount { source: io::Error },
+    /// A granted host path could not be opened without following a symlink, or cloned as a
+    /// read-only mount (it changed since it was checked, or went away).
+    #[error("host path {host:?} cannot be mounted: {source}")]
+    HostMount { host: String, source: io::Error },
     #[error("{op} {path}: {source}")]
     StateFile {
         op: &'static str,

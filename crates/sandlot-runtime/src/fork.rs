@@ -156,17 +156,22 @@ impl Runtime {
             .collect();
         let booted: Vec<Result<Restored, RuntimeError>> =
             futures::stream::iter((0..req.count).map(|_| {
-                self.boot_from(
-                    &tmpl,
-                    &parent.tenant,
-                    parent.limits,
-                    &volumes,
-                    &parent.env,
-                    base,
-                    state,
-                    saved,
-                    !req.same_seed,
-                    "fork",
+                // The children mount the parent's host paths (the service gated the forking
+                // key for them again).
+                crate::host_mounts::scope(
+                    parent.mounts.clone(),
+                    self.boot_from(
+                        &tmpl,
+                        &parent.tenant,
+                        parent.limits,
+                        &volumes,
+                        &parent.env,
+                        base,
+                        state,
+                        saved,
+                        !req.same_seed,
+                        "fork",
+                    ),
                 )
             }))
             .buffer_unordered(slots)
@@ -228,7 +233,7 @@ impl Runtime {
     ) -> Result<Restored, RuntimeError> {
         // A warm sandbox from the pool, with the files cloned into its (empty) workspace, is
         // the fast way; one with volumes is booted for its mounts.
-        if volumes.is_empty() {
+        if volumes.is_empty() && crate::host_mounts::current().is_empty() {
             if let Some(live) = self.take_pooled(tmpl, limits) {
                 self.refill(tmpl);
                 let restored = self
@@ -411,6 +416,8 @@ fn child_info(parent: &Sandbox, r: &Restored) -> Sandbox {
         network: parent.network.clone(),
         secrets: Vec::new(),
         contained: None,
+        // The service gated the forking key for each of them again (`trusted::gate_fork`).
+        mounts: parent.mounts.clone(),
         port_token: None,
     }
 }

@@ -151,12 +151,15 @@ const TRUST_BUNDLE_ENV: [&str; 5] = [
 impl Runtime {
     /// Installs the server's governance: the egress proxy (with `hosts`, name overrides from
     /// `SANDLOT_EGRESS_HOSTS`, and `extra_roots`, the roots it trusts for intercepted upstreams
-    /// besides the system's), canaries and output guardrails. Once; later calls are ignored.
+    /// besides the system's, and `services`, the operator's internal services from
+    /// `SANDLOT_INTERNAL_SERVICES`), canaries and output guardrails. Once; later calls are
+    /// ignored.
     pub fn install_governor(
         &self,
         governor: Arc<dyn Governor>,
         hosts: HashMap<String, Vec<IpAddr>>,
         extra_roots: sandlot_egress::ExtraRoots,
+        services: HashMap<String, std::net::SocketAddr>,
     ) {
         let hooks = Arc::new(ProxyHooks {
             rt: std::sync::OnceLock::new(),
@@ -167,6 +170,7 @@ impl Runtime {
             sandlot_egress::EgressConfig {
                 hosts,
                 extra_roots,
+                services,
                 ..Default::default()
             },
             hooks,

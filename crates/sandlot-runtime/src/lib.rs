@@ -46,6 +46,7 @@ pub mod files;
 mod fork;
 pub mod govern;
 mod hooks;
+pub mod host_mounts;
 mod housekeeping;
 mod inputs;
 mod kill;

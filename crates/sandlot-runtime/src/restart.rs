@@ -183,7 +183,7 @@ impl Runtime {
         if lock(&e.slot).ended {
             return Err(ending(&e.id));
         }
-        let (template, tenant, limits, env, volumes) = {
+        let (template, tenant, limits, env, volumes, host_mounts) = {
             let info = lock(&e.info);
             (
                 info.template.clone(),
@@ -191,6 +191,7 @@ impl Runtime {
                 info.limits,
                 info.env.clone(),
                 info.volumes.clone(),
+                info.mounts.clone(),
             )
         };
         let tmpl = self.template(&tenant, &template)?;
@@ -205,17 +206,16 @@ impl Runtime {
             &crate::admission::cgroup_limits(limits),
         )
         .map_err(|source| RuntimeError::SandboxCgroup { source })?;
-        let live = match self
-            .spawn_in(
-                &tmpl,
-                &e.id,
-                e.host_uid,
-                &e.cgroup,
-                limits,
-                e.disk.then_some((&tenant[..], &volumes[..])),
-            )
-            .await
-        {
+        // Its read-only host paths come back with it (restart in place, resume).
+        let spawn = self.spawn_in(
+            &tmpl,
+            &e.id,
+            e.host_uid,
+            &e.cgroup,
+            limits,
+            e.disk.then_some((&tenant[..], &volumes[..])),
+        );
+        let live = match crate::host_mounts::scope(host_mounts, spawn).await {
             Ok(live) => live,
             Err(err) => {
                 let (cg, rt) = (e.cgroup.clone(), self.clone());

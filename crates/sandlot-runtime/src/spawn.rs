@@ -107,14 +107,17 @@ impl Runtime {
     /// Gets a running sandbox for an admitted request and makes it the client's.
     async fn hand_out(&self, a: Admitted, req: &CreateSandbox) -> Result<Sandbox, RuntimeError> {
         // A pooled sandbox has its mounts already: one with volumes is booted for them.
-        let pooled = if a.volumes.is_empty() {
+        let pooled = if a.volumes.is_empty() && req.mounts.is_empty() {
             self.take_pooled(&a.tmpl, a.limits)
         } else {
             None
         };
         let live = match pooled {
             Some(live) => live,
-            None => self.boot(&a.tmpl, &a.tenant, a.limits, &a.volumes).await?,
+            None => {
+                let boot = self.boot(&a.tmpl, &a.tenant, a.limits, &a.volumes);
+                crate::host_mounts::scope(req.mounts.clone(), boot).await?
+            }
         };
         self.refill(&a.tmpl);
         if let Err(err) = live.send_env(&req.env, req.workdir.as_deref()).await {
@@ -333,8 +336,18 @@ impl Runtime {
                 read_only: m.read_only,
             })
             .collect();
+        let host = crate::host_mounts::current();
+        if !host.is_empty() && mount.is_none() {
+            return Err(RuntimeError::HostMount {
+                host: host[0].host.clone(),
+                source: std::io::Error::other("host paths need a template with a disk workspace"),
+            });
+        }
+        let (host_targets, host_trees) = crate::host_mounts::trees(&host)?;
+        let mut trees = trees;
+        trees.extend(host_trees);
         let (p0, channels, zygote) = self
-            .request_fork(tmpl, id, limits, mount, (targets, trees))
+            .request_fork(tmpl, id, limits, mount, (targets, trees), host_targets)
             .await?;
         *forked_by = Some(zygote);
         let (mut ctrl, stdout, stderr) = channels.keep_ours()?;
@@ -408,6 +421,7 @@ impl Runtime {
         limits: EffectiveLimits,
         mut mount: Option<OwnedFd>,
         (targets, trees): (Vec<VolumeTarget>, Vec<OwnedFd>),
+        host_targets: Vec<sandlot_jail::config::HostMountTarget>,
     ) -> Result<(i32, Channels, Arc<Zygote>), RuntimeError> {
         let fsize_mb = if mount.is_some() {
             // The quota caps the workspace; a pooled sandbox may be handed out with a larger
@@ -418,6 +432,8 @@ impl Runtime {
         };
         let mut cfg = jail_config(limits, fsize_mb);
         cfg.volumes = targets;
+        // Their trees follow the volumes' in `trees`.
+        cfg.host_mounts = host_targets;
         let jail = serde_json::to_value(cfg).map_err(encoding("the jail config"))?;
         let trees = Arc::new(trees);
         // Only the base environment goes through the zygote; the creator's variables are sent
@@ -485,6 +501,7 @@ pub(crate) fn new_record(id: &str, a: &Admitted, req: &CreateSandbox) -> Sandbox
         paused_at: None,
         last_restore: None,
         volumes: a.volumes.clone(),
+        mounts: req.mounts.clone(),
         ports: crate::ports::requested_ports(req),
         all_ports: req.all_ports,
         tenant: req
@@ -529,6 +546,7 @@ fn jail_config(limits: EffectiveLimits, fsize_mb: u64) -> JailConfig {
         landlock: true,
         seccomp: true,
         volumes: Vec::new(),
+        host_mounts: Vec::new(),
     }
 }
 

@@ -103,6 +103,7 @@ pub async fn admit_new<L: Lookups>(
         limits,
         needs_trusted,
     )?);
+    crate::trusted::gate_mounts(gov, who, req)?;
     check_disk(gov, lookups, who).await?;
     admit(gov, lookups, who, limits, 1).await
 }
@@ -121,6 +122,8 @@ pub async fn admit_like<L: Lookups>(
     if let Some(g) = gov {
         if let Some(sb) = lookups.sandbox(id).await {
             g.gate_like(who, &sb)?;
+            // Its host paths, asked again by `who` (a fork's children, a resume).
+            g.gate_host_paths(who, &sb.mounts, &sb.tier)?;
         }
     }
     let count = match like {

@@ -380,6 +380,7 @@ impl Backend for Runtime {
         req: ExecuteRequest,
         events: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> impl Future<Output = Result<ExecutionResult, ApiError>> + Send {
+        let req = crate::trusted::apply_policy_rollback(req);
         Runtime::execute(self, id, req, events).map(api)
     }
 

@@ -98,6 +98,7 @@ pub fn code_of(e: &RuntimeError) -> ErrorCode {
         | R::StateFile { .. }
         | R::VolumeMount { .. }
         | R::Encode { .. } => C::Internal,
+        R::HostMount { .. } => C::InvalidArgument,
     }
 }
 

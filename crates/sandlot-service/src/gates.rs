@@ -64,6 +64,7 @@ impl Governance {
         detail: Option<serde_json::Value>,
     ) -> (String, Decision) {
         let d = self.policy.decide(&Query::new(who.clone(), request));
+        crate::trusted::note_rollback(&d);
         let id = self.record(who, resource, &d, detail);
         (id, d)
     }

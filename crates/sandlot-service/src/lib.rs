@@ -20,6 +20,7 @@ pub mod reviews;
 pub mod revoke;
 mod service;
 pub mod shares;
+pub mod trusted;
 
 pub use admission::{admit_like, admit_new, Like, Lookups};
 pub use backend::Backend;

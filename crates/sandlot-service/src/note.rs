@@ -28,6 +28,10 @@ pub struct NoteData {
     /// codes (a JSON `code`): E2B's sandbox tokens refused on the code interpreter (plain
     /// text) and on Connect RPC (whose `code` is Connect's).
     pub refusal: Option<&'static str>,
+    /// An `execute` decision for it was an allow through a permit carrying
+    /// `@on_failure("rollback")`: its execution runs with `on_failure: rollback` whatever the
+    /// caller asked (`crate::trusted::apply_policy_rollback`).
+    pub rollback: bool,
 }
 
 impl Note {
@@ -54,6 +58,10 @@ impl Note {
 
     pub fn set_refusal(code: &'static str) {
         Self::with(|d| d.refusal = Some(code));
+    }
+
+    pub fn require_rollback() {
+        Self::with(|d| d.rollback = true);
     }
 
     pub fn set_trace_id(id: &str) {

@@ -195,6 +195,7 @@ impl<'a, B: Backend> Service<'a, B> {
         };
         let trusted = current.tier == TRUSTED_TIER;
         let tier = gate_create(self.gov, who, &asked, current.limits, trusted)?;
+        crate::trusted::check_internal(&asked.network, &tier)?;
         if tier != current.tier {
             return Err(ApiError::new(
                 ErrorCode::PolicyDenied,

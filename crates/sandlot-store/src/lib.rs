@@ -285,7 +285,7 @@ impl Store {
                     .as_ref()
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
-                to_json(serde_json::to_string(&s.volumes))?,
+                to_json(rows::mounts_json(s))?,
                 to_json(serde_json::to_string(&s.ports))?,
                 s.all_ports,
                 s.tenant,
@@ -339,7 +339,7 @@ impl Store {
                     .as_ref()
                     .map(|r| to_json(serde_json::to_string(r)))
                     .transpose()?,
-                to_json(serde_json::to_string(&s.volumes))?,
+                to_json(rows::mounts_json(s))?,
                 to_json(serde_json::to_string(&s.ports))?,
                 s.all_ports,
                 s.tenant,

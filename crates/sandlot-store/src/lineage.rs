@@ -412,6 +412,7 @@ mod tests {
             network: vec![],
             secrets: vec![],
             contained: None,
+            mounts: Vec::new(),
             port_token: None,
         }
     }

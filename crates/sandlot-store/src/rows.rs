@@ -60,7 +60,7 @@ pub(crate) fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
                 Some(serde_json::from_str(&text).map_err(|e| conversion_failure(19, Box::new(e)))?)
             }
         },
-        volumes: json_column(row, 20, |s| serde_json::from_str(s))?,
+        volumes: json_column(row, 20, |s| decode_mounts(s).map(|m| m.0))?,
         ports: json_column(row, 21, |s| serde_json::from_str(s))?,
         all_ports: row.get(22)?,
         tenant: row.get(23)?,
@@ -68,7 +68,48 @@ pub(crate) fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<Sandbox> {
         network: json_column(row, 25, |s| serde_json::from_str(s))?,
         secrets: json_column(row, 26, |s| serde_json::from_str(s))?,
         contained: row.get(27)?,
+        mounts: json_column(row, 20, |s| decode_mounts(s).map(|m| m.1))?,
         port_token: None,
+    })
+}
+
+/// The `volumes` column of a sandbox: the list of its volumes, or — when it mounts host paths
+/// too (issue 23's trusted tier) — `{"volumes": [...], "host_mounts": [...]}`. The same column
+/// carries both so that no schema version is spent on it; a row written before reads as a list.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum MountsColumn {
+    Volumes(Vec<sandlot_types::VolumeMount>),
+    Both {
+        volumes: Vec<sandlot_types::VolumeMount>,
+        host_mounts: Vec<sandlot_types::HostMount>,
+    },
+}
+
+pub(crate) fn mounts_json(s: &Sandbox) -> serde_json::Result<String> {
+    if s.mounts.is_empty() {
+        serde_json::to_string(&s.volumes)
+    } else {
+        serde_json::to_string(&MountsColumn::Both {
+            volumes: s.volumes.clone(),
+            host_mounts: s.mounts.clone(),
+        })
+    }
+}
+
+#[allow(clippy::type_complexity)]
+fn decode_mounts(
+    text: &str,
+) -> serde_json::Result<(
+    Vec<sandlot_types::VolumeMount>,
+    Vec<sandlot_types::HostMount>,
+)> {
+    Ok(match serde_json::from_str(text)? {
+        MountsColumn::Volumes(v) => (v, Vec::new()),
+        MountsColumn::Both {
+            volumes,
+            host_mounts,
+        } => (volumes, host_mounts),
     })
 }
 

@@ -44,6 +44,7 @@ fn sandbox(id: &str, created_at: &str, state: SandboxState) -> Sandbox {
         network: vec!["pkgs.test".to_owned()],
         secrets: vec!["token".to_owned()],
         contained: None,
+        mounts: Vec::new(),
         port_token: None,
     }
 }
@@ -160,6 +161,34 @@ fn enum_columns_match_the_wire_names() {
     ] {
         assert_eq!(end_state_str(e), json(serde_json::to_value(e).unwrap()));
     }
+}
+
+/// A trusted sandbox's host paths share the `volumes` column with its volumes (an object
+/// when it has any, the plain list otherwise): both read back, through insert and update.
+#[test]
+fn host_mounts_roundtrip_beside_volumes() {
+    let store = Store::open_in_memory().unwrap();
+    let mut sb = sandbox("sb-m", "2025-01-01T00:00:00.000Z", SandboxState::Running);
+    sb.volumes = vec![sandlot_types::VolumeMount {
+        name: "data".into(),
+        path: "data".into(),
+        read_only: true,
+    }];
+    sb.mounts = vec![sandlot_types::HostMount {
+        host: "/srv/data".into(),
+        path: "/mnt/data".into(),
+    }];
+    store.insert_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-m").unwrap(), Some(sb.clone()));
+    sb.mounts.push(sandlot_types::HostMount {
+        host: "/etc/hosts".into(),
+        path: "/mnt/hosts".into(),
+    });
+    store.update_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-m").unwrap(), Some(sb.clone()));
+    sb.mounts.clear();
+    store.update_sandbox(&sb).unwrap();
+    assert_eq!(store.get_sandbox("sb-m").unwrap(), Some(sb));
 }
 
 #[test]

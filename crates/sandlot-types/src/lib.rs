@@ -121,6 +121,10 @@ pub struct CreateSandbox {
     /// Named volumes to mount (each under `/workspace`).
     #[serde(default)]
     pub volumes: Vec<VolumeMount>,
+    /// Read-only host paths to mount (the trusted tier only, each granted by the policy's
+    /// `mount_host_path` gate): a host directory or file shown at a path under `/mnt`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<HostMount>,
     /// TCP ports inside the sandbox reachable from outside through
     /// `/v1/sandboxes/{id}/ports/{port}/...` (and E2B's `E2b-Sandbox-Port` header).
     #[serde(default)]
@@ -185,6 +189,19 @@ pub struct NetworkUpdate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<SecretSpec>>,
 }
+
+/// A read-only host path mounted into a trusted-tier sandbox (`mounts` at creation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostMount {
+    /// The host directory or file: absolute, without `.`/`..` or symlinks anywhere on it.
+    pub host: String,
+    /// Where it appears in the sandbox: an absolute path under `/mnt` (`/mnt/data`).
+    pub path: String,
+}
+
+/// Most host paths one sandbox may mount.
+pub const MAX_HOST_MOUNTS: usize = 4;
 
 /// A named volume mounted into a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,6 +369,9 @@ pub struct Sandbox {
     /// Named volumes it mounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeMount>,
+    /// Read-only host paths it mounts (see [`CreateSandbox::mounts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<HostMount>,
     /// Ports reachable from outside (see [`CreateSandbox::ports`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,

@@ -53,6 +53,7 @@ mod soak;
 mod state;
 mod templates;
 mod tenancy;
+mod trusted;
 mod uids;
 mod volumes;
 mod zygote;

@@ -396,11 +396,14 @@ impl Inner {
             );
             return;
         }
-        if let Err(why) = self.still_allowed(sb, job).await {
+        // One note for the gate and the execution: a policy that requires rollback for what it
+        // allowed (issue 23) is noted by the gate and read by the execution.
+        let note = sandlot_service::Note::default();
+        if let Err(why) = note.clone().scope(self.still_allowed(sb, job)).await {
             self.end(&job.id, state::FAILED, None, None, &why);
             return;
         }
-        let outcome = self.execute(sb, job).await;
+        let outcome = note.scope(self.execute(sb, job)).await;
         let stopped = self.stopping.load(Ordering::SeqCst);
         match outcome {
             Ok(result) => {
@@ -464,7 +467,8 @@ impl Inner {
     ) -> Result<sandlot_types::ExecutionResult, ApiError> {
         let deadline = tokio::time::Instant::now() + BUSY_RETRY_FOR;
         loop {
-            let (rt, id, req) = (self.rt.clone(), sb.to_owned(), job.request.clone());
+            let req = sandlot_service::trusted::apply_policy_rollback(job.request.clone());
+            let (rt, id) = (self.rt.clone(), sb.to_owned());
             let mut run: ExecutionHandle<ApiError> = execution::start(
                 move |tx| async move { rt.execute(&id, req, Some(tx)).await.map_err(api_error) },
                 Dropped::RunOn,

@@ -17,6 +17,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     Type,
     Union,
@@ -378,6 +379,8 @@ def create_body(
     volumes: VolumesArg = None,
     ports: PortsArg = None,
     all_ports: bool = False,
+    tier: Optional[str] = None,
+    mounts: Optional[Sequence[Any]] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -399,15 +402,38 @@ def create_body(
         if on_idle not in IDLE_ACTIONS:
             raise errors.InvalidArgument(f"on_idle must be 'delete' or 'pause', not {on_idle!r}", code="invalid_argument")
         body["on_idle"] = on_idle
-    mounts = volume_mounts_json(volumes)
-    if mounts:
-        body["volumes"] = mounts
+    vols = volume_mounts_json(volumes)
+    if vols:
+        body["volumes"] = vols
     exposed = ports_json(ports)
     if exposed:
         body["ports"] = exposed
     if all_ports:
         body["all_ports"] = True
+    if tier is not None:
+        body["tier"] = str(tier)
+    host = host_mounts_json(mounts)
+    if host:
+        body["mounts"] = host
     return body
+
+
+def host_mounts_json(mounts: Optional[Sequence[Any]]) -> List[Dict[str, str]]:
+    """The ``mounts`` of a CreateSandbox (read-only host paths, trusted tier only) from dicts
+    ``{"host": ..., "path": ...}`` or ``(host, path)`` pairs."""
+    if mounts is None:
+        return []
+    if isinstance(mounts, (str, bytes, Mapping)):
+        raise TypeError("mounts must be a list of {'host': ..., 'path': ...} (or (host, path) pairs), not a single one")
+    out: List[Dict[str, str]] = []
+    for m in mounts:
+        if isinstance(m, Mapping):
+            out.append({"host": str(m["host"]), "path": str(m["path"])})
+        elif isinstance(m, (tuple, list)) and len(m) == 2:
+            out.append({"host": str(m[0]), "path": str(m[1])})
+        else:
+            raise TypeError(f"a mount is {{'host': ..., 'path': ...}} or (host, path), not {m!r}")
+    return out
 
 
 def fork_body(n: int, same_seed: bool) -> Dict[str, Any]:

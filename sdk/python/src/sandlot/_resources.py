@@ -73,6 +73,8 @@ class SandboxInfo:
     paused_at: Optional[str] = None
     last_restore: Optional["LastRestore"] = None
     volumes: List["VolumeMount"] = field(default_factory=list)
+    #: Read-only host paths it mounts (trusted tier): ``{"host": ..., "path": ...}`` each.
+    mounts: List[Dict[str, str]] = field(default_factory=list)
     ports: List[int] = field(default_factory=list)
     all_ports: bool = False
     tenant: str = "default"
@@ -117,6 +119,11 @@ class SandboxInfo:
             paused_at=d.get("paused_at"),
             last_restore=LastRestore.from_json(lr) if isinstance((lr := d.get("last_restore")), Mapping) else None,
             volumes=[VolumeMount.from_json(m) for m in (d.get("volumes") or []) if isinstance(m, Mapping)],
+            mounts=[
+                {"host": str(m.get("host", "")), "path": str(m.get("path", ""))}
+                for m in (d.get("mounts") or [])
+                if isinstance(m, Mapping)
+            ],
             ports=[int(p) for p in (d.get("ports") or []) if isinstance(p, int)],
             all_ports=bool(d.get("all_ports", False)),
             tenant=str(d.get("tenant") or "default"),

@@ -19,6 +19,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Union,
 )
 from urllib.parse import quote
@@ -147,13 +148,16 @@ class AsyncSandbox:
         volumes: VolumesArg = None,
         ports: PortsArg = None,
         all_ports: bool = False,
+        tier: Optional[str] = None,
+        mounts: Optional[Sequence[Any]] = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> _Creating:
         """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
         body = create_body(
-            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports
+            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports,
+            tier, mounts,
         )
 
         async def make() -> "AsyncSandbox":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -71,7 +71,11 @@ class Sandbox:
     :class:`~sandlot.VolumeNotFound`, a read-write mount of a volume another sandbox holds
     read-write :class:`~sandlot.VolumeInUse`. ``ports`` lists TCP ports (at most 32) an app
     inside may serve on, reachable from outside at :meth:`get_url`; ``all_ports=True`` exposes
-    1024-65535. ``url`` and ``api_key`` default to
+    1024-65535. ``tier`` asks for ``"isolated"`` (the default) or ``"trusted"``; ``mounts``
+    (trusted tier only) lists read-only host paths ``{"host": "/srv/data", "path": "/mnt/data"}``
+    that the operator's policy grants (``mount_host_path``): a path not granted, or an isolated
+    sandbox, raises :class:`~sandlot.PolicyDenied`; a malformed or symlinked host path
+    :class:`~sandlot.InvalidArgument`. ``url`` and ``api_key`` default to
     ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
     """
 
@@ -97,12 +101,15 @@ class Sandbox:
         volumes: VolumesArg = None,
         ports: PortsArg = None,
         all_ports: bool = False,
+        tier: Optional[str] = None,
+        mounts: Optional[Sequence[Any]] = None,
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
         body = create_body(
-            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports
+            template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports,
+            tier, mounts,
         )
         cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
         http = SyncHTTP(cfg, transport)
