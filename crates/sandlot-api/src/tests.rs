@@ -958,6 +958,7 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::ReviewDenied, 403),
     (ErrorCode::ReviewDecided, 409),
     (ErrorCode::CsrfFailed, 403),
+    (ErrorCode::ReviewPending, 409),
 ];
 
 #[test]

@@ -195,6 +195,32 @@ impl Store {
         reviews("look up a held action", run())
     }
 
+    /// The review an identical retry of a held action finds again (protocols whose clients
+    /// cannot re-submit with a review's id: E2B, MCP): the newest of `tenant`, asked by
+    /// `key_id`, at `gate`, holding exactly `fingerprint`, that is still pending or approved
+    /// and not yet released. Denied and released ones are never found, so an action is
+    /// released once and a denied one is asked for again.
+    pub fn review_for_retry(
+        &self,
+        tenant: &str,
+        key_id: &str,
+        gate: &str,
+        fingerprint: &str,
+    ) -> Result<Option<ReviewRecord>, StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<Option<ReviewRecord>> {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM reviews WHERE fingerprint = ?1 AND tenant = ?2 \
+                 AND key_id = ?3 AND gate = ?4 AND consumed_at IS NULL \
+                 AND state IN ('pending', 'approved') \
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            ))?
+            .query_row(params![fingerprint, tenant, key_id, gate], from_row)
+            .optional()
+        };
+        reviews("look up a held action", run())
+    }
+
     /// Decides a pending review: `approved` or `denied` by `by`, at `at`, for `reason`. The
     /// decided row, or `None` when it was not pending (decided already, or no such review):
     /// a review is decided once.
