@@ -435,6 +435,50 @@ impl Governance {
         self.settle(who, &d, &id, resource, fp, summary).await
     }
 
+    /// The `execute` gate of work that runs later (a job): allowed → `None`; denied → 403
+    /// `policy_denied`; held for review → the review that holds it (this key's pending or
+    /// approved and unreleased one for exactly this code, or a new pending one), neither
+    /// waited on nor released: the work runs once its runner's own gate
+    /// ([`crate::Service::gate_execute`] under a retrying ask) finds it approved and
+    /// releases it.
+    pub fn gate_execute_later(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        code: &str,
+        language: sandlot_types::Language,
+    ) -> Result<Option<sandlot_store::ReviewRecord>, ApiError> {
+        let pp = policy_principal(who);
+        let resource = format!("Sandbox::{:?}", sandbox.id);
+        let (id, d) = self.decide(
+            &pp,
+            GateRequest::Execute {
+                sandbox: sandbox_ref(sandbox),
+                code_bytes: code.len() as u64,
+                language: language.as_str().into(),
+                code: code.to_owned(),
+            },
+            resource.clone(),
+            None,
+        );
+        if d.allowed {
+            return Ok(None);
+        }
+        if !d.needs_review() {
+            return Err(denied(&d, &id));
+        }
+        // The runner's gate goes through `Service::gate_execute` (no context).
+        let (fp, summary) = execute_review(sandbox, code, language, None);
+        let found = self.reviews.for_retry(&pp, d.gate.as_str(), &fp)?;
+        match found {
+            Some(r) => Ok(Some(r)),
+            None => self
+                .reviews
+                .hold(&pp, &d, &id, resource, fp, summary)
+                .map(Some),
+        }
+    }
+
     /// A gate whose caller can be held: allowed → proceed; denied → 403 `policy_denied`;
     /// held for review → see [`Governance::hold_decided`].
     pub async fn gate_held(

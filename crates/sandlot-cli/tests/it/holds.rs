@@ -567,3 +567,108 @@ fn e2b_and_mcp_held_calls_wait_then_are_released_by_the_identical_retry() {
     let third = call(4);
     assert_eq!(third["result"]["isError"], true, "released once: {third}");
 }
+
+/// Job `id` as `who` sees it.
+fn job(who: &As<'_>, id: &str) -> Value {
+    who.get(&format!("/v1/jobs/{id}")).expect(200).clone()
+}
+
+/// Waits until job `id` is in `state`.
+#[track_caller]
+fn job_reaches(who: &As<'_>, id: &str, state: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let j = job(who, id);
+        if j["state"] == state {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job {id} not {state}: {j}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_held_job_waits_survives_kill_9_and_runs_once_after_approval() {
+    let mut server = governed(&[]);
+    let asker = server.tenant("acme").role("admin").create();
+    let (approver_key, _) = key_of(&server, "acme", "admin");
+    let (sb, held_id, denied_id, plain_id, rid, did) = {
+        let a = As::key(&server, &asker.key);
+        let approver = As::key(&server, &approver_key);
+        let sb = a.post("/v1/sandboxes", &json!({})).expect(201)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let submit = |code: &str| {
+            let r = a.post(
+                &format!("/v1/sandboxes/{sb}/jobs"),
+                &json!({"code": code, "language": "bash"}),
+            );
+            r.expect(202).clone()
+        };
+        // Held: accepted `held`, its reason naming the review; nothing ran.
+        let h = submit("echo held-marker >> /workspace/job.txt; echo done");
+        assert_eq!(h["state"], "held", "{h}");
+        let reason = h["reason"].as_str().unwrap().to_owned();
+        assert!(reason.starts_with("held for review rev_"), "{reason}");
+        let rid = review_named(&reason);
+        // A held job does not hold up the next one on its sandbox.
+        let p = submit("echo plain");
+        let plain_id = p["id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            job_reaches(&a, &plain_id, "succeeded")["result"]["stdout"],
+            "plain\n"
+        );
+        let d = submit("echo held-marker > /workspace/denied.txt");
+        let did = review_named(d["reason"].as_str().unwrap());
+        assert_ne!(did, rid);
+        assert_eq!(pending(&approver, 2).len(), 2);
+        a.get(&format!("/v1/sandboxes/{sb}/jobs?state=held"))
+            .expect(200);
+        (
+            sb,
+            h["id"].as_str().unwrap().to_owned(),
+            d["id"].as_str().unwrap().to_owned(),
+            plain_id,
+            rid,
+            did,
+        )
+    };
+
+    // kill -9 while held: still held after the restart, never run unapproved.
+    server.kill9();
+    server.restart();
+    let a = As::key(&server, &asker.key);
+    let approver = As::key(&server, &approver_key);
+    assert_eq!(job(&a, &held_id)["state"], "held");
+    assert_eq!(job(&a, &denied_id)["state"], "held");
+    assert_eq!(job(&a, &plain_id)["state"], "succeeded");
+    let files = |name: &str| {
+        let r = a.post(
+            &format!("/v1/sandboxes/{sb}/execute"),
+            &json!({"code": format!(
+                "import os\np='/workspace/{name}'\nprint(open(p).read() if os.path.exists(p) else '<absent>', end='')"
+            )}),
+        );
+        r.expect(200)["stdout"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(files("job.txt"), "<absent>");
+
+    // Approved: it continues by itself, once.
+    decide(&approver, &rid, "approve", "ok").expect(200);
+    let done = job_reaches(&a, &held_id, "succeeded");
+    assert_eq!(done["result"]["stdout"], "done\n", "{done}");
+    assert_eq!(files("job.txt"), "held-marker\n");
+    // Denied: it fails saying so; it never ran.
+    decide(&approver, &did, "deny", "not this one").expect(200);
+    let failed = job_reaches(&a, &denied_id, "failed");
+    let why = failed["reason"].as_str().unwrap();
+    assert!(
+        why.contains("review_denied") && why.contains("not this one"),
+        "{why}"
+    );
+    assert_eq!(files("denied.txt"), "<absent>");
+    // The approval was used once.
+    let r = approver.get(&format!("/v1/reviews/{rid}"));
+    assert!(r.expect(200)["review"]["consumed_at"].is_string());
+}
