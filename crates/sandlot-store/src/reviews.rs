@@ -313,6 +313,57 @@ mod tests {
         }
     }
 
+    /// A retry finds only its own key's, tenant's, gate's and fingerprint's review, pending
+    /// or approved and unreleased; never a denied or released one.
+    #[test]
+    fn a_retry_finds_only_its_own_open_review() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("sandlot.db")).unwrap();
+        let mut r = review("rev_r", 100);
+        r.fingerprint = "fp".into();
+        store.insert_review(&r).unwrap();
+        let find = |tenant: &str, key: &str, gate: &str, fp: &str| {
+            store
+                .review_for_retry(tenant, key, gate, fp)
+                .unwrap()
+                .map(|r| r.id)
+        };
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp").as_deref(),
+            Some("rev_r")
+        );
+        assert_eq!(find("acme", "key_2", "execute", "fp"), None, "another key");
+        assert_eq!(
+            find("beta", "key_1", "execute", "fp"),
+            None,
+            "another tenant"
+        );
+        assert_eq!(find("acme", "key_1", "egress", "fp"), None, "another gate");
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp2"),
+            None,
+            "another action"
+        );
+        store
+            .decide_review("rev_r", true, "key_admin", "t1", "ok")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp").as_deref(),
+            Some("rev_r")
+        );
+        assert!(store.consume_review("rev_r", "t2").unwrap());
+        assert_eq!(find("acme", "key_1", "execute", "fp"), None, "released");
+        let mut d = review("rev_d", 100);
+        d.fingerprint = "fp".into();
+        store.insert_review(&d).unwrap();
+        store
+            .decide_review("rev_d", false, "key_admin", "t3", "no")
+            .unwrap()
+            .unwrap();
+        assert_eq!(find("acme", "key_1", "execute", "fp"), None, "denied");
+    }
+
     /// Decided once, consumed once, expired only while pending, and all of it on disk.
     #[test]
     fn a_review_is_decided_once_and_released_once() {
