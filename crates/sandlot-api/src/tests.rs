@@ -138,6 +138,7 @@ fn sample_result_rolled_back() -> sandlot_types::Rollback {
 
 fn sample_result(id: &str) -> ExecutionResult {
     ExecutionResult {
+        output_held: None,
         id: "ex1".into(),
         sandbox_id: id.to_owned(),
         language: Language::Python,
@@ -1619,6 +1620,7 @@ fn samples_validate_against_the_schemas() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: None,
                 result: None,
                 error: None,
                 exit_code: None,
@@ -1629,6 +1631,9 @@ fn samples_validate_against_the_schemas() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: Some(sandlot_types::OutputHeld {
+                    review: "rev_1".into(),
+                }),
                 rolled_back: true,
                 rollback: Some(sandlot_types::Rollback {
                     reason: "error".into(),
@@ -1808,6 +1813,9 @@ fn schema_properties_match_the_types() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: Some(sandlot_types::OutputHeld {
+                    review: "rev_1".into(),
+                }),
                 rolled_back: true,
                 rollback: Some(sandlot_types::Rollback {
                     reason: "timeout".into(),

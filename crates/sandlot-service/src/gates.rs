@@ -873,6 +873,13 @@ impl Governor for ServerGovernor {
             .gov
             .policy
             .output_outcome(&pp, &sandbox_ref(f.sandbox), &finding);
+        // Withheld by a decision held for review: the execution's original output may be
+        // released by a person (kept when the execution ends, `hold_output`).
+        if d.needs_review() && outcome == Outcome::Withhold {
+            if let Some(exec) = f.execution_id {
+                self.gov.held_outputs.note(exec, &d, &pp);
+            }
+        }
         if f.record {
             sandlot_telemetry::metrics().guardrail_finding(outcome.as_str());
             let decision = self.gov.record(
@@ -901,6 +908,21 @@ impl Governor for ServerGovernor {
 
     fn contained(&self, sandbox: &Sandbox, why: &str) {
         tracing::warn!(sandbox = %sandbox.id, tenant = %sandbox.tenant, why, "contained");
+    }
+
+    fn hold_output(
+        &self,
+        sandbox: &Sandbox,
+        execution_id: &str,
+        outcome: Outcome,
+        original: &sandlot_types::ExecutionResult,
+    ) -> Option<String> {
+        self.gov.hold_output(
+            sandbox,
+            execution_id,
+            outcome == Outcome::Withhold,
+            original,
+        )
     }
 }
 

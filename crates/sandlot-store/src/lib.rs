@@ -464,6 +464,7 @@ impl Store {
                         traceback: Vec::new(),
                     };
                     let result = ExecutionResult {
+                        output_held: None,
                         id,
                         sandbox_id,
                         language,

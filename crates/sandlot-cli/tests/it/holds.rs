@@ -17,7 +17,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The shipped set plus: sandboxes of 200 MB, templates named `held*`, code that says
-/// `held-marker`, and every creation of tenant `e2bt` need a person.
+/// `held-marker`, every creation of tenant `e2bt`, and releasing output with a GitHub token
+/// need a person.
 fn hold_policies() -> String {
     format!(
         "{}\n@id(\"review-200mb\")\n@review(\"a 200 MB sandbox needs a person\")\n\
@@ -31,7 +32,10 @@ fn hold_policies() -> String {
          when {{ context.code like \"*held-marker*\" }};\n\
          @id(\"review-e2bt\")\n@review(\"e2bt's sandboxes need a person\")\n\
          permit (principal, action == Sandlot::Action::\"create_sandbox\", resource)\n\
-         when {{ principal in Sandlot::Tenant::\"e2bt\" }};\n",
+         when {{ principal in Sandlot::Tenant::\"e2bt\" }};\n\
+         @id(\"review-release\")\n@review(\"a token in output is released only after a person looks\")\n\
+         permit (principal, action == Sandlot::Action::\"output_withhold\", resource)\n\
+         when {{ context.rule == \"github-token\" }};\n",
         sandlot_policy::DEFAULT_POLICIES
     )
 }
@@ -671,4 +675,90 @@ fn a_held_job_waits_survives_kill_9_and_runs_once_after_approval() {
     // The approval was used once.
     let r = approver.get(&format!("/v1/reviews/{rid}"));
     assert!(r.expect(200)["review"]["consumed_at"].is_string());
+}
+
+#[test]
+fn held_output_is_released_after_approval_survives_kill_9_and_is_dropped_after_deny() {
+    let mut server = governed(&[]);
+    let asker = server.tenant("acme").role("admin").create();
+    let (approver_key, _) = key_of(&server, "acme", "admin");
+    let beta_key = server.tenant("beta").role("admin").key();
+    let token = format!("ghp_{}", "a1B2c3D4e5".repeat(4).get(..36).unwrap());
+    // The code builds the token, so only the output holds it.
+    let code = format!("t = 'ghp_' + '{}'\nprint('token:', t)", &token[4..]);
+    let (sb, eid, rid) = {
+        let a = As::key(&server, &asker.key);
+        let sb = a.post("/v1/sandboxes", &json!({})).expect(201)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let r = a.post(
+            &format!("/v1/sandboxes/{sb}/execute"),
+            &json!({"code": code}),
+        );
+        let b = r.expect(200).clone();
+        assert!(!r.text.contains(&token), "withheld: {b}");
+        assert!(b["stdout"].as_str().unwrap().contains("withheld"), "{b}");
+        let rid = b["output_held"]["review"]
+            .as_str()
+            .expect("output_held")
+            .to_owned();
+        let eid = b["id"].as_str().unwrap().to_owned();
+        // Pending: 202 with the review, which never shows the output.
+        let held = a.get(&format!("/v1/sandboxes/{sb}/executions/{eid}/held-output"));
+        assert_eq!(held.expect(202)["review"]["id"], rid.as_str());
+        assert!(!held.text.contains(&token), "{}", held.text);
+        let rv = a.get(&format!("/v1/reviews/{rid}"));
+        assert!(!rv.text.contains(&token), "{}", rv.text);
+        assert_eq!(
+            rv.expect(200)["review"]["request"]["execution"],
+            eid.as_str()
+        );
+        // Another tenant: as if absent.
+        let beta = As::key(&server, &beta_key);
+        let r = beta.get(&format!("/v1/sandboxes/{sb}/executions/{eid}/held-output"));
+        assert_eq!(r.status, 404, "{}", r.text);
+        assert!(!r.text.contains(&token));
+        for bad in ["..%2f..%2fx", "nope"] {
+            let r = a.get(&format!("/v1/sandboxes/{sb}/executions/{bad}/held-output"));
+            assert_eq!(r.status, 404, "{}", r.text);
+        }
+        (sb, eid, rid)
+    };
+    // Kept across kill -9.
+    server.kill9();
+    server.restart();
+    let a = As::key(&server, &asker.key);
+    let approver = As::key(&server, &approver_key);
+    let path = format!("/v1/sandboxes/{sb}/executions/{eid}/held-output");
+    a.get(&path).expect(202);
+    decide(&approver, &rid, "approve", "fine to see").expect(200);
+    let released = a.get(&path);
+    let out = released.expect(200)["stdout"].as_str().unwrap().to_owned();
+    assert_eq!(out, format!("token: {token}\n"));
+    assert!(
+        approver.get(&format!("/v1/reviews/{rid}")).expect(200)["review"]["consumed_at"]
+            .is_string()
+    );
+    a.get(&path).expect(200);
+
+    // Denied: dropped, stays withheld.
+    let r = a.post(
+        &format!("/v1/sandboxes/{sb}/execute"),
+        &json!({"code": code}),
+    );
+    let b = r.expect(200).clone();
+    let rid2 = b["output_held"]["review"].as_str().unwrap().to_owned();
+    let eid2 = b["id"].as_str().unwrap().to_owned();
+    let kept = server
+        .data_dir()
+        .join("held-output")
+        .join(format!("{eid2}.json"));
+    assert!(kept.exists());
+    decide(&approver, &rid2, "deny", "no").expect(200);
+    assert!(!kept.exists(), "dropped when denied");
+    let path2 = format!("/v1/sandboxes/{sb}/executions/{eid2}/held-output");
+    let r = a.get(&path2);
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert!(!r.text.contains(&token));
 }
