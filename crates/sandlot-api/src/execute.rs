@@ -51,6 +51,36 @@ pub(crate) struct HeldQuery {
     review: Option<String>,
 }
 
+impl HeldQuery {
+    /// The ask of a REST call: wait `review_wait` seconds (0: answer 202 at once), or
+    /// re-submit for `review`.
+    pub(crate) fn ask(self) -> ReviewAsk {
+        ReviewAsk {
+            wait: self.review_wait.unwrap_or(0),
+            review: self.review,
+            retry: false,
+        }
+    }
+}
+
+/// The answer of a REST call that may be held: `status` with the result, or 202 with the
+/// review holding it (`{"review": {...}}`), to poll and re-submit with `?review=<id>`.
+pub(crate) fn held_or<T: Serialize>(
+    started: Started<T>,
+    status: axum::http::StatusCode,
+) -> Response {
+    match started {
+        Started::Running(v) => (status, Json(v)).into_response(),
+        Started::Held(review) => held_response(*review),
+    }
+}
+
+/// 202 with the review holding the call.
+pub(crate) fn held_response(review: sandlot_store::ReviewRecord) -> Response {
+    let body = crate::reviews::ReviewBody { review };
+    (axum::http::StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
 pub(crate) async fn execute<B: Backend>(
     State(st): State<AppState<B>>,
     caller: crate::govern::Caller,
@@ -74,20 +104,14 @@ pub(crate) async fn execute<B: Backend>(
     // it is recorded whole.
     // An execution a policy holds for review waits `review_wait` seconds for a person, or
     // answers 202 with the review to poll and re-submit with (`?review=<id>`).
-    let ask = ReviewAsk {
-        wait: held.review_wait.unwrap_or(0),
-        review: held.review,
-    };
+    let ask = held.ask();
     let mut run = match st
         .svc()
         .start_execution_held(&caller.0, &id, req, stream, OnDrop::RunOn, &ask)
         .await?
     {
         Started::Running(run) => run,
-        Started::Held(review) => {
-            let body = crate::reviews::ReviewBody { review: *review };
-            return Ok((axum::http::StatusCode::ACCEPTED, Json(body)).into_response());
-        }
+        Started::Held(review) => return Ok(held_response(*review)),
     };
     if stream {
         return execute_streaming(run).await;

@@ -228,6 +228,11 @@ pub(crate) fn routes<B: Backend>() -> Vec<Route<B>> {
             execute::interrupt::<B>,
         ),
         route(Get, "/v1/sandboxes/{id}/executions", execute::list::<B>),
+        route(
+            Get,
+            "/v1/sandboxes/{id}/executions/{eid}/held-output",
+            reviews::held_output::<B>,
+        ),
         route(Get, "/v1/sandboxes/{id}/background", background::get::<B>),
         route(Post, "/v1/sandboxes/{id}/fork", state::fork::<B>),
         route(Post, "/v1/sandboxes/{id}/pause", state::pause::<B>),

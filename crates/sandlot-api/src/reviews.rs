@@ -112,8 +112,27 @@ async fn decide<B>(
     ApiJson(body): ApiJson<DecideBody>,
     approve: bool,
 ) -> Result<Json<ReviewBody>, HttpError> {
-    let review = gov(&st)?
-        .reviews
-        .decide(&caller.0, &id, approve, &body.reason)?;
+    let g = gov(&st)?;
+    let review = g.reviews.decide(&caller.0, &id, approve, &body.reason)?;
+    // A denied release of held output drops the kept copy now.
+    g.drop_denied_output(&review);
     Ok(Json(ReviewBody { review }))
+}
+
+/// `GET /v1/sandboxes/{id}/executions/{eid}/held-output`: the original result of an execution
+/// whose output a decision held for review withheld (`sandlot_service::held_output`): 200 once
+/// approved, 202 with the review while pending, 403 `review_denied` once denied (dropped).
+pub(crate) async fn held_output<B>(
+    State(st): State<AppState<B>>,
+    caller: Caller,
+    ApiPath((id, eid)): ApiPath<(String, String)>,
+) -> Result<axum::response::Response, HttpError> {
+    use axum::response::IntoResponse;
+    let g = gov(&st)?;
+    match g.held_output(&caller.0, &id, &eid)? {
+        sandlot_service::held_output::Held::Released(r) => Ok(Json(*r).into_response()),
+        sandlot_service::held_output::Held::Pending(review) => {
+            Ok(crate::execute::held_response(*review))
+        }
+    }
 }

@@ -7,7 +7,7 @@ use crate::govern::Caller;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 use sandlot_types::{CreateSandbox, Sandbox};
 use serde::{Deserialize, Serialize};
@@ -32,10 +32,12 @@ pub(crate) struct ListQuery {
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
+    ApiQuery(held): ApiQuery<crate::execute::HeldQuery>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<CreateSandbox>,
 ) -> Result<Response, HttpError> {
-    let sandbox = st.svc().create(&caller.0, req).await?;
-    Ok((StatusCode::CREATED, Json(sandbox)).into_response())
+    // A creation a policy holds for review: 202 with the review, or waits `review_wait`.
+    let started = held.ask().run(st.svc().create(&caller.0, req)).await?;
+    Ok(crate::execute::held_or(started, StatusCode::CREATED))
 }
 
 pub(crate) async fn list<B: Backend>(

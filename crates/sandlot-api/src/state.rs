@@ -32,10 +32,12 @@ pub(crate) async fn fork<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(held): ApiQuery<crate::execute::HeldQuery>,
     ApiJsonOrDefault(req): ApiJsonOrDefault<ForkRequest>,
 ) -> Result<Response, HttpError> {
-    let result = st.svc().fork(&caller.0, &id, req).await?;
-    Ok((StatusCode::CREATED, Json(result)).into_response())
+    // A fork a policy holds for review: 202 with the review, or waits `review_wait`.
+    let started = held.ask().run(st.svc().fork(&caller.0, &id, req)).await?;
+    Ok(crate::execute::held_or(started, StatusCode::CREATED))
 }
 
 /// `POST /v1/sandboxes/{id}/pause`.
@@ -52,8 +54,11 @@ pub(crate) async fn resume<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Sandbox>, HttpError> {
-    Ok(Json(st.svc().resume(&caller.0, &id).await?))
+    ApiQuery(held): ApiQuery<crate::execute::HeldQuery>,
+) -> Result<Response, HttpError> {
+    // A resume a policy holds for review: 202 with the review, or waits `review_wait`.
+    let started = held.ask().run(st.svc().resume(&caller.0, &id)).await?;
+    Ok(crate::execute::held_or(started, StatusCode::OK))
 }
 
 /// `POST /v1/sandboxes/{id}/snapshots`.

@@ -8,7 +8,7 @@ use crate::govern::{Caller, NameOwner};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 use sandlot_types::{Template, TemplateSpec};
 use serde::{Deserialize, Serialize};
@@ -25,10 +25,16 @@ pub struct TemplateList {
 pub(crate) async fn create<B: Backend>(
     State(st): State<AppState<B>>,
     caller: Caller,
+    crate::extract::ApiQuery(held): crate::extract::ApiQuery<crate::execute::HeldQuery>,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Response, HttpError> {
-    let template = st.svc().create_template(&caller.0, spec).await?;
-    Ok((StatusCode::ACCEPTED, Json(template)).into_response())
+    // A build a policy holds for review: 202 with `{"review": ...}` (a started build's 202
+    // is the template), or waits `review_wait`.
+    let started = held
+        .ask()
+        .run(st.svc().create_template(&caller.0, spec))
+        .await?;
+    Ok(crate::execute::held_or(started, StatusCode::ACCEPTED))
 }
 
 /// `GET /v1/templates`: the caller's tenant's and the built-in `default`; the operator's

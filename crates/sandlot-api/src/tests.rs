@@ -142,6 +142,7 @@ fn sample_result_rolled_back() -> sandlot_types::Rollback {
 
 fn sample_result(id: &str) -> ExecutionResult {
     ExecutionResult {
+        output_held: None,
         id: "ex1".into(),
         sandbox_id: id.to_owned(),
         language: Language::Python,
@@ -962,6 +963,7 @@ const STATUS_TABLE: &[(ErrorCode, u16)] = &[
     (ErrorCode::ReviewDenied, 403),
     (ErrorCode::ReviewDecided, 409),
     (ErrorCode::CsrfFailed, 403),
+    (ErrorCode::ReviewPending, 409),
 ];
 
 #[test]
@@ -1626,6 +1628,7 @@ fn samples_validate_against_the_schemas() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: None,
                 result: None,
                 error: None,
                 exit_code: None,
@@ -1636,6 +1639,9 @@ fn samples_validate_against_the_schemas() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: Some(sandlot_types::OutputHeld {
+                    review: "rev_1".into(),
+                }),
                 rolled_back: true,
                 rollback: Some(sandlot_types::Rollback {
                     reason: "error".into(),
@@ -1819,6 +1825,9 @@ fn schema_properties_match_the_types() {
         (
             "ExecutionResult",
             to(&ExecutionResult {
+                output_held: Some(sandlot_types::OutputHeld {
+                    review: "rev_1".into(),
+                }),
                 rolled_back: true,
                 rollback: Some(sandlot_types::Rollback {
                     reason: "timeout".into(),

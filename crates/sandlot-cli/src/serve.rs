@@ -364,7 +364,8 @@ fn governance(
     let gov = Arc::new(
         sandlot_service::Governance::new(rt.store(), policy.clone(), secret)
             .context("could not load tenants and API keys")?
-            .with_port_url_ttl(port_url_ttl),
+            .with_port_url_ttl(port_url_ttl)
+            .with_held_output_dir(dirs.data_dir.join("held-output")),
     );
     // The operator's internal services (issue 23): reachable by name from trusted-tier
     // sandboxes whose allowlist names them (`service:<name>`), at exactly this address.

@@ -168,6 +168,7 @@ struct NewSandbox {
 async fn create(
     State(ctx): State<Ctx>,
     Extension(who): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     b: Result<Json<NewSandbox>, JsonRejection>,
 ) -> Reply {
     let req = body(b)?;
@@ -266,7 +267,10 @@ async fn create(
     // The creation pipeline every protocol shares (`sandlot_service::admission`): references,
     // template limits, the creation gates (whose answer is the tier), the disk cap and the
     // quota admission.
-    let sb = ctx.svc().create(&who, create).await?;
+    // A creation a policy holds for review waits for a person (see `crate::gates::review_ask`).
+    let sb = crate::gates::review_ask(&headers)?
+        .scope(ctx.svc().create(&who, create))
+        .await?;
     if auto_resume {
         ctx.wakes.insert(&sb.id, who.clone());
     }
@@ -399,6 +403,7 @@ struct ConnectBody {
 async fn connect(
     State(ctx): State<Ctx>,
     Extension(who): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     Path(id): Path<String>,
     b: Result<Json<ConnectBody>, JsonRejection>,
 ) -> Reply {
@@ -411,7 +416,9 @@ async fn connect(
     let resumed = sb.state == SandboxState::Paused;
     if resumed {
         ctx.files_only.before_resume(&ctx, &id).await;
-        ctx.svc().resume(&who, &id).await?;
+        crate::gates::review_ask(&headers)?
+            .scope(ctx.svc().resume(&who, &id))
+            .await?;
     }
     // A resumed sandbox gets the timeout given; a running one only a later end than it has
     // (a connect never shortens a running sandbox's time, as E2B's does not).
@@ -454,6 +461,7 @@ struct ResumeBody {
 async fn resume(
     State(ctx): State<Ctx>,
     Extension(who): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     Path(id): Path<String>,
     b: Result<Json<ResumeBody>, JsonRejection>,
 ) -> Reply {
@@ -470,7 +478,9 @@ async fn resume(
         ));
     }
     ctx.files_only.before_resume(&ctx, &id).await;
-    let mut sb = ctx.svc().resume(&who, &id).await?;
+    let mut sb = crate::gates::review_ask(&headers)?
+        .scope(ctx.svc().resume(&who, &id))
+        .await?;
     if let Some(t) = timeout.filter(|t| *t > 0) {
         sb = time_out_in(&ctx, &id, Duration::from_secs(t), false).await?;
     }
@@ -490,6 +500,7 @@ struct ForkBody {
 async fn fork(
     State(ctx): State<Ctx>,
     Extension(who): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     Path(id): Path<String>,
     b: Result<Json<ForkBody>, JsonRejection>,
 ) -> Reply {
@@ -503,7 +514,9 @@ async fn fork(
         same_seed: false,
     };
     // Children are their parent's tenant's (the runtime copies it).
-    let forked = ctx.svc().fork(&who, &id, req).await?;
+    let forked = crate::gates::review_ask(&headers)?
+        .scope(ctx.svc().fork(&who, &id, req))
+        .await?;
     let timeout = Duration::from_secs(f.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT));
     let mut out = Vec::new();
     for child in forked.sandboxes {

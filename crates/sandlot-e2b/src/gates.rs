@@ -15,7 +15,7 @@
 use crate::Ctx;
 use axum::http::HeaderMap;
 use sandlot_runtime::RuntimeError;
-use sandlot_service::Governance;
+use sandlot_service::{Governance, ReviewAsk};
 use sandlot_types::{ApiError, Language, Principal, Sandbox};
 use std::sync::Arc;
 
@@ -23,9 +23,38 @@ use std::sync::Arc;
 /// are, documented).
 pub(crate) const MAX_SCANNED_DOWNLOAD: u64 = 16 << 20;
 
+/// The header an E2B client may send to say how long a call a policy holds for review waits
+/// for a person (seconds, at most `MAX_REVIEW_WAIT`); absent, the server's
+/// `SANDLOT_REVIEW_WAIT` (default 30 s).
+pub const REVIEW_WAIT_HEADER: &str = "x-sandlot-review-wait";
+
+/// The ask of an E2B call: E2B's SDKs cannot poll a review, so a held call waits (the
+/// header's seconds, or the server's default) and, still pending, fails with 409
+/// `review_pending` naming the review; the identical call retried after approval is
+/// released once (`sandlot_service::ReviewAsk::retry`). A header that is not a number of
+/// seconds within the bound is 400.
+pub(crate) fn review_ask(headers: &HeaderMap) -> Result<ReviewAsk, crate::error::Failure> {
+    let wait = match headers.get(REVIEW_WAIT_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(w) if w <= sandlot_service::reviews::MAX_REVIEW_WAIT => Some(w),
+            _ => {
+                return Err(crate::error::Failure::bad_request(format!(
+                    "{REVIEW_WAIT_HEADER} must be a number of seconds, at most {}",
+                    sandlot_service::reviews::MAX_REVIEW_WAIT
+                )))
+            }
+        },
+    };
+    Ok(ReviewAsk::retrying(wait))
+}
+
 /// The gates of one request on one sandbox.
 pub(crate) struct Gate {
     governed: Option<Governed>,
+    /// The wait for a person asked by the request (see [`review_ask`]); `Err` when the header
+    /// was malformed (the execute gate then refuses with 400).
+    ask: Result<ReviewAsk, crate::error::Failure>,
 }
 
 struct Governed {
@@ -43,7 +72,10 @@ impl Gate {
         id: &str,
     ) -> Result<Gate, RuntimeError> {
         if ctx.gov.is_none() {
-            return Ok(Gate { governed: None });
+            return Ok(Gate {
+                governed: None,
+                ask: Ok(ReviewAsk::default()),
+            });
         }
         let sandbox = ctx.rt.get_sandbox(id).await?;
         Ok(Self::with_sandbox(ctx, headers, sandbox))
@@ -52,7 +84,10 @@ impl Gate {
     /// [`Gate::open`] for a sandbox already fetched.
     pub(crate) fn with_sandbox(ctx: &Ctx, headers: &HeaderMap, sandbox: Sandbox) -> Gate {
         let Some(gov) = ctx.gov.clone() else {
-            return Gate { governed: None };
+            return Gate {
+                governed: None,
+                ask: Ok(ReviewAsk::default()),
+            };
         };
         let who = match crate::auth::principal(ctx, headers) {
             Ok(p) if p.tenant == sandbox.tenant => p,
@@ -60,15 +95,29 @@ impl Gate {
         };
         Gate {
             governed: Some(Governed { gov, who, sandbox }),
+            ask: review_ask(headers),
         }
     }
 
-    /// The `execute` gate for `code` in `language`.
-    pub(crate) fn execute(&self, code: &str, language: Language) -> Result<(), ApiError> {
+    /// The `execute` gate for `code` in `language` (in interpreter context `context`): held
+    /// for review as [`review_ask`] says.
+    pub(crate) async fn execute(
+        &self,
+        code: &str,
+        language: Language,
+        context: Option<&str>,
+    ) -> Result<(), ApiError> {
         match &self.governed {
             Some(g) => {
                 g.not_contained()?;
-                g.gov.gate_execute(&g.who, &g.sandbox, code, language)
+                let ask = self.ask.clone().map_err(|f| {
+                    ApiError::new(sandlot_types::ErrorCode::InvalidArgument, f.message)
+                })?;
+                ask.scope(
+                    g.gov
+                        .gate_execute_settled(&g.who, &g.sandbox, code, language, context),
+                )
+                .await
             }
             None => Ok(()),
         }

@@ -204,7 +204,8 @@ async fn execute(
     crate::gates::Gate::open(&ctx, &headers, &id)
         .await
         .map_err(|e| failure(&id, e))?
-        .execute(&body.code, language)
+        .execute(&body.code, language, Some(&context))
+        .await
         .map_err(|e| Plain(Failure::from_api(&e)))?;
     let session = ctx.interp.get(&id);
     let req = ExecuteRequest {

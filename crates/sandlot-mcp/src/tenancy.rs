@@ -101,7 +101,7 @@ impl Scope {
     /// (`Service::create`: references, template limits, the creation gates whose answer
     /// becomes its tier, the disk cap, the quota admission).
     pub(crate) async fn create(&self, req: CreateSandbox) -> Result<Sandbox, Error> {
-        Ok(self.svc().create(&self.who, req).await?)
+        Ok(held().scope(self.svc().create(&self.who, req)).await?)
     }
 
     /// Deletes one of the tenant's sandboxes (`Service::delete`).
@@ -112,7 +112,7 @@ impl Scope {
     /// Forks one of the tenant's sandboxes (`Service::fork`: each child admitted as a
     /// creation; they are the parent's tenant's).
     pub(crate) async fn fork(&self, id: &str, req: ForkRequest) -> Result<ForkResult, Error> {
-        Ok(self.svc().fork(&self.who, id, req).await?)
+        Ok(held().scope(self.svc().fork(&self.who, id, req)).await?)
     }
 
     /// Pauses one of the tenant's sandboxes within its paused share (`Service::pause`).
@@ -122,7 +122,7 @@ impl Scope {
 
     /// Resumes one of the tenant's sandboxes, admitted as a creation (`Service::resume`).
     pub(crate) async fn resume(&self, id: &str) -> Result<Sandbox, Error> {
-        Ok(self.svc().resume(&self.who, id).await?)
+        Ok(held().scope(self.svc().resume(&self.who, id)).await?)
     }
 
     /// Snapshots one of the tenant's sandboxes within its snapshot shares
@@ -138,9 +138,8 @@ impl Scope {
         code: &str,
         language: Language,
     ) -> Result<(), Error> {
-        Ok(self
-            .svc()
-            .gate_execute(&self.who, id, code, language)
+        Ok(held()
+            .scope(self.svc().gate_execute(&self.who, id, code, language))
             .await?)
     }
 
@@ -163,4 +162,13 @@ impl Scope {
         }
         self.tenancy.rt.guard_file(id, path, bytes).await
     }
+}
+
+/// The ask of an MCP call a policy holds for review: MCP's clients cannot poll a review, so
+/// the call waits the server's `SANDLOT_REVIEW_WAIT` (default 30 s) for a person and, still
+/// pending, is a tool error (`review_pending`) naming the review and what to do; the same
+/// call made again after approval is released once, matched by what it holds (tenant, key,
+/// gate, fingerprint).
+fn held() -> sandlot_service::ReviewAsk {
+    sandlot_service::ReviewAsk::retrying(None)
 }

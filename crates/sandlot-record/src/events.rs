@@ -51,6 +51,10 @@ pub const KINDS: [LifecycleKind; 11] = [
     LifecycleKind::Failed,
 ];
 
+/// The review events' kinds (`sandlot_service::reviews::ReviewEvent`): a held action was
+/// recorded, or decided (approved, denied, or denied by its timeout).
+pub const REVIEW_KINDS: [&str; 2] = ["review.created", "review.decided"];
+
 /// The kind named `s`, if any.
 pub fn kind_named(s: &str) -> Option<LifecycleKind> {
     KINDS.into_iter().find(|k| k.as_str() == s)
@@ -228,23 +232,77 @@ async fn stream(
             ))
         }
     };
-    let kinds = parse_kinds(q.kinds.as_deref().unwrap_or("").split(','))?;
+    let names: Vec<&str> = q
+        .kinds
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    let (review_names, life_names): (Vec<&str>, Vec<&str>) =
+        names.iter().partition(|n| n.starts_with("review."));
+    if let Some(bad) = review_names.iter().find(|n| !REVIEW_KINDS.contains(n)) {
+        return Err(HttpError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "unknown event kind {:?}; review kinds are {}",
+                bad.chars().take(64).collect::<String>(),
+                REVIEW_KINDS.join(", ")
+            ),
+        ));
+    }
+    let kinds = parse_kinds(life_names)?;
+    // No kinds named: every kind, lifecycle and review alike.
+    let every = names.is_empty();
+    let review_kinds: Vec<String> = review_names.iter().map(|n| (*n).to_owned()).collect();
     let slot = rec.hub.admit(rec.ctx.gov.as_deref(), &caller.0)?;
     let mut rx = rec.ctx.rt.subscribe();
-    let wanted = move |ev: &LifecycleEvent| {
-        (kinds.is_empty() || kinds.contains(&ev.kind))
-            && match &scope {
-                Scope::All => true,
-                Scope::Tenant(t) => ev.tenant == *t,
-            }
+    // Review events come from the governance (a server without it holds nothing).
+    let mut reviews = rec.ctx.gov.as_ref().map(|g| g.reviews.subscribe());
+    let in_scope = {
+        let scope = scope.clone();
+        move |tenant: &str| match &scope {
+            Scope::All => true,
+            Scope::Tenant(t) => tenant == t,
+        }
+    };
+    let wanted = {
+        let in_scope = in_scope.clone();
+        move |ev: &LifecycleEvent| (every || kinds.contains(&ev.kind)) && in_scope(&ev.tenant)
+    };
+    let wanted_review = move |ev: &sandlot_service::reviews::ReviewEvent| {
+        (every || review_kinds.iter().any(|k| k == ev.kind)) && in_scope(&ev.tenant)
     };
     let closed = rec.hub.closed();
     let events = async_stream::stream! {
         let _slot = slot;
         tokio::pin!(closed);
         loop {
+            let review_next = async {
+                match reviews.as_mut() {
+                    Some(r) => r.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             let next = tokio::select! {
                 next = rx.recv() => next,
+                review = review_next => {
+                    match review {
+                        Ok(ev) if wanted_review(&ev) => {
+                            yield Ok::<_, std::convert::Infallible>(review_event_of(&ev));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(n)) => {
+                            yield Ok(Event::default()
+                                .event("lagged")
+                                .data(serde_json::json!({ "missed": n, "of": "reviews" }).to_string()));
+                        }
+                        // The governance lives as long as the server.
+                        Err(RecvError::Closed) => reviews = None,
+                    }
+                    continue;
+                }
                 () = &mut closed => return,
             };
             match next {
@@ -265,6 +323,15 @@ async fn stream(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE))
         .into_response())
+}
+
+/// The SSE event of a review event: `event: review.created|review.decided`, the
+/// [`sandlot_service::reviews::ReviewEvent`] as JSON data, no `id` (review events are not
+/// numbered with the lifecycle's `seq`).
+pub fn review_event_of(ev: &sandlot_service::reviews::ReviewEvent) -> Event {
+    Event::default()
+        .event(ev.kind)
+        .data(serde_json::to_string(ev).unwrap_or_else(|_| "null".into()))
 }
 
 /// The SSE event of a lifecycle event.

@@ -86,6 +86,7 @@ pub(crate) fn execution(
     artifacts: Vec<Artifact>,
 ) -> ExecutionRecord {
     let result = end.map(|end_state| ExecutionResult {
+        output_held: None,
         id: id.to_owned(),
         sandbox_id: sb.to_owned(),
         language: Language::Python,

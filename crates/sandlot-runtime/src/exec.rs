@@ -600,6 +600,7 @@ pub async fn run(
         Vec::new()
     };
     ExecutionResult {
+        output_held: None,
         id: exec_id.to_string(),
         sandbox_id: live.id.clone(),
         language: req.language,

@@ -68,6 +68,19 @@ pub trait Governor: Send + Sync + 'static {
     fn output(&self, f: &OutputFinding<'_>) -> Outcome;
     /// A sandbox was contained (recorded and, say, announced).
     fn contained(&self, sandbox: &Sandbox, why: &str);
+    /// Execution `execution_id`'s output was withheld (`outcome` Withhold) or its sandbox
+    /// contained (`Contain`, never released: forget it); when a decision that withheld it was
+    /// held for a person's review, keep `original` (the result before the guardrails) for its
+    /// release and answer the review's id. By default nothing is held.
+    fn hold_output(
+        &self,
+        _sandbox: &Sandbox,
+        _execution_id: &str,
+        _outcome: Outcome,
+        _original: &sandlot_types::ExecutionResult,
+    ) -> Option<String> {
+        None
+    }
 }
 
 /// The runtime's governance state.

@@ -96,13 +96,7 @@ pub async fn admit_new<L: Lookups>(
     }
     with_template_limits(lookups, req).await;
     let (limits, needs_trusted) = creation_limits(gov, lookups, req)?;
-    req.tier = Some(crate::gates::gate_create(
-        gov,
-        who,
-        req,
-        limits,
-        needs_trusted,
-    )?);
+    req.tier = Some(crate::gates::gate_create(gov, who, req, limits, needs_trusted).await?);
     crate::trusted::gate_mounts(gov, who, req)?;
     check_disk(gov, lookups, who).await?;
     admit(gov, lookups, who, limits, 1).await
@@ -121,7 +115,7 @@ pub async fn admit_like<L: Lookups>(
 ) -> Result<Option<Admission>, ApiError> {
     if let Some(g) = gov {
         if let Some(sb) = lookups.sandbox(id).await {
-            g.gate_like(who, &sb)?;
+            g.gate_like(who, &sb, like).await?;
             // Its host paths, asked again by `who` (a fork's children, a resume).
             g.gate_host_paths(who, &sb.mounts, &sb.tier)?;
         }

@@ -151,6 +151,7 @@ mod tests {
 
     fn result() -> ExecutionResult {
         ExecutionResult {
+            output_held: None,
             id: "ex_1".into(),
             sandbox_id: "sb_1".into(),
             language: sandlot_types::Language::Python,

@@ -15,7 +15,9 @@
 
 use crate::governance::Governance;
 use crate::note::Note;
-use crate::reviews::{fingerprint, review_denied, review_not_found, Gated, ReviewAsk};
+use crate::reviews::{
+    fingerprint, review_denied, review_not_found, review_pending, Gated, ReviewAsk,
+};
 use sandlot_policy::{
     Decision, Finding, GateRequest, PolicyPrincipal, Query, SandboxRef, SandboxRequest,
 };
@@ -145,7 +147,7 @@ pub fn denied(d: &Decision, id: &str) -> ApiError {
 
 /// Gates a creation and picks its tier (see [`Governance::gate_creation`]); without
 /// governance, the tier asked for (or `isolated`).
-pub fn gate_create(
+pub async fn gate_create(
     gov: Option<&Governance>,
     who: &Principal,
     req: &sandlot_types::CreateSandbox,
@@ -153,7 +155,7 @@ pub fn gate_create(
     needs_trusted: bool,
 ) -> Result<String, sandlot_types::ApiError> {
     match gov {
-        Some(g) => g.gate_creation(who, req, limits, needs_trusted),
+        Some(g) => g.gate_creation(who, req, limits, needs_trusted).await,
         None => Ok(req.tier.clone().unwrap_or_else(|| ISOLATED_TIER.into())),
     }
 }
@@ -162,13 +164,29 @@ impl Governance {
     /// The creation gates, for every interface (REST, E2B, MCP): `create_sandbox` on its
     /// template, then `select_tier` for the least tier that gives what it asks for (`trusted`
     /// when it names it or `needs_trusted`: its limits are above the isolated maxima). The
-    /// tier to run it in, or 403 `policy_denied`.
-    pub fn gate_creation(
+    /// tier to run it in, or 403 `policy_denied`. A creation either gate holds for review is
+    /// held once, as a whole (one review, at the first gate that holds), when the call has an
+    /// ask in force ([`ReviewAsk::run`]); see [`Governance::settle`].
+    pub async fn gate_creation(
         &self,
         who: &Principal,
         req: &sandlot_types::CreateSandbox,
         limits: sandlot_types::EffectiveLimits,
         needs_trusted: bool,
+    ) -> Result<String, sandlot_types::ApiError> {
+        self.gate_creation_of(who, req, limits, needs_trusted, None)
+            .await
+    }
+
+    /// [`Governance::gate_creation`]; `like`: the sandbox it is made from and how (a fork's
+    /// or a resume's review holds exactly that: the source sandbox, the action, the count).
+    async fn gate_creation_of(
+        &self,
+        who: &Principal,
+        req: &sandlot_types::CreateSandbox,
+        limits: sandlot_types::EffectiveLimits,
+        needs_trusted: bool,
+        like: Option<(&str, crate::admission::Like)>,
     ) -> Result<String, sandlot_types::ApiError> {
         let asked = req.tier.as_deref().unwrap_or(ISOLATED_TIER);
         if !TIERS.contains(&asked) {
@@ -192,14 +210,20 @@ impl Governance {
             },
         };
         let template = req.template.clone().unwrap_or_else(|| "default".into());
-        self.gate(
-            who,
+        let pp = policy_principal(who);
+        let template_resource = format!("Template::{template:?}");
+        let (cid, cd) = self.decide(
+            &pp,
             GateRequest::CreateSandbox {
                 template: template.clone(),
                 request: request.clone(),
             },
-            format!("Template::{template:?}"),
-        )?;
+            template_resource.clone(),
+            None,
+        );
+        if !cd.allowed && !cd.needs_review() {
+            return Err(denied(&cd, &cid));
+        }
         // Tiers above the least sufficient one are never tried: a denial there is the
         // answer, not a reason to run with more.
         let tier = if asked == TRUSTED_TIER || needs_trusted {
@@ -207,8 +231,8 @@ impl Governance {
         } else {
             ISOLATED_TIER
         };
-        let (id, d) = self.decide(
-            &policy_principal(who),
+        let (tid, td) = self.decide(
+            &pp,
             GateRequest::SelectTier {
                 tier: tier.to_owned(),
                 request,
@@ -219,22 +243,70 @@ impl Governance {
                 "needs_trusted_limits": needs_trusted,
             })),
         );
-        if d.allowed {
-            Ok(tier.to_owned())
-        } else {
-            Err(denied(&d, &id))
+        if !td.allowed && !td.needs_review() {
+            return Err(denied(&td, &tid));
         }
+        // Held by either gate (neither denies): one review for the whole creation.
+        let (d, id, resource) = if !cd.allowed {
+            (cd, cid, template_resource)
+        } else if !td.allowed {
+            (td, tid, format!("Tier::{tier:?}"))
+        } else {
+            return Ok(tier.to_owned());
+        };
+        let limits_json = serde_json::to_vec(&limits).unwrap_or_default();
+        let network = req.network.join("\n");
+        let ports = serde_json::to_vec(&req.ports).unwrap_or_default();
+        let snapshot = req.from_snapshot.clone().unwrap_or_default();
+        let (action, source, count) = match like {
+            None => ("create", String::new(), 1),
+            Some((id, crate::admission::Like::Fork { count })) => {
+                ("fork", id.to_owned(), count.clamp(1, 100))
+            }
+            Some((id, crate::admission::Like::Resume)) => ("resume", id.to_owned(), 1),
+        };
+        let fp = fingerprint(&[
+            action.as_bytes(),
+            who.tenant.as_bytes(),
+            source.as_bytes(),
+            &count.to_le_bytes(),
+            template.as_bytes(),
+            &limits_json,
+            network.as_bytes(),
+            asked.as_bytes(),
+            tier.as_bytes(),
+            &ports,
+            &[u8::from(req.all_ports)],
+            snapshot.as_bytes(),
+        ]);
+        // What the person approves: what the sandbox will be and may reach.
+        let summary = serde_json::json!({
+            "action": action,
+            "source": (!source.is_empty()).then_some(&source),
+            "count": count,
+            "template": template,
+            "tier": tier,
+            "limits": limits,
+            "network": req.network,
+            "ports": req.ports,
+            "all_ports": req.all_ports,
+            "from_snapshot": req.from_snapshot,
+        });
+        self.settle(who, &d, &id, resource, fp, summary).await?;
+        Ok(tier.to_owned())
     }
 
     /// The creation gates for a sandbox made from an existing one (fork, resume, and any
     /// later way of bringing one back): the request is the existing sandbox's own (template,
     /// limits, egress, ports, tier), asked again by `who` now, so a policy that forbids
     /// creating it forbids getting more of it or getting it back. `Ok` or 403
-    /// `policy_denied`; each decision is journaled as a creation's is.
-    pub fn gate_like(
+    /// `policy_denied`; each decision is journaled as a creation's is; held for review as a
+    /// creation is (the review holds this source sandbox, this action and count).
+    pub async fn gate_like(
         &self,
         who: &Principal,
         sandbox: &Sandbox,
+        like: crate::admission::Like,
     ) -> Result<(), sandlot_types::ApiError> {
         let req = sandlot_types::CreateSandbox {
             template: Some(sandbox.template.clone()),
@@ -246,8 +318,51 @@ impl Governance {
             ..Default::default()
         };
         let needs_trusted = sandbox.tier == TRUSTED_TIER;
-        self.gate_creation(who, &req, sandbox.limits, needs_trusted)
-            .map(|_| ())
+        self.gate_creation_of(
+            who,
+            &req,
+            sandbox.limits,
+            needs_trusted,
+            Some((&sandbox.id, like)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// A decision of a gate whose caller may be held: allowed → `Ok`; denied → 403
+    /// `policy_denied`; held for review → when the call has an ask in force
+    /// ([`ReviewAsk::run`], [`ReviewAsk::scope`]), the review of exactly `fp`
+    /// ([`Governance::hold_decided`]): `Ok` once approved and released for this call, 403
+    /// `review_denied`, or 409 `review_pending` (the review noted for the adapter's 202);
+    /// without an ask, 403 `policy_denied` (a caller that cannot be held is refused).
+    pub async fn settle(
+        &self,
+        who: &Principal,
+        d: &Decision,
+        id: &str,
+        resource: String,
+        fp: String,
+        summary: serde_json::Value,
+    ) -> Result<(), ApiError> {
+        if d.allowed {
+            return Ok(());
+        }
+        if !d.needs_review() {
+            return Err(denied(d, id));
+        }
+        let Some(ask) = ReviewAsk::current() else {
+            return Err(denied(d, id));
+        };
+        match self
+            .hold_decided(who, d, id, resource, fp, summary, &ask)
+            .await?
+        {
+            Gated::Proceed => Ok(()),
+            Gated::Held(r) => {
+                ReviewAsk::note_held(&r);
+                Err(review_pending(&r))
+            }
+        }
     }
 
     /// The `execute` gate of a sandbox for `code`, for every interface (the policy sees the
@@ -281,28 +396,8 @@ impl Governance {
         req: &sandlot_types::ExecuteRequest,
         ask: &ReviewAsk,
     ) -> Result<Gated, ApiError> {
-        /// The most code a review shows the person deciding.
-        const SHOWN: usize = 64 << 10;
-        let context = req.context.as_deref().unwrap_or("");
-        let fp = fingerprint(&[
-            b"execute",
-            sandbox.id.as_bytes(),
-            req.language.as_str().as_bytes(),
-            context.as_bytes(),
-            req.code.as_bytes(),
-        ]);
-        let mut cut = req.code.len().min(SHOWN);
-        while !req.code.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let summary = serde_json::json!({
-            "sandbox": sandbox.id,
-            "language": req.language.as_str(),
-            "context": req.context,
-            "code_bytes": req.code.len(),
-            "code": &req.code[..cut],
-            "code_truncated": cut < req.code.len(),
-        });
+        let (fp, summary) =
+            execute_review(sandbox, &req.code, req.language, req.context.as_deref());
         self.gate_held(
             who,
             GateRequest::Execute {
@@ -319,11 +414,78 @@ impl Governance {
         .await
     }
 
+    /// The `execute` gate for a caller whose ask is the one in force ([`ReviewAsk::current`]:
+    /// E2B, MCP, jobs): see [`Governance::settle`].
+    pub async fn gate_execute_settled(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        code: &str,
+        language: sandlot_types::Language,
+        context: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let resource = format!("Sandbox::{:?}", sandbox.id);
+        let (id, d) = self.decide(
+            &policy_principal(who),
+            GateRequest::Execute {
+                sandbox: sandbox_ref(sandbox),
+                code_bytes: code.len() as u64,
+                language: language.as_str().into(),
+                code: code.to_owned(),
+            },
+            resource.clone(),
+            None,
+        );
+        let (fp, summary) = execute_review(sandbox, code, language, context);
+        self.settle(who, &d, &id, resource, fp, summary).await
+    }
+
+    /// The `execute` gate of work that runs later (a job): allowed → `None`; denied → 403
+    /// `policy_denied`; held for review → the review that holds it (this key's pending or
+    /// approved and unreleased one for exactly this code, or a new pending one), neither
+    /// waited on nor released: the work runs once its runner's own gate
+    /// ([`crate::Service::gate_execute`] under a retrying ask) finds it approved and
+    /// releases it.
+    pub fn gate_execute_later(
+        &self,
+        who: &Principal,
+        sandbox: &Sandbox,
+        code: &str,
+        language: sandlot_types::Language,
+    ) -> Result<Option<sandlot_store::ReviewRecord>, ApiError> {
+        let pp = policy_principal(who);
+        let resource = format!("Sandbox::{:?}", sandbox.id);
+        let (id, d) = self.decide(
+            &pp,
+            GateRequest::Execute {
+                sandbox: sandbox_ref(sandbox),
+                code_bytes: code.len() as u64,
+                language: language.as_str().into(),
+                code: code.to_owned(),
+            },
+            resource.clone(),
+            None,
+        );
+        if d.allowed {
+            return Ok(None);
+        }
+        if !d.needs_review() {
+            return Err(denied(&d, &id));
+        }
+        // The runner's gate goes through `Service::gate_execute` (no context).
+        let (fp, summary) = execute_review(sandbox, code, language, None);
+        let found = self.reviews.for_retry(&pp, d.gate.as_str(), &fp)?;
+        match found {
+            Some(r) => Ok(Some(r)),
+            None => self
+                .reviews
+                .hold(&pp, &d, &id, resource, fp, summary)
+                .map(Some),
+        }
+    }
+
     /// A gate whose caller can be held: allowed → proceed; denied → 403 `policy_denied`;
-    /// held for review → a new pending review (or, re-submitted, the one `ask.review` names,
-    /// which must hold exactly this action: same tenant, gate and fingerprint), waited on for
-    /// `ask.wait` seconds. Approved → released for this call only (proceed); denied → 403
-    /// `review_denied`; still pending → [`Gated::Held`].
+    /// held for review → see [`Governance::hold_decided`].
     pub async fn gate_held(
         &self,
         who: &Principal,
@@ -335,7 +497,6 @@ impl Governance {
     ) -> Result<Gated, ApiError> {
         ask.validate()?;
         let pp = policy_principal(who);
-        let gate = request.gate();
         let (id, d) = self.decide(&pp, request, resource.clone(), None);
         if d.allowed {
             return Ok(Gated::Proceed);
@@ -343,6 +504,29 @@ impl Governance {
         if !d.needs_review() {
             return Err(denied(&d, &id));
         }
+        self.hold_decided(who, &d, &id, resource, fp, summary, ask)
+            .await
+    }
+
+    /// A decision `d` (journaled as `id`) that needs review: a new pending review (or,
+    /// re-submitted, the one `ask.review` names, which must hold exactly this action: same
+    /// tenant, gate and fingerprint; or, for a caller that retries, the pending or approved
+    /// and unreleased review of this tenant, key, gate and fingerprint), waited on for
+    /// `ask.wait` seconds. Approved → released for this call only (proceed); denied → 403
+    /// `review_denied`; still pending → [`Gated::Held`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn hold_decided(
+        &self,
+        who: &Principal,
+        d: &Decision,
+        id: &str,
+        resource: String,
+        fp: String,
+        summary: serde_json::Value,
+        ask: &ReviewAsk,
+    ) -> Result<Gated, ApiError> {
+        let pp = policy_principal(who);
+        let gate = d.gate;
         let review = match &ask.review {
             Some(rid) => {
                 let r = self.reviews.get_for(who, rid)?;
@@ -361,7 +545,19 @@ impl Governance {
                 }
                 r
             }
-            None => self.reviews.hold(&pp, &d, &id, resource, fp, summary)?,
+            None => {
+                // A retry finds its review again only among the same key's own (a key
+                // cannot be released by another key's approval, nor a tenant by another's).
+                let found = if ask.retry {
+                    self.reviews.for_retry(&pp, gate.as_str(), &fp)?
+                } else {
+                    None
+                };
+                match found {
+                    Some(r) => r,
+                    None => self.reviews.hold(&pp, d, id, resource, fp, summary)?,
+                }
+            }
         };
         let review = if review.state == "pending" && ask.wait > 0 {
             self.reviews
@@ -378,6 +574,48 @@ impl Governance {
             "denied" => Err(review_denied(&review)),
             _ => Ok(Gated::Held(Box::new(review))),
         }
+    }
+
+    /// The `build_template` gate of a build of `spec`, for every interface; a build held
+    /// for review is held as [`Governance::settle`] says (the review holds exactly this
+    /// spec, and shows its packages, imports, setup and limits).
+    pub async fn gate_build(
+        &self,
+        who: &Principal,
+        spec: &sandlot_types::TemplateSpec,
+    ) -> Result<(), ApiError> {
+        /// The most setup script a review shows.
+        const SHOWN: usize = 16 << 10;
+        let resource = format!("Template::{:?}", spec.name);
+        let (id, d) = self.decide(
+            &policy_principal(who),
+            GateRequest::BuildTemplate {
+                template: spec.name.clone(),
+                packages: spec.packages.len() as u64,
+            },
+            resource.clone(),
+            None,
+        );
+        if d.allowed {
+            return Ok(());
+        }
+        let spec_json = serde_json::to_vec(spec).unwrap_or_default();
+        let fp = fingerprint(&[b"build_template", who.tenant.as_bytes(), &spec_json]);
+        let setup = spec.setup.as_deref().map(|s| {
+            let mut cut = s.len().min(SHOWN);
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            &s[..cut]
+        });
+        let summary = serde_json::json!({
+            "template": spec.name,
+            "packages": spec.packages,
+            "imports": spec.imports,
+            "setup": setup,
+            "limits": spec.limits,
+        });
+        self.settle(who, &d, &id, resource, fp, summary).await
     }
 
     /// The `build_template` gate: building template `name` with `packages` packages, or
@@ -438,6 +676,38 @@ impl Governance {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The fingerprint and summary of an execution held for review: exactly this code, in this
+/// language, sandbox and context; the person sees the code (up to 64 KiB of it).
+fn execute_review(
+    sandbox: &Sandbox,
+    code: &str,
+    language: sandlot_types::Language,
+    context: Option<&str>,
+) -> (String, serde_json::Value) {
+    /// The most code a review shows the person deciding.
+    const SHOWN: usize = 64 << 10;
+    let fp = fingerprint(&[
+        b"execute",
+        sandbox.id.as_bytes(),
+        language.as_str().as_bytes(),
+        context.unwrap_or("").as_bytes(),
+        code.as_bytes(),
+    ]);
+    let mut cut = code.len().min(SHOWN);
+    while !code.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let summary = serde_json::json!({
+        "sandbox": sandbox.id,
+        "language": language.as_str(),
+        "context": context,
+        "code_bytes": code.len(),
+        "code": &code[..cut],
+        "code_truncated": cut < code.len(),
+    });
+    (fp, summary)
 }
 
 /// The path a file gate sees: `/workspace/` + the path without `.` or empty components, the
@@ -608,6 +878,13 @@ impl Governor for ServerGovernor {
             .gov
             .policy
             .output_outcome(&pp, &sandbox_ref(f.sandbox), &finding);
+        // Withheld by a decision held for review: the execution's original output may be
+        // released by a person (kept when the execution ends, `hold_output`).
+        if d.needs_review() && outcome == Outcome::Withhold {
+            if let Some(exec) = f.execution_id {
+                self.gov.held_outputs.note(exec, &d, &pp);
+            }
+        }
         if f.record {
             sandlot_telemetry::metrics().guardrail_finding(outcome.as_str());
             let decision = self.gov.record(
@@ -636,6 +913,21 @@ impl Governor for ServerGovernor {
 
     fn contained(&self, sandbox: &Sandbox, why: &str) {
         tracing::warn!(sandbox = %sandbox.id, tenant = %sandbox.tenant, why, "contained");
+    }
+
+    fn hold_output(
+        &self,
+        sandbox: &Sandbox,
+        execution_id: &str,
+        outcome: Outcome,
+        original: &sandlot_types::ExecutionResult,
+    ) -> Option<String> {
+        self.gov.hold_output(
+            sandbox,
+            execution_id,
+            outcome == Outcome::Withhold,
+            original,
+        )
     }
 }
 

@@ -26,6 +26,12 @@ pub struct Governance {
     port_url_ttl: Option<std::time::Duration>,
     /// Sandboxes' credential epochs (port URLs and E2B's tokens), as the store has them.
     epochs: Arc<crate::epochs::Epochs>,
+    /// Where output withheld for a person's review is kept until released or dropped
+    /// (`held_output.rs`); none: nothing is kept (a held output stays withheld).
+    pub(crate) held_output_dir: Option<std::path::PathBuf>,
+    /// Executions whose output a decision held for review withheld, waiting for their end
+    /// (`held_output.rs`).
+    pub(crate) held_outputs: crate::held_output::Pending,
 }
 
 fn unix_now() -> u64 {
@@ -64,6 +70,8 @@ impl Governance {
             policy,
             port_secret,
             port_url_ttl: None,
+            held_output_dir: None,
+            held_outputs: Default::default(),
         })
     }
 
@@ -193,6 +201,12 @@ impl Governance {
     }
 
     /// Port URLs expire this long after they are handed out (`SANDLOT_PORT_URL_TTL`).
+    /// Keeps output withheld for review under `dir` (created when needed).
+    pub fn with_held_output_dir(mut self, dir: std::path::PathBuf) -> Self {
+        self.held_output_dir = Some(dir);
+        self
+    }
+
     pub fn with_port_url_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
         self.port_url_ttl = ttl.filter(|t| !t.is_zero());
         self

@@ -15,6 +15,7 @@ pub mod error;
 pub mod execution;
 pub mod gates;
 pub mod governance;
+pub mod held_output;
 pub mod note;
 pub mod reviews;
 pub mod revoke;

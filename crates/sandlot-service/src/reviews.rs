@@ -39,6 +39,149 @@ pub const MAX_REVIEW_REASON: usize = 4096;
 pub struct ReviewAsk {
     pub wait: u64,
     pub review: Option<String>,
+    /// The caller cannot poll a review nor re-submit with its id (E2B, MCP): a call still
+    /// pending after `wait` fails with `review_pending` naming the review, and an identical
+    /// retry finds the review again by what it holds (tenant, key, gate, fingerprint): it
+    /// waits on the pending one, or is released by the approved one, once.
+    pub retry: bool,
+}
+
+tokio::task_local! {
+    /// The ask of the request being handled (see [`ReviewAsk::run`]).
+    static ASK: Held;
+}
+
+/// The ask in force for one call, and the review that held it (for the adapter's answer).
+#[derive(Clone)]
+struct Held {
+    ask: ReviewAsk,
+    review: Arc<Mutex<Option<ReviewRecord>>>,
+}
+
+/// How long a call that cannot answer 202 (E2B, MCP) waits for a person unless its caller
+/// says otherwise: `SANDLOT_REVIEW_WAIT` seconds (at most [`MAX_REVIEW_WAIT`]), default 30.
+pub fn default_review_wait() -> u64 {
+    std::env::var("SANDLOT_REVIEW_WAIT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30)
+        .min(MAX_REVIEW_WAIT)
+}
+
+impl ReviewAsk {
+    /// The ask of a caller that waits then retries (E2B, MCP): `wait` seconds when it said
+    /// (bounded by [`MAX_REVIEW_WAIT`]), else the server's default.
+    pub fn retrying(wait: Option<u64>) -> ReviewAsk {
+        ReviewAsk {
+            wait: wait
+                .unwrap_or_else(default_review_wait)
+                .min(MAX_REVIEW_WAIT),
+            review: None,
+            retry: true,
+        }
+    }
+
+    /// The ask in force for the call being handled, if its adapter set one: a gate that
+    /// needs review holds only a call whose adapter can answer for it; without one, it
+    /// refuses (403 `policy_denied`), as every gate did before holds.
+    pub fn current() -> Option<ReviewAsk> {
+        ASK.try_with(|h| h.ask.clone()).ok()
+    }
+
+    /// Notes the review that held the call being handled.
+    pub(crate) fn note_held(r: &ReviewRecord) {
+        let _ = ASK.try_with(|h| {
+            *h.review.lock().unwrap_or_else(PoisonError::into_inner) = Some(r.clone());
+        });
+    }
+
+    /// Runs `f` (one service call) with this ask in force for every gate it passes: its
+    /// result, or [`crate::Started::Held`] with the review when a gate held it (the gate
+    /// answered `review_pending`).
+    pub async fn run<T, F>(self, f: F) -> Result<crate::Started<T>, ApiError>
+    where
+        F: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        self.validate()?;
+        let held = Held {
+            ask: self,
+            review: Arc::default(),
+        };
+        let slot = held.review.clone();
+        match ASK.scope(held, f).await {
+            Ok(v) => Ok(crate::Started::Running(v)),
+            Err(e) if e.code == ErrorCode::ReviewPending => {
+                match slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(r) => Ok(crate::Started::Held(Box::new(r))),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `f` with this ask in force; its result as it is (`review_pending` stays an
+    /// error: the adapters that cannot answer 202).
+    pub async fn scope<T, F>(self, f: F) -> Result<T, ApiError>
+    where
+        F: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        self.validate()?;
+        let held = Held {
+            ask: self,
+            review: Arc::default(),
+        };
+        ASK.scope(held, f).await
+    }
+}
+
+/// The answer of a call still held when it stopped waiting, for a caller that cannot poll:
+/// 409 `review_pending`, naming the review and what to do.
+pub fn review_pending(r: &ReviewRecord) -> ApiError {
+    ApiError::new(
+        ErrorCode::ReviewPending,
+        format!(
+            "{} is held for review {} ({}); ask a person to approve it (POST /v1/reviews/{}/approve), \
+             then retry exactly the same call: it runs once",
+            r.gate, r.id, r.reason, r.id
+        ),
+    )
+}
+
+/// A review event on `GET /v1/events`: `review.created` or `review.decided`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReviewEvent {
+    /// `review.created` | `review.decided`.
+    pub kind: &'static str,
+    pub tenant: String,
+    pub at: String,
+    pub review: String,
+    pub gate: String,
+    /// `pending` | `approved` | `denied`.
+    pub state: String,
+    /// Who decided (a key id, or `timeout`), for `review.decided`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Why it is held (the `@review` text).
+    pub why: String,
+}
+
+impl ReviewEvent {
+    fn of(kind: &'static str, r: &ReviewRecord) -> ReviewEvent {
+        ReviewEvent {
+            kind,
+            tenant: r.tenant.clone(),
+            at: r.decided_at.clone().unwrap_or_else(|| r.created_at.clone()),
+            review: r.id.clone(),
+            gate: r.gate.clone(),
+            state: r.state.clone(),
+            by: r.decided_by.clone(),
+            reason: r.decision_reason.clone(),
+            why: r.reason.clone(),
+        }
+    }
 }
 
 impl ReviewAsk {
@@ -88,6 +231,8 @@ pub struct Reviews {
     /// Wakes the callers waiting on a review when it is decided.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     timeout: Duration,
+    /// Review events for `GET /v1/events` (a slow reader loses the oldest, told so).
+    events: tokio::sync::broadcast::Sender<ReviewEvent>,
 }
 
 fn now() -> String {
@@ -140,11 +285,35 @@ impl Reviews {
             journal,
             waiters: Mutex::new(HashMap::new()),
             timeout,
+            events: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Review events from now on (`review.created`, `review.decided`).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ReviewEvent> {
+        self.events.subscribe()
+    }
+
+    fn publish(&self, kind: &'static str, r: &ReviewRecord) {
+        // No subscriber is not an error.
+        let _ = self.events.send(ReviewEvent::of(kind, r));
+    }
+
+    /// The review an identical retry finds again (see [`ReviewAsk::retry`]).
+    pub fn for_retry(
+        &self,
+        who: &PolicyPrincipal,
+        gate: &str,
+        fingerprint: &str,
+    ) -> Result<Option<ReviewRecord>, ApiError> {
+        self.expire();
+        self.store
+            .review_for_retry(&who.tenant, &who.key_id, gate, fingerprint)
+            .map_err(store_error)
     }
 
     /// Records a new pending review of what `d` (decision `decision_id`) held for `who`.
@@ -182,6 +351,7 @@ impl Reviews {
             consumed_at: None,
         };
         self.store.insert_review(&r).map_err(store_error)?;
+        self.publish("review.created", &r);
         sandlot_telemetry::metrics().policy_decision("review_held", false);
         tracing::info!(review = %r.id, gate = %r.gate, tenant = %r.tenant, "action held for review");
         Ok(r)
@@ -193,6 +363,7 @@ impl Reviews {
             Ok(expired) => {
                 for r in expired {
                     self.journal_decision(&r, None);
+                    self.publish("review.decided", &r);
                     self.wake(&r.id);
                 }
             }
@@ -281,6 +452,7 @@ impl Reviews {
                 )
             })?;
         self.journal_decision(&decided, Some(who));
+        self.publish("review.decided", &decided);
         self.wake(id);
         Ok(decided)
     }

@@ -194,7 +194,7 @@ impl<'a, B: Backend> Service<'a, B> {
             ..Default::default()
         };
         let trusted = current.tier == TRUSTED_TIER;
-        let tier = gate_create(self.gov, who, &asked, current.limits, trusted)?;
+        let tier = gate_create(self.gov, who, &asked, current.limits, trusted).await?;
         crate::trusted::check_internal(&asked.network, &tier)?;
         if tier != current.tier {
             return Err(ApiError::new(
@@ -219,7 +219,9 @@ impl<'a, B: Backend> Service<'a, B> {
         self.scope_sandbox(who, id)?;
         if let Some(g) = self.gov {
             let sandbox = self.backend.get_sandbox(id).await?;
-            g.gate_execute(who, &sandbox, code, language)?;
+            // A call with an ask in force (E2B, MCP, jobs) may be held for review.
+            g.gate_execute_settled(who, &sandbox, code, language, None)
+                .await?;
         }
         Ok(())
     }
@@ -304,7 +306,7 @@ impl<'a, B: Backend> Service<'a, B> {
         spec: TemplateSpec,
     ) -> Result<Template, ApiError> {
         if let Some(g) = self.gov {
-            g.gate_build_template(who, &spec.name, spec.packages.len())?;
+            g.gate_build(who, &spec).await?;
         }
         let owned = spec.name != "default"
             && self

@@ -53,7 +53,8 @@ CREATE INDEX webhooks_tenant ON webhooks (tenant, created_at);
 ";
 
 /// The states a job may still leave.
-const OPEN: &str = "('queued', 'running')";
+/// Jobs not ended: waiting, running, or held for a person's review (issue 23).
+const OPEN: &str = "('queued', 'running', 'held')";
 
 const JOB_COLUMNS: &str = "id, sandbox_id, tenant, key_id, state, request, metadata, idempotent, \
      submitted_at, started_at, ended_at, execution_id, result, reason, attempt, position";
@@ -194,6 +195,28 @@ impl Store {
             rows.collect()
         };
         jobs("list open jobs", run())
+    }
+
+    /// `queued` or `running` → `held` (for a person's review; `reason` names it); false when
+    /// the job had ended meanwhile.
+    pub fn hold_job(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let n = conn.execute(
+            "UPDATE jobs SET state = 'held', started_at = NULL, reason = ?2 \
+             WHERE id = ?1 AND state IN ('queued', 'running')",
+            params![id, reason],
+        );
+        jobs("hold a job", n).map(|n| n == 1)
+    }
+
+    /// `held` → `queued` (its review approved); false when it was not held (cancelled).
+    pub fn release_held_job(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let n = conn.execute(
+            "UPDATE jobs SET state = 'queued', reason = NULL WHERE id = ?1 AND state = 'held'",
+            params![id],
+        );
+        jobs("release a held job", n).map(|n| n == 1)
     }
 
     /// `queued` → `running` at `at`; false when the job was not queued (cancelled meanwhile).

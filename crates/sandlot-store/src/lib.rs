@@ -466,6 +466,7 @@ impl Store {
                         traceback: Vec::new(),
                     };
                     let result = ExecutionResult {
+                        output_held: None,
                         id,
                         sandbox_id,
                         language,

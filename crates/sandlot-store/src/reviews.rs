@@ -195,6 +195,32 @@ impl Store {
         reviews("look up a held action", run())
     }
 
+    /// The review an identical retry of a held action finds again (protocols whose clients
+    /// cannot re-submit with a review's id: E2B, MCP): the newest of `tenant`, asked by
+    /// `key_id`, at `gate`, holding exactly `fingerprint`, that is still pending or approved
+    /// and not yet released. Denied and released ones are never found, so an action is
+    /// released once and a denied one is asked for again.
+    pub fn review_for_retry(
+        &self,
+        tenant: &str,
+        key_id: &str,
+        gate: &str,
+        fingerprint: &str,
+    ) -> Result<Option<ReviewRecord>, StoreError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<Option<ReviewRecord>> {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM reviews WHERE fingerprint = ?1 AND tenant = ?2 \
+                 AND key_id = ?3 AND gate = ?4 AND consumed_at IS NULL \
+                 AND state IN ('pending', 'approved') \
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            ))?
+            .query_row(params![fingerprint, tenant, key_id, gate], from_row)
+            .optional()
+        };
+        reviews("look up a held action", run())
+    }
+
     /// Decides a pending review: `approved` or `denied` by `by`, at `at`, for `reason`. The
     /// decided row, or `None` when it was not pending (decided already, or no such review):
     /// a review is decided once.
@@ -285,6 +311,57 @@ mod tests {
             decision_reason: None,
             consumed_at: None,
         }
+    }
+
+    /// A retry finds only its own key's, tenant's, gate's and fingerprint's review, pending
+    /// or approved and unreleased; never a denied or released one.
+    #[test]
+    fn a_retry_finds_only_its_own_open_review() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("sandlot.db")).unwrap();
+        let mut r = review("rev_r", 100);
+        r.fingerprint = "fp".into();
+        store.insert_review(&r).unwrap();
+        let find = |tenant: &str, key: &str, gate: &str, fp: &str| {
+            store
+                .review_for_retry(tenant, key, gate, fp)
+                .unwrap()
+                .map(|r| r.id)
+        };
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp").as_deref(),
+            Some("rev_r")
+        );
+        assert_eq!(find("acme", "key_2", "execute", "fp"), None, "another key");
+        assert_eq!(
+            find("beta", "key_1", "execute", "fp"),
+            None,
+            "another tenant"
+        );
+        assert_eq!(find("acme", "key_1", "egress", "fp"), None, "another gate");
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp2"),
+            None,
+            "another action"
+        );
+        store
+            .decide_review("rev_r", true, "key_admin", "t1", "ok")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            find("acme", "key_1", "execute", "fp").as_deref(),
+            Some("rev_r")
+        );
+        assert!(store.consume_review("rev_r", "t2").unwrap());
+        assert_eq!(find("acme", "key_1", "execute", "fp"), None, "released");
+        let mut d = review("rev_d", 100);
+        d.fingerprint = "fp".into();
+        store.insert_review(&d).unwrap();
+        store
+            .decide_review("rev_d", false, "key_admin", "t3", "no")
+            .unwrap()
+            .unwrap();
+        assert_eq!(find("acme", "key_1", "execute", "fp"), None, "denied");
     }
 
     /// Decided once, consumed once, expired only while pending, and all of it on disk.

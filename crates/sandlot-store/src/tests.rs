@@ -62,6 +62,7 @@ fn execution(id: &str, sandbox_id: &str, started_at: &str) -> ExecutionRecord {
 
 fn result_for(rec: &ExecutionRecord) -> ExecutionResult {
     ExecutionResult {
+        output_held: None,
         id: rec.id.clone(),
         sandbox_id: rec.sandbox_id.clone(),
         language: rec.language,

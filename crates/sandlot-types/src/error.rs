@@ -102,6 +102,10 @@ pub enum ErrorCode {
     ReviewDenied,
     /// The review was decided already, or its approved action was released already (409).
     ReviewDecided,
+    /// The action is held for a person's review, still pending when the call stopped
+    /// waiting; the message names the review (409). REST answers 202 with the review
+    /// instead; E2B and MCP, whose clients cannot poll, answer this.
+    ReviewPending,
     /// A request with the console's session cookie that its pages did not make: no or a wrong
     /// `X-Sandlot-CSRF` token, or another origin (403).
     CsrfFailed,
@@ -159,6 +163,7 @@ impl ErrorCode {
             Self::ReviewNotFound => 404,
             Self::ReviewDenied => 403,
             Self::ReviewDecided => 409,
+            Self::ReviewPending => 409,
             Self::CsrfFailed => 403,
             Self::Internal => 500,
         }
@@ -211,6 +216,7 @@ impl ErrorCode {
             ErrorCode::ReviewNotFound => "review_not_found",
             ErrorCode::ReviewDenied => "review_denied",
             ErrorCode::ReviewDecided => "review_decided",
+            ErrorCode::ReviewPending => "review_pending",
             ErrorCode::CsrfFailed => "csrf_failed",
             ErrorCode::Internal => "internal",
         }

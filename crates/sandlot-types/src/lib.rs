@@ -676,6 +676,17 @@ pub struct ExecutionResult {
     pub rolled_back: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
+    /// Its output was withheld by an output gate a policy holds for review (`@review`): the
+    /// original is kept on the server and released at
+    /// `GET /v1/sandboxes/{id}/executions/{eid}/held-output` once approved (dropped if denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_held: Option<OutputHeld>,
+}
+
+/// The review holding an execution's withheld output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputHeld {
+    pub review: String,
 }
 
 /// Which output stream a piece of text came from.

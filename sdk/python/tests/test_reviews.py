@@ -55,6 +55,49 @@ def test_a_202_raises_review_pending_with_the_review() -> None:
     assert info.value.review.request == {"code": "x"}
 
 
+def test_held_create_fork_and_resume_raise_review_pending_and_resubmit_with_the_review() -> None:
+    review = {"id": "rev_c", "state": "pending", "gate": "create_sandbox", "reason": "big", "request": {"action": "create"}}
+    seen = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append((req.method, req.url.path, dict(req.url.params)))
+        if req.method == "POST" and req.url.params.get("review") is None:
+            return httpx.Response(202, json={"review": review})
+        if req.url.path.endswith("/fork"):
+            return httpx.Response(201, json={"sandboxes": [{"id": "sb_2", "template": "default", "state": "running"}]})
+        code = 201 if req.url.path == "/v1/sandboxes" else 200
+        return httpx.Response(code, json={"id": "sb_1", "template": "default", "state": "running"})
+
+    kw = dict(url="http://sandlot.test", api_key="sl_x", transport=httpx.MockTransport(handler))
+    with pytest.raises(E.ReviewPending) as info:
+        Sandbox(limits={"memory_mb": 200}, review_wait=0, **kw)
+    assert info.value.review.id == "rev_c" and info.value.review.gate == "create_sandbox"
+    assert seen[-1] == ("POST", "/v1/sandboxes", {"review_wait": "0"})
+    sb = Sandbox(limits={"memory_mb": 200}, review="rev_c", **kw)
+    assert sb.id == "sb_1" and seen[-1][2] == {"review": "rev_c"}
+    with pytest.raises(E.ReviewPending):
+        sb.fork()
+    assert len(sb.fork(review="rev_c")) == 1
+    with pytest.raises(E.ReviewPending):
+        sb.resume(review_wait=5)
+    assert seen[-1] == ("POST", "/v1/sandboxes/sb_1/resume", {"review_wait": "5"})
+    assert sb.resume(review="rev_c").state == "running"
+
+    async def main() -> None:
+        akw = dict(url="http://sandlot.test", api_key="sl_x", transport=httpx.MockTransport(handler))
+        with pytest.raises(E.ReviewPending):
+            await AsyncSandbox.create(limits={"memory_mb": 200}, **akw)
+        asb = await AsyncSandbox.create(limits={"memory_mb": 200}, review="rev_c", **akw)
+        with pytest.raises(E.ReviewPending):
+            await asb.fork()
+        assert len(await asb.fork(review="rev_c")) == 1
+        with pytest.raises(E.ReviewPending):
+            await asb.resume()
+        assert (await asb.resume(review="rev_c")).state == "running"
+
+    asyncio.run(main())
+
+
 HELD_TENANT = "sdkreview" + uuid.uuid4().hex[:6]
 
 
@@ -81,6 +124,9 @@ def held(sandlot_url: str) -> Iterator[Tuple[str, str, str]]:
             f'\n@id("sdk-review-bash")\n@review("the SDK test holds bash")\n'
             f'permit (principal, action == Sandlot::Action::"execute", resource)\n'
             f'when {{ context.language == "bash" && principal.tenant == Sandlot::Tenant::"{HELD_TENANT}" }};\n'
+            f'\n@id("sdk-review-create")\n@review("the SDK test holds 200 MB sandboxes")\n'
+            f'permit (principal, action == Sandlot::Action::"create_sandbox", resource)\n'
+            f'when {{ context.memory_mb == 200 && principal.tenant == Sandlot::Tenant::"{HELD_TENANT}" }};\n'
         )
         r = op.put("/v1/policies", content=full + rules, headers={"content-type": "text/plain"})
         assert r.status_code == 200, r.text
@@ -164,5 +210,62 @@ def test_async_reviews(held: Tuple[str, str, str]) -> None:
                 assert ex.stdout == "async\n"
         finally:
             await sb.kill()
+
+    asyncio.run(main())
+
+
+@pytest.mark.live
+def test_held_creation_and_fork_run_once_after_approval(held: Tuple[str, str, str]) -> None:
+    url, asker, approver = held
+    big = {"memory_mb": 200}
+    with Reviews(url=url, api_key=approver) as reviews:
+        with pytest.raises(E.ReviewPending) as info:
+            Sandbox(limits=big, url=url, api_key=asker)
+        review = info.value.review
+        assert review.gate == "create_sandbox" and review.request["limits"]["memory_mb"] == 200
+        assert reviews.approve(review.id, "ok").state == "approved"
+        with Sandbox(limits=big, url=url, api_key=asker, review=review.id) as sb:
+            assert sb.run_code("1 + 1").text == "2"
+            with pytest.raises(E.ReviewDecided):
+                Sandbox(limits=big, url=url, api_key=asker, review=review.id)
+            # A fork of it is held as its creation was; the waiting form returns the children.
+            def approve_when_held() -> None:
+                for _ in range(400):
+                    pending = [r for r in reviews.list(state="pending") if r.gate == "create_sandbox"]
+                    if pending:
+                        reviews.approve(pending[0].id, "fork ok")
+                        return
+                    time.sleep(0.05)
+
+            t = threading.Thread(target=approve_when_held)
+            t.start()
+            children = sb.fork(review_wait=60)
+            t.join()
+            assert len(children) == 1
+            for c in children:
+                c.kill()
+        # Denied: never made.
+        with pytest.raises(E.ReviewPending) as info:
+            Sandbox(limits=big, url=url, api_key=asker)
+        reviews.deny(info.value.review.id, "not today")
+        with pytest.raises(E.ReviewDenied):
+            Sandbox(limits=big, url=url, api_key=asker, review=info.value.review.id)
+
+
+@pytest.mark.live
+def test_async_held_creation(held: Tuple[str, str, str]) -> None:
+    url, asker, approver = held
+
+    async def main() -> None:
+        async with AsyncReviews(url=url, api_key=approver) as reviews:
+            with pytest.raises(E.ReviewPending) as info:
+                await AsyncSandbox.create(limits={"memory_mb": 200}, url=url, api_key=asker)
+            rid = info.value.review.id
+            assert (await reviews.approve(rid, "ok")).state == "approved"
+            sb = await AsyncSandbox.create(limits={"memory_mb": 200}, url=url, api_key=asker, review=rid)
+            try:
+                assert (await sb.run_code("6 * 7")).text == "42"
+            finally:
+                await sb.kill()
 
     asyncio.run(main())

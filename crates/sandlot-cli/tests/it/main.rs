@@ -32,6 +32,7 @@ mod env_jail;
 mod events;
 mod fair_shares;
 mod governance;
+mod holds;
 mod host_layout;
 mod hygiene;
 mod jobs;

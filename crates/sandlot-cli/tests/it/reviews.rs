@@ -722,8 +722,8 @@ fn run_in(who: &As<'_>, sb: &str, code: &str) -> String {
 }
 
 /// The execute gate sees the code: code matching a pattern is held whatever the language, and
-/// the same code sent through the job queue (another protocol's path) is refused rather than
-/// run unreviewed.
+/// the same code sent through the job queue (another protocol's path) is held too (the job is
+/// accepted `held`, naming its review) rather than run unreviewed.
 #[test]
 fn code_matching_a_pattern_is_held() {
     let server = TestServer::start_with_env(&[("SANDLOT_POOL_SIZE", "1")]);
@@ -749,7 +749,20 @@ fn code_matching_a_pattern_is_held() {
         &format!("/v1/sandboxes/{sb}/jobs"),
         &json!({"code": "open('/workspace/marker', 'w').write('y')  # rm -rf"}),
     );
-    r.expect_error(403, "policy_denied");
-    assert!(r.message().contains("needs review"), "{}", r.text);
+    let job = r.expect(202).clone();
+    assert_eq!(job["state"], "held", "{job}");
+    assert!(
+        job["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("held for review rev_"),
+        "{job}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(file(&me, &sb, "marker"), None);
+    let id = job["id"].as_str().unwrap();
+    assert_eq!(
+        me.get(&format!("/v1/jobs/{id}")).expect(200)["state"],
+        "held"
+    );
 }

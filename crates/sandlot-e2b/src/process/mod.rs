@@ -573,7 +573,9 @@ async fn start_call(
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join(" ");
-    Gate::with_sandbox(&ctx, &call.headers, sandbox).execute(&line, Language::Bash)?;
+    Gate::with_sandbox(&ctx, &call.headers, sandbox)
+        .execute(&line, Language::Bash, None)
+        .await?;
     // A terminal is the command's stdin: no stdin FIFO beside it.
     let wants_stdin = req.stdin == Some(true) && pty.is_none();
     let proc = register(&call.sandbox, config, req.tag, wants_stdin, pty)?;

@@ -15,6 +15,14 @@
 //! still `queued` run again in order. A sandbox that ends (deleted, expired, failed) fails
 //! its queued jobs at once, saying so.
 //!
+//! A job whose execution a policy holds for review (`@review`) is accepted `held`, its
+//! `reason` naming the review (`held for review rev_...: why`); it leaves its sandbox's line
+//! (later jobs there do not wait for a person) and joins its end once a person approves, then
+//! runs as any job does, its runner releasing the approved review once. Denied (by a person,
+//! or by the review's timeout) → the job fails saying so (`review_denied`). Held jobs count
+//! against the queue bounds; they survive a restart (a `kill -9` too): at start each is
+//! waited on again from the review its reason names. Cancelling a held job ends it.
+//!
 //! Cancelling a queued job removes it; cancelling a running one interrupts the sandbox until
 //! the job's execution ends (interrupt is per sandbox: a direct execution the job waits behind
 //! at that moment is interrupted too), and the job ends `cancelled` with what it produced.
@@ -72,7 +80,22 @@ pub mod state {
     pub const FAILED: &str = "failed";
     pub const CANCELLED: &str = "cancelled";
     pub const LOST: &str = "lost";
-    pub const ALL: [&str; 6] = [QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST];
+    /// Waiting for a person's review of its execution (issue 23).
+    pub const HELD: &str = "held";
+    pub const ALL: [&str; 7] = [QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST, HELD];
+}
+
+/// The reason of a held job: it names the review (read back at start, see
+/// [`review_of_reason`]).
+pub fn held_reason(review: &sandlot_store::ReviewRecord) -> String {
+    format!("held for review {}: {}", review.id, review.reason)
+}
+
+/// The review a held job's reason names.
+pub fn review_of_reason(reason: &str) -> Option<&str> {
+    let rest = reason.strip_prefix("held for review ")?;
+    let id = rest.split(':').next()?.trim();
+    sandlot_service::reviews::valid_review_id(id).then_some(id)
 }
 
 /// The jobs component: the queues, the workers, and what they tell streams.
@@ -110,8 +133,11 @@ struct Sched {
     /// Running jobs by id.
     running: HashMap<String, Running>,
     queued: usize,
+    /// Jobs held for review, by id: their tenant (they count against the queue bounds).
+    held: HashMap<String, String>,
 }
 
+#[derive(Clone)]
 struct Queued {
     id: String,
     /// Whose job it is (the per-tenant bound counts these).
@@ -213,6 +239,28 @@ impl Jobs {
                 inner.end(id, state::FAILED, None, None, &sandbox_ended_reason(sb));
                 continue;
             }
+            let queued = Queued {
+                id: id.to_owned(),
+                tenant: job["tenant"].as_str().unwrap_or_default().to_owned(),
+                key_id: job["key_id"].as_str().unwrap_or_default().to_owned(),
+                request: request.clone(),
+            };
+            if job["state"] == state::HELD {
+                // Waited on again from the review its reason names.
+                match job["reason"].as_str().and_then(review_of_reason) {
+                    Some(review) => inner.watch_held(sb, queued, review.to_owned()),
+                    None => {
+                        inner.end(
+                            id,
+                            state::FAILED,
+                            None,
+                            None,
+                            "held for a review it no longer names",
+                        );
+                    }
+                }
+                continue;
+            }
             let mut s = lock(&inner.sched);
             s.queues
                 .entry(sb.to_owned())
@@ -293,6 +341,70 @@ impl Inner {
         (s.queued, s.running.len())
     }
 
+    /// Waits for the review holding job `job` of sandbox `sb` (in a task of its own):
+    /// approved → the job is queued again at the end of its sandbox's line; denied → it
+    /// fails with `review_denied`; cancelled meanwhile → nothing.
+    fn watch_held(self: &Arc<Self>, sb: &str, job: Queued, review: String) {
+        let Some(gov) = self.gov.clone() else {
+            return;
+        };
+        lock(&self.sched)
+            .held
+            .insert(job.id.clone(), job.tenant.clone());
+        let (inner, sb) = (self.clone(), sb.to_owned());
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(sandlot_service::reviews::MAX_REVIEW_WAIT);
+            let outcome = loop {
+                if inner.stopping.load(Ordering::SeqCst) {
+                    // Still held in the store: the next start waits on it again.
+                    lock(&inner.sched).held.remove(&job.id);
+                    return;
+                }
+                match gov.reviews.wait(&review, wait).await {
+                    Ok(r) if r.state == "pending" => continue,
+                    other => break other,
+                }
+            };
+            lock(&inner.sched).held.remove(&job.id);
+            match outcome {
+                Ok(r) if r.state == "approved" => match inner.store.release_held_job(&job.id) {
+                    Ok(true) => {
+                        {
+                            let mut s = lock(&inner.sched);
+                            s.queues.entry(sb.clone()).or_default().push_back(job);
+                            s.queued += 1;
+                        }
+                        inner.ensure_worker(&sb);
+                    }
+                    // Cancelled (or ended) while held.
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(job = %job.id, error = %e, "a released job was not queued");
+                    }
+                },
+                Ok(r) => {
+                    let e = sandlot_service::reviews::review_denied(&r);
+                    inner.end(
+                        &job.id,
+                        state::FAILED,
+                        None,
+                        None,
+                        &format!("{} ({})", e.message, e.code.as_str()),
+                    );
+                }
+                Err(e) => {
+                    inner.end(
+                        &job.id,
+                        state::FAILED,
+                        None,
+                        None,
+                        &format!("its review {review}: {} ({})", e.message, e.code.as_str()),
+                    );
+                }
+            }
+        });
+    }
+
     /// Records the end of a job and tells its streams. False when it had already ended.
     fn end(
         &self,
@@ -363,12 +475,13 @@ impl Inner {
                 }
             };
             let Some((job, cancel)) = next else { return };
-            self.run(&sb, &job, &cancel).await;
+            self.run(&sb, job.clone(), &cancel).await;
             lock(&self.sched).running.remove(&job.id);
         }
     }
 
-    async fn run(&self, sb: &str, job: &Queued, cancel: &AtomicBool) {
+    async fn run(self: &Arc<Self>, sb: &str, job: Queued, cancel: &AtomicBool) {
+        let job = &job;
         match self.store.start_job(&job.id, &now_rfc3339()) {
             Ok(true) => {}
             // Cancelled (or ended by its sandbox) between the queue and here.
@@ -399,9 +512,30 @@ impl Inner {
         // One note for the gate and the execution: a policy that requires rollback for what it
         // allowed (issue 23) is noted by the gate and read by the execution.
         let note = sandlot_service::Note::default();
-        if let Err(why) = note.clone().scope(self.still_allowed(sb, job)).await {
-            self.end(&job.id, state::FAILED, None, None, &why);
-            return;
+        match note.clone().scope(self.still_allowed(sb, job)).await {
+            Ok(()) => {}
+            // Held again (its approval was used by an identical job first, or the policy
+            // now holds it): out of the line until a person decides.
+            Err(Refused::Held(review)) => {
+                match self.store.hold_job(&job.id, &held_reason(&review)) {
+                    Ok(true) => self.watch_held(sb, job.clone(), review.id.clone()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.end(
+                            &job.id,
+                            state::FAILED,
+                            None,
+                            None,
+                            &format!("the store: {e}"),
+                        );
+                    }
+                }
+                return;
+            }
+            Err(Refused::No(why)) => {
+                self.end(&job.id, state::FAILED, None, None, &why);
+                return;
+            }
         }
         let outcome = note.scope(self.execute(sb, job)).await;
         let stopped = self.stopping.load(Ordering::SeqCst);
@@ -502,7 +636,7 @@ impl Inner {
     /// Whether the job may still run when its turn comes: its key not revoked, and the
     /// execute gate (the policy in force now, which may have changed since the submission)
     /// still allowing it. Else why not.
-    async fn still_allowed(&self, sb: &str, job: &Queued) -> Result<(), String> {
+    async fn still_allowed(&self, sb: &str, job: &Queued) -> Result<(), Refused> {
         let Some(g) = self.gov.as_deref() else {
             return Ok(());
         };
@@ -512,10 +646,15 @@ impl Inner {
             .into_iter()
             .find(|k| k.id == job.key_id);
         let Some(key) = key.filter(|k| k.revoked_at.is_none()) else {
-            return Err("the key that submitted it was revoked before it ran".into());
+            return Err(Refused::No(
+                "the key that submitted it was revoked before it ran".into(),
+            ));
         };
         let Some(tenant) = g.keys.tenant(&job.tenant) else {
-            return Err(format!("its tenant {} no longer exists", job.tenant));
+            return Err(Refused::No(format!(
+                "its tenant {} no longer exists",
+                job.tenant
+            )));
         };
         let who = sandlot_types::Principal {
             key_id: key.id,
@@ -525,14 +664,25 @@ impl Inner {
             plan: tenant.plan,
         };
         // The service's execute gate, as every protocol's execution passes it; a sandbox that
-        // ended since (or is missing) is why the job cannot run.
-        sandlot_service::Service::new(&self.rt, Some(g))
-            .gate_execute(&who, sb, &job.request.code, job.request.language)
+        // ended since (or is missing) is why the job cannot run. Held for review: the
+        // approved, unreleased review of this key and code releases it (once); else held.
+        let ask = sandlot_service::ReviewAsk {
+            wait: 0,
+            review: None,
+            retry: true,
+        };
+        let svc = sandlot_service::Service::new(&self.rt, Some(g));
+        match ask
+            .run(svc.gate_execute(&who, sb, &job.request.code, job.request.language))
             .await
-            .map_err(|e| match e.code {
+        {
+            Ok(sandlot_service::Started::Running(())) => Ok(()),
+            Ok(sandlot_service::Started::Held(r)) => Err(Refused::Held(r)),
+            Err(e) => Err(Refused::No(match e.code {
                 ErrorCode::SandboxNotFound | ErrorCode::SandboxGone => sandbox_ended_reason(sb),
                 _ => format!("the policy no longer allows it: {}", e.message),
-            })
+            })),
+        }
     }
 
     /// Fails every queued job of sandbox `sb`.
@@ -547,6 +697,14 @@ impl Inner {
             self.end(&job.id, state::FAILED, None, None, reason);
         }
     }
+}
+
+/// Why a job may not run now.
+enum Refused {
+    /// Held for a person's review.
+    Held(Box<sandlot_store::ReviewRecord>),
+    /// Never: why.
+    No(String),
 }
 
 fn end_state_str(e: EndState) -> &'static str {

@@ -78,10 +78,17 @@ async fn submit(
     )?;
     // Unknown (or another tenant's, refused by the path's scoping already) sandbox: 404.
     ctx.rt.get_sandbox(&id).await?;
-    // The service's execute gate, as every protocol's execution passes it.
-    sandlot_service::Service::new(&ctx.rt, ctx.gov.as_deref())
-        .gate_execute(&caller.0, &id, &body.code, body.language)
-        .await?;
+    // The service's execute gate, as every protocol's execution passes it; one a policy
+    // holds for review is accepted `held` (see the module docs).
+    let svc = sandlot_service::Service::new(&ctx.rt, ctx.gov.as_deref());
+    let review = match ctx.gov.as_deref() {
+        Some(g) => {
+            svc.scope_sandbox(&caller.0, &id)?;
+            let sandbox = ctx.rt.get_sandbox(&id).await?;
+            g.gate_execute_later(&caller.0, &sandbox, &body.code, body.language)?
+        }
+        None => None,
+    };
     if jobs.stopping.load(Ordering::SeqCst) {
         return Err(HttpError::new(
             ErrorCode::JobQueueFull,
@@ -97,7 +104,7 @@ async fn submit(
         on_failure: Default::default(),
     };
     let job_id = new_job_id();
-    let job = job_record(
+    let mut job = job_record(
         &job_id,
         &id,
         &caller,
@@ -106,15 +113,21 @@ async fn submit(
         body.idempotent,
         &now_rfc3339(),
     );
+    if let Some(r) = &review {
+        // The store inserts it queued; held at once below, before anything can run it.
+        job["reason"] = json!(super::held_reason(r));
+    }
     {
         let mut s = lock(&jobs.sched);
         let on_sandbox = s.queues.get(&id).map_or(0, VecDeque::len);
+        // Held jobs wait too: they count against every bound.
         let of_tenant = s
             .queues
             .values()
             .flatten()
             .filter(|q| q.tenant == caller.tenant())
-            .count();
+            .count()
+            + s.held.values().filter(|t| *t == caller.tenant()).count();
         // The tenant's share of the server's job slots: its queued and running jobs, counted
         // under the same lock the insertion below takes.
         if let Some(gov) = ctx.gov.as_deref() {
@@ -134,20 +147,37 @@ async fn submit(
                 .map_err(|e| HttpError(sandlot_service::shares::quota_error(e)))?;
             }
         }
-        if let Some(why) = queue_full(&jobs.limits, on_sandbox, of_tenant, s.queued) {
+        if let Some(why) = queue_full(&jobs.limits, on_sandbox, of_tenant, s.queued + s.held.len())
+        {
             return Err(HttpError::new(ErrorCode::JobQueueFull, why));
         }
         // Committed before the answer, under the lock so that queue order is store order.
         jobs.store.insert_job(&job).map_err(store_err)?;
-        s.queues.entry(id.clone()).or_default().push_back(Queued {
+        if let Some(r) = &review {
+            jobs.store
+                .hold_job(&job_id, &super::held_reason(r))
+                .map_err(store_err)?;
+        }
+        let queued = Queued {
             id: job_id.clone(),
             tenant: caller.tenant().to_owned(),
             key_id: caller.0.key_id.clone(),
             request,
-        });
-        s.queued += 1;
+        };
+        match &review {
+            Some(r) => {
+                drop(s);
+                jobs.watch_held(&id, queued, r.id.clone());
+            }
+            None => {
+                s.queues.entry(id.clone()).or_default().push_back(queued);
+                s.queued += 1;
+            }
+        }
     }
-    jobs.ensure_worker(&id);
+    if review.is_none() {
+        jobs.ensure_worker(&id);
+    }
     let stored = jobs
         .store
         .get_job(&job_id)
@@ -407,7 +437,9 @@ async fn events(
     let read = move |id: &str| store.get_job(id).ok().flatten().map(view);
     let stream = async_stream::stream! {
         let _guard = guard;
-        let open = |j: &Value| j["state"] == state::QUEUED || j["state"] == state::RUNNING;
+        let open = |j: &Value| {
+            j["state"] == state::QUEUED || j["state"] == state::RUNNING || j["state"] == state::HELD
+        };
         if !open(&job) {
             yield Ok::<_, std::convert::Infallible>(json_event("done", &view(job)));
             return;

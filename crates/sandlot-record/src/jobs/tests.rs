@@ -197,8 +197,31 @@ fn an_unknown_state_is_refused_with_the_known_ones() {
     assert_eq!(e.code, ErrorCode::InvalidArgument);
     assert_eq!(
         e.message,
-        "state must be one of queued, running, succeeded, failed, cancelled, lost"
+        "state must be one of queued, running, succeeded, failed, cancelled, lost, held"
     );
+}
+
+#[test]
+fn a_held_job_s_reason_names_its_review_and_only_a_review() {
+    use super::review_of_reason;
+    assert_eq!(
+        review_of_reason("held for review rev_abc123: bash needs a person"),
+        Some("rev_abc123")
+    );
+    assert_eq!(
+        review_of_reason("held for review rev_abc123"),
+        Some("rev_abc123")
+    );
+    for bad in [
+        "",
+        "the server stopped while it ran",
+        "held for review nope: x",
+        "held for review rev_: x",
+        "held for review rev_a/../b: x",
+        "Held for review rev_abc: x",
+    ] {
+        assert_eq!(review_of_reason(bad), None, "{bad:?}");
+    }
 }
 
 #[test]

@@ -354,6 +354,8 @@ impl Runtime {
             return Outcome::Pass;
         };
         let (id, exec_id) = (r.sandbox_id.clone(), r.id.clone());
+        // The result as it was, for a release a person may approve (see `Governor::hold_output`).
+        let original = r.clone();
         let mut worst = Outcome::Pass;
         let mut stdout = OutputEvent::Stdout {
             text: std::mem::take(&mut r.stdout),
@@ -402,6 +404,14 @@ impl Runtime {
             // Already recorded above when they are the same text; the rich ones are new.
             let record = matches!(ev, OutputEvent::DisplayData { .. });
             worst = worst.max(self.guard_event(&id, &exec_id, &scanner, ev, record).await);
+        }
+        if worst >= Outcome::Withhold {
+            if let (Some(g), Some(info)) = (self.governance(), self.info_of(&id)) {
+                r.output_held = g
+                    .governor
+                    .hold_output(&info, &exec_id, worst, &original)
+                    .map(|review| sandlot_types::OutputHeld { review });
+            }
         }
         if worst == Outcome::Contain {
             let why = "[withheld: the sandbox was contained]".to_string();

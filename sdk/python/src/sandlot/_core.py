@@ -491,7 +491,7 @@ def execute_body(
 
 
 def review_params(review_wait: Optional[float], review: Optional[str]) -> Dict[str, str]:
-    """The execute call's query for an action a policy may hold for review."""
+    """The query of a call a policy may hold for review (execute, create, fork, resume)."""
     params: Dict[str, str] = {}
     if review_wait is not None:
         params["review_wait"] = str(int(review_wait))
@@ -501,7 +501,8 @@ def review_params(review_wait: Optional[float], review: Optional[str]) -> Dict[s
 
 
 def raise_if_held(resp: httpx.Response) -> None:
-    """A 202 from execute: the action is held for review (:class:`~sandlot.ReviewPending`)."""
+    """A 202 with ``{"review": ...}`` (execute, create, fork, resume): the action is held for
+    review (:class:`~sandlot.ReviewPending`)."""
     if resp.status_code != 202:
         return
     doc = decode_json(resp)
@@ -510,6 +511,14 @@ def raise_if_held(resp: httpx.Response) -> None:
         f"held for review {review.id}: {review.reason} (approve it, then call again with review={review.id!r})",
         review=review,
     )
+
+
+def held_timeout(base: httpx.Timeout, review_wait: Optional[float]) -> httpx.Timeout:
+    """``base`` with a read timeout that also outlasts a wait of ``review_wait`` seconds for a
+    person's review (``base`` itself when there is none)."""
+    if not review_wait or base.read is None:
+        return base
+    return httpx.Timeout(base.connect, connect=base.connect, read=base.read + float(review_wait), write=base.write, pool=base.pool)
 
 
 def execute_timeout(cfg: ConnectionConfig, timeout: Optional[float]) -> httpx.Timeout:

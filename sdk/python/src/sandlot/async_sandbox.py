@@ -43,6 +43,7 @@ from ._core import (
     execute_timeout,
     raise_if_held,
     review_params,
+    held_timeout,
     fork_body,
     is_event_stream,
     port_url,
@@ -153,6 +154,8 @@ class AsyncSandbox:
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
+        review_wait: Optional[float] = None,
+        review: Optional[str] = None,
     ) -> _Creating:
         """Create a sandbox; see :class:`~sandlot.Sandbox` for the arguments."""
         body = create_body(
@@ -164,9 +167,15 @@ class AsyncSandbox:
             cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
             http = AsyncHTTP(cfg, transport)
             try:
+                base = state_timeout(cfg) if from_snapshot or review_wait else None
                 resp = await http.request(
-                    "POST", "/v1/sandboxes", json=body, timeout=state_timeout(cfg) if from_snapshot else None
+                    "POST",
+                    "/v1/sandboxes",
+                    json=body,
+                    params=review_params(review_wait, review),
+                    timeout=held_timeout(base, review_wait) if base is not None else None,
                 )
+                raise_if_held(resp)
                 info = SandboxInfo.from_json(decode_json(resp))
             except BaseException:
                 await http.aclose()
@@ -302,12 +311,19 @@ class AsyncSandbox:
             await self._http.aclose()
 
     # -- saved state: fork, pause and resume, snapshots ------------------------------------
-    async def fork(self, n: int = 1, same_seed: bool = False) -> "ForkResult[AsyncSandbox]":
+    async def fork(
+        self, n: int = 1, same_seed: bool = False, *, review_wait: Optional[float] = None, review: Optional[str] = None
+    ) -> "ForkResult[AsyncSandbox]":
         """See :meth:`Sandbox.fork <sandlot.Sandbox.fork>`: the children are
         :class:`AsyncSandbox` handles."""
         resp = await self._http.request(
-            "POST", sandbox_path(self.id, "fork"), json=fork_body(n, same_seed), timeout=state_timeout(self._http.cfg, n)
+            "POST",
+            sandbox_path(self.id, "fork"),
+            json=fork_body(n, same_seed),
+            params=review_params(review_wait, review),
+            timeout=held_timeout(state_timeout(self._http.cfg, n), review_wait),
         )
+        raise_if_held(resp)
         doc = decode_json(resp)
         raw = doc if isinstance(doc, dict) else {}
         infos, not_captured, took_ms = ForkResult.parse(raw)
@@ -320,9 +336,15 @@ class AsyncSandbox:
         self._info = SandboxInfo.from_json(decode_json(resp))
         return self._info
 
-    async def resume(self) -> SandboxInfo:
+    async def resume(self, *, review_wait: Optional[float] = None, review: Optional[str] = None) -> SandboxInfo:
         """See :meth:`Sandbox.resume <sandlot.Sandbox.resume>`."""
-        resp = await self._http.request("POST", sandbox_path(self.id, "resume"), timeout=state_timeout(self._http.cfg))
+        resp = await self._http.request(
+            "POST",
+            sandbox_path(self.id, "resume"),
+            params=review_params(review_wait, review),
+            timeout=held_timeout(state_timeout(self._http.cfg), review_wait),
+        )
+        raise_if_held(resp)
         self._info = SandboxInfo.from_json(decode_json(resp))
         return self._info
 

@@ -28,6 +28,7 @@ from ._core import (
     execute_timeout,
     raise_if_held,
     review_params,
+    held_timeout,
     fork_body,
     is_event_stream,
     port_url,
@@ -75,7 +76,12 @@ class Sandbox:
     (trusted tier only) lists read-only host paths ``{"host": "/srv/data", "path": "/mnt/data"}``
     that the operator's policy grants (``mount_host_path``): a path not granted, or an isolated
     sandbox, raises :class:`~sandlot.PolicyDenied`; a malformed or symlinked host path
-    :class:`~sandlot.InvalidArgument`. ``url`` and ``api_key`` default to
+    :class:`~sandlot.InvalidArgument`. A policy may hold the creation for a person's review (a ``@review`` permit):
+    ``review_wait`` seconds (at most 300) waits for the decision; still undecided (or with no
+    wait) it raises :class:`~sandlot.ReviewPending` with the review; create again with the same
+    arguments and ``review=review.id`` once it is approved (it runs once;
+    :class:`~sandlot.ReviewDenied` when denied). :meth:`fork` and :meth:`resume` take the same
+    two arguments. ``url`` and ``api_key`` default to
     ``$SANDLOT_URL`` (else ``http://127.0.0.1:7878``) and ``$SANDLOT_API_KEY``.
     """
 
@@ -106,6 +112,8 @@ class Sandbox:
         request_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         transport: Optional[httpx.BaseTransport] = None,
+        review_wait: Optional[float] = None,
+        review: Optional[str] = None,
     ) -> None:
         body = create_body(
             template, timeout, env, metadata, limits, max_lifetime, from_snapshot, on_idle, volumes, ports, all_ports,
@@ -114,7 +122,15 @@ class Sandbox:
         cfg = ConnectionConfig.resolve(url, api_key, request_timeout, retries)
         http = SyncHTTP(cfg, transport)
         try:
-            resp = http.request("POST", "/v1/sandboxes", json=body, timeout=state_timeout(cfg) if from_snapshot else None)
+            base = state_timeout(cfg) if from_snapshot or review_wait else None
+            resp = http.request(
+                "POST",
+                "/v1/sandboxes",
+                json=body,
+                params=review_params(review_wait, review),
+                timeout=held_timeout(base, review_wait) if base is not None else None,
+            )
+            raise_if_held(resp)
             info = SandboxInfo.from_json(decode_json(resp))
         except BaseException:
             http.close()
@@ -268,7 +284,9 @@ class Sandbox:
             self._http.close()
 
     # -- saved state: fork, pause and resume, snapshots ------------------------------------
-    def fork(self, n: int = 1, same_seed: bool = False) -> "ForkResult[Sandbox]":
+    def fork(
+        self, n: int = 1, same_seed: bool = False, *, review_wait: Optional[float] = None, review: Optional[str] = None
+    ) -> "ForkResult[Sandbox]":
         """``n`` (1 to 100) new sandboxes that start with this one's state: every code
         context's variables, functions, classes and imports, each Bash session's cwd and
         exported variables, and a copy-on-write copy of the workspace. This sandbox keeps
@@ -281,8 +299,13 @@ class Sandbox:
         entropy (``random``, NumPy's global generator) unless ``same_seed=True``. All or
         nothing: :class:`~sandlot.CapacityExhausted` when the server cannot run ``n`` more."""
         resp = self._http.request(
-            "POST", sandbox_path(self.id, "fork"), json=fork_body(n, same_seed), timeout=state_timeout(self._http.cfg, n)
+            "POST",
+            sandbox_path(self.id, "fork"),
+            json=fork_body(n, same_seed),
+            params=review_params(review_wait, review),
+            timeout=held_timeout(state_timeout(self._http.cfg, n), review_wait),
         )
+        raise_if_held(resp)
         doc = decode_json(resp)
         raw = doc if isinstance(doc, dict) else {}
         infos, not_captured, took_ms = ForkResult.parse(raw)
@@ -303,11 +326,17 @@ class Sandbox:
         self._info = SandboxInfo.from_json(decode_json(resp))
         return self._info
 
-    def resume(self) -> SandboxInfo:
+    def resume(self, *, review_wait: Optional[float] = None, review: Optional[str] = None) -> SandboxInfo:
         """Resume a paused sandbox (a running one is returned as it is); ``last_restore`` of
         the result says what was restored. :class:`~sandlot.StateCorrupt` if its saved state
         is damaged on disk (it then stays paused)."""
-        resp = self._http.request("POST", sandbox_path(self.id, "resume"), timeout=state_timeout(self._http.cfg))
+        resp = self._http.request(
+            "POST",
+            sandbox_path(self.id, "resume"),
+            params=review_params(review_wait, review),
+            timeout=held_timeout(state_timeout(self._http.cfg), review_wait),
+        )
+        raise_if_held(resp)
         self._info = SandboxInfo.from_json(decode_json(resp))
         return self._info
 
