@@ -531,6 +531,9 @@ impl Conn {
         }
         let outcome = {
             let up = async {
+                // The sender moves into this future: when the first bytes fail the check, it
+                // is dropped with the future and the way down closes without a word.
+                let mut hello_checked = hello_checked;
                 let first = if service {
                     Vec::new()
                 } else {

@@ -23,6 +23,7 @@ FLOORS: List[List[str]] = [
     ["_http", "_archive"],  # httpx clients built from _core's configuration; tar streams
     ["jobs"],  # durable jobs, the event stream, a sandbox's record (the sandbox's methods call it)
     ["reviews"],  # actions held for a person's approval (/v1/reviews)
+    ["kpi", "policies"],  # the operator's KPIs; the policy set's history and what-if
     ["sandbox", "templates", "snapshots", "tools"],
     ["async_sandbox"],  # shares helpers with sandbox
     ["volumes"],  # a volume's files are a sandbox's files API pointed at the volume
