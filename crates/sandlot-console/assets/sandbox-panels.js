@@ -44,7 +44,8 @@ export function panels(id, onSandboxEvent) {
 
   function outcome(e) {
     if (e.allowed) return 'allowed';
-    return /^review pending/.test(e.reason || '') ? 'held' : 'denied';
+    // The proxy's refusal of a held host reads "denied by policy: review pending: rev_… (why)".
+    return /\breview pending\b/.test(e.reason || '') ? 'held' : 'denied';
   }
 
   async function egress() {
