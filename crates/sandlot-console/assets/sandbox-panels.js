@@ -75,10 +75,12 @@ export function panels(id, onSandboxEvent) {
       h('td', {}, f.execution_id || ''))));
     document.getElementById('findings-empty').hidden = rows.length > 0;
     const why = document.getElementById('contained-why');
-    if (sb.state === 'contained') {
-      const contained = rows.find((f) => /contain/.test(f.outcome || ''));
-      const rule = contained ? contained.rule : (sb.ended_reason || 'a guardrail finding');
-      why.textContent = `Contained: ${rule}${sb.ended_reason && contained ? ` (${sb.ended_reason})` : ''}.`;
+    // Containment is the sandbox's `contained` (why, set by the guardrail that contained it);
+    // the finding that did it is the one whose outcome is `contain`.
+    if (sb.contained || sb.state === 'contained') {
+      const finding = rows.find((f) => f.outcome === 'contain');
+      const rule = finding ? `, finding ${finding.rule} in ${finding.stream || 'output'}` : '';
+      why.textContent = `Contained: ${sb.contained || 'a guardrail finding'}${rule}.`;
       why.hidden = false;
     } else {
       why.hidden = true;

@@ -21,6 +21,7 @@ async function facts() {
     ['Restarts', String(sb.restart_count ?? 0)],
   ];
   if (sb.forked_from) items.push(['Forked from', sb.forked_from]);
+  if (sb.contained) items.push(['Contained', sb.contained]);
   for (const [k, v] of items) dl.append(h('dt', {}, k), h('dd', {}, v));
 }
 

@@ -207,7 +207,8 @@ def test_held_egress_approved_and_denied_and_a_contained_sandbox_in_the_console(
     _wait("the containment on the page", lambda: not d.find_element(By.ID, "contained-why").get_attribute("hidden")
           and "Contained" in d.find_element(By.ID, "contained-why").text, timeout=60)
     _wait("the finding", lambda: d.find_elements(By.CSS_SELECTOR, "#findings tbody tr"))
-    _wait("the state contained", lambda: "contained" in d.find_element(By.ID, "facts").text)
+    _wait("the facts saying contained", lambda: "Contained" in d.find_element(By.ID, "facts").text)
+    assert "canary" in d.find_element(By.ID, "findings").text
     # Opened afresh, the page shows it as well (not only live).
     open_page()
     _wait("the containment on a fresh page", lambda: "Contained" in d.find_element(By.ID, "contained-why").text)
