@@ -709,8 +709,11 @@ pub struct UsageWithHistory {
     pub history: Vec<UsagePoint>,
 }
 
+/// A sandbox's readings: when the last was taken, and the points (oldest first).
+type Readings = (Instant, VecDeque<UsagePoint>);
+
 /// The readings the batch route took, per sandbox: bounded in both directions.
-static HISTORY: LazyLock<Mutex<HashMap<String, (Instant, VecDeque<UsagePoint>)>>> =
+static HISTORY: LazyLock<Mutex<HashMap<String, Readings>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn remember(u: &sandlot_runtime::SandboxUsage) -> Vec<UsagePoint> {
