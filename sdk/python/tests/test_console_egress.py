@@ -202,6 +202,19 @@ def test_held_egress_approved_and_denied_and_a_contained_sandbox_in_the_console(
     _axe(d, "sandbox (egress panel)")
     assert _errors(d) == [], _errors(d)
 
+    # Its family, live: a snapshot taken and a fork made elsewhere appear on the page (the
+    # fork's events refresh the panel).
+    status, snap = _call(url, key, "POST", f"/v1/sandboxes/{sid}/snapshots", {})
+    assert status in (200, 201), snap
+    status, fork = _call(url, key, "POST", f"/v1/sandboxes/{sid}/fork", {})
+    assert status in (200, 201), fork
+    children = [c["id"] for c in fork.get("sandboxes", [])] or [fork.get("id")]
+    _wait("the fork in the family", lambda: any(
+        c and c in e.text for e in d.find_elements(By.CSS_SELECTOR, "#family li.child") for c in children))
+    _wait("the snapshot in the family", lambda: any(
+        snap["id"] in e.text for e in d.find_elements(By.CSS_SELECTOR, "#family li.snapshot")))
+    assert _errors(d) == [], _errors(d)
+
     # A guardrail contains the sandbox: its page says why, with the finding.
     run_cell("import os\nprint(os.environ['AWS_SECRET_ACCESS_KEY'])")
     _wait("the containment on the page", lambda: not d.find_element(By.ID, "contained-why").get_attribute("hidden")
@@ -213,9 +226,18 @@ def test_held_egress_approved_and_denied_and_a_contained_sandbox_in_the_console(
     open_page()
     _wait("the containment on a fresh page", lambda: "Contained" in d.find_element(By.ID, "contained-why").text)
     _wait("the finding on a fresh page", lambda: d.find_elements(By.CSS_SELECTOR, "#findings tbody tr"))
+    d.execute_script("window.scrollTo(0, 0)")
+    _shot(d, "12-sandbox-contained-facts")
     d.execute_script("document.getElementById('family-title').scrollIntoView()")
     _shot(d, "12-sandbox-contained")
     _axe(d, "sandbox (contained)")
+    # Back on the list: the sandbox's sparkline drawn again, now from several readings.
+    d.get(f"{url}/console")
+    spark = _wait("the sparkline after the cells", lambda: d.find_element(
+        By.CSS_SELECTOR, f"#sandboxes tbody tr[data-id='{sid}'] td.usage svg"))
+    assert "memory" in spark.get_attribute("aria-label"), spark.get_attribute("aria-label")
+    _shot(d, "13-sandboxes-sparklines")
+    _axe(d, "sandboxes (sparklines)")
     # A contained sandbox refuses its files and cells: the browser logs those refusals as
     # failed loads (its own network messages, not the page's); anything else is an error.
     others: List[dict] = [e for e in _errors(d) if "Failed to load resource" not in e.get("message", "")]
