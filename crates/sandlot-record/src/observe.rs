@@ -716,7 +716,7 @@ type Readings = (Instant, VecDeque<UsagePoint>);
 static HISTORY: LazyLock<Mutex<HashMap<String, Readings>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-fn remember(u: &sandlot_runtime::SandboxUsage) -> Vec<UsagePoint> {
+fn remember(u: &sandlot_runtime::SandboxUsage, now: Instant) -> Vec<UsagePoint> {
     let mut all = HISTORY.lock().unwrap_or_else(PoisonError::into_inner);
     if all.len() >= HISTORY_SANDBOXES && !all.contains_key(&u.sandbox_id) {
         // Forget the sandbox read longest ago (an ended one, most likely).
@@ -728,7 +728,6 @@ fn remember(u: &sandlot_runtime::SandboxUsage) -> Vec<UsagePoint> {
             all.remove(&oldest);
         }
     }
-    let now = Instant::now();
     let (last, points) = all
         .entry(u.sandbox_id.clone())
         .or_insert_with(|| (now, VecDeque::new()));
@@ -796,7 +795,7 @@ async fn batch_metrics(
                 continue;
             }
             if let Ok(usage) = rt.sandbox_usage(&id) {
-                let history = remember(&usage);
+                let history = remember(&usage, Instant::now());
                 out.push(UsageWithHistory { usage, history });
             }
         }
@@ -818,6 +817,38 @@ pub(crate) fn routes(rec: Arc<Recording>) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandboxs_readings_are_bounded_and_close_ones_replace_each_other() {
+        let usage = |cpu: f64| sandlot_runtime::SandboxUsage {
+            sandbox_id: "sb_readings_test".into(),
+            state: "running".into(),
+            cpu_time_ms: cpu,
+            memory_bytes: 1,
+            memory_peak_bytes: 1,
+            memory_limit_bytes: 2,
+            pids: 1,
+            at: String::new(),
+        };
+        let t0 = Instant::now();
+        // Readings under a second apart: the last replaces the one before.
+        for i in 0..5 {
+            let h = remember(&usage(i as f64), t0 + Duration::from_millis(100 * i));
+            assert_eq!(h.len(), 1);
+            assert_eq!(h[0].cpu_time_ms, i as f64);
+        }
+        // A second or more apart: kept, the newest HISTORY_LEN of them.
+        let mut h = Vec::new();
+        for i in 1..=(HISTORY_LEN as u64 + 10) {
+            h = remember(&usage(100.0 + i as f64), t0 + Duration::from_secs(i));
+        }
+        assert_eq!(h.len(), HISTORY_LEN);
+        assert_eq!(
+            h.last().unwrap().cpu_time_ms,
+            100.0 + (HISTORY_LEN + 10) as f64
+        );
+        assert_eq!(h[0].cpu_time_ms, 100.0 + 11.0);
+    }
 
     #[test]
     fn path_shapes_keep_words_and_blank_ids() {
