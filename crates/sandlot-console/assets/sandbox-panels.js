@@ -100,13 +100,20 @@ export function panels(id, onSandboxEvent) {
     }, 150);
   }
 
+  // Closed while the page sits in the back/forward cache (as the Sandboxes list's): a hidden
+  // page's stream would hold one of the browser's six connections and a tenant stream slot.
+  let liveStop = null;
+
   async function live() {
+    const stop = new AbortController();
+    liveStop = stop;
+    const signal = AbortSignal.any([pageSignal, stop.signal]);
     let delay = 1000;
     for (;;) {
       try {
         const resp = await api('GET', '/v1/events', undefined, {
           raw: true,
-          signal: pageSignal,
+          signal,
           headers: { Accept: 'text/event-stream' },
         });
         delay = 1000;
@@ -126,11 +133,25 @@ export function panels(id, onSandboxEvent) {
       } catch (e) {
         if (e.name === 'AbortError' || e.status === 401) return;
       }
-      if (pageSignal.aborted) return;
+      if (signal.aborted) return;
       await new Promise((r) => setTimeout(r, delay));
+      if (signal.aborted) return;
       delay = Math.min(delay * 2, 30000);
     }
   }
+
+  window.addEventListener('pagehide', (ev) => {
+    if (ev.persisted && liveStop) {
+      liveStop.abort();
+      liveStop = null;
+    }
+  });
+  window.addEventListener('pageshow', (ev) => {
+    if (ev.persisted && !liveStop) {
+      all();
+      live();
+    }
+  });
 
   all();
   live();
