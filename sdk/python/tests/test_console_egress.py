@@ -197,6 +197,19 @@ def test_held_egress_approved_and_denied_and_a_contained_sandbox_in_the_console(
     assert "hello" not in out and "status 200" not in out, out
     _wait("the denied attempt in the egress panel", lambda: egress_rows(REFUSED, "denied"))
     assert egress_rows(HELD, "allowed") and egress_rows(HELD, "held"), "the history stays"
+    # A host name that looks like HTML, sent to the proxy by hand: the proxy refuses it as a
+    # malformed request (recorded without the host); the panel shows the refusal and parses
+    # nothing from it as HTML.
+    hostile = (
+        "import os, socket, urllib.parse\n"
+        "p = urllib.parse.urlparse(os.environ['HTTP_PROXY'])\n"
+        "s = socket.create_connection((p.hostname, p.port), timeout=10)\n"
+        "h = 'x<b>y</b>.test'\n"
+        "s.sendall(f'GET http://{h}/ HTTP/1.1\\r\\nHost: {h}\\r\\n\\r\\n'.encode())\n"
+        "print('status', s.recv(100)[:40])\n")
+    run_cell(hostile)
+    _wait("the hostile attempt recorded", lambda: "malformed" in d.find_element(By.CSS_SELECTOR, "#egress tbody tr").text)
+    assert not d.find_elements(By.CSS_SELECTOR, "#egress b"), "HTML from the sandbox was parsed"
     d.execute_script("document.getElementById('egress-title').scrollIntoView()")
     _shot(d, "11-sandbox-egress")
     _axe(d, "sandbox (egress panel)")
