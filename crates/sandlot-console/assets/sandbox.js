@@ -2,6 +2,7 @@
 // it is produced), and its workspace files (browse, download, upload).
 import { api, h, say, age, readEvents, encodePath, ApiError } from './console.js';
 import { output } from './render.js';
+import { panels } from './sandbox-panels.js';
 
 const id = document.body.dataset.sandbox;
 const base = `/v1/sandboxes/${encodeURIComponent(id)}`;
@@ -20,6 +21,7 @@ async function facts() {
     ['Restarts', String(sb.restart_count ?? 0)],
   ];
   if (sb.forked_from) items.push(['Forked from', sb.forked_from]);
+  if (sb.contained) items.push(['Contained', sb.contained]);
   for (const [k, v] of items) dl.append(h('dt', {}, k), h('dd', {}, v));
 }
 
@@ -113,6 +115,7 @@ async function run(code, language) {
   }
   facts().catch(() => {});
   files().catch(() => {});
+  record.refresh();
 }
 
 const form = document.getElementById('run');
@@ -205,3 +208,8 @@ document.getElementById('upload').addEventListener('submit', async (ev) => {
 });
 
 Promise.all([facts(), notebook(), files()]).catch((e) => say(e.message, true));
+// Family, egress attempts and findings, live from this sandbox's events (state changes
+// refresh the facts too).
+const record = panels(id, (name) => {
+  if (name !== 'executed') facts().catch(() => {});
+});

@@ -87,6 +87,7 @@ function row(sb) {
     h('td', { role: 'cell' }, sb.tenant || ''),
     h('td', { role: 'cell', 'data-created': sb.created_at, title: sb.created_at }, age(sb.created_at)),
     h('td', { role: 'cell' }, String(sb.restart_count ?? 0)),
+    h('td', { role: 'cell', class: 'usage' }),
     h('td', { role: 'cell', class: 'actions' },
       own ? actions(sb) : h('span', { class: 'muted' }, `${sb.tenant}'s`)));
 }
@@ -102,6 +103,7 @@ function upsert(sb) {
   if (old) old.replaceWith(tr);
   else tbody.prepend(tr);
   rows.set(sb.id, tr);
+  usage.watch(tr);
   empty.hidden = rows.size > 0;
 }
 
@@ -160,9 +162,112 @@ async function reload() {
     performance.mark('sandlot:list-built');
     // requestAnimationFrame runs just before the frame's style, layout and paint; a task
     // queued from it runs after them.
-    requestAnimationFrame(() => setTimeout(() => performance.mark('sandlot:list-rendered'), 0));
+    requestAnimationFrame(() => setTimeout(() => {
+      performance.mark('sandlot:list-rendered');
+      usage.watchAll();
+    }, 0));
+  } else {
+    usage.watchAll();
   }
 }
+
+// CPU/memory sparklines, fetched lazily: nothing at first paint. After the first frame an
+// IntersectionObserver watches the rows; the ids of rows scrolled into view are batched into
+// one GET /v1/metrics/sandboxes?ids=… (at most 200 a request), and a row is read again when an
+// `executed` event names it (no timer polls). Each answer carries the server's last readings
+// of the sandbox, drawn as two SVG polylines built with createElementNS: CPU use (the slope of
+// its CPU time) and memory against its limit.
+const SVG = 'http://www.w3.org/2000/svg';
+const BATCH = 200;
+const usage = (() => {
+  const seen = new Set();
+  const queue = new Set();
+  let timer = null;
+  let observer = null;
+
+  function flush() {
+    timer = null;
+    const ids = [...queue].slice(0, BATCH);
+    for (const id of ids) queue.delete(id);
+    if (queue.size > 0) timer = setTimeout(flush, 0);
+    if (ids.length === 0) return;
+    api('GET', `/v1/metrics/sandboxes?ids=${ids.map(encodeURIComponent).join(',')}`)
+      .then((out) => { for (const u of out.sandboxes || []) draw(u); })
+      .catch(() => {
+        // Usage is decoration: a failed read leaves the sparkline as it was.
+      });
+  }
+
+  function ask(id) {
+    queue.add(id);
+    if (!timer) timer = setTimeout(flush, 50);
+  }
+
+  function line(cls, values, max) {
+    const n = values.length;
+    const pts = values.map((v, i) => {
+      const x = n === 1 ? 24 : (i * 48) / (n - 1);
+      const y = 15 - (max > 0 ? Math.min(1, v / max) : 0) * 14;
+      return `${x.toFixed(1)},${y.toFixed(1)}`;
+    });
+    if (n === 1) pts.unshift(`0,${pts[0].split(',')[1]}`);
+    const el = document.createElementNS(SVG, 'polyline');
+    el.setAttribute('class', cls);
+    el.setAttribute('points', pts.join(' '));
+    return el;
+  }
+
+  function draw(u) {
+    const tr = rows.get(u.sandbox_id);
+    const td = tr && tr.querySelector('td.usage');
+    if (!td) return;
+    const hist = Array.isArray(u.history) && u.history.length ? u.history : [u];
+    // CPU: milliseconds of CPU per second between readings (1000 = one core busy).
+    const cpu = hist.length < 2 ? [0] : hist.slice(1).map((p, i) => {
+      const dt = Date.parse(p.at) - Date.parse(hist[i].at);
+      return dt > 0 ? Math.max(0, ((p.cpu_time_ms - hist[i].cpu_time_ms) * 1000) / dt) : 0;
+    });
+    const mem = hist.map((p) => Number(p.memory_bytes) || 0);
+    const limit = Number(u.memory_limit_bytes) || Math.max(...mem, 1);
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('viewBox', '0 0 48 16');
+    svg.setAttribute('role', 'img');
+    const mb = Math.round((Number(u.memory_bytes) || 0) / 1048576);
+    const now = cpu[cpu.length - 1];
+    svg.setAttribute('aria-label', `CPU ${Math.round(now / 10)} %, memory ${mb} MB`);
+    svg.append(line('cpu', cpu, Math.max(1000, ...cpu)), line('mem', mem, limit));
+    td.replaceChildren(svg);
+    td.title = `CPU ${Math.round(now / 10)} % of a core, memory ${mb} MB`;
+  }
+
+  function onView(entries) {
+    for (const e of entries) {
+      if (!e.isIntersecting) continue;
+      const id = e.target.dataset.id;
+      observer.unobserve(e.target);
+      if (!id || seen.has(id)) continue;
+      seen.add(id);
+      ask(id);
+    }
+  }
+
+  return {
+    watch(tr) {
+      if (typeof IntersectionObserver !== 'function') return;
+      if (!observer) observer = new IntersectionObserver(onView, { rootMargin: '200px 0px' });
+      const id = tr.dataset.id;
+      // A redrawn row of a sandbox already read: read it again (its cell is new and empty).
+      if (seen.has(id)) ask(id);
+      else observer.observe(tr);
+    },
+    watchAll() {
+      for (const tr of rows.values()) this.watch(tr);
+    },
+    again(id) {
+      if (seen.has(id) && rows.has(id)) ask(id);
+    },
+  };
+})();
 
 const ENDED = new Set(['killed', 'expired']);
 
@@ -199,8 +304,11 @@ async function live() {
         // tenant's): the list is read again, at most once per burst.
         else if (me && ev.tenant && ev.tenant !== me.tenant) {
           if (name !== 'executed') reloadSoon();
+          else usage.again(ev.sandbox_id);
         }
         else if (name !== 'executed') refresh(ev.sandbox_id);
+        // An execution moved its CPU and memory: a new reading, if its row has been seen.
+        else usage.again(ev.sandbox_id);
       });
     } catch (e) {
       if (e.name === 'AbortError') return;

@@ -735,6 +735,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../assets/sandbox.js"),
     ),
     (
+        "sandbox-panels.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/sandbox-panels.js"),
+    ),
+    (
         "render.js",
         "text/javascript; charset=utf-8",
         include_str!("../assets/render.js"),

@@ -157,6 +157,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/lineage/sandbox/{id}"),
     ("get", "/v1/lineage/sandbox/{id}/openlineage"),
     ("get", "/v1/sandboxes/{id}/metrics"),
+    ("get", "/v1/metrics/sandboxes"),
     ("get", "/v1/webhooks"),
     ("post", "/v1/webhooks"),
     ("delete", "/v1/webhooks/{id}"),

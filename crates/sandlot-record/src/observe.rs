@@ -684,16 +684,171 @@ async fn sandbox_metrics(
     Ok(Json(usage))
 }
 
+/// Most ids one `GET /v1/metrics/sandboxes` names (the console asks for the rows in view).
+pub const MAX_METRICS_IDS: usize = 200;
+/// Readings kept per sandbox for its sparkline, and sandboxes kept (in-process only: a
+/// restart starts the lines afresh; nothing is persisted).
+const HISTORY_LEN: usize = 30;
+const HISTORY_SANDBOXES: usize = 4096;
+/// Readings closer together than this replace the last one rather than adding a point.
+const HISTORY_MIN_GAP: Duration = Duration::from_secs(1);
+
+/// One point of a sandbox's sparkline.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UsagePoint {
+    pub at: String,
+    pub cpu_time_ms: f64,
+    pub memory_bytes: u64,
+}
+
+/// A sandbox's usage now and its last readings (oldest first), for the console's sparklines.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UsageWithHistory {
+    #[serde(flatten)]
+    pub usage: sandlot_runtime::SandboxUsage,
+    pub history: Vec<UsagePoint>,
+}
+
+/// A sandbox's readings: when the last was taken, and the points (oldest first).
+type Readings = (Instant, VecDeque<UsagePoint>);
+
+/// The readings the batch route took, per sandbox: bounded in both directions.
+static HISTORY: LazyLock<Mutex<HashMap<String, Readings>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn remember(u: &sandlot_runtime::SandboxUsage, now: Instant) -> Vec<UsagePoint> {
+    let mut all = HISTORY.lock().unwrap_or_else(PoisonError::into_inner);
+    if all.len() >= HISTORY_SANDBOXES && !all.contains_key(&u.sandbox_id) {
+        // Forget the sandbox read longest ago (an ended one, most likely).
+        if let Some(oldest) = all
+            .iter()
+            .min_by_key(|(_, (t, _))| *t)
+            .map(|(k, _)| k.clone())
+        {
+            all.remove(&oldest);
+        }
+    }
+    let (last, points) = all
+        .entry(u.sandbox_id.clone())
+        .or_insert_with(|| (now, VecDeque::new()));
+    let point = UsagePoint {
+        at: u.at.clone(),
+        cpu_time_ms: u.cpu_time_ms,
+        memory_bytes: u.memory_bytes,
+    };
+    if !points.is_empty() && now.duration_since(*last) < HISTORY_MIN_GAP {
+        points.pop_back();
+    }
+    points.push_back(point);
+    while points.len() > HISTORY_LEN {
+        points.pop_front();
+    }
+    *last = now;
+    points.iter().cloned().collect()
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct MetricsQuery {
+    #[serde(default)]
+    ids: String,
+}
+
+/// `GET /v1/metrics/sandboxes?ids=a,b,…`: the usage now and recent readings of up to
+/// [`MAX_METRICS_IDS`] sandboxes in one request (the console's list draws a sparkline per row
+/// in view). Not under `/v1/sandboxes/{id}`, so the authentication layer does not scope it:
+/// ids that are not the caller's tenant's (the operator's: any tenant's), or that name no live
+/// sandbox, are left out of the answer, never an error, so the answer says nothing about
+/// other tenants' ids. More ids than the bound, or an empty or over-long id, is a 400.
+async fn batch_metrics(
+    State(rec): State<Arc<Recording>>,
+    caller: Caller,
+    axum::extract::Query(q): axum::extract::Query<MetricsQuery>,
+) -> Result<Json<serde_json::Value>, HttpError> {
+    let ids: Vec<String> = q
+        .ids
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if ids.len() > MAX_METRICS_IDS {
+        return Err(HttpError::invalid_request(format!(
+            "at most {MAX_METRICS_IDS} ids per request ({} given)",
+            ids.len()
+        )));
+    }
+    if ids.iter().any(|id| id.len() > 128) {
+        return Err(HttpError::invalid_request("an id is longer than 128 bytes"));
+    }
+    let rt = rec.ctx.rt.clone();
+    let (tenant, operator) = (caller.tenant().to_owned(), caller.is_operator());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for id in ids {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let Some(owner) = rt.sandbox_tenant(&id) else {
+                continue;
+            };
+            if owner != tenant && !operator {
+                continue;
+            }
+            if let Ok(usage) = rt.sandbox_usage(&id) {
+                let history = remember(&usage, Instant::now());
+                out.push(UsageWithHistory { usage, history });
+            }
+        }
+        out
+    })
+    .await
+    .map_err(|e| HttpError::internal(format!("reading the sandboxes' usage failed: {e}")))?;
+    Ok(Json(serde_json::json!({ "sandboxes": out })))
+}
+
 pub(crate) fn routes(rec: Arc<Recording>) -> Router {
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/v1/sandboxes/{id}/metrics", get(sandbox_metrics))
+        .route("/v1/metrics/sandboxes", get(batch_metrics))
         .with_state(rec)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandboxs_readings_are_bounded_and_close_ones_replace_each_other() {
+        let usage = |cpu: f64| sandlot_runtime::SandboxUsage {
+            sandbox_id: "sb_readings_test".into(),
+            state: "running".into(),
+            cpu_time_ms: cpu,
+            memory_bytes: 1,
+            memory_peak_bytes: 1,
+            memory_limit_bytes: 2,
+            pids: 1,
+            at: String::new(),
+        };
+        let t0 = Instant::now();
+        // Readings under a second apart: the last replaces the one before.
+        for i in 0..5 {
+            let h = remember(&usage(i as f64), t0 + Duration::from_millis(100 * i));
+            assert_eq!(h.len(), 1);
+            assert_eq!(h[0].cpu_time_ms, i as f64);
+        }
+        // A second or more apart: kept, the newest HISTORY_LEN of them.
+        let mut h = Vec::new();
+        for i in 1..=(HISTORY_LEN as u64 + 10) {
+            h = remember(&usage(100.0 + i as f64), t0 + Duration::from_secs(i));
+        }
+        assert_eq!(h.len(), HISTORY_LEN);
+        assert_eq!(
+            h.last().unwrap().cpu_time_ms,
+            100.0 + (HISTORY_LEN + 10) as f64
+        );
+        assert_eq!(h[0].cpu_time_ms, 100.0 + 11.0);
+    }
 
     #[test]
     fn path_shapes_keep_words_and_blank_ids() {

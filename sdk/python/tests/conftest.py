@@ -20,6 +20,7 @@ run against a real ``sandlot serve`` that the session-scoped ``sandlot_url`` fix
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -64,13 +65,11 @@ def _tail(path: Path, n: int = 60) -> str:
     return "\n".join(lines[-n:])
 
 
-@pytest.fixture(scope="session")
-def sandlot_url() -> Iterator[str]:
-    """Base URL of a running sandlot server (started for the session unless given)."""
-    given = os.environ.get("SANDLOT_TEST_URL")
-    if given:
-        yield given.rstrip("/")
-        return
+@contextlib.contextmanager
+def serve(extra_env: Optional[Dict[str, str]] = None) -> Iterator[Tuple[str, str, int]]:
+    """Starts a ``sandlot serve`` of its own (see the module docs) and yields (url, its local
+    admin key, its pid); stopped and its data removed on exit. ``extra_env``: server settings a
+    test needs (``SANDLOT_EGRESS_HOSTS``, say). Changes nothing in this process's environment."""
     binary = _bin()
     if not binary.exists():
         pytest.skip(f"live tests need the sandlot binary: {binary} does not exist (build it with `cargo build`, or set SANDLOT_BIN)")
@@ -83,6 +82,7 @@ def sandlot_url() -> Iterator[str]:
     cmd = [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--env-dir", env_dir]
     env = dict(os.environ)
     env.pop("SANDLOT_API_KEY", None)  # the key is the one this server creates
+    env.update(extra_env or {})
     errf = open(stderr_log, "wb")
     proc = subprocess.Popen(
         cmd,
@@ -123,11 +123,8 @@ def sandlot_url() -> Iterator[str]:
                 f"`{' '.join(cmd)}` {why}\n--- stdout ---\n{_tail(stdout_log)}\n--- stderr ---\n{_tail(stderr_log)}",
                 pytrace=False,
             )
-        os.environ["SANDLOT_URL"] = found[0]
         # The local admin key the server created on its first start (what the SDK sends).
-        os.environ["SANDLOT_API_KEY"] = (data_dir / "api-key").read_text().strip()
-        os.environ["SANDLOT_TEST_SERVER_PID"] = str(proc.pid)
-        yield found[0]
+        yield found[0], (data_dir / "api-key").read_text().strip(), proc.pid
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -138,10 +135,26 @@ def sandlot_url() -> Iterator[str]:
                 proc.wait(timeout=15)
         errf.close()
         shutil.rmtree(data_dir, ignore_errors=True)
-        if found and os.environ.get("SANDLOT_URL") == found[0]:
-            del os.environ["SANDLOT_URL"]
-            os.environ.pop("SANDLOT_API_KEY", None)
         sys.stderr.write(f"\nsandlot server logs: {tmp}\n")
+
+
+@pytest.fixture(scope="session")
+def sandlot_url() -> Iterator[str]:
+    """Base URL of a running sandlot server (started for the session unless given)."""
+    given = os.environ.get("SANDLOT_TEST_URL")
+    if given:
+        yield given.rstrip("/")
+        return
+    with serve() as (url, key, pid):
+        os.environ["SANDLOT_URL"] = url
+        os.environ["SANDLOT_API_KEY"] = key
+        os.environ["SANDLOT_TEST_SERVER_PID"] = str(pid)
+        try:
+            yield url
+        finally:
+            if os.environ.get("SANDLOT_URL") == url:
+                del os.environ["SANDLOT_URL"]
+                os.environ.pop("SANDLOT_API_KEY", None)
 
 
 @pytest.fixture(scope="session")

@@ -180,6 +180,7 @@ fn sign_in_sets_an_http_only_strict_cookie_that_acts_only_with_its_csrf_token() 
         "sandboxes.js",
         "sandbox.js",
         "render.js",
+        "sandbox-panels.js",
         "console.css",
     ] {
         let got = b.send(b.req("GET", &format!("/console/assets/{asset}")));
@@ -834,4 +835,124 @@ fn wait_for_checkpoint(op: &As) -> Value {
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+}
+
+/// `GET /v1/metrics/sandboxes?ids=…` (the list's sparklines): a tenant gets its own sandboxes'
+/// usage and readings only (another tenant's ids and unknown ids are left out, never an error,
+/// so it learns nothing about them); the operator gets any tenant's; more than 200 ids is a 400
+/// that reads nothing; a session's request needs its CSRF token from the console's origin like
+/// every other `/v1` read; no key is a 401.
+#[test]
+fn batch_metrics_are_tenant_scoped_bounded_and_csrf_checked() {
+    let server = TestServer::start();
+    let theirs = server.create_sandbox();
+    let acme = server.tenant("acme").role("admin").create();
+    let as_acme = As::key(&server, &acme.key);
+    let mine = as_acme.post("/v1/sandboxes", &json!({}));
+    mine.expect(201);
+    let mine = mine.body["id"].as_str().unwrap().to_owned();
+
+    // A tenant: its own sandbox only; another tenant's and a made-up id are omitted.
+    let path = format!("/v1/metrics/sandboxes?ids={mine},{theirs},sb_never_was,{mine}");
+    let got = as_acme.get(&path);
+    got.expect(200);
+    let list = got.body["sandboxes"].as_array().unwrap().clone();
+    assert_eq!(list.len(), 1, "{}", got.text);
+    assert_eq!(list[0]["sandbox_id"], mine.as_str());
+    assert!(
+        list[0]["memory_limit_bytes"].as_u64().unwrap() > 0,
+        "{}",
+        got.text
+    );
+    assert_eq!(
+        list[0]["history"].as_array().unwrap().len(),
+        1,
+        "{}",
+        got.text
+    );
+    assert!(!got.text.contains(&theirs), "{}", got.text);
+    // Only another tenant's ids: an empty answer, as for ids that never were.
+    let other = as_acme.get(&format!("/v1/metrics/sandboxes?ids={theirs}"));
+    let never = as_acme.get("/v1/metrics/sandboxes?ids=sb_never_was");
+    assert_eq!((other.status, never.status), (200, 200));
+    assert_eq!(other.body, never.body);
+    assert_eq!(other.body["sandboxes"], json!([]));
+
+    // Readings a second apart are kept as the sparkline's history.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let again = as_acme.get(&format!("/v1/metrics/sandboxes?ids={mine}"));
+    again.expect(200);
+    assert_eq!(
+        again.body["sandboxes"][0]["history"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{}",
+        again.text
+    );
+
+    // The operator: any tenant's.
+    let op = server.get(&format!("/v1/metrics/sandboxes?ids={mine},{theirs}"));
+    op.expect(200);
+    assert_eq!(
+        op.body["sandboxes"].as_array().unwrap().len(),
+        2,
+        "{}",
+        op.text
+    );
+
+    // Bounds: 201 ids is a 400; 200 is fine; an over-long id is a 400; none is an empty list.
+    let ids = |n: usize| {
+        (0..n)
+            .map(|i| format!("sb_{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    as_acme
+        .get(&format!("/v1/metrics/sandboxes?ids={}", ids(201)))
+        .expect_error(400, "invalid_request");
+    as_acme
+        .get(&format!("/v1/metrics/sandboxes?ids={}", ids(200)))
+        .expect(200);
+    as_acme
+        .get(&format!("/v1/metrics/sandboxes?ids={}", "x".repeat(129)))
+        .expect_error(400, "invalid_request");
+    let none = as_acme.get("/v1/metrics/sandboxes");
+    assert_eq!(none.expect(200)["sandboxes"], json!([]));
+
+    // No key: 401.
+    let anon = server.client_with_key(None);
+    let status = anon
+        .get(format!("{}/v1/metrics/sandboxes?ids={mine}", server.url()))
+        .send()
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(status, 401);
+
+    // A console session: with its CSRF token from its own origin it reads; without the token,
+    // or from another origin, it is refused as every /v1 request is.
+    let mut b = Browser::new(&server);
+    b.sign_in(&acme.key);
+    let path = format!("/v1/metrics/sandboxes?ids={mine},{theirs}");
+    let ok = b.send(b.script("GET", &path));
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.json()["sandboxes"].as_array().unwrap().len(), 1);
+    let no_token = b.send(
+        b.req("GET", &path)
+            .header("origin", b.origin())
+            .header("sec-fetch-site", "same-origin"),
+    );
+    assert_eq!(
+        (no_token.status, no_token.code().as_str()),
+        (403, "csrf_failed")
+    );
+    let cross = b.send(
+        b.req("GET", &path)
+            .header("x-sandlot-csrf", b.csrf.clone().unwrap())
+            .header("origin", "http://evil.test")
+            .header("sec-fetch-site", "cross-site"),
+    );
+    assert_eq!(cross.status, 403, "{}", cross.text);
 }
