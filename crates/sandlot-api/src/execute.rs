@@ -71,14 +71,8 @@ pub(crate) fn held_or<T: Serialize>(
 ) -> Response {
     match started {
         Started::Running(v) => (status, Json(v)).into_response(),
-        Started::Held(review) => held_response(*review),
+        Started::Held(review) => crate::reviews::held_response(*review),
     }
-}
-
-/// 202 with the review holding the call.
-pub(crate) fn held_response(review: sandlot_store::ReviewRecord) -> Response {
-    let body = crate::reviews::ReviewBody { review };
-    (axum::http::StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 pub(crate) async fn execute<B: Backend>(
@@ -111,7 +105,7 @@ pub(crate) async fn execute<B: Backend>(
         .await?
     {
         Started::Running(run) => run,
-        Started::Held(review) => return Ok(held_response(*review)),
+        Started::Held(review) => return Ok(crate::reviews::held_response(*review)),
     };
     if stream {
         return execute_streaming(run).await;

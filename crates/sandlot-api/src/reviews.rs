@@ -131,8 +131,16 @@ pub(crate) async fn held_output<B>(
     let g = gov(&st)?;
     match g.held_output(&caller.0, &id, &eid)? {
         sandlot_service::held_output::Held::Released(r) => Ok(Json(*r).into_response()),
-        sandlot_service::held_output::Held::Pending(review) => {
-            Ok(crate::execute::held_response(*review))
-        }
+        sandlot_service::held_output::Held::Pending(review) => Ok(held_response(*review)),
     }
+}
+
+/// 202 with the review holding the call (every route whose action a policy can hold).
+pub(crate) fn held_response(review: ReviewRecord) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::ACCEPTED,
+        Json(ReviewBody { review }),
+    )
+        .into_response()
 }

@@ -71,14 +71,7 @@ pub trait Lookups: Clone + Send + Sync + 'static {
     fn tenant_held(&self, tenant: &str, share: Share) -> Result<u64, ApiError>;
 }
 
-/// What a creation like an existing sandbox is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Like {
-    /// `count` forks (clamped to 1..=100, as the runtime does): new disk, so the disk cap.
-    Fork { count: u64 },
-    /// Bringing a paused sandbox back (resume, E2B's connect): no new disk.
-    Resume,
-}
+pub use crate::gates::Like;
 
 /// Admits the creation `req` for `who` (see the module docs); `req` leaves with its tenant,
 /// its limits filled from its template, the template of its snapshot named, and its tier.

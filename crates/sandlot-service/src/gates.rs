@@ -29,6 +29,26 @@ use std::sync::Arc;
 /// The tiers, least privileged first.
 pub const TIERS: [&str; 2] = [ISOLATED_TIER, TRUSTED_TIER];
 
+/// What a creation like an existing sandbox is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Like {
+    /// `count` forks (clamped to 1..=100, as the runtime does): new disk, so the disk cap.
+    Fork { count: u64 },
+    /// Bringing a paused sandbox back (resume, E2B's connect): no new disk.
+    Resume,
+}
+
+/// Notes, for the request being handled, that `d` requires its execution to roll back on
+/// failure (an allowed `execute` through an `@on_failure("rollback")` permit).
+pub fn note_rollback(d: &sandlot_policy::Decision) {
+    if d.allowed
+        && d.gate == sandlot_policy::Gate::Execute
+        && d.on_failure.as_deref() == Some("rollback")
+    {
+        crate::note::Note::require_rollback();
+    }
+}
+
 pub fn policy_principal(p: &Principal) -> PolicyPrincipal {
     PolicyPrincipal {
         key_id: p.key_id.clone(),
@@ -66,7 +86,7 @@ impl Governance {
         detail: Option<serde_json::Value>,
     ) -> (String, Decision) {
         let d = self.policy.decide(&Query::new(who.clone(), request));
-        crate::trusted::note_rollback(&d);
+        note_rollback(&d);
         let id = self.record(who, resource, &d, detail);
         (id, d)
     }
@@ -186,7 +206,7 @@ impl Governance {
         req: &sandlot_types::CreateSandbox,
         limits: sandlot_types::EffectiveLimits,
         needs_trusted: bool,
-        like: Option<(&str, crate::admission::Like)>,
+        like: Option<(&str, Like)>,
     ) -> Result<String, sandlot_types::ApiError> {
         let asked = req.tier.as_deref().unwrap_or(ISOLATED_TIER);
         if !TIERS.contains(&asked) {
@@ -260,10 +280,8 @@ impl Governance {
         let snapshot = req.from_snapshot.clone().unwrap_or_default();
         let (action, source, count) = match like {
             None => ("create", String::new(), 1),
-            Some((id, crate::admission::Like::Fork { count })) => {
-                ("fork", id.to_owned(), count.clamp(1, 100))
-            }
-            Some((id, crate::admission::Like::Resume)) => ("resume", id.to_owned(), 1),
+            Some((id, Like::Fork { count })) => ("fork", id.to_owned(), count.clamp(1, 100)),
+            Some((id, Like::Resume)) => ("resume", id.to_owned(), 1),
         };
         let fp = fingerprint(&[
             action.as_bytes(),
@@ -306,7 +324,7 @@ impl Governance {
         &self,
         who: &Principal,
         sandbox: &Sandbox,
-        like: crate::admission::Like,
+        like: Like,
     ) -> Result<(), sandlot_types::ApiError> {
         let req = sandlot_types::CreateSandbox {
             template: Some(sandbox.template.clone()),

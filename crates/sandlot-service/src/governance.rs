@@ -31,7 +31,7 @@ pub struct Governance {
     pub(crate) held_output_dir: Option<std::path::PathBuf>,
     /// Executions whose output a decision held for review withheld, waiting for their end
     /// (`held_output.rs`).
-    pub(crate) held_outputs: crate::held_output::Pending,
+    pub(crate) held_outputs: crate::pending_output::Pending,
 }
 
 fn unix_now() -> u64 {

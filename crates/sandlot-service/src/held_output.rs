@@ -15,41 +15,13 @@
 
 use crate::governance::Governance;
 use crate::reviews::{fingerprint, review_denied};
-use sandlot_policy::{Decision, PolicyPrincipal};
 use sandlot_store::ReviewRecord;
 use sandlot_types::{ApiError, ErrorCode, ExecutionResult, Principal, Sandbox};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Mutex, PoisonError};
 
 /// The largest result kept for a release (as JSON); a larger one stays withheld, unkept.
 pub const MAX_HELD_OUTPUT: usize = 16 << 20;
-/// Executions waiting for their end with a held decision, at most (past it, not kept).
-const MAX_PENDING: usize = 10_000;
-
-/// Executions whose output a held decision withheld, until their result is kept.
-#[derive(Default)]
-pub struct Pending(Mutex<HashMap<String, (Decision, PolicyPrincipal)>>);
-
-impl Pending {
-    /// Notes that execution `exec`'s output was withheld by held decision `d` (the first
-    /// one is kept).
-    pub(crate) fn note(&self, exec: &str, d: &Decision, who: &PolicyPrincipal) {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if m.len() < MAX_PENDING && !m.contains_key(exec) {
-            m.insert(exec.to_owned(), (d.clone(), who.clone()));
-        }
-    }
-
-    fn take(&self, exec: &str) -> Option<(Decision, PolicyPrincipal)> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(exec)
-    }
-}
-
 /// What is kept on disk for one execution.
 #[derive(Serialize, Deserialize)]
 struct Kept {

@@ -17,6 +17,7 @@ pub mod gates;
 pub mod governance;
 pub mod held_output;
 pub mod note;
+mod pending_output;
 pub mod reviews;
 pub mod revoke;
 mod service;

@@ -9,16 +9,7 @@
 //! scoped to `resource.tier == "trusted"` is how a policy says it "for a tier".
 
 use crate::note::Note;
-use sandlot_policy::{Decision, Gate};
 use sandlot_types::{ExecuteRequest, OnFailure};
-
-/// Notes, for the request being handled, that `d` requires its execution to roll back on
-/// failure (an allowed `execute` through an `@on_failure("rollback")` permit).
-pub fn note_rollback(d: &Decision) {
-    if d.allowed && d.gate == Gate::Execute && d.on_failure.as_deref() == Some("rollback") {
-        Note::require_rollback();
-    }
-}
 
 /// Whether the request being handled must roll back its execution on failure.
 pub fn rollback_required() -> bool {
